@@ -1,0 +1,113 @@
+"""The deterministic addressing plan and the topology JSON document.
+
+Everything here is a pure function of the fabric model (and the run tag for
+the Linux-visible names), so the same fabric always gets the same plan:
+
+  * host port k (counting every host port in fabric order, from 1) gets
+    IPv4 10.0.(k>>8).(k&255)/16 and MAC 02:00:00:00:(k>>8):(k&255);
+  * switch datapath id = tier << 16 | index (leaf1 = 0x10001,
+    spine2 = 0x20002, superspine1 = 0x30001), index counted per kind;
+  * OpenFlow port number = N of the fabric port ``eth<N>``;
+  * Linux names carry the project prefix and the run tag:
+    bridge ``fl<tag><k><i>`` (k = l/s/x for leaf/spine/superspine),
+    switch interface ``<bridge>-e<N>``; a host's interfaces keep their fabric
+    names (``eth0``) inside the host's namespace;
+  * ECMP hash seed: the node's ``hash_seed``, else one ``seed`` for all
+    switches if given (hash polarization), else the datapath id.
+
+The topology document (``topology_document``) is what the controller — this
+project's or a user's — loads; docs/topology-schema.md describes it.
+"""
+
+import ipaddress
+import re
+
+PREFIX = "fl"
+TAG_RE = re.compile(r"^[0-9a-f]{4}$")
+SUBNET = ipaddress.ip_network("10.0.0.0/16")
+KIND_LETTER = {"leaf": "l", "spine": "s", "superspine": "x"}
+SCHEMA_VERSION = 1
+
+
+def host_address(k):
+    """IP and MAC of the k-th host port (k >= 1)."""
+    if not 1 <= k < SUBNET.num_addresses - 1:
+        raise ValueError(f"host port number {k} does not fit {SUBNET}")
+    ip = SUBNET.network_address + k
+    mac = "02:00:00:00:%02x:%02x" % (k >> 8, k & 0xFF)
+    return str(ip), mac
+
+
+def dpid_of(kind_tier, index):
+    return (kind_tier << 16) | index
+
+
+def bridge_name(tag, kind, index):
+    return f"{PREFIX}{tag}{KIND_LETTER[kind]}{index}"
+
+
+def switch_intf(bridge, number):
+    name = f"{bridge}-e{number}"
+    if len(name) > 15:
+        raise ValueError(f"interface name {name!r} is longer than Linux's 15 characters")
+    return name
+
+
+def plan(fabric, tag="0000", seed=None):
+    """Return the topology document (a JSON-ready dict) for ``fabric``."""
+    if not TAG_RE.match(tag):
+        raise ValueError(f"run tag {tag!r} is not 4 hex digits")
+    counters, bridges = {}, {}
+    switches = []
+    for node in fabric.switches:
+        counters[node.kind] = counters.get(node.kind, 0) + 1
+        index = counters[node.kind]
+        dpid = dpid_of(node.tier, index)
+        bridge = bridge_name(tag, node.kind, index)
+        bridges[node.name] = bridge
+        if node.hash_seed is not None:
+            hash_seed = node.hash_seed
+        elif seed is not None:
+            hash_seed = seed
+        else:
+            hash_seed = dpid
+        switches.append({
+            "name": node.name, "kind": node.kind, "tier": node.tier,
+            "dpid": dpid, "dpid_hex": "%016x" % dpid, "bridge": bridge,
+            "hash_seed": hash_seed, "pod": node.pod, "plane": node.plane,
+            "ports": [],
+        })
+    hosts, k = [], 0
+    for node in fabric.hosts:
+        ports = []
+        for lk in fabric.links_of(node.name):
+            k += 1
+            ip, mac = host_address(k)
+            peer = lk.other(node.name)
+            ports.append({"port": lk.end(node.name).port, "ip": ip, "mac": mac,
+                          "prefix_len": SUBNET.prefixlen, "switch": peer.node,
+                          "switch_port": peer.number, "rate_bps": lk.rate_bps})
+        hosts.append({"name": node.name, "ip": ports[0]["ip"], "mac": ports[0]["mac"],
+                      "pod": node.pod, "plane": node.plane, "ports": ports})
+    for sw in switches:
+        for lk in fabric.links_of(sw["name"]):
+            mine, peer = lk.end(sw["name"]), lk.other(sw["name"])
+            peer_node = fabric.node(peer.node)
+            sw["ports"].append({
+                "port": mine.number, "name": mine.port,
+                "intf": switch_intf(sw["bridge"], mine.number),
+                "peer": peer.node, "peer_kind": peer_node.kind,
+                "peer_port": peer.number if not peer_node.is_host else peer.port,
+                "rate_bps": lk.rate_bps,
+            })
+    links = [{"a": str(lk.a), "b": str(lk.b), "rate_bps": lk.rate_bps} for lk in fabric.links]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "fabric": fabric.name,
+        "run": tag,
+        "subnet": str(SUBNET),
+        "params": dict(fabric.params),
+        "switches": switches,
+        "hosts": hosts,
+        "links": links,
+    }

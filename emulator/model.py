@@ -1,0 +1,126 @@
+"""The fabric model: nodes with a kind, ports, links with a rate.
+
+Pure, frozen data with no knowledge of Mininet or Open vSwitch.  A fabric
+file and a preset both produce a ``Fabric``; everything later (addressing,
+the network build, the controller's topology document) is derived from it.
+
+Names:
+  * node names are the user's (``leaf1``, ``spine2``, ``h3``);
+  * a port is named ``eth<N>``; on a switch N >= 1 and N is the OpenFlow
+    port number, so ``leaf1:eth3`` is OpenFlow port 3 of leaf1;
+  * tiers: host 0, leaf 1, spine 2, superspine 3.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+HOST = "host"
+SWITCH_TIERS = {"leaf": 1, "spine": 2, "superspine": 3}
+KINDS = (HOST,) + tuple(SWITCH_TIERS)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of a link: ``node:port``."""
+
+    node: str
+    port: str
+
+    @property
+    def number(self):
+        """The N of ``eth<N>``: the OpenFlow port number on a switch."""
+        return int(self.port[3:])
+
+    def __str__(self):
+        return f"{self.node}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link; ``rate_bps`` is enforced in each direction."""
+
+    a: Endpoint
+    b: Endpoint
+    rate_bps: int
+
+    def other(self, node):
+        """The endpoint facing ``node``'s end of the link."""
+        return self.b if self.a.node == node else self.a
+
+    def end(self, node):
+        """``node``'s own endpoint of this link."""
+        return self.a if self.a.node == node else self.b
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host or a switch.  ``hash_seed`` overrides the switch's ECMP hash seed."""
+
+    name: str
+    kind: str
+    hash_seed: Optional[int] = None
+    pod: Optional[int] = None
+    plane: Optional[int] = None
+
+    @property
+    def is_host(self):
+        return self.kind == HOST
+
+    @property
+    def tier(self):
+        return 0 if self.is_host else SWITCH_TIERS[self.kind]
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """A validated fabric: build one with ``spec.parse`` or a preset."""
+
+    name: str
+    nodes: tuple
+    links: tuple
+    params: tuple = field(default=())   # the preset parameters it came from, if any
+
+    def __post_init__(self):
+        object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
+
+    def node(self, name):
+        return self._by_name[name]
+
+    def has_node(self, name):
+        return name in self._by_name
+
+    @property
+    def hosts(self):
+        return tuple(n for n in self.nodes if n.is_host)
+
+    @property
+    def switches(self):
+        return tuple(n for n in self.nodes if not n.is_host)
+
+    def links_of(self, name):
+        """Links touching ``name``, in the order of their local port number."""
+        links = [lk for lk in self.links if name in (lk.a.node, lk.b.node)]
+        return sorted(links, key=lambda lk: lk.end(name).number)
+
+    def neighbors(self, name):
+        return [lk.other(name).node for lk in self.links_of(name)]
+
+    def uplinks(self, name):
+        """Links from ``name`` toward a higher tier (leaf -> spine, ...)."""
+        tier = self.node(name).tier
+        return [lk for lk in self.links_of(name)
+                if self.node(lk.other(name).node).tier > tier]
+
+    def to_spec(self):
+        """The fabric as a fabric-file dictionary (``show --yaml``)."""
+        nodes = {}
+        for n in self.nodes:
+            entry = {"kind": n.kind}
+            for key in ("hash_seed", "pod", "plane"):
+                if getattr(n, key) is not None:
+                    entry[key] = getattr(n, key)
+            nodes[n.name] = entry
+        from emulator.units import format_rate
+        links = [{"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}
+                 for lk in self.links]
+        return {"name": self.name, "topology": {"nodes": nodes, "links": links}}

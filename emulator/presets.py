@@ -1,0 +1,136 @@
+"""Built-in fabrics generated from parameters.
+
+A preset returns the same ``Fabric`` a file would (``show --yaml`` writes it
+out as one).  Parameters come from the command line as ``key=value`` strings
+and are validated like a file: one ``ConfigError`` naming the parameter.
+
+leaf-spine numbering: hosts h1..hN leaf by leaf; on leaf L, ports eth1..ethH
+face its hosts and eth(H+1)..eth(H+S) face spine1..spineS; on a spine, port
+ethL faces leafL.  Oversubscription = H * host_rate / (S * uplink_rate).
+"""
+
+from dataclasses import dataclass
+
+from emulator.errors import ConfigError
+from emulator.model import Endpoint, Fabric, Link, Node
+from emulator.units import format_rate, parse_rate
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str          # "int", "rate" or "float"
+    default: object
+    lo: float = 1
+    hi: float = 64
+    doc: str = ""
+
+
+LEAF_SPINE = (
+    Param("spines", "int", 4, 1, 32, "spine switches"),
+    Param("leaves", "int", 4, 1, 64, "leaf switches (ToRs)"),
+    Param("hosts_per_leaf", "int", 2, 1, 64, "hosts on each leaf"),
+    Param("host_rate", "rate", "40Mbps", doc="host <-> leaf link rate"),
+    Param("uplink_rate", "rate", "40Mbps", doc="leaf <-> spine link rate"),
+    Param("oversubscription", "float", None, 0.01, 100,
+          "if given, sets uplink_rate = hosts_per_leaf*host_rate/(spines*ratio)"),
+)
+
+
+def _convert(preset, p, value):
+    where = f"preset {preset}: {p.name}"
+    try:
+        if p.kind == "rate":
+            return parse_rate(value) if isinstance(value, str) else parse_rate(str(value))
+        number = int(value) if p.kind == "int" else float(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(where, f"{value!r} is not a valid {p.kind}"
+                          + (f" ({e})" if p.kind == "rate" else ""))
+    if p.kind == "int" and str(value).strip() != str(number) and not isinstance(value, int):
+        raise ConfigError(where, f"{value!r} is not an integer")
+    if not p.lo <= number <= p.hi:
+        raise ConfigError(where, f"{value!r} is outside {p.lo:g}..{p.hi:g}")
+    return number
+
+
+def resolve_params(preset, schema, given):
+    """Merge ``given`` (name -> str/int) over defaults; reject unknown names."""
+    known = {p.name: p for p in schema}
+    for key in given:
+        if key not in known:
+            raise ConfigError(f"preset {preset}",
+                              f"unknown parameter {key!r} (known: {', '.join(known)})")
+    values = {}
+    for p in schema:
+        raw = given.get(p.name, p.default)
+        values[p.name] = None if raw is None else _convert(preset, p, raw)
+    return values
+
+
+def leaf_spine(**given):
+    v = resolve_params("leaf-spine", LEAF_SPINE, given)
+    S, L, H = v["spines"], v["leaves"], v["hosts_per_leaf"]
+    if v["oversubscription"] is not None:
+        if "uplink_rate" in given:
+            raise ConfigError("preset leaf-spine",
+                              "give uplink_rate or oversubscription, not both")
+        rate = H * v["host_rate"] / (S * v["oversubscription"])
+        v["uplink_rate"] = max(1000, int(round(rate / 1000)) * 1000)
+    nodes, links = [], []
+    nodes += [Node(f"h{i}", "host") for i in range(1, L * H + 1)]
+    nodes += [Node(f"leaf{i}", "leaf") for i in range(1, L + 1)]
+    nodes += [Node(f"spine{i}", "spine") for i in range(1, S + 1)]
+    for leaf in range(1, L + 1):
+        for k in range(1, H + 1):
+            host = (leaf - 1) * H + k
+            links.append(Link(Endpoint(f"h{host}", "eth0"),
+                              Endpoint(f"leaf{leaf}", f"eth{k}"), v["host_rate"]))
+    for leaf in range(1, L + 1):
+        for s in range(1, S + 1):
+            links.append(Link(Endpoint(f"leaf{leaf}", f"eth{H + s}"),
+                              Endpoint(f"spine{s}", f"eth{leaf}"), v["uplink_rate"]))
+    params = tuple((p.name, v[p.name]) for p in LEAF_SPINE if v[p.name] is not None)
+    name = f"leaf-spine-{S}s{L}l{H}h"
+    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), params=params)
+
+
+PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE)}
+
+
+def build(name, params=None):
+    """Build preset ``name`` with ``params`` (name -> value strings)."""
+    if name not in PRESETS:
+        raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    return PRESETS[name][0](**(params or {}))
+
+
+def parse_assignments(items):
+    """``["spines=4", "host_rate=40Mbps"]`` -> dict; ConfigError on a bad item."""
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--param", f"{item!r} is not key=value")
+        out[key.strip().replace("-", "_")] = value.strip()
+    return out
+
+
+def describe(name):
+    """Help text: each parameter with its default."""
+    _, schema = PRESETS[name]
+    lines = []
+    for p in schema:
+        default = p.default if p.default is not None else "-"
+        lines.append(f"  {p.name:<18} {p.kind:<6} default {default!s:<8} {p.doc}")
+    return "\n".join(lines)
+
+
+def oversubscription(fabric, leaf):
+    """Downlink capacity over uplink capacity of one leaf."""
+    down = sum(lk.rate_bps for lk in fabric.links_of(leaf)
+               if fabric.node(lk.other(leaf).node).tier < fabric.node(leaf).tier)
+    up = sum(lk.rate_bps for lk in fabric.uplinks(leaf))
+    return down / up if up else float("inf")
+
+
+__all__ = ["build", "PRESETS", "parse_assignments", "describe", "oversubscription", "format_rate"]
