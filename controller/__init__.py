@@ -1,0 +1,10 @@
+"""The fabric's OpenFlow controller, Faucet-style.
+
+* ``topology``   — the topology document (docs/topology-schema.md) as a frozen object;
+* ``messages``   — abstract, hashable OpenFlow state (FlowMod, GroupMod, actions);
+* ``policy``     — pure routing policy: desired per-switch state and diffs;
+* ``fakeswitch`` — a fake flow/group table for unit tests;
+* ``osken_app``  — the only module importing os_ken: the event shim and launcher.
+
+Run it with ``python -m controller --topology PATH``.
+"""
