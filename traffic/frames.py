@@ -1,0 +1,194 @@
+"""RoCEv2 frames: built once with scapy, patched per packet without it.
+
+Model.  A frame is ``Ether / IPv4 / UDP(dport 4791) / BTH [/ RETH] / probe /
+padding / ICRC``.  One ``FrameTemplate`` stands for one queue pair (QP) and
+one opcode: scapy builds its bytes once; every packet then copies those bytes
+and patches three things in place with ``struct.pack_into``:
+
+- the BTH PSN (24 bits, wraps at 2**24 like the hardware's),
+- the probe header (what the receiver needs to account the packet),
+- the ICRC, a CRC-32 over a masked pseudo-header and everything after it.
+
+Probe header (network byte order, right after the BTH, or after the RETH
+for RDMA WRITE FIRST/ONLY)::
+
+    magic u32 | flow u32 | tx_ns u64 | tag u32 | chunk u32 | index u32 | count u32
+
+``flow`` identifies the QP stream (one PSN space), ``tx_ns`` is
+CLOCK_MONOTONIC at send (shared by all namespaces of one host), and
+``tag/chunk/index/count`` let a collective rank reassemble chunks
+(tag = message-size iteration, chunk = step, index of ``count`` packets).
+
+ICRC (IBA annex A17 / scapy ``BTH.compute_icrc``): CRC-32 (zlib) over
+8 bytes of 0xff (the pseudo LRH), the IPv4 header with TOS, TTL and checksum
+set to 0xff.., the UDP header with checksum 0xffff, the BTH with its FECN,
+BECN and reserved byte set to 0xff, then the payload; stored little-endian.
+Only the bytes from the BTH PSN word on change per packet, so the CRC of the
+constant masked prefix is computed once and continued per packet.
+
+UDP source port: RoCE NICs put path entropy there, derived from the QP
+(``udp_sport``), in 49152..65535, so the QPs of one connection spread over
+ECMP paths.  UDP checksum is 0 (allowed for RoCEv2 over IPv4).
+"""
+
+import struct
+import zlib
+
+ROCE_PORT = 4791
+ETH_LEN, IP_LEN, UDP_LEN, BTH_LEN, RETH_LEN, ICRC_LEN = 14, 20, 8, 12, 16, 4
+BTH_OFF = ETH_LEN + IP_LEN + UDP_LEN          # 42
+PSN_OFF = BTH_OFF + 8                          # the ackreq/psn word
+PROBE = struct.Struct("!IIQIIII")
+PROBE_MAGIC = 0x464C5431                       # "FLT1"
+PSN_MASK = 0xFFFFFF
+HEADERS_LEN = BTH_OFF + BTH_LEN + ICRC_LEN     # frame bytes that are not payload
+
+# RC opcodes (IBA table 38).  WRITE FIRST/ONLY carry a RETH.
+OPCODES = {
+    "SEND_FIRST": 0x00, "SEND_MIDDLE": 0x01, "SEND_LAST": 0x02,
+    "SEND_ONLY": 0x04,
+    "WRITE_FIRST": 0x06, "WRITE_MIDDLE": 0x07, "WRITE_LAST": 0x08,
+    "WRITE_ONLY": 0x0A,
+}
+RETH_OPCODES = frozenset({0x06, 0x0A, 0x0B})
+# Which opcode a packet of a multi-packet message uses, per message kind.
+MESSAGE_OPCODES = {
+    "WRITE": ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"),
+    "SEND": ("SEND_ONLY", "SEND_FIRST", "SEND_MIDDLE", "SEND_LAST"),
+}
+
+
+def udp_sport(src_qpn, dst_qpn):
+    """Entropy source port for a QP pair, in 49152..65535 (like mlx5 NICs)."""
+    h = zlib.crc32(struct.pack("!II", src_qpn, dst_qpn))
+    return 0xC000 | (h & 0x3FFF)
+
+
+def opcode_for(kind, index, count):
+    """The opcode of packet ``index`` of a ``count``-packet message."""
+    only, first, middle, last = MESSAGE_OPCODES[kind]
+    if count == 1:
+        return only
+    if index == 0:
+        return first
+    return last if index == count - 1 else middle
+
+
+def _masked_prefix(frame):
+    """The constant ICRC pseudo-header up to (excluding) the PSN word."""
+    ip = bytearray(frame[ETH_LEN:ETH_LEN + IP_LEN])
+    ip[1] = 0xFF                       # TOS (DSCP/ECN may change in flight)
+    ip[8] = 0xFF                       # TTL
+    ip[10:12] = b"\xff\xff"            # header checksum
+    udp = bytearray(frame[BTH_OFF - UDP_LEN:BTH_OFF])
+    udp[6:8] = b"\xff\xff"             # UDP checksum
+    bth = bytearray(frame[BTH_OFF:PSN_OFF])
+    bth[4] = 0xFF                      # FECN, BECN, reserved
+    return b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(bth)
+
+
+def icrc(frame):
+    """The ICRC of a complete frame (its last 4 bytes are ignored)."""
+    crc = zlib.crc32(_masked_prefix(frame))
+    return zlib.crc32(memoryview(frame)[PSN_OFF:len(frame) - ICRC_LEN], crc)
+
+
+class FrameTemplate:
+    """Pre-built frame bytes for one QP and one opcode; ``fill`` patches a copy.
+
+    ``frame_len`` is the Ethernet frame length without FCS; the payload
+    (probe + padding) fills what the headers leave.
+    """
+
+    def __init__(self, src_mac, dst_mac, src_ip, dst_ip, dst_qpn, src_qpn=None,
+                 opcode="WRITE_ONLY", frame_len=1078, dscp=26, ecn=0,
+                 sport=None, rkey=0x1234, vaddr=0):
+        # Imported here: only template construction needs scapy.
+        from scapy.layers.inet import IP, UDP
+        from scapy.layers.l2 import Ether
+        from scapy.packet import Raw
+        from scapy.contrib.roce import BTH
+
+        self.opcode = OPCODES[opcode] if isinstance(opcode, str) else opcode
+        self.dst_qpn = dst_qpn
+        self.src_qpn = dst_qpn if src_qpn is None else src_qpn
+        self.sport = udp_sport(self.src_qpn, dst_qpn) if sport is None else sport
+        self.probe_off = BTH_OFF + BTH_LEN
+        reth = b""
+        if self.opcode in RETH_OPCODES:
+            self.probe_off += RETH_LEN
+            payload_len = max(frame_len - HEADERS_LEN - RETH_LEN, PROBE.size)
+            reth = struct.pack("!QII", vaddr, rkey, payload_len)
+        pad_len = max(frame_len - self.probe_off - PROBE.size - ICRC_LEN, 0)
+        # A fixed byte pattern so a corrupted payload fails the ICRC.
+        pad = bytes((i * 7 + 3) & 0xFF for i in range(pad_len))
+        probe = PROBE.pack(PROBE_MAGIC, 0, 0, 0, 0, 0, 0)
+        pkt = (Ether(src=src_mac, dst=dst_mac)
+               / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, ttl=64,
+                    flags="DF", id=0)
+               / UDP(sport=self.sport, dport=ROCE_PORT, chksum=0)
+               / BTH(opcode=self.opcode, dqpn=dst_qpn, psn=0, ackreq=0)
+               / Raw(reth + probe + pad))
+        self.raw = bytes(pkt)
+        self.len = len(self.raw)
+        # CRC state after the constant masked prefix: continued per packet.
+        self._crc_prefix = zlib.crc32(_masked_prefix(self.raw))
+        self._buf = bytearray(self.raw)
+
+    def fill(self, buf, psn, tx_ns, flow=0, tag=0, chunk=0, index=0, count=0):
+        """Write this template into writable ``buf`` with per-packet fields.
+
+        Returns the frame length.  ``buf`` may be a bytearray, a memoryview
+        or a ctypes buffer (the sender's sendmmsg slots).
+        """
+        n = self.len
+        buf[:n] = self.raw
+        struct.pack_into("!I", buf, PSN_OFF, psn & PSN_MASK)
+        PROBE.pack_into(buf, self.probe_off, PROBE_MAGIC, flow,
+                        tx_ns, tag, chunk, index, count)
+        crc = zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], self._crc_prefix)
+        struct.pack_into("<I", buf, n - ICRC_LEN, crc)
+        return n
+
+    def frame(self, psn, tx_ns=0, **fields):
+        """One frame as bytes (convenient, slower than ``fill``)."""
+        self.fill(self._buf, psn, tx_ns, **fields)
+        return bytes(self._buf)
+
+
+class Parsed:
+    """The fields of a received frame the accounting needs."""
+
+    __slots__ = ("src_ip", "dst_ip", "sport", "dscp", "opcode", "dqpn", "psn",
+                 "flow", "tx_ns", "tag", "chunk", "index", "count", "length",
+                 "icrc_ok")
+
+
+def parse(frame, verify=True):
+    """Parse a RoCEv2 frame carrying a probe header; None if it is not one."""
+    n = len(frame)
+    if n < HEADERS_LEN + PROBE.size or frame[12:14] != b"\x08\x00":
+        return None
+    if frame[14] != 0x45 or frame[23] != 17 or frame[36:38] != b"\x12\xb7":
+        return None
+    op = frame[BTH_OFF]
+    off = BTH_OFF + BTH_LEN + (RETH_LEN if op in RETH_OPCODES else 0)
+    if off + PROBE.size + ICRC_LEN > n:
+        return None
+    magic, flow, tx_ns, tag, chunk, index, count = PROBE.unpack_from(frame, off)
+    if magic != PROBE_MAGIC:
+        return None
+    p = Parsed()
+    p.src_ip = frame[26:30]
+    p.dst_ip = frame[30:34]
+    p.sport = (frame[34] << 8) | frame[35]
+    p.dscp = frame[15] >> 2
+    p.opcode = op
+    p.dqpn = int.from_bytes(frame[BTH_OFF + 5:BTH_OFF + 8], "big")
+    p.psn = int.from_bytes(frame[PSN_OFF + 1:PSN_OFF + 4], "big")
+    p.flow, p.tx_ns, p.tag, p.chunk, p.index, p.count = (
+        flow, tx_ns, tag, chunk, index, count)
+    p.length = n
+    p.icrc_ok = (not verify) or (
+        icrc(frame) == struct.unpack_from("<I", frame, n - ICRC_LEN)[0])
+    return p

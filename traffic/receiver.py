@@ -1,0 +1,129 @@
+"""Receiver: AF_PACKET capture of RoCEv2 frames into ``accounting``.
+
+Model.  One packet socket bound to an interface sees every IPv4 frame; the
+filter is Python, not BPF: UDP destination port 4791 carrying our probe
+header (``frames.parse``).  Frames the host itself sends (PACKET_OUTGOING)
+are skipped, so a rank can send and receive on one interface.  Each frame is
+stamped with CLOCK_MONOTONIC at ``recv`` (the senders stamp the same clock,
+shared by every namespace of a host: one-way latency is meaningful).
+
+A UDP socket bound to port 4791 ("sink") is held open meanwhile so that the
+kernel does not answer every RoCE datagram with an ICMP port unreachable; it
+is never read, its small buffer just overflows.
+
+Stop conditions: ``expected`` packets received, ``idle`` seconds without a
+matching frame (counted from the first one, or from the start when
+``idle_from_start``), or a ``deadline`` in seconds.
+"""
+
+import select
+import socket
+import time
+
+from .accounting import Accounting
+from .frames import parse
+
+ETH_P_IP = 0x0800
+PACKET_OUTGOING = 4
+SO_RCVBUFFORCE = 33
+
+
+def open_capture(ifname, rcvbuf=32 << 20):
+    """A packet socket receiving the IPv4 frames of ``ifname``."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.bind((ifname, ETH_P_IP))
+    return sock
+
+
+def open_sink(port=4791):
+    """UDP socket on ``port`` that keeps the kernel from sending ICMP errors."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        s.bind(("0.0.0.0", port))
+    except OSError:              # someone else holds it: they suppress ICMP too
+        s.close()
+        return None
+    return s
+
+
+class Receiver:
+    """Receives on ``ifname`` and accounts per flow id."""
+
+    def __init__(self, ifname, gap_threshold_ms=10.0, verify_icrc=True):
+        self.sock = open_capture(ifname)
+        self.sink = open_sink()
+        self.verify = verify_icrc
+        self.acct = Accounting(gap_threshold_ns=int(gap_threshold_ms * 1e6))
+        self.other = 0           # IPv4 frames that were not ours
+
+    def close(self):
+        self.sock.close()
+        if self.sink:
+            self.sink.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def run(self, expected=None, idle=None, deadline=None, idle_from_start=False,
+            on_packet=None, clock=time.monotonic_ns):
+        """Receive until a stop condition; returns the ``Accounting``.
+
+        ``on_packet(parsed, arrival_ns)`` is called for each of our frames
+        (the collective ranks use it for chunk bookkeeping).
+        """
+        if expected is None and idle is None and deadline is None:
+            raise ValueError("give expected, idle or deadline")
+        start = clock()
+        end = start + int(deadline * 1e9) if deadline else None
+        idle_ns = int(idle * 1e9) if idle else None
+        last = start if idle_from_start else None
+        buf = bytearray(9216)
+        mv = memoryview(buf)
+        sock, acct = self.sock, self.acct
+        sock.setblocking(False)
+        count = 0
+        while True:
+            try:
+                n, addr = sock.recvfrom_into(buf)
+            except BlockingIOError:
+                now = clock()
+                limits = []
+                if end is not None:
+                    limits.append(end - now)
+                if idle_ns is not None and last is not None:
+                    limits.append(last + idle_ns - now)
+                timeout = min(limits) / 1e9 if limits else 0.1
+                if timeout <= 0:
+                    break
+                select.select([sock], [], [], min(timeout, 0.1))
+                continue
+            now = clock()
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            p = parse(mv[:n], self.verify)
+            if p is None:
+                self.other += 1
+                continue
+            if not p.icrc_ok:
+                acct.corrupted += 1
+                continue
+            acct.add(p.flow, p.psn, now, n, p.tx_ns)
+            if on_packet is not None:
+                on_packet(p, now)
+            last = now
+            count += 1
+            if expected is not None and count >= expected:
+                break
+            if end is not None and now >= end:
+                break
+        return acct
