@@ -1,0 +1,147 @@
+"""Command line: ``python -m emulator {run,show,validate,clean,presets}``.
+
+Every user error (bad fabric file, unknown preset parameter, not root, a
+missing dependency) prints one ``error:`` line and exits with status 2,
+before anything is created.
+"""
+
+import argparse
+import json
+import sys
+
+from emulator import addressing, presets, spec
+from emulator.errors import FabricError, RunFailed
+
+
+def add_fabric_args(p):
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("-f", "--fabric", metavar="FILE", help="fabric YAML file")
+    src.add_argument("-p", "--preset", metavar="NAME",
+                     help=f"built-in fabric ({', '.join(presets.PRESETS)}); default leaf-spine")
+    p.add_argument("-P", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="preset parameter, repeatable (e.g. -P spines=2 -P host_rate=20Mbps)")
+
+
+def load_fabric(args):
+    if args.fabric:
+        if args.param:
+            raise FabricError("--param applies to presets, not to a fabric file")
+        return spec.load_file(args.fabric)
+    return presets.build(args.preset or "leaf-spine", presets.parse_assignments(args.param))
+
+
+def parse_seed(text):
+    if text in (None, "per-switch"):
+        return None
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'per-switch' or an integer")
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError("seed must be in 0..2^32-1")
+    return value
+
+
+def parse_controller(text):
+    if text == "builtin" or text.startswith("app:"):
+        return text
+    if text.startswith("remote:"):
+        host, _, port = text[len("remote:"):].rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{text!r} is not remote:HOST:PORT")
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: use builtin, remote:HOST:PORT or app:PATH.py")
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="python -m emulator",
+                                 description="AI-cluster fabric emulator")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="build the fabric, check it, run traffic, tear down")
+    add_fabric_args(p)
+    p.add_argument("--controller", type=parse_controller, default="builtin",
+                   help="builtin (default), remote:HOST:PORT, or app:PATH.py")
+    p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto",
+                   help="OVS datapath; auto uses the kernel one when its module loads")
+    p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
+                   help="ECMP hash seed: per-switch (default) or one N for every switch "
+                        "(shows hash polarization)")
+    p.add_argument("--duration", type=float, default=5.0,
+                   help="seconds of the default traffic mix (0: none)")
+    p.add_argument("--queue-ms", type=float, default=10.0,
+                   help="egress queue of every link, in ms at the link rate")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<time>-<run tag>/")
+    p.add_argument("--cli", action="store_true",
+                   help="drop into the Mininet CLI instead of running traffic")
+
+    p = sub.add_parser("show", help="print the fabric: nodes, links, addressing")
+    add_fabric_args(p)
+    p.add_argument("--yaml", action="store_true", help="write the fabric back as YAML")
+    p.add_argument("--json", action="store_true", help="print the topology JSON document")
+
+    p = sub.add_parser("validate", help="check a fabric file without running it")
+    p.add_argument("file")
+
+    p = sub.add_parser("clean", help="remove leftovers of dead runs of this project only")
+    p.add_argument("--force", action="store_true", help="also remove runs that look alive")
+
+    sub.add_parser("presets", help="list presets and their parameters")
+    return ap
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "validate":
+            fabric = spec.load_file(args.file)
+            print(f"{args.file}: ok: {len(fabric.hosts)} hosts, {len(fabric.switches)} "
+                  f"switches, {len(fabric.links)} links")
+            return 0
+        if args.command == "presets":
+            for name in presets.PRESETS:
+                print(f"{name}:\n{presets.describe(name)}")
+            return 0
+        if args.command == "show":
+            from emulator import report
+            fabric = load_fabric(args)
+            if args.yaml:
+                sys.stdout.write(spec.dump(fabric))
+            elif args.json:
+                print(json.dumps(addressing.plan(fabric), indent=2))
+            else:
+                print(report.describe_fabric(fabric, addressing.plan(fabric)))
+            return 0
+        if args.command == "clean":
+            from emulator import cleanup, runner
+            runner.require_root()
+            cleanup.clean(force=args.force)
+            return 0
+        if args.command == "run":
+            from emulator import runner
+            fabric = load_fabric(args)
+            return runner.run(fabric, args)
+    except FabricError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_status
+    except RunFailed as e:
+        print(f"run failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; everything this run created was removed", file=sys.stderr)
+        return 130
+    except BaseException as e:
+        from emulator.runner import Interrupted
+        if isinstance(e, Interrupted):
+            print(f"stopped by {e}; everything this run created was removed",
+                  file=sys.stderr)
+            return 143
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""``python -m emulator clean``: remove what dead runs of this project left.
+
+Only this project's leftovers, found by name and by environment (see
+``runstate``): bridges and interfaces named ``fl<tag>...``, processes whose
+environment has ``FABRIC_LAB_RUN=<tag>``, and the runs' state directories.
+Runs that are still alive (their lock is held) are left alone unless
+``force``.  Other bridges, interfaces and processes are never touched, so
+there is no ``mn -c`` here.
+"""
+
+import os
+import shutil
+import signal
+import time
+
+from emulator import proc, runstate
+from emulator.errors import RunFailed
+from emulator.net import delete_interfaces
+
+
+def our_bridges():
+    """{bridge: tag} for OVS bridges named like this project's."""
+    text = proc.ovs_vsctl("list-br", timeout=20)
+    out = {}
+    for br in text.split():
+        tag = runstate.tag_of_name(br)
+        if tag:
+            out[br] = tag
+    return out
+
+
+def our_interfaces():
+    from pyroute2 import IPRoute
+    with IPRoute() as ipr:
+        names = [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
+    return {n: runstate.tag_of_name(n) for n in names if runstate.tag_of_name(n)}
+
+
+def kill_processes(pids, grace=3.0):
+    """SIGTERM, wait up to ``grace`` s for them to go, then SIGKILL."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if os.path.exists(f"/proc/{p}")
+                 and not _is_zombie(p)}
+        if alive:
+            time.sleep(0.05)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return sorted(pids)
+
+
+def _is_zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def clean(force=False, log=print):
+    """Remove leftovers of dead runs; return a summary dict."""
+    bridges = our_bridges()
+    procs = runstate.processes_of()
+    intfs = our_interfaces()
+    tags = set(bridges.values()) | set(procs.values()) | set(intfs.values()) \
+        | set(runstate.known_tags())
+    live = {t for t in tags if runstate.is_live(t)} if not force else set()
+    summary = {"runs": [], "skipped_live": sorted(live), "bridges": [], "processes": [],
+               "interfaces": [], "errors": []}
+    for tag in sorted(tags - live):
+        summary["runs"].append(tag)
+        dead_bridges = sorted(b for b, t in bridges.items() if t == tag)
+        if dead_bridges:
+            args = []
+            for br in dead_bridges:
+                args += ["--", "--if-exists", "del-br", br]
+            try:
+                proc.ovs_vsctl(*args[1:], timeout=120)
+                summary["bridges"] += dead_bridges
+            except RunFailed as e:
+                summary["errors"].append(str(e))
+        pids = [p for p, t in procs.items() if t == tag]
+        summary["processes"] += kill_processes(pids)
+        before = {n for n, t in intfs.items() if t == tag}
+        summary["errors"] += delete_interfaces(tag)
+        summary["interfaces"] += sorted(before)
+        shutil.rmtree(os.path.join(runstate.STATE_ROOT, tag), ignore_errors=True)
+    for key in ("bridges", "processes", "interfaces"):
+        log(f"removed {len(summary[key])} {key}")
+    if live:
+        log(f"left alone live runs: {', '.join(sorted(live))} (use --force to remove them too)")
+    return summary

@@ -1,0 +1,280 @@
+"""Build the fabric on Mininet hosts and Open vSwitch bridges, and tear it down.
+
+Model -> Linux:
+  * a host is a Mininet ``Host`` (a shell in its own network namespace); its
+    fabric ports keep their names (``eth0``) inside the namespace;
+  * a switch is an OVS bridge ``fl<tag><k><i>`` (see ``addressing``), fail
+    mode ``secure``, OpenFlow 1.3 + 1.5, datapath id and OpenFlow port numbers
+    from the addressing plan, created for all switches in ONE ovs-vsctl
+    transaction;
+  * a link is a veth pair made over netlink (pyroute2), the host end created
+    directly inside the host's namespace; both ends get a TBF shaper at the
+    link rate (``shaping``).
+
+Everything is journaled in the run's state directory before it is created
+and removed by ``teardown`` (called from ``finally``), so an interrupted build
+leaves nothing behind.  Mininet objects are kept so ``--cli`` works.
+"""
+
+import os
+import time
+
+from mininet.link import Link
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host, OVSSwitch
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from emulator import proc, shaping
+from emulator.errors import RunFailed
+from emulator.runstate import RUN_ENV
+
+
+class FabricSwitch(OVSSwitch):
+    """An OVS bridge configured by ``FabricNet`` in one checked transaction.
+
+    Mininet's own start/stop run unchecked ovs-vsctl commands per switch; here
+    they are no-ops and the node keeps its fabric name (``leaf1``) for the CLI
+    while the bridge has the run's name (``self.bridge``).
+    """
+
+    def __init__(self, name, bridge=None, **params):
+        super().__init__(name, **params)
+        self.bridge = bridge
+
+    def start(self, controllers):
+        pass
+
+    def stop(self, deleteIntfs=True):
+        pass
+
+    def dpctl(self, *args):
+        return self.cmd("ovs-ofctl", "-O", "OpenFlow15", args[0], self.bridge, *args[1:])
+
+
+class FabricLink(Link):
+    """A Mininet link whose veth pair was already made over netlink."""
+
+    @staticmethod
+    def makeIntfPair(*args, **kwargs):
+        pass
+
+
+class FabricNet:
+    """The running fabric of one run."""
+
+    def __init__(self, topo, state, datapath_type, controller_url,
+                 queue_ms=10.0, shape=True, progress=None):
+        self.topo = topo
+        self.state = state
+        self.datapath_type = datapath_type
+        self.controller_url = controller_url
+        self.queue_ms = queue_ms
+        self.shape = shape
+        self.progress = progress or (lambda msg: None)
+        self.mn = None
+        self.hosts = {}
+        self.switches = {}
+        self.bridges = [sw["bridge"] for sw in topo["switches"]]
+        self.timings = {}
+
+    # ----- build ---------------------------------------------------------
+
+    def build(self):
+        t0 = time.monotonic()
+        os.environ[RUN_ENV] = self.state.tag    # inherited by every process we start
+        setLogLevel("error")
+        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                          autoStaticArp=False, inNamespace=False)
+        self._start_nodes()
+        self.timings["nodes_s"] = time.monotonic() - t0
+        self._make_links()
+        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        t1 = time.monotonic()
+        self._make_bridges()
+        self.timings["bridges_s"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        self._configure_hosts()
+        self.timings["hosts_cfg_s"] = time.monotonic() - t2
+        self.mn.built = True
+        self.timings["build_s"] = time.monotonic() - t0
+
+    def _start_nodes(self):
+        self.progress(f"starting {len(self.topo['hosts'])} host namespaces")
+        for h in self.topo["hosts"]:
+            host = self.mn.addHost(h["name"], cls=Host, ip=None)
+            self.state.record("process", {"pid": host.pid, "node": h["name"]})
+            self.hosts[h["name"]] = host
+        for sw in self.topo["switches"]:
+            node = self.mn.addSwitch(sw["name"], cls=FabricSwitch, bridge=sw["bridge"],
+                                     dpid=sw["dpid_hex"], failMode="secure",
+                                     datapath="user" if self.datapath_type == "netdev"
+                                     else "kernel")
+            self.state.record("process", {"pid": node.pid, "node": sw["name"]})
+            self.switches[sw["name"]] = node
+
+    def _switch_ports(self):
+        """(switch, port entry) for every switch port, from the plan."""
+        for sw in self.topo["switches"]:
+            for p in sw["ports"]:
+                yield sw, p
+
+    def _make_links(self):
+        self.progress(f"creating {len(self.topo['links'])} links")
+        intf_of = {(sw["name"], p["port"]): p["intf"] for sw, p in self._switch_ports()}
+        host_port = {(h["name"], p["port"]): p for h in self.topo["hosts"] for p in h["ports"]}
+        with IPRoute() as ipr:
+            for link in self.topo["links"]:
+                ends = [link["a"].split(":"), link["b"].split(":")]
+                # Put the host end (if any) second: it is created in the host's netns.
+                if ends[0][0] in self.hosts:
+                    ends.reverse()
+                (n1, p1), (n2, p2) = ends
+                name1 = intf_of[(n1, int(p1[3:]))]
+                if n2 in self.hosts:
+                    name2 = p2
+                    peer = {"ifname": name2, "net_ns_pid": self.hosts[n2].pid,
+                            "address": host_port[(n2, p2)]["mac"]}
+                else:
+                    name2 = intf_of[(n2, int(p2[3:]))]
+                    peer = {"ifname": name2}
+                self.state.record("interface", name1)
+                try:
+                    ipr.link("add", ifname=name1, kind="veth", peer=peer)
+                except NetlinkError as e:
+                    raise RunFailed(f"creating veth {name1} <-> {n2}:{name2}: {e.args[1]}")
+                node2 = self.hosts.get(n2) or self.switches[n2]
+                self.mn.addLink(self.switches[n1], node2, port1=int(p1[3:]),
+                                port2=int(p2[3:]), intfName1=name1, intfName2=name2,
+                                cls=FabricLink, up=None)
+                idx = ipr.link_lookup(ifname=name1)[0]
+                ipr.link("set", index=idx, state="up")
+                if self.shape:
+                    shaping.apply(ipr, idx, link["rate_bps"], self.queue_ms)
+                if n2 not in self.hosts:
+                    idx2 = ipr.link_lookup(ifname=name2)[0]
+                    ipr.link("set", index=idx2, state="up")
+                    if self.shape:
+                        shaping.apply(ipr, idx2, link["rate_bps"], self.queue_ms)
+
+    def _make_bridges(self):
+        self.progress(f"creating {len(self.bridges)} Open vSwitch bridges "
+                      f"(datapath {self.datapath_type})")
+        args = []
+        for sw in self.topo["switches"]:
+            br = sw["bridge"]
+            self.state.record("bridge", br)
+            args += ["--", "add-br", br,
+                     "--", "set", "bridge", br, f"datapath_type={self.datapath_type}",
+                     "fail_mode=secure", "protocols=OpenFlow13,OpenFlow15",
+                     f"other-config:datapath-id={sw['dpid_hex']}",
+                     "other-config:disable-in-band=true",
+                     f"external-ids:fabric-lab-run={self.state.tag}"]
+            for p in sw["ports"]:
+                args += ["--", "add-port", br, p["intf"],
+                         "--", "set", "interface", p["intf"], f"ofport_request={p['port']}"]
+            if self.controller_url:
+                args += ["--", "set-controller", br, self.controller_url,
+                         "--", "set", "controller", br, "max_backoff=1000",
+                         "inactivity_probe=5000"]
+        # set-controller creates the Controller row; the 'set controller <br>' form
+        # addresses a bridge's controller by bridge name.
+        proc.ovs_vsctl(*args[1:], timeout=120)
+
+    def _configure_hosts(self):
+        """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace."""
+        self.progress("configuring hosts")
+        userspace = self.datapath_type == "netdev"
+        for h in self.topo["hosts"]:
+            host = self.hosts[h["name"]]
+            with IPRoute(netns=f"/proc/{host.pid}/ns/net") as ipr:
+                ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+                for p in h["ports"]:
+                    idx = ipr.link_lookup(ifname=p["port"])[0]
+                    ipr.addr("add", index=idx, address=p["ip"], prefixlen=p["prefix_len"])
+                    ipr.link("set", index=idx, state="up")
+                    if self.shape:
+                        shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
+            script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+                      "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
+            if userspace:
+                # Userspace OVS forwards the partial checksum as-is: finish it in the host.
+                script += [f"ethtool -K {p['port']} tx off >/dev/null" for p in h["ports"]]
+            proc.run(["mnexec", "-a", str(host.pid), "sh", "-ec", " && ".join(script)],
+                     timeout=20)
+            intfs = {p["port"]: host.intf(p["port"]) for p in h["ports"]}
+            for p in h["ports"]:
+                intfs[p["port"]].ip, intfs[p["port"]].prefixLen = p["ip"], p["prefix_len"]
+                intfs[p["port"]].mac = p["mac"]
+
+    # ----- run-time helpers ---------------------------------------------
+
+    def host(self, name):
+        return self.hosts[name]
+
+    def run_in(self, host, argv, timeout=30, check=True):
+        """Run ``argv`` in ``host``'s namespace (checked, with timeout)."""
+        return proc.run(["mnexec", "-a", str(self.hosts[host].pid), *argv],
+                        timeout=timeout, check=check)
+
+    def popen_in(self, host, argv, **kwargs):
+        return self.hosts[host].popen(argv, **kwargs)
+
+    def intf_counters(self):
+        """{intf: (tx_bytes, rx_bytes, tx_packets)} for every switch interface."""
+        out = {}
+        for _, p in self._switch_ports():
+            base = f"/sys/class/net/{p['intf']}/statistics/"
+            try:
+                with open(base + "tx_bytes") as f1, open(base + "rx_bytes") as f2, \
+                        open(base + "tx_packets") as f3:
+                    out[p["intf"]] = (int(f1.read()), int(f2.read()), int(f3.read()))
+            except OSError:
+                out[p["intf"]] = None
+        return out
+
+    def controllers_connected(self):
+        """Bridges whose controller connection is up."""
+        text = proc.ovs_vsctl("--format=csv", "--columns=_uuid,is_connected",
+                              "list", "controller", timeout=10)
+        connected = sum(1 for line in text.splitlines()[1:] if line.endswith("true"))
+        return connected
+
+    # ----- teardown -------------------------------------------------------
+
+    def teardown(self):
+        """Remove everything this run created; safe to call on a partial build."""
+        errors = []
+        t0 = time.monotonic()
+        try:
+            args = []
+            for br in self.bridges:
+                args += ["--", "--if-exists", "del-br", br]
+            proc.ovs_vsctl(*args[1:], timeout=120)
+        except RunFailed as e:
+            errors.append(str(e))
+        for node in list(self.hosts.values()) + list(self.switches.values()):
+            try:
+                node.terminate()
+            except Exception as e:    # a half-started node: keep going
+                errors.append(f"{node.name}: {e}")
+        errors += delete_interfaces(self.state.tag)
+        self.timings["teardown_s"] = time.monotonic() - t0
+        return errors
+
+
+def delete_interfaces(tag):
+    """Delete every root-namespace interface named for run ``tag``."""
+    from emulator.runstate import tag_of_name
+    errors = []
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            if tag_of_name(name) == tag:
+                try:
+                    ipr.link("del", index=link["index"])
+                except NetlinkError as e:
+                    if e.code != 19:   # ENODEV: its veth peer went first
+                        errors.append(f"delete {name}: {e}")
+    return errors

@@ -1,0 +1,93 @@
+"""Human-readable text: the fabric (``show``) and a run's summary."""
+
+from emulator.presets import oversubscription
+from emulator.units import format_rate
+
+
+def _table(rows, header):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*map(str, r)) for r in rows]
+    return "\n".join("  " + line for line in lines)
+
+
+def describe_fabric(fabric, topo):
+    kinds = {}
+    for n in fabric.nodes:
+        kinds[n.kind] = kinds.get(n.kind, 0) + 1
+    out = [f"fabric {fabric.name}: " + ", ".join(f"{v} {k}{'s' if v > 1 else ''}"
+                                                 for k, v in kinds.items())
+           + f", {len(fabric.links)} links"]
+    if fabric.params:
+        out.append("  preset parameters: " + ", ".join(
+            f"{k}={format_rate(v) if k.endswith('rate') else v}" for k, v in fabric.params))
+    leaves = [n.name for n in fabric.switches if n.kind == "leaf"]
+    if leaves:
+        ratios = sorted({round(oversubscription(fabric, leaf), 3) for leaf in leaves})
+        out.append("  leaf oversubscription (down:up): "
+                   + ", ".join(f"{r:g}:1" for r in ratios))
+    out.append("\nswitches:")
+    rows = []
+    for sw in topo["switches"]:
+        ups = sum(1 for p in sw["ports"] if p["peer_kind"] != "host"
+                  and _tier(p["peer_kind"]) > sw["tier"])
+        rows.append((sw["name"], sw["kind"], sw["dpid_hex"], len(sw["ports"]), ups,
+                     sw["hash_seed"]))
+    out.append(_table(rows, ("name", "kind", "dpid", "ports", "uplinks", "hash seed")))
+    out.append("\nhosts:")
+    rows = [(h["name"], p["port"], p["ip"], p["mac"], f"{p['switch']}:eth{p['switch_port']}",
+             format_rate(p["rate_bps"])) for h in topo["hosts"] for p in h["ports"]]
+    out.append(_table(rows, ("host", "port", "ip", "mac", "attached to", "rate")))
+    out.append("\nlinks:")
+    rows = [(lk["a"], lk["b"], format_rate(lk["rate_bps"])) for lk in topo["links"]]
+    out.append(_table(rows, ("a", "b", "rate")))
+    return "\n".join(out)
+
+
+def _tier(kind):
+    return {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}.get(kind, 0)
+
+
+def summary(results, topo):
+    r = results
+    out = ["", f"== run {r['run']}: {r['fabric']} ==",
+           f"datapath: {r['datapath']['type']} ({r['datapath']['reason']})",
+           f"controller: {r.get('controller', {}).get('kind', '?')}"]
+    n_sw, n_h = len(topo["switches"]), len(topo["hosts"])
+    t = r.get("timings", {})
+    out.append(f"fabric: {n_sw} switches, {n_h} hosts, {len(topo['links'])} links; built in "
+               f"{t.get('build_s', 0):.2f}s, fully reachable {t.get('time_to_reachable_s', 0):.2f}s"
+               f" after start")
+    reach = r.get("reachability")
+    if reach:
+        out.append(f"reachability: {reach['reachable']}/{reach['pairs']} host pairs "
+                   f"(all-pairs ping, {reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
+    traffic = r.get("traffic")
+    if traffic:
+        out.append(f"\ntraffic: {traffic['description']}")
+        out.append(f"  sent {traffic['sent_packets']} packets, received "
+                   f"{traffic['received_packets']}, lost {traffic['dropped_packets']}")
+        out.append("\nper-uplink load on each leaf (ECMP spread), "
+                   f"{traffic['window_s']:.1f}s window:")
+        rows = []
+        for leaf in traffic["uplinks"]:
+            loads = leaf["loads"]
+            cells = " ".join(f"{u['port']}:{u['mbps']:6.2f}" for u in loads)
+            rows.append((leaf["leaf"], cells, f"{leaf['max_over_mean']:.2f}"
+                         if leaf["max_over_mean"] is not None else "-"))
+        out.append(_table(rows, ("leaf", "uplink:Mbit/s", "max/mean")))
+    if "teardown_s" in t:
+        out.append(f"\nteardown: {t['teardown_s']:.2f}s")
+    out.append(f"results: {r['results_dir']}")
+    return "\n".join(out)
+
+
+def cli_banner(session):
+    lines = ["Mininet CLI on the fabric; switches are OVS bridges:"]
+    for sw in session.topo["switches"]:
+        lines.append(f"  {sw['name']:<10} bridge {sw['bridge']}  "
+                     f"(ovs-ofctl -O OpenFlow15 dump-flows {sw['bridge']})")
+    lines.append(f"topology: {session.topology_path}")
+    lines.append("type 'exit' or Ctrl-D to tear the fabric down")
+    return "\n".join(lines)

@@ -1,0 +1,337 @@
+"""One run: plan -> controller -> fabric -> reachability -> traffic -> report -> teardown.
+
+The order of a run, and what undoes each step (all in ``finally``, with
+SIGINT/SIGTERM turned into an orderly exit and masked during teardown):
+
+  1. validate the fabric and plan addresses (nothing created yet; errors exit 2)
+  2. create the run's state directory and results directory, write
+     ``topology.json``
+  3. start the controller (``python -m controller``) on 127.0.0.1, unless
+     ``remote:HOST:PORT``                                  -> terminate it
+  4. build hosts, links, shapers and bridges               -> ``FabricNet.teardown``
+  5. wait until every host pair reaches every other (pings, with a deadline)
+  6. run the traffic mix and measure per-uplink load
+  7. print the summary, write ``results.json``
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+from emulator import addressing, datapath, spec
+from emulator.errors import EnvironmentProblem, FabricError, RunFailed
+from emulator.runstate import RUN_ENV, RunState
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGHUP, raised like KeyboardInterrupt so ``finally`` runs."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextmanager
+def signals_as_exceptions():
+    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def signals_masked():
+    """Teardown must finish: hold SIGINT/SIGTERM/SIGHUP until it has."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "must run as root (namespaces, veths and Open vSwitch need it): "
+            "sudo .venv/bin/python -m emulator " + " ".join(sys.argv[1:]))
+
+
+def check_dependencies():
+    """One actionable message for a missing tool or daemon."""
+    import shutil
+    missing = [t for t in ("ovs-vsctl", "ovs-ofctl", "mnexec", "ping", "ethtool")
+               if shutil.which(t) is None]
+    if missing:
+        raise EnvironmentProblem(f"missing {', '.join(missing)}: run sudo ./setup.sh "
+                                 "(installs openvswitch-switch, mininet, iputils-ping, ethtool)")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        raise EnvironmentProblem("Python cannot import mininet: run with the project's venv "
+                                 "(.venv/bin/python, made by ./setup.sh)")
+    probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
+                           timeout=10)
+    if probe.returncode != 0:
+        raise EnvironmentProblem("Open vSwitch is not running (ovs-vsctl cannot reach "
+                                 "ovsdb-server): run sudo ./setup.sh, which starts it")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """True if something listens on TCP ``port`` in this namespace (no connect)."""
+    want = f":{port:04X}"
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[1].endswith(want) and fields[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def wait_until(cond, timeout, what, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RunFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Controller:
+    """The project's controller as a child process on 127.0.0.1."""
+
+    def __init__(self, topology_path, log_path, app=None):
+        self.port = free_port()
+        self.log_path = log_path
+        argv = [sys.executable, "-m", "controller", "--topology", topology_path,
+                "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path]
+        if app:
+            argv += ["--app", app]
+        self.argv = argv
+        self.proc = None
+
+    @property
+    def url(self):
+        return f"tcp:127.0.0.1:{self.port}"
+
+    def start(self, timeout=30):
+        self.log = open(self.log_path + ".stdout", "w")
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise RunFailed(f"controller exited with status {self.proc.returncode} "
+                                f"at start; see {self.log_path}")
+            return listening(self.port)
+        wait_until(ready, timeout, f"the controller to listen on 127.0.0.1:{self.port}")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=10):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self.log.close()
+        return self.proc.returncode
+
+
+def controller_problems(log_path):
+    """Lines where the controller reported a handler exception or an OpenFlow error."""
+    bad = []
+    for path in (log_path, log_path + ".stdout"):
+        try:
+            with open(path, errors="replace") as f:
+                bad += [line.rstrip() for line in f
+                        if "CONTROLLER-EXCEPTION" in line or "OFP-ERROR" in line
+                        or "Traceback" in line]
+        except OSError:
+            pass
+    return bad
+
+
+def make_results_dir(base, tag):
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = os.path.abspath(os.path.join(base, f"{stamp}-{tag}"))
+    os.makedirs(path, exist_ok=False)
+    return path
+
+
+def write_json(path, data):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+
+
+class Session:
+    """A built fabric with its controller: the context of run, drills, tests.
+
+    ``with Session(fabric, ...) as s:`` builds everything and waits for
+    reachability; leaving the block (normally, on an exception or a signal)
+    tears it all down.
+    """
+
+    def __init__(self, fabric, results_base="results", controller="builtin",
+                 datapath_request="auto", seed=None, queue_ms=10.0, shape=True,
+                 reach_timeout=90.0, progress=None):
+        self.fabric = fabric
+        self.results_base = results_base
+        self.controller_spec = controller
+        self.datapath_request = datapath_request
+        self.seed = seed
+        self.queue_ms = queue_ms
+        self.shape = shape
+        self.reach_timeout = reach_timeout
+        self.progress = progress or (lambda msg: None)
+        self.state = self.net = self.controller = None
+        self.results = {}
+        self.teardown_errors = []
+
+    def __enter__(self):
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _setup(self):
+        from emulator.net import FabricNet
+        t0 = time.monotonic()
+        dp_type, dp_reason = datapath.detect(self.datapath_request)
+        self.state = RunState.create()
+        os.environ[RUN_ENV] = self.state.tag
+        self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
+        self.dir = make_results_dir(self.results_base, self.state.tag)
+        self.state.record("results", self.dir)
+        self.topology_path = os.path.join(self.dir, "topology.json")
+        write_json(self.topology_path, self.topo)
+        with open(os.path.join(self.dir, "fabric.yaml"), "w") as f:
+            f.write(spec.dump(self.fabric))
+        self.results.update({
+            "run": self.state.tag, "fabric": self.fabric.name, "results_dir": self.dir,
+            "datapath": {"type": dp_type, "reason": dp_reason},
+            "command": sys.argv, "python": sys.version.split()[0],
+        })
+        self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
+                      f"results in {self.dir}")
+        url = self._start_controller()
+        self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
+                             shape=self.shape, progress=self.progress)
+        self.net.build()
+        self.progress("waiting for every host pair to reach every other")
+        t1 = time.monotonic()
+        from emulator.reach import wait_all_pairs
+        seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
+                                         progress=self.progress)
+        n = len(self.topo["hosts"])
+        self.results["reachability"] = {
+            "pairs": n * (n - 1), "reachable": n * (n - 1), "rounds": rounds,
+            "wait_s": round(seconds, 3)}
+        self.results["timings"] = dict(self.net.timings)
+        self.results["timings"]["reachable_after_build_s"] = round(time.monotonic() - t1, 3)
+        self.results["timings"]["time_to_reachable_s"] = round(time.monotonic() - t0, 3)
+
+    def _start_controller(self):
+        spec_ = self.controller_spec
+        if spec_.startswith("remote:"):
+            hostport = spec_[len("remote:"):]
+            host, _, port = hostport.rpartition(":")
+            self.results["controller"] = {"kind": "remote", "target": hostport}
+            self.progress(f"switches will connect to your controller at {hostport}; "
+                          f"it finds the fabric in {self.topology_path}")
+            return f"tcp:{host}:{port}"
+        app = spec_[len("app:"):] if spec_.startswith("app:") else None
+        self.controller = Controller(self.topology_path,
+                                     os.path.join(self.dir, "controller.log"), app=app)
+        self.state.record("controller", self.controller.argv)
+        self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
+        self.controller.start()
+        self.results["controller"] = {"kind": "app" if app else "builtin",
+                                      "listen": f"127.0.0.1:{self.controller.port}"}
+        return self.controller.url
+
+    def close(self):
+        with signals_masked():
+            if self.net is not None:
+                self.progress("tearing down")
+                self.teardown_errors += self.net.teardown()
+                self.results.setdefault("timings", {})["teardown_s"] = \
+                    round(self.net.timings.get("teardown_s", 0), 3)
+            if self.controller is not None:
+                status = self.controller.stop()
+                self.results["controller"]["exit_status"] = status
+                self.results["controller"]["problems"] = controller_problems(
+                    self.controller.log_path)
+            if self.state is not None:
+                from emulator.cleanup import kill_processes
+                from emulator.runstate import processes_of
+                leftovers = processes_of(self.state.tag)
+                if leftovers:
+                    kill_processes(list(leftovers))
+                self.state.release()
+                self.state = None
+            self.net = None
+
+
+def run(fabric, args, out=print):
+    """``emulator run``: the whole default scenario; returns the exit status."""
+    require_root()
+    check_dependencies()
+    from emulator import report, workload
+    status = 0
+    with signals_as_exceptions():
+        session = Session(fabric, results_base=args.results, controller=args.controller,
+                          datapath_request=args.datapath, seed=args.hash_seed,
+                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"))
+        try:
+            with session:
+                if args.cli:
+                    from mininet.cli import CLI
+                    out(report.cli_banner(session))
+                    CLI(session.net.mn)
+                elif args.duration > 0:
+                    out(f"... traffic: {args.duration:g}s across leaves")
+                    session.results["traffic"] = workload.default_mix(
+                        session, duration=args.duration)
+        finally:
+            if session.results.get("reachability"):
+                write_json(os.path.join(session.dir, "results.json"), session.results)
+                out(report.summary(session.results, session.topo))
+    problems = session.results.get("controller", {}).get("problems")
+    if problems:
+        out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
+        status = 1
+    return status
+
+
+__all__ = ["Session", "run", "require_root", "FabricError"]
