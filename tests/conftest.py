@@ -1,0 +1,35 @@
+"""Shared test setup.
+
+Tests under tests/integration need root (namespaces, OVS): they are marked
+``root`` and skipped with a reason when not root.  CI runs as root, so there
+they run; ``FABRIC_LAB_REQUIRE_ROOT_TESTS=1`` (set by CI) turns that skip into
+a failure so integration tests can never be skipped silently.
+"""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "root: needs root, network namespaces and Open vSwitch")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/integration" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.root)
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("FABRIC_LAB_REQUIRE_ROOT_TESTS") == "1":
+        raise pytest.UsageError("integration tests need root, and "
+                                "FABRIC_LAB_REQUIRE_ROOT_TESTS=1 forbids skipping them")
+    skip = pytest.mark.skip(reason="needs root (namespaces, Open vSwitch); CI runs as root")
+    for item in items:
+        if "root" in item.keywords:
+            item.add_marker(skip)
