@@ -1,0 +1,124 @@
+"""Collective schedules: matching sends/receives, data flow, busbw formulas."""
+
+import pytest
+
+from traffic.collectives import (BUSBW_FACTOR, COLLECTIVES, bytes_per_rank,
+                                 chunk_bytes, cross_leaf_hops, ring_order, schedule)
+from traffic.report import bandwidths
+
+NS = [2, 3, 4, 5, 8]
+
+
+@pytest.mark.parametrize("coll", COLLECTIVES)
+@pytest.mark.parametrize("n", NS)
+def test_every_send_matches_a_receive(coll, n):
+    ring = ring_order(range(n), {r: r % 2 for r in range(n)})
+    size = 1000 * n + 7                      # not divisible: uneven chunks
+    scheds = {r: schedule(coll, n, r, size, ring) for r in range(n)}
+    for r, steps in scheds.items():
+        for st in steps:
+            for t in st.sends:
+                peer_step = scheds[t.peer][st.index]
+                match = [x for x in peer_step.recvs if x.peer == r]
+                assert match == [type(t)(r, t.chunk, t.nbytes)]
+            for dep in st.after:
+                assert dep < st.index
+
+
+@pytest.mark.parametrize("coll", COLLECTIVES)
+@pytest.mark.parametrize("n", NS)
+def test_bytes_per_rank_follow_busbw_factor(coll, n):
+    size = 4096 * n
+    for r in range(n):
+        sent = sum(t.nbytes for st in schedule(coll, n, r, size) for t in st.sends)
+        recv = sum(t.nbytes for st in schedule(coll, n, r, size) for t in st.recvs)
+        assert sent == recv == BUSBW_FACTOR[coll](n) * size
+    assert bytes_per_rank(coll, n, size) == BUSBW_FACTOR[coll](n) * size
+
+
+def simulate_ring(coll, n, ring):
+    """Run the schedule on sets of contributions; returns each rank's buffer."""
+    buf = {r: {c: ({r} if coll != "allgather" or c == ring.index(r) else set())
+               for c in range(n)} for r in range(n)}
+    scheds = {r: schedule(coll, n, r, 100 * n, ring) for r in range(n)}
+    reduce_steps = n - 1 if coll in ("allreduce", "reducescatter") else 0
+    for k in range(len(scheds[0])):
+        msgs = [(r, t.peer, t.chunk, set(buf[r][t.chunk]))
+                for r in range(n) for t in scheds[r][k].sends]
+        for src, dst, chunk, data in msgs:
+            # the receiver expects exactly this chunk from this peer in step k
+            assert scheds[dst][k].recvs[0].chunk == chunk
+            if k < reduce_steps:
+                buf[dst][chunk] |= data      # reduce
+            else:
+                buf[dst][chunk] = data       # copy
+    return buf
+
+
+@pytest.mark.parametrize("n", NS)
+def test_ring_allreduce_reduces_everything_everywhere(n):
+    ring = list(reversed(range(n)))
+    buf = simulate_ring("allreduce", n, ring)
+    assert all(buf[r][c] == set(range(n)) for r in range(n) for c in range(n))
+
+
+@pytest.mark.parametrize("n", NS)
+def test_ring_reducescatter_and_allgather(n):
+    ring = list(range(n))
+    buf = simulate_ring("reducescatter", n, ring)
+    assert all(buf[r][ring.index(r)] == set(range(n)) for r in range(n))
+    buf = simulate_ring("allgather", n, ring)
+    # AllGather: everyone ends with every rank's own chunk
+    for r in range(n):
+        assert {c: buf[r][c] for c in range(n)} == {
+            ring.index(q): {q} for q in range(n)}
+
+
+def test_ring_dependencies_chain():
+    steps = schedule("allreduce", 4, 2, 4000)
+    assert len(steps) == 6
+    assert [s.after for s in steps] == [(), (0,), (1,), (2,), (3,), (4,)]
+    # what a rank forwards in step k is what it received in step k-1 (RS phase)
+    for k in range(1, 3):
+        assert steps[k].sends[0].chunk == steps[k - 1].recvs[0].chunk
+
+
+def test_alltoall_has_no_dependencies_and_covers_all_peers():
+    steps = schedule("alltoall", 5, 1, 5000)
+    assert sorted(s.sends[0].peer for s in steps) == [0, 2, 3, 4]
+    assert sorted(s.recvs[0].peer for s in steps) == [0, 2, 3, 4]
+    assert all(s.after == () for s in steps)
+
+
+def test_topology_aware_ring_minimises_cross_leaf_hops():
+    leaf = {0: "a", 1: "b", 2: "a", 3: "b", 4: "a", 5: "b"}
+    naive = ring_order(range(6))
+    aware = ring_order(range(6), leaf)
+    assert cross_leaf_hops(naive, leaf) == 6
+    assert cross_leaf_hops(aware, leaf) == 2
+    assert sorted(aware) == list(range(6))
+    assert aware == [0, 2, 4, 1, 3, 5]
+
+
+def test_chunks_cover_the_buffer():
+    assert sum(chunk_bytes(1001, 7, i) for i in range(7)) == 1001
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        schedule("broadcast", 4, 0, 100)
+    with pytest.raises(ValueError):
+        schedule("allreduce", 4, 4, 100)
+    with pytest.raises(ValueError):
+        schedule("allreduce", 3, 0, 100, ring=[0, 1, 1])
+
+
+@pytest.mark.parametrize("coll,n,factor", [("allreduce", 4, 1.5), ("allreduce", 8, 1.75),
+                                           ("allgather", 4, 0.75), ("alltoall", 8, 0.875),
+                                           ("reducescatter", 2, 0.5)])
+def test_busbw_formula(coll, n, factor):
+    bw = bandwidths(coll, n, size=10**9, seconds=2.0)
+    assert bw["algbw_GBps"] == pytest.approx(0.5)
+    assert bw["busbw_GBps"] == pytest.approx(0.5 * factor)
+    assert bw["algbw_Mbps"] == pytest.approx(4000)
+    assert bw["busbw_Mbps"] == pytest.approx(4000 * factor)

@@ -1,0 +1,73 @@
+"""nccl-tests style report of collective results from the rank JSON files.
+
+Model.  Each rank writes ``{"rank", "collective", "nranks", "link_bps",
+"results": [{"size", "time_s", "bytes_sent", "bytes_received",
+"chunks_missing", "chunks_corrupted"}]}``.  Per size, the reported time is
+the slowest rank's (a collective ends when its last rank ends), #wrong sums
+every rank's missing and corrupted chunks (nccl-tests counts wrong elements;
+we count chunks, as we carry no data).  algbw = size / time, busbw = algbw x
+2(n-1)/n (AllReduce) or (n-1)/n (the others); efficiency = busbw / link rate.
+
+Bandwidths are printed in GB/s like nccl-tests AND in Mbit/s, since
+emulated links run at tens of Mbit/s and GB/s would print 0.00.
+"""
+
+import json
+
+from .collectives import BUSBW_FACTOR, REDOP
+
+TABLE_HEAD = ("#       size    count   type  redop  root   time(us)  algbw(GB/s)"
+              "  busbw(GB/s)  algbw(Mb/s)  busbw(Mb/s)  effic  #wrong")
+
+
+def bandwidths(collective, n, size, seconds, link_bps=None):
+    """algbw/busbw of one call in GB/s (1e9 bytes/s, as nccl-tests) and Mbit/s."""
+    alg = size / seconds if seconds > 0 else 0.0
+    bus = alg * BUSBW_FACTOR[collective](n)
+    out = {"algbw_GBps": alg / 1e9, "busbw_GBps": bus / 1e9,
+           "algbw_Mbps": alg * 8 / 1e6, "busbw_Mbps": bus * 8 / 1e6}
+    out["efficiency"] = bus * 8 / link_bps if link_bps else None
+    return out
+
+
+def combine(rank_results):
+    """Merge the ranks' result dicts into one row per size."""
+    if not rank_results:
+        raise ValueError("no rank results")
+    first = rank_results[0]
+    coll, n = first["collective"], first["nranks"]
+    link = first.get("link_bps")
+    rows = []
+    for i, r0 in enumerate(first["results"]):
+        per = [r["results"][i] for r in rank_results]
+        t = max(p["time_s"] for p in per)
+        wrong = sum(p["chunks_missing"] + p["chunks_corrupted"] for p in per)
+        row = {"size": r0["size"], "count": r0["size"] // 4, "type": "float",
+               "redop": REDOP[coll], "root": -1, "time_s": t, "wrong": wrong,
+               "ranks_reporting": len(per)}
+        row.update(bandwidths(coll, n, r0["size"], t, link))
+        rows.append(row)
+    return {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
+
+
+def table(report):
+    """The nccl-tests-like text table of ``combine``'s result."""
+    lines = [f"# {report['collective']}  nranks {report['nranks']}  link "
+             f"{(report['link_bps'] or 0) / 1e6:g} Mbit/s  (out-of-place)", TABLE_HEAD]
+    for r in report["rows"]:
+        eff = f"{r['efficiency']:6.3f}" if r["efficiency"] is not None else "     -"
+        lines.append(
+            f"{r['size']:12d} {r['count']:8d} {r['type']:>6s} {r['redop']:>6s}"
+            f" {r['root']:5d} {r['time_s'] * 1e6:10.1f} {r['algbw_GBps']:12.4f}"
+            f" {r['busbw_GBps']:12.4f} {r['algbw_Mbps']:12.2f} {r['busbw_Mbps']:12.2f}"
+            f" {eff} {r['wrong']:7d}")
+    return "\n".join(lines)
+
+
+def load(paths):
+    """Read rank result files."""
+    out = []
+    for p in paths:
+        with open(p) as f:
+            out.append(json.load(f))
+    return sorted(out, key=lambda r: r["rank"])
