@@ -34,13 +34,26 @@ class Interrupted(BaseException):
     """SIGTERM/SIGHUP, raised like KeyboardInterrupt so ``finally`` runs."""
 
 
+_MAIN_PID = None
+
+
 def _raise_interrupted(signum, frame):
+    # Forked helpers (pyroute2's netns workers) inherit this handler: they must
+    # just die, never unwind into the run's ``finally`` and tear it down.
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Interrupted(signal.Signals(signum).name)
 
 
 @contextmanager
 def signals_as_exceptions():
-    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    """SIGINT -> KeyboardInterrupt, SIGTERM/SIGHUP -> Interrupted, in this process only."""
+    global _MAIN_PID
+    _MAIN_PID = os.getpid()
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, _raise_interrupted) for s in sigs}
     try:
         yield
     finally:
@@ -213,6 +226,11 @@ class Session:
         self.teardown_errors = []
 
     def __enter__(self):
+        import threading
+        self._signals = None
+        if threading.current_thread() is threading.main_thread():
+            self._signals = signals_as_exceptions()
+            self._signals.__enter__()
         try:
             self._setup()
         except BaseException:
@@ -221,7 +239,11 @@ class Session:
         return self
 
     def __exit__(self, *exc):
-        self.close()
+        try:
+            self.close()
+        finally:
+            if self._signals is not None:
+                self._signals.__exit__(None, None, None)
         return False
 
     def _setup(self):
