@@ -1,0 +1,150 @@
+"""A real leaf-spine fabric on OVS with the project's controller (root)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from emulator import presets, proc, runstate
+from emulator.runner import Session
+from tests.conftest import REPO
+
+
+def leftovers(tag=None):
+    """This project's bridges, interfaces, processes and state dirs (of one run)."""
+    from emulator.cleanup import our_bridges, our_interfaces
+    pick = (lambda t: t == tag) if tag else (lambda t: True)
+    return {
+        "bridges": sorted(b for b, t in our_bridges().items() if pick(t)),
+        "interfaces": sorted(i for i, t in our_interfaces().items() if pick(t)),
+        "processes": sorted(p for p, t in runstate.processes_of().items() if pick(t)),
+        "state": sorted(t for t in runstate.known_tags() if pick(t)),
+    }
+
+
+NOTHING = {"bridges": [], "interfaces": [], "processes": [], "state": []}
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory):
+    f = presets.build("leaf-spine")
+    with Session(f, results_base=str(tmp_path_factory.mktemp("results"))) as s:
+        yield s
+    assert leftovers(s.results["run"]) == NOTHING
+    assert s.results["controller"]["problems"] == []
+
+
+def test_every_host_pair_reaches_every_other(fabric):
+    reach = fabric.results["reachability"]
+    assert reach["pairs"] == 56 and reach["reachable"] == 56
+    # and again, now that it has converged: one round, nothing lost
+    from emulator.reach import ping_round
+    names = [h["name"] for h in fabric.topo["hosts"]]
+    pairs = [(a, b) for a in names for b in names if a != b]
+    assert ping_round(fabric.net, pairs) == set(pairs)
+
+
+def test_bridges_match_the_plan(fabric):
+    for sw in fabric.topo["switches"]:
+        br = sw["bridge"]
+        got = proc.ovs_vsctl("get", "bridge", br, "fail_mode", "protocols",
+                             "datapath_type", "other-config:datapath-id").splitlines()
+        assert got[0] == "secure"
+        assert got[1] == '[OpenFlow13, OpenFlow15]'
+        assert got[2] == fabric.results["datapath"]["type"]
+        assert got[3].strip('"') == sw["dpid_hex"]
+        for p in sw["ports"]:
+            assert int(proc.ovs_vsctl("get", "interface", p["intf"], "ofport")) == p["port"]
+    assert json.load(open(fabric.topology_path)) == fabric.topo
+
+
+def test_select_groups_hash_udp_source_port(fabric):
+    leaf = fabric.topo["switches"][0]
+    groups = proc.ovs_ofctl("-O", "OpenFlow15", "dump-groups", leaf["bridge"])
+    selects = [g for g in groups.splitlines() if "type=select" in g]
+    assert selects, groups
+    for g in selects:
+        assert "selection_method=hash" in g
+        assert "udp_src" in g and "ip_src" in g.replace("nw_src", "ip_src")
+        uplinks = [p["port"] for p in leaf["ports"] if p["peer_kind"] == "spine"]
+        assert sorted(int(x) for x in re.findall(r"actions=output:(\d+)", g)) == uplinks
+
+
+SENDER = textwrap.dedent("""
+    import socket, sys, time
+    dst, first, flows, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    socks = []
+    for i in range(flows):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("0.0.0.0", first + i))
+        socks.append(s)
+    payload = bytes(200)
+    for n in range(count):
+        for s in socks:
+            s.sendto(payload, (dst, 4791))
+        time.sleep(0.004)
+""")
+
+
+def test_64_udp_flows_use_every_uplink(fabric):
+    """64 flows with distinct UDP source ports from leaf1 to leaf2: no idle uplink,
+    none above twice the mean."""
+    topo = fabric.topo
+    leaf1 = topo["switches"][0]
+    src = next(h for h in topo["hosts"] if h["ports"][0]["switch"] == "leaf1")
+    dst = next(h for h in topo["hosts"] if h["ports"][0]["switch"] == "leaf2")
+    uplinks = [p["intf"] for p in leaf1["ports"] if p["peer_kind"] == "spine"]
+    before = fabric.net.intf_counters()
+    fabric.net.run_in(src["name"], [sys.executable, "-c", SENDER, dst["ip"], "40000", "64",
+                                    "30"], timeout=60)
+    after = fabric.net.intf_counters()
+    sent = {i: after[i][2] - before[i][2] for i in uplinks}
+    total = sum(sent.values())
+    assert total >= 64 * 30, sent          # every packet left leaf1 on some uplink
+    mean = total / len(uplinks)
+    assert all(n > 0 for n in sent.values()), sent
+    assert max(sent.values()) <= 2 * mean, sent
+
+
+def test_teardown_leaves_nothing(tmp_path):
+    f = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"})
+    with Session(f, results_base=str(tmp_path)) as s:
+        tag = s.state.tag
+        during = leftovers(tag)
+        assert len(during["bridges"]) == 4
+        assert len([i for i in during["interfaces"] if "-e" in i]) == 3 * 2 + 2 * 2
+        assert during["processes"] and during["state"] == [tag]
+    assert leftovers(tag) == NOTHING
+
+
+def run_cli(*args, timeout=120, **kw):
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def test_malformed_file_exits_2_and_creates_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntopology:\n  nodes: {h1: {kind: host}, leaf1: {kind: leaf}}\n"
+                   "  links: [{endpoints: ['h1:eth0', 'leaf9:eth1'], rate: 10Mbps}]\n")
+    before_br = proc.ovs_vsctl("list-br")
+    before = leftovers()
+    p = run_cli("run", "-f", str(bad), "--results", str(tmp_path / "res"))
+    assert p.returncode == 2
+    assert "topology.links[0].endpoints[1]: unknown node 'leaf9'" in p.stderr
+    assert proc.ovs_vsctl("list-br") == before_br
+    assert leftovers() == before
+    assert not (tmp_path / "res").exists()
+
+
+def test_not_root_gets_one_clear_message(tmp_path):
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        sys.executable, "-m", "emulator", "run", "--results", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HOME": "/tmp"})
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("error: must run as root") and "sudo" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
