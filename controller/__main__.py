@@ -1,0 +1,53 @@
+"""Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
+[--log-file PATH] [--app PATH.py ...]``.
+
+Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
+(the ready signal), exits 0 on SIGTERM, exits 1 on a handler exception
+(``CONTROLLER-EXCEPTION``) and 2 on a bad command line or topology.
+``--app`` runs the given os-ken app file(s) instead of ours; the topology path
+reaches them in the environment variable FABRIC_TOPOLOGY.
+"""
+
+import argparse
+import logging
+import sys
+
+from .topology import TopologyError, load
+
+
+def parse_listen(text):
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    if host != "127.0.0.1":
+        raise argparse.ArgumentTypeError("the controller listens on 127.0.0.1 only")
+    return host, int(port)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--topology", required=True, help="topology.json (docs/topology-schema.md)")
+    ap.add_argument("--listen", type=parse_listen, default=("127.0.0.1", 6653),
+                    help="OpenFlow listen address (default 127.0.0.1:6653)")
+    ap.add_argument("--log-file", help="also log to this file")
+    ap.add_argument("--app", action="append", help="run this os-ken app file instead of ours")
+    ap.add_argument("--debug", action="store_true", help="debug logging")
+    args = ap.parse_args(argv)
+
+    handlers = [logging.StreamHandler(sys.stderr)]
+    if args.log_file:
+        handlers.append(logging.FileHandler(args.log_file))
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        load(args.topology)
+    except TopologyError as e:
+        logging.getLogger("controller").error("bad topology: %s", e)
+        return 2
+    from . import osken_app        # imported late: os-ken monkey-patches on import paths
+    osken_app.run(args.topology, *args.listen, apps=args.app)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

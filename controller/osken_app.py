@@ -1,0 +1,474 @@
+"""The os-ken shim: the only module that imports os_ken.
+
+Model: ``controller.policy`` decides; this module only translates and talks.
+Switch state is always reached by *diff*, never by blind re-install:
+
+* a switch reaches MAIN state (connect or reconnect, in any order) ->
+  read its port states (port desc), its flows (OF1.5 flow desc) and its
+  groups (group desc), diff them against the policy's desired state and
+  send only the differences, then a barrier. A controller restart over a
+  correct switch sends nothing, so no counter is reset and no packet lost;
+* a port status changes liveness -> the policy's new desired state is
+  diffed against what was last installed on every connected switch, the
+  changes sent to all of them first, then one barrier per switch.
+  One structured ``CONVERGED {json}`` line gives monotonic timings.
+
+Liveness: a port is live unless a switch said it is down (port desc or
+port status), so a switch that has not connected yet does not stop the
+others from routing over it.
+
+Everything is OpenFlow 1.5 (OVS 3.1 speaks it; copy_field and the group
+properties need it). The ECMP hash is OVS's Netronome experimenter group
+property (include/openflow/netronome-ext.h, ``ntr_group_prop_selection_method``):
+pad(4) method[16] param(8) then OXM TLVs whose values are all-ones masks.
+
+Handler exceptions are fatal (``CONTROLLER-EXCEPTION`` then exit 1);
+OpenFlow errors from a switch are logged with ``OFP-ERROR``.
+The topology path comes from the environment variable FABRIC_TOPOLOGY.
+"""
+
+import functools
+import json
+import logging
+import os
+import signal
+import struct
+import sys
+import time
+
+from os_ken import cfg
+from os_ken.app.ofctl import api as ofctl_api
+from os_ken.app.ofctl import exception as ofctl_exc
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, HANDSHAKE_DISPATCHER,
+                                       MAIN_DISPATCHER, set_ev_cls)
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
+
+from . import policy
+from . import topology as topology_mod
+from .messages import (Bucket, CopyField, FlowMod, Group, GroupMod, Output, Selection,
+                       SetField, SwitchState)
+
+LOG = logging.getLogger("controller")
+TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
+NTR_VENDOR_ID = 0x0000154D          # Netronome
+NTR_COMPAT_VENDOR_ID = 0x00001540   # the wrong value OVS 2.4 used; still accepted
+NTRT_SELECTION_METHOD = 1
+GROUP_TYPES = {"all": ofp.OFPGT_ALL, "select": ofp.OFPGT_SELECT,
+               "indirect": ofp.OFPGT_INDIRECT, "ff": ofp.OFPGT_FF}
+GROUP_TYPE_NAMES = {v: k for k, v in GROUP_TYPES.items()}
+FLOW_COMMANDS = {"add": ofp.OFPFC_ADD, "modify": ofp.OFPFC_MODIFY_STRICT,
+                 "delete": ofp.OFPFC_DELETE_STRICT}
+GROUP_COMMANDS = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}
+# The all-ones value of each field a select group may hash ("hash all bits").
+ALL_ONES = {"ipv4_src": "255.255.255.255", "ipv4_dst": "255.255.255.255",
+            "udp_src": 0xFFFF, "udp_dst": 0xFFFF, "tcp_src": 0xFFFF, "tcp_dst": 0xFFFF,
+            "ip_proto": 0xFF, "eth_src": "ff:ff:ff:ff:ff:ff", "eth_dst": "ff:ff:ff:ff:ff:ff"}
+
+
+def _die(what):
+    """Log loudly and end the process: a broken controller must not look alive."""
+    LOG.critical("CONTROLLER-EXCEPTION in %s", what, exc_info=True)
+    logging.shutdown()
+    os._exit(1)
+
+
+def fatal(handler):
+    """Make an exception in an os-ken handler fatal instead of swallowed."""
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        try:
+            return handler(*args, **kwargs)
+        except Exception:          # noqa: BLE001 - re-raised as process exit
+            _die(handler.__name__)
+    return wrapper
+
+
+# ---- os-ken 4.2.2 parser fixes ------------------------------------------------
+# copy_field's parser loses the action length, and three OF1.5 parsers slice ``buf[offset:offset + length]`` after ``offset``
+# has already moved past the header, so they read into the next object:
+# copy_field actions then "have" more than two OXM ids (AssertionError),
+# buckets parse the next bucket as properties (ValueError), and group desc
+# entries parse the next group as properties. Replies from OVS with several
+# buckets/groups/actions fail to parse without these corrected versions.
+
+def _copy_field_parser(cls, buf, offset):
+    (type_, len_, n_bits, src_offset, dst_offset) = struct.unpack_from(
+        ofp.OFP_ACTION_COPY_FIELD_PACK_STR, buf, offset)
+    rest = buf[offset + ofp.OFP_ACTION_COPY_FIELD_SIZE:offset + len_]
+    oxm_ids = []
+    while rest and len(oxm_ids) < 2:          # what follows is padding
+        oxm_id, rest = parser.OFPOxmId.parse(rest)
+        oxm_ids.append(oxm_id)
+    action = cls(n_bits, src_offset, dst_offset, oxm_ids, type_, len_)
+    action.len = len_      # __init__ drops len_, so the next action was misparsed too
+    return action
+
+
+def _bucket_parser(cls, buf, offset):
+    msg = cls()
+    start = offset
+    (msg.len, msg.action_array_len, msg.bucket_id) = struct.unpack_from(
+        ofp.OFP_BUCKET_PACK_STR, buf, offset)
+    offset += ofp.OFP_BUCKET_SIZE
+    action_buf = buf[offset:offset + msg.action_array_len]
+    msg.actions = []
+    while action_buf:
+        action = parser.OFPAction.parser(action_buf, 0)
+        msg.actions.append(action)
+        action_buf = action_buf[action.len:]
+    rest = buf[offset + msg.action_array_len:start + msg.len]
+    msg.properties = []
+    while rest:
+        prop, rest = parser.OFPGroupBucketProp.parse(rest)
+        msg.properties.append(prop)
+    return msg
+
+
+def _group_desc_parser(cls, buf, offset):
+    stats = cls()
+    start = offset
+    (stats.length, stats.type, stats.group_id, stats.bucket_array_len) = struct.unpack_from(
+        ofp.OFP_GROUP_DESC_STATS_PACK_STR, buf, offset)
+    offset += ofp.OFP_GROUP_DESC_STATS_SIZE
+    bucket_buf = buf[offset:offset + stats.bucket_array_len]
+    stats.buckets = []
+    while bucket_buf:
+        bucket = parser.OFPBucket.parser(bucket_buf, 0)
+        stats.buckets.append(bucket)
+        bucket_buf = bucket_buf[bucket.len:]
+    rest = buf[offset + stats.bucket_array_len:start + stats.length]
+    stats.properties = []
+    while rest:
+        prop, rest = parser.OFPGroupProp.parse(rest)
+        stats.properties.append(prop)
+    return stats
+
+
+parser.OFPActionCopyField.parser = classmethod(_copy_field_parser)
+parser.OFPBucket.parser = classmethod(_bucket_parser)
+parser.OFPGroupDescStats.parser = classmethod(_group_desc_parser)
+
+
+# ---- abstract messages -> os-ken --------------------------------------------
+
+def to_action(a):
+    if isinstance(a, Output):
+        return parser.OFPActionOutput(a.port, ofp.OFPCML_NO_BUFFER)
+    if isinstance(a, Group):
+        return parser.OFPActionGroup(a.group_id)
+    if isinstance(a, SetField):
+        return parser.OFPActionSetField(**{a.field: a.value})
+    if isinstance(a, CopyField):
+        return parser.OFPActionCopyField(a.n_bits, 0, 0, [a.src, a.dst])
+    raise TypeError(f"no OpenFlow translation for {a!r}")
+
+
+def selection_prop(sel):
+    """The Netronome selection-method group property for OVS."""
+    oxm = parser.OFPMatch(**{f: ALL_ONES[f] for f in sel.fields})
+    buf = bytearray()
+    oxm.serialize(buf, 0)
+    (oxm_len,) = struct.unpack_from("!H", buf, 2)
+    tlvs = bytes(buf[4:oxm_len])        # strip ofp_match type/length and padding
+    # os-ken sends the data as 32-bit words and OVS takes (length - 40) bytes
+    # as TLVs, so trailing pad inside the length would be parsed as a TLV.
+    if len(tlvs) % 4:
+        raise ValueError(f"hash fields {sel.fields} do not fill whole 32-bit words")
+    body = (b"\0" * 4 + sel.method.encode().ljust(16, b"\0")
+            + struct.pack("!Q", sel.basis) + tlvs)
+    words = list(struct.unpack(f"!{len(body) // 4}I", body))
+    return parser.OFPGroupPropExperimenter(type_=ofp.OFPGPT_EXPERIMENTER,
+                                           experimenter=NTR_VENDOR_ID,
+                                           exp_type=NTRT_SELECTION_METHOD, data=words)
+
+
+def to_osken(dp, msg):
+    """An os-ken message for one abstract FlowMod/GroupMod."""
+    if isinstance(msg, FlowMod):
+        actions = [to_action(a) for a in msg.actions]
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+        return parser.OFPFlowMod(
+            dp, cookie=msg.cookie, cookie_mask=0, table_id=msg.table,
+            command=FLOW_COMMANDS[msg.command], priority=msg.priority,
+            buffer_id=ofp.OFP_NO_BUFFER, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(**dict(msg.match)), instructions=inst)
+    if isinstance(msg, GroupMod):
+        buckets = []
+        for i, b in enumerate(msg.buckets):
+            props = []
+            if msg.type == "select":
+                props.append(parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=b.weight))
+            if b.watch_port is not None:
+                props.append(parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT,
+                                                            watch=b.watch_port))
+            buckets.append(parser.OFPBucket(i, [to_action(a) for a in b.actions], props))
+        props = [selection_prop(msg.selection)] if msg.selection else []
+        if msg.command == "delete":
+            buckets, props = [], []
+        return parser.OFPGroupMod(dp, GROUP_COMMANDS[msg.command], GROUP_TYPES[msg.type],
+                                  msg.group_id, ofp.OFPG_BUCKET_ALL, buckets, props)
+    raise TypeError(f"no OpenFlow translation for {msg!r}")
+
+
+# ---- os-ken replies -> abstract state ---------------------------------------
+
+class Foreign:
+    """Something on a switch this controller never installs; never equal to ours."""
+
+    def __init__(self, what):
+        self.what = repr(what)
+
+    def __repr__(self):
+        return f"Foreign({self.what})"
+
+
+def from_action(a):
+    if isinstance(a, parser.OFPActionOutput):
+        return Output(a.port)
+    if isinstance(a, parser.OFPActionGroup):
+        return Group(a.group_id)
+    if isinstance(a, parser.OFPActionSetField):
+        return SetField(a.key, a.value)
+    if isinstance(a, parser.OFPActionCopyField) and a.src_offset == 0 == a.dst_offset:
+        return CopyField(a.oxm_ids[0].type, a.oxm_ids[1].type, a.n_bits)
+    return Foreign(a)
+
+
+def from_flow_desc(fd):
+    actions = ()
+    for inst in fd.instructions:
+        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions += tuple(from_action(a) for a in inst.actions)
+        else:
+            actions += (Foreign(inst),)
+    match = tuple(sorted((k, v if not isinstance(v, list) else tuple(v))
+                         for k, v in fd.match.items()))
+    return FlowMod(fd.table_id, fd.priority, match, actions, fd.cookie)
+
+
+def parse_selection(prop):
+    """Selection from an NTR experimenter group property, or a Foreign."""
+    if (prop.experimenter not in (NTR_VENDOR_ID, NTR_COMPAT_VENDOR_ID)
+            or prop.exp_type != NTRT_SELECTION_METHOD):
+        return Foreign(prop)
+    body = struct.pack(f"!{len(prop.data)}I", *prop.data)
+    method = body[4:20].rstrip(b"\0").decode()
+    (basis,) = struct.unpack_from("!Q", body, 20)
+    tlvs = body[28:prop.length - 12]
+    match_buf = struct.pack("!HH", ofp.OFPMT_OXM, 4 + len(tlvs)) + tlvs
+    match_buf += b"\0" * (-len(match_buf) % 8)
+    fields = tuple(k for k, _ in parser.OFPMatch.parser(match_buf, 0).items())
+    return Selection(fields, basis, method)
+
+
+def from_group_desc(gd):
+    buckets = []
+    for b in gd.buckets:
+        weight, watch = 1, None
+        for p in b.properties:
+            if isinstance(p, parser.OFPGroupBucketPropWeight):
+                weight = p.weight
+            elif p.type == ofp.OFPGBPT_WATCH_PORT and p.watch != ofp.OFPP_ANY:
+                watch = p.watch
+        buckets.append(Bucket(tuple(from_action(a) for a in b.actions), weight, watch))
+    selection = None
+    for p in gd.properties:
+        selection = parse_selection(p)
+    return GroupMod(gd.group_id, GROUP_TYPE_NAMES.get(gd.type, gd.type), tuple(buckets), selection)
+
+
+def port_is_live(p):
+    return not (p.state & ofp.OFPPS_LINK_DOWN) and not (p.config & ofp.OFPPC_PORT_DOWN)
+
+
+# ---- the app -----------------------------------------------------------------
+
+class FabricController(app_manager.OSKenApp):
+    """Installs policy.desired_state on every switch and keeps it converged."""
+
+    OFP_VERSIONS = [ofp.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        path = os.environ.get(TOPOLOGY_ENV)
+        if not path:
+            raise RuntimeError(f"{TOPOLOGY_ENV} is not set: no topology to load")
+        self.topo = topology_mod.load(path)
+        self.all_ports = self.topo.all_ports()
+        self.down = set()          # (dpid, port) a switch reported down
+        self.dps = {}              # dpid -> connected datapath
+        self.installed = {}        # dpid -> SwitchState last confirmed by barrier
+        self.ofp_errors = 0
+        LOG.info("topology %s: %d switches, %d host ports", self.topo.name,
+                 len(self.topo.switches), len(self.topo.host_ports))
+
+    def live(self):
+        return self.all_ports - self.down
+
+    def _request(self, msg, reply_cls, multi=True):
+        return ofctl_api.send_msg(self, msg, reply_cls=reply_cls, reply_multi=multi)
+
+    def _barrier(self, dp):
+        ofctl_api.send_msg(self, parser.OFPBarrierRequest(dp), reply_cls=parser.OFPBarrierReply)
+
+    def _send(self, dp, msgs):
+        for m in msgs:
+            if not dp.send_msg(to_osken(dp, m)):
+                raise ofctl_exc.InvalidDatapath(result=dp.id)
+
+    def _log_converged(self, **fields):
+        LOG.info("CONVERGED %s", json.dumps(fields, sort_keys=True))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    @fatal
+    def state_change(self, ev):
+        dp = ev.datapath
+        if ev.state == DEAD_DISPATCHER:
+            if dp.id is not None and self.dps.get(dp.id) is dp:
+                del self.dps[dp.id]
+                self.installed.pop(dp.id, None)
+                LOG.info("switch %016x disconnected", dp.id)
+            return
+        if dp.id not in self.topo.by_dpid:
+            LOG.error("switch %016x is not in the topology: left alone", dp.id)
+            return
+        if dp.ofproto.OFP_VERSION != ofp.OFP_VERSION:
+            raise RuntimeError(f"switch {dp.id:016x} speaks OpenFlow version "
+                               f"{dp.ofproto.OFP_VERSION:#x}, need 1.5 (protocols=OpenFlow15)")
+        try:
+            self.resync(dp)
+        except ofctl_exc.InvalidDatapath:
+            # The connection went away mid-resync; its next connect resyncs.
+            LOG.warning("switch %016x went away during resync", dp.id)
+
+    def resync(self, dp):
+        """Read the switch's ports, flows and groups; send only the differences."""
+        t0 = time.monotonic()
+        dpid = dp.id
+        self.dps[dpid] = dp
+        self.installed.pop(dpid, None)
+        old_live = self.live()
+        ports = set()
+        for reply in self._request(parser.OFPPortDescStatsRequest(dp, 0), parser.OFPPortDescStatsReply):
+            ports |= {p.port_no for p in reply.body if port_is_live(p)}
+        mine = {(d, p) for d, p in self.all_ports if d == dpid}
+        self.down = (self.down - mine) | {(dpid, p) for d, p in mine if p not in ports}
+        new_live = self.live()
+
+        flows, groups = set(), set()
+        req = parser.OFPFlowDescStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                             0, 0, parser.OFPMatch())
+        for reply in self._request(req, parser.OFPFlowDescStatsReply):
+            flows |= {from_flow_desc(fd) for fd in reply.body}
+        req = parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)
+        for reply in self._request(req, parser.OFPGroupDescStatsReply):
+            groups |= {from_group_desc(gd) for gd in reply.body}
+        desired = policy.desired_state(self.topo, new_live)
+        msgs = policy.diff(SwitchState(frozenset(flows), frozenset(groups)), desired[dpid])
+        self._send(dp, msgs)
+        self._barrier(dp)
+        self.installed[dpid] = desired[dpid]
+        t1 = time.monotonic()
+        self._log_converged(event="connect", dpid=dpid, switch=self.topo.by_dpid[dpid].name,
+                            found_flows=len(flows), found_groups=len(groups),
+                            sent=len(msgs), t_event=round(t0, 6), t_done=round(t1, 6),
+                            convergence_ms=round((t1 - t0) * 1000, 3))
+        if new_live != old_live:
+            self.push(desired, t0, event="connect-ports", dpid=dpid)
+
+    def push(self, desired, t0, **why):
+        """Send every connected switch its diff to ``desired``; barrier all."""
+        sent, touched = 0, []
+        for dpid, dp in sorted(self.dps.items()):
+            if dpid not in self.installed:
+                continue                 # mid-resync: it reads the switch itself
+            msgs = policy.diff(self.installed[dpid], desired[dpid])
+            if msgs:
+                self._send(dp, msgs)
+                sent += len(msgs)
+                touched.append(dpid)
+        for dpid in touched:
+            try:
+                self._barrier(self.dps[dpid])
+                self.installed[dpid] = desired[dpid]
+            except ofctl_exc.InvalidDatapath:
+                LOG.warning("switch %016x went away during push", dpid)
+        t1 = time.monotonic()
+        self._log_converged(switches=[f"{d:x}" for d in touched], sent=sent,
+                            t_event=round(t0, 6), t_done=round(t1, 6),
+                            convergence_ms=round((t1 - t0) * 1000, 3), **why)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @fatal
+    def port_status(self, ev):
+        t0 = time.monotonic()
+        dpid, desc = ev.msg.datapath.id, ev.msg.desc
+        key = (dpid, desc.port_no)
+        if key not in self.all_ports:
+            return
+        up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_live(desc)
+        LOG.info("port %016x:%d %s", dpid, desc.port_no, "up" if up else "down")
+        was_live = key not in self.down
+        if up == was_live:
+            return
+        if up:
+            self.down.discard(key)
+        else:
+            self.down.add(key)
+        self.push(policy.desired_state(self.topo, self.live()), t0,
+                  event="port", dpid=dpid, port=desc.port_no, up=up)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [HANDSHAKE_DISPATCHER, CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @fatal
+    def error(self, ev):
+        m = ev.msg
+        self.ofp_errors += 1
+        LOG.error("OFP-ERROR switch=%s xid=%s type=%s code=%s data=%s",
+                  f"{m.datapath.id:016x}" if m.datapath.id is not None else "?",
+                  m.xid, m.type, m.code, bytes(m.data[:64]).hex())
+
+
+# ---- launcher ----------------------------------------------------------------
+
+def _listening(host, port):
+    """True when a TCP socket listens on host:port (from /proc/net/tcp)."""
+    a, b, c, d = (int(x) for x in host.split("."))
+    want = "%02X%02X%02X%02X:%04X" % (d, c, b, a, port)
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        return any(line.split()[1] == want and line.split()[3] == "0A" for line in f.readlines()[1:])
+
+
+def _announce_ready(host, port):
+    while not _listening(host, port):
+        hub.sleep(0.05)
+    LOG.info("controller listening on %s:%d", host, port)
+
+
+def run(topology_path, host="127.0.0.1", port=6653, apps=None):
+    """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
+    topology_mod.load(topology_path)          # fail before listening if it is bad
+    os.environ[TOPOLOGY_ENV] = os.path.abspath(topology_path)
+    hub.patch(thread=False)
+    cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
+             project="os_ken")
+
+    def on_term(signum, frame):
+        LOG.info("SIGTERM: exiting")
+        logging.shutdown()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+
+    mgr = app_manager.AppManager.get_instance()
+    mgr.load_apps(list(apps) if apps else [__name__])
+    services = mgr.instantiate_apps(**mgr.create_contexts())
+    ready = hub.spawn(_announce_ready, host, port)
+    try:
+        hub.joinall(services)
+    finally:
+        ready.kill()
+        mgr.close()
+    sys.exit(0)
