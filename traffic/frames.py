@@ -179,8 +179,8 @@ def parse(frame, verify=True):
     if magic != PROBE_MAGIC:
         return None
     p = Parsed()
-    p.src_ip = frame[26:30]
-    p.dst_ip = frame[30:34]
+    p.src_ip = bytes(frame[26:30])
+    p.dst_ip = bytes(frame[30:34])
     p.sport = (frame[34] << 8) | frame[35]
     p.dscp = frame[15] >> 2
     p.opcode = op

@@ -11,6 +11,9 @@ A UDP socket bound to port 4791 ("sink") is held open meanwhile so that the
 kernel does not answer every RoCE datagram with an ICMP port unreachable; it
 is never read, its small buffer just overflows.
 
+Flows are keyed ``"<source IP>#<flow id>"`` (the sender CLI uses the same
+keys for its per-flow counts), so several senders may use the same ids.
+
 Stop conditions: ``expected`` packets received, ``idle`` seconds without a
 matching frame (counted from the first one, or from the start when
 ``idle_from_start``), or a ``deadline`` in seconds.
@@ -92,6 +95,7 @@ class Receiver:
         sock, acct = self.sock, self.acct
         sock.setblocking(False)
         count = 0
+        names = {}
         while True:
             try:
                 n, addr = sock.recvfrom_into(buf)
@@ -117,7 +121,10 @@ class Receiver:
             if not p.icrc_ok:
                 acct.corrupted += 1
                 continue
-            acct.add(p.flow, p.psn, now, n, p.tx_ns)
+            key = names.get((p.src_ip, p.flow))
+            if key is None:      # "<src ip>#<flow>": senders number flows from 0
+                key = names[(p.src_ip, p.flow)] = f"{socket.inet_ntoa(p.src_ip)}#{p.flow}"
+            acct.add(key, p.psn, now, n, p.tx_ns)
             if on_packet is not None:
                 on_packet(p, now)
             last = now

@@ -1,0 +1,159 @@
+"""Root tests of the traffic engine over real namespaces, veths and a bridge."""
+
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.l2 import Ether
+from scapy.utils import rdpcap
+
+from traffic.frames import icrc
+from traffic.report import combine, table
+
+from traffic_fixtures import (PYTHON, ROOT, bridge_lan, finish, lab, pair,  # noqa: F401
+                               needs_root, popen_in, run, wait_until)
+
+pytestmark = [needs_root, pytest.mark.timeout(120)]
+
+
+def start_receiver(ns, ifname, tmp, *extra):
+    """Start ``traffic recv`` and wait until its socket is open."""
+    ready = os.path.join(tmp, f"ready-{ifname}")
+    proc = popen_in(ns, "recv", "--intf", ifname, "--ready-file", ready, *extra)
+    wait_until(lambda: os.path.exists(ready) or proc.poll() is not None,
+               what="receiver ready")
+    assert proc.poll() is None, proc.communicate()[1]
+    return proc
+
+
+def send(ns, ifname, src, dst, tmp, *extra):
+    out = os.path.join(tmp, "sent.json")
+    finish(popen_in(ns, "send", "--intf", ifname, "--src-ip", src, "--dst-ip", dst,
+                    "--out", out, *extra), timeout=60)
+    with open(out) as f:
+        return json.load(f), out
+
+
+def test_every_packet_accounted(pair):
+    lab, a, ia, ipa, b, ib, ipb = pair
+    with tempfile.TemporaryDirectory() as tmp:
+        rx = start_receiver(b, ib, tmp, "--idle", "1.0", "--no-timeline")
+        sent, sent_path = send(a, ia, ipa, ipb, tmp, "--qps", "4", "--packets", "20000",
+                               "--pps", "20000")
+        summary = json.loads(finish(rx, timeout=30))
+    assert sent["sent_packets"] == 20000
+    tot = summary["total"]
+    assert tot["received_packets"] == 20000
+    assert tot["dropped_packets"] == tot["duplicated_packets"] == 0
+    assert tot["reordered_packets"] == 0 and tot["corrupted_packets"] == 0
+    flows = {f["flow"]: f for f in summary["flows"]}
+    assert sorted(flows) == sorted(sent["per_flow"]) == [f"{ipa}#{q}" for q in range(4)]
+    assert all(f["received_packets"] == 5000 for f in flows.values())
+    # one-way latency on one host is small and positive
+    assert all(0 < f["latency_us"]["min"] < 50_000 for f in flows.values())
+
+
+def test_capture_decodes_as_infiniband_bth(pair):
+    lab, a, ia, ipa, b, ib, ipb = pair
+    with tempfile.TemporaryDirectory() as tmp:
+        cap = os.path.join(tmp, "cap.pcap")
+        dump = subprocess.Popen(("ip", "netns", "exec", b, "tcpdump", "-i", ib, "-w", cap,
+                                 "-U", "-c", "40", "udp", "port", "4791"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            # tcpdump prints "listening on" once its socket is open
+            line = dump.stderr.readline()
+            assert "listening" in line, line
+            send(a, ia, ipa, ipb, tmp, "--qps", "2", "--first-qpn", "0x345",
+                 "--packets", "40", "--pps", "2000")
+            dump.wait(timeout=20)
+        finally:
+            if dump.poll() is None:
+                dump.kill()
+                dump.wait(timeout=5)
+        assert dump.returncode == 0
+        fields = run("tshark", "-r", cap, "-T", "fields", "-e", "infiniband.bth.opcode",
+                     "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn",
+                     "-e", "udp.srcport", "-e", "infiniband.invariant.crc", timeout=60)
+        verbose = run("tshark", "-r", cap, "-V", "-c", "1", timeout=60)
+        frames = rdpcap(cap)
+    assert "InfiniBand" in verbose and "Base Transport Header" in verbose
+    rows = [line.split("\t") for line in fields.strip().splitlines()]
+    assert len(rows) == 40
+    by_qp = {}
+    for op, qp, psn, sport, crc in rows:
+        assert int(op, 0) == 0x0A                       # RC RDMA WRITE ONLY
+        by_qp.setdefault(int(qp, 0), []).append((int(psn), int(sport)))
+    assert sorted(by_qp) == [0x345, 0x346]
+    for qp, seen in by_qp.items():
+        assert [p for p, _ in seen] == list(range(20))  # PSNs in order per QP
+        assert len({s for _, s in seen}) == 1            # one sport per QP
+    assert len({seen[0][1] for seen in by_qp.values()}) == 2
+    for f in frames:
+        raw_frame = bytes(f)
+        stored = int.from_bytes(raw_frame[-4:], "little")
+        assert stored == icrc(raw_frame)
+        p = Ether(raw_frame)
+        p[BTH].icrc = None                               # scapy recomputes it
+        assert bytes(p)[-4:] == raw_frame[-4:]
+
+
+def test_paused_sender_is_one_disruption(pair):
+    lab, a, ia, ipa, b, ib, ipb = pair
+    with tempfile.TemporaryDirectory() as tmp:
+        rx = start_receiver(b, ib, tmp, "--idle", "1.0", "--gap-ms", "20")
+        sent, sent_path = send(a, ia, ipa, ipb, tmp, "--packets", "4000", "--pps", "5000",
+                               "--pause", "0.3", "0.1")
+        summary = json.loads(finish(rx, timeout=30))
+    (flow,) = summary["flows"]
+    assert flow["received_packets"] == 4000 and flow["dropped_packets"] == 0
+    assert flow["total_disruptions"] == 1
+    assert 95 <= flow["longest_disruption_ms"] < 200
+    assert flow["longest_disruption"] == pytest.approx(flow["longest_disruption_ms"] / 1e3)
+    assert flow["disrupted_packets"] == 0
+    # the timeline shows the silence: ~100 empty 1 ms bins
+    tl = summary["timeline_mbps"]
+    longest_zero = max(len(run_) for run_ in "".join(
+        "0" if v == 0 else "1" for v in tl).split("1"))
+    assert 90 <= longest_zero <= 200
+
+
+def test_four_rank_ring_allreduce_over_bridge(lab):
+    hosts = bridge_lan(lab, 4)
+    size = 256 * 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        ranks = [{"name": f"h{i}", "ip": ip, "mac": mac, "intf": ifname,
+                  "leaf": f"leaf{i % 2}"} for i, (ns, ifname, ip, mac) in enumerate(hosts)]
+        procs = []
+        for i, (ns, *_rest) in enumerate(hosts):
+            cfg = {"rank": i, "ranks": ranks, "collective": "allreduce",
+                   "sizes": [size, 4 * size], "rate_bps": 100e6, "qps": 2,
+                   "ring": "topology", "output": os.path.join(tmp, f"rank{i}.json")}
+            path = os.path.join(tmp, f"rank{i}.cfg.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            procs.append(popen_in(ns, "rank", "--config", path))
+        for p in procs:
+            finish(p, timeout=90)
+        results = []
+        for i in range(4):
+            with open(os.path.join(tmp, f"rank{i}.json")) as f:
+                results.append(json.load(f))
+        out = run(PYTHON, "-m", "traffic", "report",
+                  *[os.path.join(tmp, f"rank{i}.json") for i in range(4)], timeout=30)
+    rep = combine(results)
+    print(table(rep))
+    assert [r["wrong"] for r in rep["rows"]] == [0, 0]
+    assert results[0]["ring"] == [0, 2, 1, 3]
+    for r in results:
+        for row, sz in zip(r["results"], (size, 4 * size)):
+            assert row["steps"] == 6
+            # payload bytes sent = 2(n-1)/n * size, plus the headers of each packet
+            assert 1.5 * sz < row["bytes_sent"] < 1.5 * sz * 1.1
+            assert row["bytes_received"] == row["bytes_sent"]
+    busbw = rep["rows"][1]["busbw_Mbps"]
+    assert 5 < busbw <= 100        # cannot beat the paced link rate
+    assert "allreduce" in out and "#wrong" in out
