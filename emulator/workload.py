@@ -1,5 +1,147 @@
-"""The default traffic mix of ``emulator run`` (filled in with the traffic engine)."""
+"""The default traffic mix of ``emulator run``: RoCEv2 flows across leaves.
+
+Every host sends to the host in the same position on the next leaf (a
+permutation, so every host sends and receives once and every flow crosses
+the spine layer), with ``qps`` queue pairs per connection -- distinct UDP
+source ports, so ECMP can spread them.  Senders and receivers are the
+traffic package's (``python -m traffic send|recv``) run inside the hosts'
+namespaces.  The uplink counters of every leaf, read before and after, give
+the per-uplink load: the ECMP spread.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from emulator.errors import RunFailed
+from emulator.units import format_rate
 
 
-def default_mix(session, duration):
-    raise NotImplementedError
+def cross_leaf_pairs(topo):
+    """[(src host, dst host)]: each host -> same position on the next leaf."""
+    by_leaf = {}
+    for h in topo["hosts"]:
+        by_leaf.setdefault(h["ports"][0]["switch"], []).append(h)
+    leaves = sorted(by_leaf, key=lambda n: [s["name"] for s in topo["switches"]].index(n))
+    pairs = []
+    if len(leaves) == 1:
+        hosts = by_leaf[leaves[0]]
+        return [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts) if len(hosts) > 1]
+    for i, leaf in enumerate(leaves):
+        nxt = by_leaf[leaves[(i + 1) % len(leaves)]]
+        for k, h in enumerate(by_leaf[leaf]):
+            pairs.append((h, nxt[k % len(nxt)]))
+    return pairs
+
+
+def _wait(p, timeout, what):
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=10)
+        raise RunFailed(f"{what} did not finish within {timeout:.0f}s")
+    if p.returncode != 0:
+        err = p.stderr.read().decode(errors="replace").strip().splitlines() if p.stderr else []
+        raise RunFailed(f"{what} exited {p.returncode}: {err[-1] if err else 'no message'}")
+
+
+def uplink_loads(topo, before, after, seconds):
+    """Per leaf: each uplink's Mbit/s over the window, and max/mean."""
+    out = []
+    for sw in topo["switches"]:
+        if sw["kind"] != "leaf":
+            continue
+        loads = []
+        for p in sw["ports"]:
+            if p["peer_kind"] in ("host", "leaf"):
+                continue
+            tx = after[p["intf"]][0] - before[p["intf"]][0]
+            mbps = tx * 8 / seconds / 1e6
+            loads.append({"port": p["port"], "peer": p["peer"], "tx_bytes": tx,
+                          "mbps": round(mbps, 3),
+                          "utilisation": round(tx * 8 / seconds / p["rate_bps"], 4)})
+        mean = sum(u["mbps"] for u in loads) / len(loads) if loads else 0
+        out.append({"leaf": sw["name"], "loads": loads,
+                    "max_over_mean": round(max(u["mbps"] for u in loads) / mean, 3)
+                    if mean > 0 else None})
+    return out
+
+
+def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
+    """Run the mix for ``duration`` s at ``load`` x host link rate; return results."""
+    net, topo = session.net, session.topo
+    pairs = cross_leaf_pairs(topo)
+    if not pairs:
+        return None
+    work = os.path.join(session.dir, "traffic")
+    os.makedirs(work, exist_ok=True)
+    py = [sys.executable, "-m", "traffic"]
+    receivers = {}
+    for _, dst in pairs:
+        if dst["name"] in receivers:
+            continue
+        ready = os.path.join(work, f"{dst['name']}.ready")
+        out = os.path.join(work, f"recv-{dst['name']}.json")
+        argv = py + ["recv", "--intf", dst["ports"][0]["port"], "--idle", "1.0",
+                     "--deadline", str(duration + 15), "--no-timeline",
+                     "--ready-file", ready, "--out", out]
+        receivers[dst["name"]] = (net.popen_in(dst["name"], argv, cwd=session_repo()),
+                                  ready, out)
+    deadline = time.monotonic() + 30
+    while not all(os.path.exists(r[1]) for r in receivers.values()):
+        for name, (p, _, _) in receivers.items():
+            if p.poll() is not None:
+                raise RunFailed(f"receiver in {name} exited {p.returncode} at start")
+        if time.monotonic() > deadline:
+            raise RunFailed("receivers did not open their sockets within 30s")
+        time.sleep(0.02)
+    senders = []
+    before = net.intf_counters()
+    t0 = time.monotonic()
+    for i, (src, dst) in enumerate(pairs):
+        rate = int(src["ports"][0]["rate_bps"] * load)
+        out = os.path.join(work, f"send-{src['name']}.json")
+        argv = py + ["send", "--intf", src["ports"][0]["port"], "--src-ip", src["ip"],
+                     "--dst-ip", dst["ip"], "--dst-mac", dst["mac"], "--qps", str(qps),
+                     "--first-flow", str(i * qps), "--first-qpn", str(0x100 + i * qps),
+                     "--rate", str(rate), "--duration", str(duration),
+                     "--frame-len", str(frame_len), "--out", out]
+        senders.append((src, dst, net.popen_in(src["name"], argv, cwd=session_repo()), out))
+    for src, _, p, _ in senders:
+        _wait(p, duration + 30, f"sender in {src['name']}")
+    seconds = time.monotonic() - t0
+    for name, (p, _, _) in receivers.items():
+        _wait(p, 30, f"receiver in {name}")
+    after = net.intf_counters()
+    sent = {}
+    for _, _, _, out in senders:
+        with open(out) as f:
+            sent.update(json.load(f)["per_flow"])
+    received = {}
+    for _, _, out in receivers.values():
+        with open(out) as f:
+            doc = json.load(f)
+        for key, flow in doc.get("flows", {}).items():
+            received[key] = flow.get("received_packets", 0)
+    flows = [{"flow": k, "sent_packets": v, "received_packets": received.get(k, 0),
+              "dropped_packets": max(0, v - received.get(k, 0))} for k, v in sorted(sent.items())]
+    host_rate = pairs[0][0]["ports"][0]["rate_bps"]
+    return {
+        "description": f"{len(pairs)} cross-leaf connections x {qps} QPs, "
+                       f"{format_rate(int(host_rate * load))} each, {duration:g}s, "
+                       f"{frame_len}-byte RoCEv2 frames",
+        "pairs": [[s["name"], d["name"]] for s, d in pairs],
+        "window_s": round(seconds, 3),
+        "sent_packets": sum(f["sent_packets"] for f in flows),
+        "received_packets": sum(f["received_packets"] for f in flows),
+        "dropped_packets": sum(f["dropped_packets"] for f in flows),
+        "flows": flows,
+        "uplinks": uplink_loads(topo, before, after, seconds),
+    }
+
+
+def session_repo():
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
