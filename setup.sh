@@ -42,6 +42,7 @@ make_venv() {
     local stamp="$VENV/.requirements.sha256"
     local want
     want="$(cat "$HERE/requirements.txt" "$HERE/constraints.txt" | sha256sum | cut -d' ' -f1)"
+    mkdir -p "$(dirname "$VENV")"
     if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         say "virtual environment: up to date ($VENV)"
         return
