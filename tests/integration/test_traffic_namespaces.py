@@ -157,3 +157,17 @@ def test_four_rank_ring_allreduce_over_bridge(lab):
     busbw = rep["rows"][1]["busbw_Mbps"]
     assert 5 < busbw <= 100        # cannot beat the paced link rate
     assert "allreduce" in out and "#wrong" in out
+
+
+@pytest.mark.parametrize("udp", [False, True])
+def test_iperf3_between_namespaces(pair, udp):
+    from traffic.iperf import Iperf3Server, run_client
+    lab, a, ia, ipa, b, ib, ipb = pair
+    with Iperf3Server(b, port=5301):
+        res = run_client(a, ipb, port=5301, udp=udp, bitrate=20e6, duration=1.0)
+    assert res["protocol"] == ("UDP" if udp else "TCP")
+    if udp:
+        assert res["packets"] > 100 and res["lost_percent"] < 5
+        assert 15e6 < res["bps"] < 25e6
+    else:
+        assert 15e6 < res["bps"] < 25e6
