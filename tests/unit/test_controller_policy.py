@@ -206,3 +206,63 @@ def test_desired_state_is_deterministic(topo):
     a = policy.install(policy.desired_state(topo, topo.all_ports())[0x10001])
     b = policy.install(policy.desired_state(topo, set(topo.all_ports()))[0x10001])
     assert a == b and len(a) == len(set(a))
+
+
+def three_tier_doc():
+    """2 pods x (2 leaves + 2 spines), 2 superspines, one host per leaf."""
+    kinds = {"leaf": 1, "spine": 2, "superspine": 3}
+    nodes = [("leaf", i) for i in range(1, 5)] + [("spine", i) for i in range(1, 5)] + \
+            [("superspine", i) for i in (1, 2)]
+    name = {n: f"{n[0]}{n[1]}" for n in nodes}
+    links = [(("leaf", l), ("spine", s)) for l in (1, 2) for s in (1, 2)]
+    links += [(("leaf", l), ("spine", s)) for l in (3, 4) for s in (3, 4)]
+    links += [(("spine", s), ("superspine", x)) for s in range(1, 5) for x in (1, 2)]
+    ports = {n: [] for n in nodes}
+    for a, b in links:
+        ports[a].append(b)
+        ports[b].append(a)
+    switches, hosts = [], []
+    for n in nodes:
+        dpid = kinds[n[0]] << 16 | n[1]
+        plist = []
+        if n[0] == "leaf":
+            plist.append({"port": 1, "name": "eth1", "intf": "x", "peer": f"h{n[1]}",
+                          "peer_kind": "host", "peer_port": "eth0", "rate_bps": 1})
+            ip, mac = f"10.0.0.{n[1]}", f"02:00:00:00:00:{n[1]:02x}"
+            hosts.append({"name": f"h{n[1]}", "ip": ip, "mac": mac, "ports": [
+                {"port": "eth0", "ip": ip, "mac": mac, "prefix_len": 16,
+                 "switch": name[n], "switch_port": 1, "rate_bps": 1}]})
+        first = len(plist) + 1
+        for k, peer in enumerate(ports[n]):
+            plist.append({"port": first + k, "name": "", "intf": "x", "peer": name[peer],
+                          "peer_kind": peer[0], "peer_port": None, "rate_bps": 1})
+        switches.append({"name": name[n], "kind": n[0], "tier": kinds[n[0]], "dpid": dpid,
+                         "bridge": "x", "hash_seed": 7, "ports": plist})
+    by_name = {s["name"]: s for s in switches}
+    for s in switches:
+        for p in s["ports"]:
+            if p["peer_kind"] != "host":
+                p["peer_port"] = next(q["port"] for q in by_name[p["peer"]]["ports"]
+                                      if q["peer"] == s["name"])
+    return {"schema_version": 1, "subnet": "10.0.0.0/16", "switches": switches, "hosts": hosts}
+
+
+def test_three_tiers_shortest_paths_and_superspine_ecmp():
+    topo = topology.from_dict(three_tier_doc())
+    live = topo.all_ports()
+    fab = build_fabric(topo, live)
+    assert assert_all_pairs_shortest(topo, fab, live) == 12
+    h1, h3 = topo.host_ports[0], topo.host_ports[2]
+    hops = {len(h) for h, _ in fab.paths(h1, udp(h1, h3))}
+    assert hops == {5}          # leaf, spine, superspine, spine, leaf
+    # pod-local spine spreads over both superspines toward the other pod
+    spine1 = topo.by_name["spine1"]
+    (g,) = policy.desired_state(topo, live)[spine1.dpid].groups
+    assert {topo.by_dpid[spine1.dpid].port(b.watch_port).peer for b in g.buckets} == \
+        {"superspine1", "superspine2"}
+    # cut superspine1 from spine3: nothing may use that link any more
+    cut = live - {(topo.by_name["superspine1"].dpid,
+                   next(p.port for p in topo.by_name["superspine1"].ports if p.peer == "spine3"))}
+    fab.apply(policy.changes(topo, live, cut))
+    fab.set_live(cut)
+    assert assert_all_pairs_shortest(topo, fab, cut) == 12
