@@ -84,6 +84,7 @@ def plain_mininet(fabric):
         if net is not None:
             net.stop()
         state.release()
+        os.environ.pop(RUN_ENV, None)
 
 
 def main():

@@ -77,6 +77,12 @@ def build_parser():
     p.add_argument("--cli", action="store_true",
                    help="drop into the Mininet CLI instead of running traffic")
 
+    from emulator import drill
+    p = sub.add_parser("drill", help="failover drill: inject faults under probe traffic, "
+                                     "measure loss windows and recovery")
+    add_fabric_args(p)
+    drill.add_arguments(p)
+
     p = sub.add_parser("show", help="print the fabric: nodes, links, addressing")
     add_fabric_args(p)
     p.add_argument("--yaml", action="store_true", help="write the fabric back as YAML")
@@ -124,6 +130,12 @@ def main(argv=None):
             from emulator import runner
             fabric = load_fabric(args)
             return runner.run(fabric, args)
+        if args.command == "drill":
+            from emulator import drill, runner
+            fabric = load_fabric(args)
+            runner.require_root()
+            runner.check_dependencies()
+            return drill.main(fabric, args)
     except FabricError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -67,9 +67,11 @@ def summary(results, topo):
     if traffic:
         out.append(f"\ntraffic: {traffic['description']}")
         out.append(f"  sent {traffic['sent_packets']} packets, received "
-                   f"{traffic['received_packets']}, lost {traffic['dropped_packets']}")
-        out.append("\nper-uplink load on each leaf (ECMP spread), "
-                   f"{traffic['window_s']:.1f}s window:")
+                   f"{traffic['received_packets']}, lost {traffic['dropped_packets']}, "
+                   f"reordered {traffic['reordered_packets']}, "
+                   f"disruptions {traffic['total_disruptions']}")
+        out.append("\nper-uplink load on each leaf while sending (ECMP spread over "
+                   f"{traffic['window_s']:g}s):")
         rows = []
         for leaf in traffic["uplinks"]:
             loads = leaf["loads"]

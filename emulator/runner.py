@@ -251,6 +251,7 @@ class Session:
         t0 = time.monotonic()
         dp_type, dp_reason = datapath.detect(self.datapath_request)
         self.state = RunState.create()
+        self._old_env = os.environ.get(RUN_ENV)
         os.environ[RUN_ENV] = self.state.tag
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         self.dir = make_results_dir(self.results_base, self.state.tag)
@@ -322,6 +323,11 @@ class Session:
                     kill_processes(list(leftovers))
                 self.state.release()
                 self.state = None
+                # Children started after the run must not look like the run's.
+                if self._old_env is None:
+                    os.environ.pop(RUN_ENV, None)
+                else:
+                    os.environ[RUN_ENV] = self._old_env
             self.net = None
 
 

@@ -108,7 +108,7 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
                      "--dst-ip", dst["ip"], "--dst-mac", dst["mac"], "--qps", str(qps),
                      "--first-flow", str(i * qps), "--first-qpn", str(0x100 + i * qps),
                      "--rate", str(rate), "--duration", str(duration),
-                     "--frame-len", str(frame_len), "--out", out]
+                     "--burst", "4", "--frame-len", str(frame_len), "--out", out]
         senders.append((src, dst, net.popen_in(src["name"], argv, cwd=session_repo()), out))
     for src, _, p, _ in senders:
         _wait(p, duration + 30, f"sender in {src['name']}")
@@ -124,22 +124,35 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
     for _, _, out in receivers.values():
         with open(out) as f:
             doc = json.load(f)
-        for key, flow in doc.get("flows", {}).items():
-            received[key] = flow.get("received_packets", 0)
-    flows = [{"flow": k, "sent_packets": v, "received_packets": received.get(k, 0),
-              "dropped_packets": max(0, v - received.get(k, 0))} for k, v in sorted(sent.items())]
+        for flow in doc["flows"]:
+            received[flow["flow"]] = flow
+    flows = []
+    for key, count in sorted(sent.items()):
+        got = received.get(key, {})
+        n = got.get("received_packets", 0)
+        flows.append({"flow": key, "sent_packets": count, "received_packets": n,
+                      "dropped_packets": max(0, count - n),
+                      "duplicated_packets": got.get("duplicated_packets", 0),
+                      "reordered_packets": got.get("reordered_packets", 0),
+                      "total_disruptions": got.get("total_disruptions", 0),
+                      "longest_disruption_ms": got.get("longest_disruption_ms", 0)})
     host_rate = pairs[0][0]["ports"][0]["rate_bps"]
     return {
         "description": f"{len(pairs)} cross-leaf connections x {qps} QPs, "
                        f"{format_rate(int(host_rate * load))} each, {duration:g}s, "
                        f"{frame_len}-byte RoCEv2 frames",
         "pairs": [[s["name"], d["name"]] for s, d in pairs],
-        "window_s": round(seconds, 3),
+        # Each sender sends for exactly ``duration``; uplink rates are over that time
+        # (the counters were read around all senders, including process start-up).
+        "window_s": duration,
+        "counter_window_s": round(seconds, 3),
         "sent_packets": sum(f["sent_packets"] for f in flows),
         "received_packets": sum(f["received_packets"] for f in flows),
         "dropped_packets": sum(f["dropped_packets"] for f in flows),
+        "reordered_packets": sum(f["reordered_packets"] for f in flows),
+        "total_disruptions": sum(f["total_disruptions"] for f in flows),
         "flows": flows,
-        "uplinks": uplink_loads(topo, before, after, seconds),
+        "uplinks": uplink_loads(topo, before, after, duration),
     }
 
 
