@@ -15,9 +15,10 @@ rate (about the host link rate), QPs per connection and timeouts.
    one event loop: a step's sends are queued once the receives it depends on
    are complete (or timed out); queued packets leave paced by a token bucket;
    arriving packets are marked per (tag, step).  A receive not complete
-   ``step_timeout_s`` after its step was released counts as a missing chunk,
-   so a lost packet costs a timeout instead of a hang.  There is no
-   retransmission: a missing chunk is reported in ``#wrong``.
+   ``step_timeout_s`` after its step was released unblocks its dependents
+   anyway, so a lost packet costs a timeout instead of a hang (details in
+   ``Rank.run_size``).  There is no retransmission: a chunk still incomplete
+   at the end is missing and reported in ``#wrong``.
 
 A chunk of B bytes is cut into ceil(B/mtu) packets spread round-robin over
 the connection's QPs (one PSN space and one UDP source port each, hence one
@@ -160,6 +161,7 @@ class Rank:
         self.peer_mac = {}
         self.heard, self.heard_all = set(), set()
         self.bytes_rx = {}
+        self.last_rx = {}      # tag -> last arrival of that call's packets
         # scapy's import takes ~0.5 s: pay it now, not inside the first timed call
         import scapy.contrib.roce  # noqa: F401
 
@@ -282,6 +284,7 @@ class Rank:
                 entry = self.chunks[key] = [p.count, set()]
             entry[1].add(p.index)
             self.bytes_rx[p.tag] = self.bytes_rx.get(p.tag, 0) + n
+            self.last_rx[p.tag] = now
 
     def _step_timeout_ns(self, nbytes):
         t = self.cfg["step_timeout_s"]
@@ -290,34 +293,44 @@ class Rank:
         return int(t * 1e9)
 
     def run_size(self, tag, size):
-        """One collective call of ``size`` bytes; returns its result row."""
+        """One collective call of ``size`` bytes; returns its result row.
+
+        A receive not complete ``step_timeout`` after its step was released
+        *times out*: the steps depending on it are released anyway, so a lost
+        chunk delays the ring by one timeout instead of stopping it.  A chunk
+        completing later still counts as received.  The call ends when every
+        receive is complete, or when all sends are done, every pending
+        deadline has passed and nothing of this call arrived for two step
+        timeouts (what is still incomplete then is missing: ``#wrong``).
+        """
         cfg = self.cfg
         steps = schedule(cfg["collective"], self.n, self.me, size, cfg["ring_order"])
-        bucket = TokenBucket(cfg["rate_bps"], cfg["burst"] * (cfg["mtu"] + 100) * 8,
-                             self.clock())
+        cost = (cfg["mtu"] + 100) * 8
+        bucket = TokenBucket(cfg["rate_bps"], cfg["burst"] * cost, self.clock())
         buf = bytearray(9216)
         mv = memoryview(buf)
-        queue, qpos = [], 0
-        released = 0
-        deadline = {}
-        resolved = {}          # step -> "ok" | "missing"
+        queue, qpos, released = [], 0, 0
+        deadline, unblocked, ok = {}, set(), set()
         sent_bytes = 0
         start = self.clock()
         last_event = start
+        end_idle = 2 * max((self._step_timeout_ns(t.nbytes) for st in steps
+                            for t in st.recvs), default=0)
+        self.last_rx[tag] = start
         while True:
             self._drain(buf, mv)
             now = self.clock()
-            for k, st in enumerate(steps):
-                if k in resolved or k >= released:
+            for k in range(released):
+                if k in ok:
                     continue
                 entry = self.chunks.get((tag, k))
                 if entry is not None and len(entry[1]) >= entry[0]:
-                    resolved[k] = "ok"
+                    ok.add(k)
+                    unblocked.add(k)
                     last_event = now
                 elif now >= deadline[k]:
-                    resolved[k] = "missing"
-                    last_event = now
-            while released < len(steps) and all(d in resolved for d in steps[released].after):
+                    unblocked.add(k)
+            while released < len(steps) and all(d in unblocked for d in steps[released].after):
                 st = steps[released]
                 for t in st.sends:
                     queue.extend(self._packets(tag, released, t))
@@ -326,8 +339,7 @@ class Rank:
                 released += 1
             if qpos < len(queue):
                 bucket.refill(now)
-                n = min(self.sender.batch, len(queue) - qpos,
-                        int(bucket.tokens // ((cfg["mtu"] + 100) * 8)))
+                n = min(self.sender.batch, len(queue) - qpos, int(bucket.tokens // cost))
                 if n > 0:
                     sent = self.sender.emit(queue[qpos:qpos + n], self.clock)
                     bucket.consume(sent * 8)
@@ -335,24 +347,27 @@ class Rank:
                     qpos += n
                     last_event = self.clock()
                     continue
-                wait = bucket.wait_ns((cfg["mtu"] + 100) * 8)
+                wait = bucket.wait_ns(cost)
+            elif released == len(steps):
+                if len(ok) == len(steps):
+                    break
+                give_up = max([self.last_rx[tag] + end_idle]
+                              + [deadline[k] for k in range(released) if k not in ok])
+                if now >= give_up:
+                    last_event = now
+                    break
+                wait = give_up - now
             else:
                 wait = None
-                if released == len(steps) and len(resolved) == len(steps):
-                    break
-            pending = [deadline[k] - now for k in range(released) if k not in resolved]
+            pending = [deadline[k] - now for k in range(released) if k not in unblocked]
             waits = [w for w in [wait] + pending if w is not None]
             timeout = max(min(waits), 0) / 1e9 if waits else 0.05
             r, _, _ = select.select([self.rx, self.hello], [], [], min(timeout, 0.05))
             if self.hello in r:
                 self._hello_recv()
-        missing = sum(1 for v in resolved.values() if v == "missing")
-        corrupted = sum(1 for k in range(len(steps))
-                        if resolved.get(k) == "ok" and self.corrupt.get((tag, k)))
-        corrupted += sum(1 for k in range(len(steps))
-                         if resolved.get(k) == "missing" and self.corrupt.get((tag, k)))
-        missing -= sum(1 for k in range(len(steps))
-                       if resolved.get(k) == "missing" and self.corrupt.get((tag, k)))
+        bad = [k for k in range(len(steps)) if k not in ok]
+        corrupted = sum(1 for k in range(len(steps)) if self.corrupt.get((tag, k)))
+        missing = sum(1 for k in bad if not self.corrupt.get((tag, k)))
         return {"size": size, "time_s": (last_event - start) / 1e9,
                 "bytes_sent": sent_bytes, "bytes_received": self.bytes_rx.get(tag, 0),
                 "steps": len(steps), "chunks_missing": missing,

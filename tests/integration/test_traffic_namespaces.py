@@ -171,3 +171,67 @@ def test_iperf3_between_namespaces(pair, udp):
         assert 15e6 < res["bps"] < 25e6
     else:
         assert 15e6 < res["bps"] < 25e6
+
+
+def run_ranks(hosts, tmp, collective, sizes, **extra):
+    """Run one rank per host; return their result documents."""
+    ranks = [{"name": f"h{i}", "ip": ip, "mac": mac, "intf": ifname}
+             for i, (ns, ifname, ip, mac) in enumerate(hosts)]
+    procs = []
+    for i, (ns, *_rest) in enumerate(hosts):
+        cfg = dict({"rank": i, "ranks": ranks, "collective": collective, "sizes": sizes,
+                    "rate_bps": 40e6, "output": os.path.join(tmp, f"r{i}.json")}, **extra)
+        path = os.path.join(tmp, f"r{i}.cfg.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        procs.append(popen_in(ns, "rank", "--config", path))
+    statuses = []
+    for p in procs:
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate(timeout=5)
+            raise AssertionError(f"rank hung: {p.args}")
+        statuses.append(p.returncode)
+    docs = []
+    for i in range(len(hosts)):
+        with open(os.path.join(tmp, f"r{i}.json")) as f:
+            docs.append(json.load(f))
+    return statuses, docs
+
+
+def test_lost_chunks_time_out_into_wrong(lab):
+    """A rank whose RoCE ingress is dropped: its chunks are #wrong, nobody hangs."""
+    hosts = bridge_lan(lab, 2)
+    ns1, if1 = hosts[1][0], hosts[1][1]
+    # netdev ingress runs before the ETH_P_IP packet socket: the rank never sees them
+    rules = (f"add table netdev flt\n"
+             f"add chain netdev flt in {{ type filter hook ingress device {if1} priority 0; }}\n"
+             f"add rule netdev flt in udp dport 4791 drop\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        rules_path = os.path.join(tmp, "drop.nft")
+        with open(rules_path, "w") as f:
+            f.write(rules)
+        run("nft", "-f", rules_path, ns=ns1)
+        statuses, docs = run_ranks(hosts, tmp, "allreduce", [64 * 1024],
+                                   step_timeout_s=0.5)
+    assert statuses == [0, 1]                      # exit 1: this rank saw #wrong
+    assert docs[0]["results"][0]["chunks_missing"] == 0
+    assert docs[1]["results"][0]["chunks_missing"] == 2
+    assert docs[1]["results"][0]["time_s"] >= 1.0   # two step timeouts
+    assert combine(docs)["rows"][0]["wrong"] == 2
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "alltoall"])
+def test_other_collectives_over_bridge(lab, collective):
+    hosts = bridge_lan(lab, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        statuses, docs = run_ranks(hosts, tmp, collective, [3 * 20000], qps=3)
+    assert statuses == [0, 0, 0]
+    rep = combine(docs)
+    assert rep["rows"][0]["wrong"] == 0
+    for d in docs:
+        row = d["results"][0]
+        assert row["steps"] == 2
+        assert row["bytes_received"] == row["bytes_sent"] > 40000
