@@ -12,9 +12,9 @@ import subprocess
 import time
 
 
-def popen(place, args):
-    """Start ``args`` in ``place`` with stdout/stderr piped."""
-    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+def popen(place, args, **extra):
+    """Start ``args`` in ``place`` with stdout/stderr piped (``extra``: Popen kw)."""
+    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **extra}
     if hasattr(place, "popen"):
         return place.popen(list(args), **kw)
     if callable(place):

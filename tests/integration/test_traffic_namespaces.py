@@ -235,3 +235,22 @@ def test_other_collectives_over_bridge(lab, collective):
         row = d["results"][0]
         assert row["steps"] == 2
         assert row["bytes_received"] == row["bytes_sent"] > 40000
+
+
+def test_traffic_mix_between_pairs(lab):
+    from traffic.mix import Endpoint, Pair, run_mix
+    hosts = bridge_lan(lab, 3)
+    ep = [Endpoint(ns, ifname, ip) for ns, ifname, ip, _mac in hosts]
+    pairs = [Pair(ep[0], ep[2], rate_bps=8e6, qps=2), Pair(ep[1], ep[2], rate_bps=4e6, qps=1),
+             Pair(ep[2], ep[0], rate_bps=4e6, qps=3)]
+    res = run_mix(pairs, duration=1.0, idle=0.5, python=PYTHON)
+    assert sorted(res) == [ep[0].ip, ep[2].ip]
+    at2 = {f["flow"]: f for f in res[ep[2].ip]["flows"]}
+    assert sorted(at2) == [f"{ep[0].ip}#0", f"{ep[0].ip}#1", f"{ep[1].ip}#2"]
+    assert sorted(f["flow"] for f in res[ep[0].ip]["flows"]) == [
+        f"{ep[2].ip}#{i}" for i in (3, 4, 5)]
+    for r in res.values():
+        assert r["total"]["dropped_packets"] == 0
+        assert r["total"]["received_packets"] == r["total"]["sent_packets"] > 0
+    # 8 Mbit/s over 2 QPs of 1078-byte frames for 1 s: ~464 packets per QP
+    assert 400 < at2[f"{ep[0].ip}#0"]["received_packets"] < 530
