@@ -10,7 +10,8 @@ rate (about the host link rate), QPs per connection and timeouts.
    everyone (or 1 s after it heard everyone).  The hellos also make the kernel
    resolve ARP, so the next-hop MAC of each peer is then read from the
    neighbour table (falling back to the config's ``next_hop_mac`` or ``mac``).
-2. Optional ``start_time`` (Unix time) is awaited.
+2. Optional ``start_time`` (Unix time) is awaited, then ``warmup`` calls of
+   the first size run unreported (they absorb the ranks' start skew).
 3. Per size (``tag`` = its index), the ``collectives.schedule`` steps run in
    one event loop: a step's sends are queued once the receives it depends on
    are complete (or timed out); queued packets leave paced by a token bucket;
@@ -46,7 +47,7 @@ HELLO = struct.Struct("!4sIB")
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
             "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
-            "output": None, "gap_threshold_ms": 10.0}
+            "output": None, "gap_threshold_ms": 10.0, "warmup": 0}
 RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
 
 
@@ -76,6 +77,8 @@ def load_config(doc):
         raise ConfigError(f"collective: one of {COLLECTIVES}")
     if not cfg["sizes"] or any(not isinstance(s, int) or s <= 0 for s in cfg["sizes"]):
         raise ConfigError("sizes: positive integers (bytes)")
+    if not isinstance(cfg["warmup"], int) or cfg["warmup"] < 0:
+        raise ConfigError("warmup: a count of calls >= 0")
     if cfg["qps"] < 1 or cfg["rate_bps"] <= 0 or not PROBE.size <= cfg["mtu"] <= 8192:
         raise ConfigError("qps >= 1, rate_bps > 0 and 36 <= mtu <= 8192 required")
     ring = cfg["ring"]
@@ -387,7 +390,10 @@ class Rank:
                 for q in range(self.cfg["qps"]):
                     for op in ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"):
                         self._template(t.peer, q, op, self.cfg["mtu"])
-        results = [self.run_size(tag, size) for tag, size in enumerate(self.cfg["sizes"])]
+        # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
+        calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
+        results = [self.run_size(tag, size) for tag, size in enumerate(calls)]
+        results = results[self.cfg["warmup"]:]
         flows = self.acct.summary(timeline=False)
         return {"rank": self.me, "name": self.ranks[self.me].get("name"),
                 "collective": self.cfg["collective"], "nranks": self.n,

@@ -131,7 +131,8 @@ def test_four_rank_ring_allreduce_over_bridge(lab):
         for i, (ns, *_rest) in enumerate(hosts):
             cfg = {"rank": i, "ranks": ranks, "collective": "allreduce",
                    "sizes": [size, 4 * size], "rate_bps": 100e6, "qps": 2,
-                   "ring": "topology", "output": os.path.join(tmp, f"rank{i}.json")}
+                   "ring": "topology", "warmup": 1,
+                   "output": os.path.join(tmp, f"rank{i}.json")}
             path = os.path.join(tmp, f"rank{i}.cfg.json")
             with open(path, "w") as f:
                 json.dump(cfg, f)

@@ -25,7 +25,7 @@ def test_defaults_and_rings():
     ({"rank": 0, "collective": "bcast"}, "collective"),
     ({"rank": 0, "sizes": [0]}, "sizes"), ({"rank": 0, "sizes": [1.5]}, "sizes"),
     ({"rank": 0, "ring": [0, 1]}, "ring"), ({"rank": 0, "qps": 0}, "qps"),
-    ({"rank": 0, "mtu": 10}, "mtu"),
+    ({"rank": 0, "mtu": 10}, "mtu"), ({"rank": 0, "warmup": -1}, "warmup"),
 ])
 def test_invalid_configs_name_the_key(bad, where):
     with pytest.raises(ConfigError, match=where):
