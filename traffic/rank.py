@@ -148,6 +148,7 @@ class Rank:
         mine = self.ranks[self.me]
         self.intf = mine["intf"]
         self.mac = mine.get("mac") or read_mac(self.intf)
+        self._my_ip = socket.inet_aton(mine["ip"])   # frames for others are ignored
         self.rx = open_capture(self.intf)
         self.rx.setblocking(False)
         self.sink = open_sink()
@@ -377,7 +378,6 @@ class Rank:
                 "chunks_corrupted": corrupted}
 
     def run(self):
-        self._my_ip = socket.inet_aton(self.ranks[self.me]["ip"])
         self.barrier()
         if self.cfg["start_time"]:
             delay = self.cfg["start_time"] - time.time()
