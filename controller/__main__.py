@@ -1,5 +1,5 @@
 """Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
-[--log-file PATH] [--app PATH.py ...]``.
+[--log-file PATH] [--failover none|controller|fast-failover] [--app PATH.py ...]``.
 
 Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
 (the ready signal), exits 0 on SIGTERM, exits 1 on a handler exception
@@ -10,6 +10,7 @@ reaches them in the environment variable FABRIC_TOPOLOGY.
 
 import argparse
 import logging
+import os
 import sys
 
 from .topology import TopologyError, load
@@ -31,8 +32,13 @@ def main(argv=None):
                     help="OpenFlow listen address (default 127.0.0.1:6653)")
     ap.add_argument("--log-file", help="also log to this file")
     ap.add_argument("--app", action="append", help="run this os-ken app file instead of ours")
+    ap.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+                    default=os.environ.get("FABRIC_FAILOVER") or "fast-failover",
+                    help="repair mode (default: $FABRIC_FAILOVER, else fast-failover)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
+    if args.failover not in ("none", "controller", "fast-failover"):   # a bad $FABRIC_FAILOVER
+        ap.error(f"--failover {args.failover!r}: use none, controller or fast-failover")
 
     handlers = [logging.StreamHandler(sys.stderr)]
     if args.log_file:
@@ -44,6 +50,7 @@ def main(argv=None):
     except TopologyError as e:
         logging.getLogger("controller").error("bad topology: %s", e)
         return 2
+    os.environ["FABRIC_FAILOVER"] = args.failover     # the app reads it there
     from . import osken_app        # imported late: os-ken monkey-patches on import paths
     osken_app.run(args.topology, *args.listen, apps=args.app)
     return 0

@@ -9,7 +9,8 @@ field equals the packet's. ``FakeFabric`` wires FakeSwitches per a Topology
 and walks packets hop by hop, exploring every select-group bucket.
 """
 
-from .messages import OFPP_IN_PORT, CopyField, FlowMod, Group, GroupMod, Output, SetField
+from .messages import (OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
+                       SetField)
 
 
 class FakeSwitchError(AssertionError):
@@ -83,6 +84,10 @@ class FakeSwitch:
                 pkt[a.field] = a.value
             elif isinstance(a, CopyField):
                 pkt[a.dst] = pkt.get(a.src)
+            elif isinstance(a, DecNwTtl):
+                pkt["ip_ttl"] = pkt.get("ip_ttl", 64) - 1
+                if pkt["ip_ttl"] <= 0:
+                    return                   # OVS drops it (no invalid-TTL packet-in)
             elif isinstance(a, Output):
                 port = pkt["in_port"] if a.port == OFPP_IN_PORT else a.port
                 results.append((port, dict(pkt)))

@@ -32,6 +32,11 @@ class Group:
 
 
 @dataclass(frozen=True)
+class DecNwTtl:
+    """Decrement the IPv4 TTL; OVS drops the packet when it reaches 0 (loop bound)."""
+
+
+@dataclass(frozen=True)
 class SetField:
     field: str
     value: object

@@ -24,7 +24,10 @@ pad(4) method[16] param(8) then OXM TLVs whose values are all-ones masks.
 
 Handler exceptions are fatal (``CONTROLLER-EXCEPTION`` then exit 1);
 OpenFlow errors from a switch are logged with ``OFP-ERROR``.
-The topology path comes from the environment variable FABRIC_TOPOLOGY.
+The topology path comes from the environment variable FABRIC_TOPOLOGY, the
+failover mode (``none|controller|fast-failover``, default fast-failover)
+from FABRIC_FAILOVER. In mode ``none`` port status is logged and ignored and
+every port counts as live: nothing reroutes (docs/failover.md).
 """
 
 import functools
@@ -49,11 +52,13 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from . import policy
 from . import topology as topology_mod
-from .messages import (Bucket, CopyField, FlowMod, Group, GroupMod, Output, Selection,
-                       SetField, SwitchState)
+from .messages import (Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
+                       Selection, SetField, SwitchState)
 
 LOG = logging.getLogger("controller")
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
+FAILOVER_ENV = "FABRIC_FAILOVER"
+DEFAULT_FAILOVER = "fast-failover"
 NTR_VENDOR_ID = 0x0000154D          # Netronome
 NTR_COMPAT_VENDOR_ID = 0x00001540   # the wrong value OVS 2.4 used; still accepted
 NTRT_SELECTION_METHOD = 1
@@ -164,6 +169,8 @@ def to_action(a):
         return parser.OFPActionSetField(**{a.field: a.value})
     if isinstance(a, CopyField):
         return parser.OFPActionCopyField(a.n_bits, 0, 0, [a.src, a.dst])
+    if isinstance(a, DecNwTtl):
+        return parser.OFPActionDecNwTtl()
     raise TypeError(f"no OpenFlow translation for {a!r}")
 
 
@@ -233,6 +240,8 @@ def from_action(a):
         return Group(a.group_id)
     if isinstance(a, parser.OFPActionSetField):
         return SetField(a.key, a.value)
+    if isinstance(a, parser.OFPActionDecNwTtl):
+        return DecNwTtl()
     if isinstance(a, parser.OFPActionCopyField) and a.src_offset == 0 == a.dst_offset:
         return CopyField(a.oxm_ids[0].type, a.oxm_ids[1].type, a.n_bits)
     return Foreign(a)
@@ -298,16 +307,22 @@ class FabricController(app_manager.OSKenApp):
         if not path:
             raise RuntimeError(f"{TOPOLOGY_ENV} is not set: no topology to load")
         self.topo = topology_mod.load(path)
+        self.failover = policy.check_mode(os.environ.get(FAILOVER_ENV) or DEFAULT_FAILOVER)
         self.all_ports = self.topo.all_ports()
         self.down = set()          # (dpid, port) a switch reported down
         self.dps = {}              # dpid -> connected datapath
         self.installed = {}        # dpid -> SwitchState last confirmed by barrier
         self.ofp_errors = 0
-        LOG.info("topology %s: %d switches, %d host ports", self.topo.name,
-                 len(self.topo.switches), len(self.topo.host_ports))
+        LOG.info("topology %s: %d switches, %d host ports; failover %s", self.topo.name,
+                 len(self.topo.switches), len(self.topo.host_ports), self.failover)
 
     def live(self):
+        if self.failover == "none":
+            return self.all_ports        # mode none: liveness is ignored
         return self.all_ports - self.down
+
+    def desired(self, live):
+        return policy.desired_state(self.topo, live, self.failover)
 
     def _request(self, msg, reply_cls, multi=True):
         return ofctl_api.send_msg(self, msg, reply_cls=reply_cls, reply_multi=multi)
@@ -367,7 +382,7 @@ class FabricController(app_manager.OSKenApp):
         req = parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)
         for reply in self._request(req, parser.OFPGroupDescStatsReply):
             groups |= {from_group_desc(gd) for gd in reply.body}
-        desired = policy.desired_state(self.topo, new_live)
+        desired = self.desired(new_live)
         msgs = policy.diff(SwitchState(frozenset(flows), frozenset(groups)), desired[dpid])
         self._send(dp, msgs)
         self._barrier(dp)
@@ -419,7 +434,9 @@ class FabricController(app_manager.OSKenApp):
             self.down.discard(key)
         else:
             self.down.add(key)
-        self.push(policy.desired_state(self.topo, self.live()), t0,
+        if self.failover == "none":
+            return                        # recorded, never acted on
+        self.push(self.desired(self.live()), t0,
                   event="port", dpid=dpid, port=desc.port_no, up=up)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [HANDSHAKE_DISPATCHER, CONFIG_DISPATCHER, MAIN_DISPATCHER])

@@ -22,14 +22,38 @@ toward a destination has several ports outputs to a select group; one group
 per distinct port set on a switch, numbered 1.. in sorted order of the sets,
 hashing ipv4_src, ipv4_dst, udp_src, udp_dst with the switch's hash_seed as
 basis. Buckets watch their output port so OVS skips dead buckets.
+
+Failover modes (``failover=``, see docs/failover.md):
+
+* ``controller`` (the default here): the above; the controller recomputes on
+  port status. Select buckets watch their port, so a leaf already re-hashes
+  the flows of a dead uplink over the survivors on its own (rendezvous
+  hashing: only the dead bucket's flows move).
+* ``fast-failover``: ``controller`` plus local repair where a route has ONE
+  next hop toward a switch (a spine toward a leaf in a 2-tier Clos): the flow
+  outputs to a fast-failover group [primary, bounce ports...]. A bounce port
+  leads to a neighbour Y that can reach the destination without coming back
+  (valley routing: spine -> other leaf -> other spine -> leaf). Y gets a
+  repair flow, priority 1100, ``in_port=<port facing us>, eth_dst=<dest MAC>``
+  -> dec_ttl, then Y's own next hops minus the one back to us. In normal
+  operation no packet ever matches it (nothing arrives from an uplink for a
+  remote host); dec_ttl bounds any loop a double failure could create.
+  Multi-next-hop routes stay select groups: a select bucket that watches its
+  port is already a fast-failover over the other buckets.
+* ``none``: no watch ports, no FF groups (and the controller ignores port
+  status): nothing repairs, for comparison.
 """
 
 from collections import deque
 
 from .messages import (ARP_REPLY, ARP_REQUEST, COOKIE, ETH_TYPE_ARP, ETH_TYPE_IPV4,
-                       OFPP_IN_PORT, Bucket, CopyField, FlowMod, Group, GroupMod,
+                       OFPP_IN_PORT, Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod,
                        Output, Selection, SetField, SwitchState, match)
 
+MODES = ("none", "controller", "fast-failover")
+DEFAULT_MODE = "controller"
+FF_GROUP_BASE = 1 << 16      # FF group ids: never reuse a select group's id with another type
+PRIO_REPAIR = 1100
 PRIO_IPV4 = 1000
 PRIO_ARP_GUARD = 300
 PRIO_ARP_REPLY = 200
@@ -96,7 +120,39 @@ def next_hops(topo, live):
     return routes
 
 
-def _switch_state(topo, sw, routes):
+def repair_plan(topo, live, routes):
+    """Fast-failover backups and the repair flows they need, from all switches' routes.
+
+    Returns (backups, repairs): backups[dpid][ip] = bounce ports (sorted) of a
+    single-next-hop route; repairs[dpid][(in_port, ip)] = ports to use for a
+    packet bounced in through ``in_port``.
+    """
+    backups = {s.dpid: {} for s in topo.switches}
+    repairs = {s.dpid: {} for s in topo.switches}
+    for sw in topo.switches:
+        for ip, ports in routes[sw.dpid].items():
+            if len(ports) != 1 or topo.peer_of(sw.dpid, ports[0]) is None:
+                continue              # ECMP (select skips dead buckets) or a host port
+            bounce = []
+            for p in sw.ports:
+                if p.to_host or p.port == ports[0] or (sw.dpid, p.port) not in live:
+                    continue
+                y, back = topo.peer_of(sw.dpid, p.port)
+                if (y, back) not in live:
+                    continue
+                y_ports = routes[y].get(ip, ())
+                alt = tuple(q for q in y_ports if q != back)
+                if not alt:
+                    continue          # Y could only send it back to us
+                bounce.append(p.port)
+                if back in y_ports:   # else Y's normal flow already avoids us
+                    repairs[y][(back, ip)] = alt
+            if bounce:
+                backups[sw.dpid][ip] = tuple(bounce)
+    return backups, repairs
+
+
+def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
     own = {(hp.dpid, hp.switch_port): hp for hp in topo.host_ports}
@@ -113,25 +169,60 @@ def _switch_state(topo, sw, routes):
                 eth_type=ETH_TYPE_ARP, arp_op=ARP_REQUEST, arp_tpa=hp.ip),
                 arp_responder_actions(hp.ip, hp.mac)))
 
-    port_sets = sorted({ports for ports in routes.values() if len(ports) > 1})
+    backups = backups or {}
+    repairs = repairs or {}
+    # Without watch ports a select group keeps hashing onto a dead port: mode none.
+    watch = failover != "none"
+    port_sets = sorted({ports for ports in routes.values() if len(ports) > 1}
+                       | {ports for ports in repairs.values() if len(ports) > 1})
     group_of = {ports: gid for gid, ports in enumerate(port_sets, start=1)}
     groups = [GroupMod(gid, "select",
-                       tuple(Bucket((Output(p),), 1, p) for p in ports),
+                       tuple(Bucket((Output(p),), 1, p if watch else None) for p in ports),
                        Selection(HASH_FIELDS, sw.hash_seed))
               for ports, gid in group_of.items()]
+    ff_sets = sorted({(routes[ip][0],) + b for ip, b in backups.items()})
+    ff_of = {ports: FF_GROUP_BASE + i for i, ports in enumerate(ff_sets)}
+    groups += [GroupMod(gid, "ff", tuple(Bucket((Output(p),), 1, p) for p in ports))
+               for ports, gid in ff_of.items()]
+
+    def action(ports):
+        return Output(ports[0]) if len(ports) == 1 else Group(group_of[ports])
+
     for ip, ports in routes.items():
         if not ports:
             continue                     # no live path: table miss drops it
-        action = Output(ports[0]) if len(ports) == 1 else Group(group_of[ports])
-        flows.append(FlowMod(0, PRIO_IPV4, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), (action,)))
+        if ip in backups:
+            act = Group(ff_of[(ports[0],) + backups[ip]])
+        else:
+            act = action(ports)
+        flows.append(FlowMod(0, PRIO_IPV4, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), (act,)))
+    mac_of = {hp.ip: hp.mac for hp in topo.host_ports}
+    for (in_port, ip), ports in repairs.items():
+        # eth_dst, not ipv4_dst: the MAC of the destination host port is unique
+        # to it too (no MAC rewriting in this fabric).
+        flows.append(FlowMod(0, PRIO_REPAIR, match(in_port=in_port, eth_type=ETH_TYPE_IPV4,
+                                                   eth_dst=mac_of[ip]),
+                             (DecNwTtl(), action(ports))))
     return SwitchState(frozenset(flows), frozenset(groups))
 
 
-def desired_state(topo, live):
+def check_mode(failover):
+    if failover not in MODES:
+        raise ValueError(f"failover mode {failover!r}: use one of {', '.join(MODES)}")
+    return failover
+
+
+def desired_state(topo, live, failover=DEFAULT_MODE):
     """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
+    check_mode(failover)
     live = frozenset(live)
     routes = next_hops(topo, live)
-    return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid]) for sw in topo.switches}
+    backups = repairs = {}
+    if failover == "fast-failover":
+        backups, repairs = repair_plan(topo, live, routes)
+    return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,
+                                   backups.get(sw.dpid), repairs.get(sw.dpid))
+            for sw in topo.switches}
 
 
 def _sort_key(msg):
@@ -170,10 +261,10 @@ def install(state):
     return diff(SwitchState(), state)
 
 
-def changes(topo, old_live, new_live):
+def changes(topo, old_live, new_live, failover=DEFAULT_MODE):
     """{dpid: [messages]} for switches whose state differs between two liveness sets."""
-    old = desired_state(topo, old_live)
-    new = desired_state(topo, new_live)
+    old = desired_state(topo, old_live, failover)
+    new = desired_state(topo, new_live, failover)
     out = {}
     for dpid in sorted(new):
         msgs = diff(old[dpid], new[dpid])
