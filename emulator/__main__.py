@@ -68,8 +68,22 @@ def build_parser():
     p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
                         "(shows hash polarization)")
+    p.add_argument("--workload", default="mix",
+                   choices=("mix", "allreduce", "allgather", "reducescatter", "alltoall",
+                            "none"),
+                   help="mix: RoCEv2 flows across leaves (default); a collective: "
+                        "nccl-tests-style run over all hosts (or --hosts)")
     p.add_argument("--duration", type=float, default=5.0,
-                   help="seconds of the default traffic mix (0: none)")
+                   help="seconds of the traffic mix")
+    p.add_argument("--sizes", default="1M:4M",
+                   help="collective message sizes, nccl-tests style: 1M:64M, 1M:64M:4, 1M,8M")
+    p.add_argument("--qps", type=int, default=None,
+                   help="queue pairs per connection (UDP source ports); default 4 for "
+                        "the mix, 1 for collectives")
+    p.add_argument("--ring", choices=("naive", "topology"), default="naive",
+                   help="ring order: host order, or same-leaf neighbours first")
+    p.add_argument("--hosts", default=None,
+                   help="comma-separated hosts taking part in the collective (default all)")
     p.add_argument("--queue-ms", type=float, default=10.0,
                    help="egress queue of every link, in ms at the link rate")
     p.add_argument("--results", default="results", metavar="DIR",

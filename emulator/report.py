@@ -79,6 +79,12 @@ def summary(results, topo):
             rows.append((leaf["leaf"], cells, f"{leaf['max_over_mean']:.2f}"
                          if leaf["max_over_mean"] is not None else "-"))
         out.append(_table(rows, ("leaf", "uplink:Mbit/s", "max/mean")))
+    coll = r.get("collective")
+    if coll:
+        out.append(f"\n{coll['collective']} over {coll['nranks']} ranks "
+                   f"(ring {coll['ring']}, {coll['qps']} QP per connection), "
+                   "nccl-tests style; effic = busbw / link rate:")
+        out.append(coll["table"])
     if "teardown_s" in t:
         out.append(f"\nteardown: {t['teardown_s']:.2f}s")
     out.append(f"results: {r['results_dir']}")

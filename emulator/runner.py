@@ -335,8 +335,10 @@ def run(fabric, args, out=print):
     """``emulator run``: the whole default scenario; returns the exit status."""
     require_root()
     check_dependencies()
-    from emulator import report, workload
+    from emulator import collective, report, workload
     status = 0
+    sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
+        else None
     with signals_as_exceptions():
         session = Session(fabric, results_base=args.results, controller=args.controller,
                           datapath_request=args.datapath, seed=args.hash_seed,
@@ -347,10 +349,18 @@ def run(fabric, args, out=print):
                     from mininet.cli import CLI
                     out(report.cli_banner(session))
                     CLI(session.net.mn)
-                elif args.duration > 0:
+                elif args.workload == "mix" and args.duration > 0:
                     out(f"... traffic: {args.duration:g}s across leaves")
                     session.results["traffic"] = workload.default_mix(
-                        session, duration=args.duration)
+                        session, duration=args.duration, qps=args.qps or 4)
+                elif sizes:
+                    hosts = args.hosts.split(",") if args.hosts else None
+                    rep = collective.run_collective(
+                        session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
+                        ring=args.ring, progress=lambda m: out(f"... {m}"))
+                    session.results["collective"] = rep
+                    if any(r["wrong"] for r in rep["rows"]):
+                        status = 1
         finally:
             if session.results.get("reachability"):
                 write_json(os.path.join(session.dir, "results.json"), session.results)

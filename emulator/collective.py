@@ -1,0 +1,139 @@
+"""Collectives on the fabric: one ``python -m traffic rank`` per host, nccl-tests report.
+
+``run_collective`` writes one rank config per participating host into
+``<results>/collective/``, starts every rank in its host's namespace, waits
+for all of them (with a deadline derived from the sizes and the link rate),
+and combines the rank results into the nccl-tests table
+(``size count type redop root time algbw busbw #wrong``) with busbw / link
+rate as the fabric's efficiency.
+
+Sizes use nccl-tests' notation: ``1M:64M`` is 1M, 2M, ... 64M (x2 steps),
+``1M:64M:4`` steps by x4, ``1M,8M`` is a list; K/M/G are powers of 1024.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from emulator.errors import ConfigError, RunFailed
+
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _size(text, where):
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in "KMG" else ""
+    try:
+        value = int(float(t[:-1] if unit else t) * _UNITS[unit])
+    except ValueError:
+        raise ConfigError(where, f"{text!r} is not a size like 64K, 1M or 1048576")
+    if value <= 0:
+        raise ConfigError(where, f"{text!r} must be positive")
+    return value
+
+
+def parse_sizes(text, where="--sizes"):
+    """'1M:64M' -> [1M, 2M, ..., 64M]; '1M:64M:4'; '1M,8M'."""
+    if "," in text:
+        return [_size(s, where) for s in text.split(",")]
+    parts = text.split(":")
+    if len(parts) == 1:
+        return [_size(parts[0], where)]
+    if len(parts) not in (2, 3):
+        raise ConfigError(where, f"{text!r} is not MIN:MAX[:FACTOR] or a comma list")
+    lo, hi = _size(parts[0], where), _size(parts[1], where)
+    factor = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 2
+    if hi < lo or factor < 2:
+        raise ConfigError(where, f"{text!r}: need MIN <= MAX and FACTOR >= 2")
+    sizes, s = [], lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
+                 rate_bps=None, out_dir=".", step_timeout_s=None, warmup=1):
+    """The rank config dicts (one per host), in rank order."""
+    chosen = [h for h in topo["hosts"] if hosts is None or h["name"] in hosts]
+    if hosts is not None:
+        unknown = sorted(set(hosts) - {h["name"] for h in topo["hosts"]})
+        if unknown:
+            raise ConfigError("--hosts", f"unknown host {unknown[0]!r}")
+    if len(chosen) < 2:
+        raise ConfigError("--hosts", "a collective needs at least 2 hosts")
+    ranks = [{"name": h["name"], "ip": h["ip"], "mac": h["mac"], "intf": h["ports"][0]["port"],
+              "leaf": h["ports"][0]["switch"]} for h in chosen]
+    link = rate_bps or min(h["ports"][0]["rate_bps"] for h in chosen)
+    return [{"rank": i, "ranks": ranks, "collective": collective, "sizes": sizes,
+             "rate_bps": link, "qps": qps, "ring": ring, "warmup": warmup,
+             "step_timeout_s": step_timeout_s,
+             "output": os.path.join(out_dir, f"rank{i}.json")} for i in range(len(ranks))]
+
+
+def expected_seconds(collective, n, sizes, rate_bps):
+    factor = 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
+    return sum(s * factor * 8 / rate_bps for s in sizes)
+
+
+def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None, qps=1,
+                   ring="naive", rate_bps=None, warmup=1, progress=None):
+    """Run the collective on ``session``'s fabric; return the report dict."""
+    from traffic.report import combine, table
+    if collective not in COLLECTIVES:
+        raise ConfigError("--workload", f"unknown collective {collective!r}")
+    out_dir = os.path.join(session.dir, "collective")
+    os.makedirs(out_dir, exist_ok=True)
+    configs = rank_configs(session.topo, collective, list(sizes), hosts, qps, ring,
+                           rate_bps, out_dir, warmup=warmup)
+    n = len(configs)
+    ideal = expected_seconds(collective, n, list(sizes) + list(sizes[:warmup]),
+                             configs[0]["rate_bps"])
+    timeout = 60 + 4 * ideal
+    if progress:
+        progress(f"{collective} over {n} ranks, sizes {sizes[0]}..{sizes[-1]} bytes, "
+                 f"ideal {ideal:.1f}s at {configs[0]['rate_bps'] / 1e6:g} Mbit/s")
+    procs = []
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for cfg in configs:
+        path = os.path.join(out_dir, f"rank{cfg['rank']}.config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=1)
+        name = cfg["ranks"][cfg["rank"]]["name"]
+        log = open(os.path.join(out_dir, f"rank{cfg['rank']}.log"), "w")
+        p = session.net.popen_in(name, [sys.executable, "-m", "traffic", "rank",
+                                        "--config", path],
+                                 cwd=repo, stdout=log, stderr=subprocess.STDOUT)
+        procs.append((name, p, log))
+    t0 = time.monotonic()
+    failed = []
+    try:
+        for name, p, _ in procs:
+            left = max(1.0, timeout - (time.monotonic() - t0))
+            try:
+                p.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                raise RunFailed(f"rank in {name} did not finish within {timeout:.0f}s")
+            if p.returncode not in (0, 1):      # 1 = finished with wrong chunks
+                failed.append(f"{name} (exit {p.returncode})")
+    finally:
+        for _, p, log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+            log.close()
+    if failed:
+        raise RunFailed(f"ranks failed: {', '.join(failed)}; logs in {out_dir}")
+    ranks = []
+    for cfg in configs:
+        with open(cfg["output"]) as f:
+            ranks.append(json.load(f))
+    report = combine(sorted(ranks, key=lambda r: r["rank"]))
+    report["table"] = table(report)
+    report["ring"] = ring
+    report["qps"] = qps
+    report["hosts"] = [r["name"] for r in configs[0]["ranks"]]
+    return report
