@@ -84,8 +84,8 @@ def build_parser():
                    help="ring order: host order, or same-leaf neighbours first")
     p.add_argument("--hosts", default=None,
                    help="comma-separated hosts taking part in the collective (default all)")
-    p.add_argument("--queue-ms", type=float, default=10.0,
-                   help="egress queue of every link, in ms at the link rate")
+    p.add_argument("--queue-ms", type=float, default=30.0,
+                   help="egress queue of every link, in ms at the link rate (default 30)")
     p.add_argument("--results", default="results", metavar="DIR",
                    help="results go to DIR/<time>-<run tag>/")
     p.add_argument("--cli", action="store_true",

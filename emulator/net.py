@@ -27,6 +27,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator import proc, shaping
+from emulator.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
 from emulator.runstate import RUN_ENV
 
@@ -65,7 +66,7 @@ class FabricNet:
     """The running fabric of one run."""
 
     def __init__(self, topo, state, datapath_type, controller_url,
-                 queue_ms=10.0, shape=True, progress=None):
+                 queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None):
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type

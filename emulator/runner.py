@@ -24,6 +24,7 @@ import time
 from contextlib import contextmanager
 
 from emulator import addressing, datapath, spec
+from emulator.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import EnvironmentProblem, FabricError, RunFailed
 from emulator.runstate import RUN_ENV, RunState
 
@@ -210,7 +211,7 @@ class Session:
     """
 
     def __init__(self, fabric, results_base="results", controller="builtin",
-                 datapath_request="auto", seed=None, queue_ms=10.0, shape=True,
+                 datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None):
         self.fabric = fabric
         self.results_base = results_base

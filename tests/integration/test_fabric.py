@@ -67,11 +67,13 @@ def test_select_groups_hash_udp_source_port(fabric):
     groups = proc.ovs_ofctl("-O", "OpenFlow15", "dump-groups", leaf["bridge"])
     selects = [g for g in groups.splitlines() if "type=select" in g]
     assert selects, groups
+    uplinks = [p["port"] for p in leaf["ports"] if p["peer_kind"] == "spine"]
     for g in selects:
-        assert "selection_method=hash" in g
-        assert "udp_src" in g and "ip_src" in g.replace("nw_src", "ip_src")
-        uplinks = [p["port"] for p in leaf["ports"] if p["peer_kind"] == "spine"]
-        assert sorted(int(x) for x in re.findall(r"actions=output:(\d+)", g)) == uplinks
+        assert f"selection_method_param={leaf['hash_seed']}" in g
+        assert "selection_method=hash,fields(ip_src,ip_dst,udp_src,udp_dst)" in g
+    # the ECMP group toward remote leaves spreads over exactly the uplinks
+    spreads = [sorted(int(x) for x in re.findall(r"watch_port:(\d+)", g)) for g in selects]
+    assert uplinks in spreads, groups
 
 
 SENDER = textwrap.dedent("""
