@@ -69,8 +69,8 @@ def test_select_groups_hash_udp_source_port(fabric):
     assert selects, groups
     uplinks = [p["port"] for p in leaf["ports"] if p["peer_kind"] == "spine"]
     for g in selects:
-        assert f"selection_method_param={leaf['hash_seed']}" in g
-        assert "selection_method=hash,fields(ip_src,ip_dst,udp_src,udp_dst)" in g
+        assert (f"selection_method=hash,selection_method_param={leaf['hash_seed']},"
+                "fields(ip_src,ip_dst,udp_src,udp_dst)") in g
     # the ECMP group toward remote leaves spreads over exactly the uplinks
     spreads = [sorted(int(x) for x in re.findall(r"watch_port:(\d+)", g)) for g in selects]
     assert uplinks in spreads, groups
