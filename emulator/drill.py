@@ -1,11 +1,437 @@
-"""Failover drills (``python -m emulator drill``): being written."""
+"""Failover drills (``python -m emulator drill``): faults under probe traffic, measured.
 
-from emulator.errors import FabricError
+Model.  For each failover mode (``--failover none,controller,fast-failover``)
+one fabric is built (``Session``, the controller told the mode through
+FABRIC_FAILOVER) and reused for every repeat.  A repeat:
+
+  1. starts a probe receiver in every destination host and paced RoCEv2
+     senders (``python -m traffic send``: ``--pps`` per flow, small frames, so
+     one packet every few hundred microseconds) from each host to the host at
+     the same position on the next leaf, ``--qps`` flows (UDP source ports)
+     per pair, so ECMP puts some on the faulty link and some elsewhere;
+  2. waits until every probe flow has arrived (a condition, not a sleep);
+  3. runs the fault schedule (``--fault`` pairs or ``--scenario`` file) at
+     its times, each event stamped with CLOCK_MONOTONIC, the receivers' clock;
+  4. after the traffic, waits for the controller to have converged on the
+     restore before the next repeat.
+
+Per flow (SONiC data-plane checker names): lost packets, ``loss_window_ms``
+(lost sequences in the gaps between the first fault and the first restore,
+divided by the flow's pps), ``recovery_ms`` (first fault -> first packet
+after the last lossy gap), ``longest_gap_ms`` (arrival gap, OVS stall included),
+duplicates, reordering.  Whether a flow crosses the faulty link is read from
+``ofproto/trace`` on its source leaf before the first repeat.  The controller's
+convergence is first fault -> the last ``CONVERGED`` port-down push acknowledged
+by barriers (controller.log).  Over the repeats: median / p95 / max of the
+crossing flows' loss windows, and the lost packets of the others (must be 0).
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+from emulator import proc, scenario
+from emulator.errors import ConfigError, RunFailed
+
+MODES = ("none", "controller", "fast-failover")
 
 
 def add_arguments(p):
     """Options of the ``drill`` subcommand (the fabric options are added already)."""
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                   help="leaf1-spine1 (cut both ends), leaf1-spine1:cut:a, "
+                        "leaf1-spine1:flap:5:200ms, leaf1-spine1:loss:5, spine1:crash, "
+                        "controller:kill; each is injected then restored")
+    p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
+    p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
+    p.add_argument("--failover", default="fast-failover", metavar="MODE[,MODE...]",
+                   help="none, controller, fast-failover, or a comma list to compare")
+    p.add_argument("--pps", type=float, default=3000, help="packets/s per probe flow")
+    p.add_argument("--qps", type=int, default=4, help="probe flows per host pair")
+    p.add_argument("--frame-len", type=int, default=128)
+    p.add_argument("--at", type=float, default=0.5, help="s from flowing to the fault")
+    p.add_argument("--hold", type=float, default=1.0, help="s from fault to restore")
+    p.add_argument("--post", type=float, default=0.7, help="s of traffic after the last event")
+    p.add_argument("--gap-ms", type=float, default=1.0, help="a disruption is a gap > this")
+    p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    p.add_argument("--results", default="results", metavar="DIR")
+
+
+def parse_modes(text):
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise ConfigError("--failover", f"{text!r}: use {', '.join(MODES)} (comma list)")
+    return modes
+
+
+def schedule_from(args):
+    if bool(args.fault) == bool(args.scenario):
+        raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE")
+    if args.scenario:
+        return scenario.load_scenario(args.scenario)
+    events, at = [], args.at
+    for spec in args.fault:
+        evs = scenario.fault_spec(spec, at_s=at, hold_s=args.hold)
+        events += evs
+        at = evs[-1].at_s + args.hold
+    return sorted(events, key=lambda e: e.at_s)
+
+
+# ---- pure analysis ------------------------------------------------------------
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    v = sorted(values)
+    return v[max(0, min(len(v) - 1, -(-len(v) * q // 100) - 1))]
+
+
+def stats(values):
+    if not values:
+        return None
+    return {"n": len(values), "median": round(statistics.median(values), 3),
+            "p95": round(percentile(values, 95), 3), "max": round(max(values), 3)}
+
+
+def flow_result(recv, sent, t_fault, t_restore, pps):
+    """One flow's drill figures from its receiver summary and sent count.
+
+    ``loss_window_ms`` is the sender-time span of the sequences lost in the
+    gaps around the fault (skipped PSNs / pps): the userspace OVS thread and
+    the Python receiver both stall for tens of ms under load, which delays
+    packets without losing them, so arrival gaps (``longest_gap_ms``) measure
+    the stall, lost sequences measure the failover.
+    """
+    gaps = recv.get("disruptions", []) if recv else []
+    end = t_restore if t_restore is not None else float("inf")
+    fault_gaps = [g for g in gaps if g["end_ns"] > t_fault and g["start_ns"] < end]
+    lossy = [g for g in fault_gaps if g["skipped"] > 0]
+    skipped = sum(g["skipped"] for g in lossy)
+    received = recv["received_packets"] if recv else 0
+    dup = recv["duplicated_packets"] if recv else 0
+    return {
+        "sent_packets": sent, "received_packets": received,
+        "lost_packets": max(sent - (received - dup), 0),
+        "fault_lost_packets": skipped,
+        "duplicated_packets": dup,
+        "reordered_packets": recv["reordered_packets"] if recv else 0,
+        "total_disruptions": recv["total_disruptions"] if recv else 0,
+        "longest_disruption": recv["longest_disruption"] if recv else None,
+        "loss_window_ms": round(skipped / pps * 1e3, 3),
+        "longest_gap_ms": round(max((g["ms"] for g in fault_gaps), default=0.0), 3),
+        "recovery_ms": round((max(g["end_ns"] for g in lossy) - t_fault) / 1e6, 3)
+        if lossy else 0.0,
+        "restore_lost_packets": sum(g["skipped"] for g in gaps if t_restore is not None
+                                    and g["start_ns"] >= t_restore),
+    }
+
+
+def controller_convergence(log_text, t_fault, t_restore):
+    """ms from the fault to the last port-down push acknowledged, and to the first event."""
+    t0 = t_fault / 1e9
+    end = t_restore / 1e9 if t_restore is not None else float("inf")
+    done, first = [], []
+    for m in re.finditer(r"CONVERGED (\{.*\})", log_text):
+        ev = json.loads(m.group(1))
+        if ev.get("event") == "port" and not ev.get("up") and t0 <= ev["t_event"] < end:
+            done.append(ev["t_done"])
+            first.append(ev["t_event"])
+    if not done:
+        return None
+    return {"convergence_ms": round((max(done) - t0) * 1e3, 3),
+            "first_port_status_ms": round((min(first) - t0) * 1e3, 3),
+            "port_events": len(done)}
+
+
+# ---- probes -------------------------------------------------------------------
+
+def probe_pairs(topo, qps):
+    """[(src host doc, dst host doc, first flow id, first qpn)] across leaves."""
+    from emulator.workload import cross_leaf_pairs
+    return [(s, d, i * qps, 0x100 + i * qps) for i, (s, d) in enumerate(cross_leaf_pairs(topo))]
+
+
+def flow_paths(s, pairs, qps):
+    """{flow key: [switch names on the path]} by ofproto/trace hop by hop."""
+    from traffic.frames import udp_sport
+    sw = {x["name"]: x for x in s.topo["switches"]}
+    out = {}
+    for src, dst, first, qpn0 in pairs:
+        hp, dp = src["ports"][0], dst["ports"][0]
+        for q in range(qps):
+            sport = udp_sport(qpn0 + q, qpn0 + q)
+            node, in_port, path = hp["switch"], hp["switch_port"], []
+            while node in sw and len(path) < 8:
+                path.append(node)
+                text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
+                                 f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
+                                 f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
+                                 f"udp_src={sport},udp_dst=4791"], timeout=10)
+                outs = re.findall(r"\boutput:(\d+)", text)
+                if not outs:
+                    break
+                port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))
+                node, in_port = port["peer"], port["peer_port"]
+            out[f"{hp['ip']}#{first + q}"] = path
+    return out
+
+
+def crosses(path, events, topo):
+    """True if ``path`` (switch names) uses a link or switch the schedule touches."""
+    from emulator.faults import parse_link
+    hops = set(zip(path, path[1:])) | set(zip(path[1:], path))
+    for ev in events:
+        if ev.action in ("crash", "recover"):
+            if ev.target in path:
+                return True
+        elif ev.action != "controller":
+            (a, _), b = parse_link(ev.target, topo)
+            if (a, b) in hops:
+                return True
+    return False
+
+
+def one_repeat(s, inj, pairs, events, args, work):
+    py = [sys.executable]
+    os.makedirs(work, exist_ok=True)
+    total = max(e.at_s for e in events) + args.post + sum(
+        e.params.get("count", 0) * e.params.get("period", 0) for e in events)
+    recvs = {}
+    for _, dst, _, _ in pairs:
+        if dst["name"] in recvs:
+            continue
+        f = {k: os.path.join(work, f"{dst['name']}.{k}") for k in ("ready", "seen", "out")}
+        argv = py + ["-m", "emulator.probe_recv", "--intf", dst["ports"][0]["port"],
+                     "--deadline", str(total + 15), "--idle", "0.5", "--gap-ms",
+                     str(args.gap_ms), "--ready", f["ready"], "--seen", f["seen"], "--out", f["out"]]
+        recvs[dst["name"]] = (s.net.popen_in(dst["name"], argv, cwd=REPO), f)
+    wait_for(lambda: all(os.path.exists(f["ready"]) for _, f in recvs.values()), 20,
+             "probe receivers to open their sockets", recvs)
+    senders = []
+    for src, dst, first, qpn0 in pairs:
+        out = os.path.join(work, f"send-{src['name']}.json")
+        argv = py + ["-m", "traffic", "send", "--intf", src["ports"][0]["port"],
+                     "--src-ip", src["ip"], "--dst-ip", dst["ip"], "--dst-mac", dst["mac"],
+                     "--qps", str(args.qps), "--first-flow", str(first),
+                     "--first-qpn", hex(qpn0), "--pps", str(args.pps * args.qps),
+                     "--burst", "1", "--duration", str(total + 2.0),
+                     "--frame-len", str(args.frame_len), "--out", out]
+        senders.append((src, s.net.popen_in(src["name"], argv, cwd=REPO), out))
+    want = {f"{src['ip']}#{first + q}" for src, _, first, _ in pairs for q in range(args.qps)}
+
+    def flowing():
+        got = set()
+        for _, f in recvs.values():
+            if os.path.exists(f["seen"]):
+                with open(f["seen"]) as fh:
+                    got |= set(json.load(fh))
+        return want <= got
+    wait_for(flowing, 20, "every probe flow to arrive", recvs)
+    t0 = time.monotonic()
+    for ev in events:
+        delay = t0 + ev.at_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)           # the schedule's own times, not a wait for state
+        scenario.execute(inj, ev)
+    for src, p, _ in senders:
+        finish(p, total + 30, f"sender in {src['name']}")
+    for name, (p, _) in recvs.items():
+        finish(p, 30, f"probe receiver in {name}")
+    sent, recv = {}, {}
+    for _, _, out in senders:
+        with open(out) as fh:
+            sent.update(json.load(fh)["per_flow"])
+    timelines = {}
+    for _, f in recvs.values():
+        with open(f["out"]) as fh:
+            doc = json.load(fh)
+        for fl in doc["flows"]:
+            recv[fl["flow"]] = dict(fl, t0_ns=doc["t0_ns"])
+            timelines[fl["flow"]] = (doc["t0_ns"], doc["timelines"].get(fl["flow"], []))
+    return sent, recv, timelines
+
+
+def wait_for(cond, timeout, what, procs=None):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for name, (p, _) in (procs or {}).items():
+            if p.poll() is not None:
+                raise RunFailed(f"{what}: process in {name} exited {p.returncode}")
+        if time.monotonic() > deadline:
+            raise RunFailed(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def finish(p, timeout, what):
+    import subprocess
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=10)
+        raise RunFailed(f"{what} did not finish within {timeout:.0f}s")
+    if p.returncode != 0:
+        err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
+        raise RunFailed(f"{what} exited {p.returncode}: {err[-300:]}")
+
+
+def wait_restored(s, mode, t_restore_ns, timeout=20):
+    """After a repeat: the controller acknowledged the restore (modes that listen)."""
+    if mode == "none" or t_restore_ns is None or s.controller is None:
+        return
+    t0 = t_restore_ns / 1e9
+
+    def done():
+        with open(s.controller.log_path, errors="replace") as f:
+            text = f.read()
+        return any(ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
+                   for ev in map(json.loads, re.findall(r"CONVERGED (\{.*\})", text)))
+    wait_for(done, timeout, "the controller to converge on the restore")
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESTORES = ("restore", "recover", "loss_stop")
+
+
+def run_mode(fabric, mode, events, args, base, out):
+    from emulator.faults import Injector
+    from emulator.runner import Session
+    old = os.environ.get("FABRIC_FAILOVER")
+    os.environ["FABRIC_FAILOVER"] = mode
+    try:
+        with Session(fabric, results_base=base, datapath_request=args.datapath,
+                     progress=lambda m: out(f"... [{mode}] {m}")) as s:
+            scenario.check_targets(events, s.topo)
+            pairs = probe_pairs(s.topo, args.qps)
+            if not pairs:
+                raise ConfigError("drill", "the fabric needs hosts on two leaves")
+            paths = flow_paths(s, pairs, args.qps)
+            crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
+            inj = Injector(s)
+            repeats = []
+            try:
+                for r in range(args.repeat):
+                    n0 = len(inj.events)
+                    sent, recv, timelines = one_repeat(s, inj, pairs, events, args,
+                                                       os.path.join(s.dir, f"repeat{r}"))
+                    evs = inj.events[n0:]
+                    t_fault = evs[0]["t_ns"]
+                    t_rest = next((e["t_ns"] for e in evs if e["kind"] in
+                                   ("link_up", "switch_recover", "loss_stop",
+                                    "controller_restart")), None)
+                    flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps),
+                                     crosses=crossing.get(k), path=paths.get(k))
+                             for k, n in sorted(sent.items())}
+                    with open(s.controller.log_path, errors="replace") as f:
+                        conv = controller_convergence(f.read(), t_fault, t_rest)
+                    repeats.append({"repeat": r, "events": evs, "flows": flows,
+                                    "controller": conv})
+                    if r == 0:
+                        plot(timelines, t_fault, t_rest, crossing,
+                             os.path.join(base, f"throughput-{mode}.png"), mode)
+                    wait_restored(s, mode, t_rest)
+                    out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
+                        + summary_line(repeats[-1]))
+            finally:
+                inj.close()
+        problems = s.results.get("controller", {}).get("problems", [])
+        return {"mode": mode, "results_dir": s.dir, "repeats": repeats,
+                "summary": summarise(repeats), "controller_problems": problems}
+    finally:
+        if old is None:
+            os.environ.pop("FABRIC_FAILOVER", None)
+        else:
+            os.environ["FABRIC_FAILOVER"] = old
+
+
+def summary_line(rep):
+    cross = [f["loss_window_ms"] for f in rep["flows"].values() if f["crosses"]]
+    conv = rep["controller"]["convergence_ms"] if rep["controller"] else None
+    return (f"worst loss window {max(cross, default=0):.1f} ms over {len(cross)} crossing flows, "
+            f"controller {conv} ms")
+
+
+def summarise(repeats):
+    win = [f["loss_window_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    rec = [f["recovery_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    lost = [f["fault_lost_packets"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    other = [f["fault_lost_packets"] for r in repeats for f in r["flows"].values()
+             if not f["crosses"]]
+    gap = [f["longest_gap_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    conv = [r["controller"]["convergence_ms"] for r in repeats if r["controller"]]
+    return {"loss_window_ms": stats(win), "recovery_ms": stats(rec), "longest_gap_ms": stats(gap),
+            "lost_packets_crossing": stats(lost),
+            "controller_convergence_ms": stats(conv),
+            "non_crossing_flows": len(other), "non_crossing_lost_packets": sum(other),
+            "duplicated_packets": sum(f["duplicated_packets"] for r in repeats
+                                      for f in r["flows"].values()),
+            "reordered_packets": sum(f["reordered_packets"] for r in repeats
+                                     for f in r["flows"].values())}
+
+
+def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
+    """Throughput per flow around the fault (Agg PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for key, (t0, tl) in sorted(timelines.items()):
+        xs, ys = [], []
+        for i in range(0, len(tl), bin_ms):
+            xs.append((t0 + i * 1e6 - t_fault) / 1e6)
+            ys.append(sum(tl[i:i + bin_ms]) * 8 / (bin_ms / 1e3) / 1e6)
+        ax.plot(xs, ys, lw=0.8, ls="-" if crossing.get(key) else ":",
+                label=f"{key}{' (crosses)' if crossing.get(key) else ''}")
+    ax.axvline(0, color="red", lw=1)
+    if t_restore is not None:
+        ax.axvline((t_restore - t_fault) / 1e6, color="green", lw=1)
+    ax.set_xlabel("ms since fault (red); restore in green")
+    ax.set_ylabel(f"Mbit/s ({bin_ms} ms bins)")
+    ax.set_title(f"probe throughput per flow, failover={mode}")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(results):
+    def fmt(st):
+        return "-" if not st else f"{st['median']:>8.2f} {st['p95']:>8.2f} {st['max']:>8.2f}"
+    lines = [f"{'mode':<14} {'loss window ms (med p95 max)':>28} {'controller conv ms':>28} "
+             f"{'lost/cross flow':>16} {'others lost':>11} {'dup':>5} {'reord':>5}",
+             f"{'':<14} {'median      p95      max':>28} {'median      p95      max':>28}"
+             f"   (loss window = lost sequences / pps; recovery and gaps in drill.json)"]
+    for res in results:
+        sm = res["summary"]
+        lost = sm["lost_packets_crossing"]
+        lines.append(f"{res['mode']:<14} {fmt(sm['loss_window_ms']):>28} "
+                     f"{fmt(sm['controller_convergence_ms']):>28} "
+                     f"{(lost['median'] if lost else 0):>16} "
+                     f"{sm['non_crossing_lost_packets']:>11} {sm['duplicated_packets']:>5} "
+                     f"{sm['reordered_packets']:>5}")
+    return "\n".join(lines)
 
 
 def main(fabric, args, out=print):
-    raise FabricError("drill is not available yet")
+    modes = parse_modes(args.failover)
+    events = schedule_from(args)
+    if args.repeat < 1:
+        raise ConfigError("--repeat", "at least 1")
+    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+    os.makedirs(base, exist_ok=False)
+    results = [run_mode(fabric, m, events, args, base, out) for m in modes]
+    doc = {"events": [vars(e) for e in events], "args": {k: v for k, v in vars(args).items()
+                                                         if isinstance(v, (int, float, str, list))},
+           "modes": results}
+    with open(os.path.join(base, "drill.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    out(table(results))
+    out(f"results: {base}/drill.json, plots throughput-<mode>.png")
+    bad = [r["mode"] for r in results if r["controller_problems"]]
+    if bad:
+        out(f"controller problems in {', '.join(bad)}")
+        return 1
+    return 0

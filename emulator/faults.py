@@ -1,0 +1,212 @@
+"""Fault injection into a running Session: links, switches, controller, gray loss.
+
+Model.  A *link* is named by its two nodes, ``leaf1-spine1`` or
+``leaf1:spine1`` (the first link between them in the plan).  Its *ends* are interfaces: a switch end is the bridge port's
+veth in the root namespace (``fl<tag>l1-e3``), a host end the host's ``eth0``
+in its namespace (reached as ``/proc/<pid>/ns/net``).  Every change is a
+netlink verb (pyroute2), never ``ip``:
+
+* link down/up on side ``a``, ``b`` or ``both``.  Setting one veth end down
+  takes the carrier of the other away too, so both switches see the link go;
+  ``both`` removes the few hundred microseconds the carrier change needs;
+* flap: ``count`` x (down for period/2, up for period/2);
+* switch crash: every interface of the bridge set down (OVS keeps the bridge,
+  its flows and its controller connection: to the rest of the fabric the
+  switch is dark, which is what a dead box looks like); recover sets them up;
+* controller crash: SIGKILL of the controller process; restart runs the same
+  argv again (``Session.controller.start``), the switches reconnect;
+* gray loss: an nftables ``netdev`` table of the run (``fl<tag>loss``) with an
+  EGRESS chain on the chosen end dropping ``numgen random mod 100 < P``.
+  Egress, because OVS's userspace datapath reads its ports with packet
+  sockets, which see a frame before any ingress hook could drop it.  netem,
+  the usual tool, is missing on this kernel (docs/platform.md); nft is
+  detected and its absence reported.
+
+Every event is logged with CLOCK_MONOTONIC nanoseconds (``t_ns`` before the
+change, ``t_done_ns`` after), the clock the traffic engine stamps packets
+with, into ``self.events`` and one JSON line each in ``faults.jsonl``.
+"""
+
+import json
+import os
+import shutil
+import signal
+import time
+
+from pyroute2 import IPRoute
+
+from emulator import proc
+from emulator.errors import ConfigError, RunFailed
+
+
+def parse_link(text, topo, where="fault"):
+    """``a-b`` or ``a:b`` -> ((switch name, its port entry), other node name).
+
+    The first link between the two nodes in the plan; node names with a '-'
+    are written with ':' (``leaf-1:spine-1``).
+    """
+    sep = ":" if ":" in text else "-"
+    left, _, right = text.partition(sep)
+    if not left or not right or sep in right:
+        raise ConfigError(where, f"{text!r} is not a link: use NODE-NODE, e.g. leaf1-spine1")
+    switches = {s["name"]: s for s in topo["switches"]}
+    hosts = {h["name"] for h in topo["hosts"]}
+    for name in (left, right):
+        if name not in switches and name not in hosts:
+            raise ConfigError(where, f"unknown node {name!r}")
+    sw_name, other = (left, right) if left in switches else (right, left)
+    if sw_name not in switches:
+        raise ConfigError(where, f"{text!r}: a link has at least one switch end")
+    for p in switches[sw_name]["ports"]:
+        if p["peer"] == other:
+            return (sw_name, p), other
+    raise ConfigError(where, f"no link between {left!r} and {right!r}")
+
+
+class Injector:
+    """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
+
+    def __init__(self, session, log_path=None, clock=time.monotonic_ns):
+        self.s = session
+        self.clock = clock
+        self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
+        self.events = []
+        self._ipr = {}                 # netns path or None -> IPRoute
+        self._nft_table = None
+
+    # ---- plumbing --------------------------------------------------------
+
+    def _ipr_for(self, netns):
+        if netns not in self._ipr:
+            self._ipr[netns] = IPRoute(netns=netns) if netns else IPRoute()
+        return self._ipr[netns]
+
+    def close(self):
+        """Undo gray loss and close netlink sockets (links are left as they are)."""
+        try:
+            self.loss_stop()
+        finally:
+            for ipr in self._ipr.values():
+                ipr.close()
+            self._ipr.clear()
+
+    def _log(self, kind, target, t_ns, **extra):
+        ev = {"t_ns": t_ns, "t_done_ns": self.clock(), "kind": kind, "target": target, **extra}
+        self.events.append(ev)
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(ev) + "\n")
+        return ev
+
+    def ends(self, link, side="both"):
+        """[(netns path or None, ifname)] of the chosen side(s) of ``link``."""
+        (sw_name, port), other = parse_link(link, self.s.topo) if isinstance(link, str) else link
+        a = (None, port["intf"])
+        if port["peer_kind"] == "host":
+            b = (f"/proc/{self.s.net.hosts[other].pid}/ns/net", str(port["peer_port"]))
+        else:
+            peer = next(s for s in self.s.topo["switches"] if s["name"] == other)
+            b = (None, next(p["intf"] for p in peer["ports"] if p["port"] == port["peer_port"]))
+        # side a is the first node the user named
+        first = link.split(":" if ":" in link else "-")[0] if isinstance(link, str) else sw_name
+        if first != sw_name:
+            a, b = b, a
+        return {"a": [a], "b": [b], "both": [a, b]}[side]
+
+    def _set(self, ends, state):
+        for netns, ifname in ends:
+            ipr = self._ipr_for(netns)
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise RunFailed(f"interface {ifname} not found")
+            ipr.link("set", index=idx[0], state=state)
+
+    # ---- faults ----------------------------------------------------------
+
+    def link_down(self, link, side="both"):
+        t = self.clock()
+        self._set(self.ends(link, side), "down")
+        return self._log("link_down", link, t, side=side)
+
+    def link_up(self, link, side="both"):
+        t = self.clock()
+        self._set(self.ends(link, side), "up")
+        return self._log("link_up", link, t, side=side)
+
+    def flap(self, link, count, period_s, side="both", sleep=time.sleep):
+        """``count`` down/up cycles of ``period_s`` each; ends up."""
+        for _ in range(count):
+            self.link_down(link, side)
+            sleep(period_s / 2)
+            self.link_up(link, side)
+            sleep(period_s / 2)
+
+    def _switch_intfs(self, name):
+        sw = next((s for s in self.s.topo["switches"] if s["name"] == name), None)
+        if sw is None:
+            raise ConfigError("fault", f"unknown switch {name!r}")
+        return [(None, p["intf"]) for p in sw["ports"]]
+
+    def switch_crash(self, name):
+        t = self.clock()
+        self._set(self._switch_intfs(name), "down")
+        return self._log("switch_crash", name, t)
+
+    def switch_recover(self, name):
+        t = self.clock()
+        self._set(self._switch_intfs(name), "up")
+        return self._log("switch_recover", name, t)
+
+    def controller_kill(self):
+        ctl = self.s.controller
+        if ctl is None or not ctl.alive():
+            raise RunFailed("no running controller of this session to kill")
+        t = self.clock()
+        ctl.proc.send_signal(signal.SIGKILL)
+        ctl.proc.wait(timeout=10)
+        return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
+
+    def controller_restart(self, timeout=30):
+        ctl = self.s.controller
+        if ctl.alive():
+            raise RunFailed("the controller is still running")
+        ctl.log.close()                 # start() opens a new stdout log
+        t = self.clock()
+        # start() truncates the .stdout file: keep the crashed run's output
+        stdout = ctl.log_path + ".stdout"
+        if os.path.exists(stdout):
+            os.replace(stdout, f"{stdout}.{len(self.events)}")
+        ctl.start(timeout=timeout)
+        return self._log("controller_restart", "controller", t, pid=ctl.proc.pid)
+
+    # ---- gray failure ----------------------------------------------------
+
+    def loss_start(self, link, percent, side="a"):
+        """Drop ``percent``% of frames leaving the chosen end(s) of ``link`` (nftables)."""
+        if not 0 < percent <= 100:
+            raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
+        if shutil.which("nft") is None:
+            raise RunFailed("random loss needs nftables (nft) or netem; neither is here")
+        ends = self.ends(link, side)
+        if any(netns for netns, _ in ends):
+            raise ConfigError("fault", "loss is injected on switch ends only")
+        table = f"fl{self.s.state.tag}loss"
+        lines = [f"table netdev {table} {{"]
+        for i, (_, ifname) in enumerate(ends):
+            lines += [f"  chain c{i} {{",
+                      f"    type filter hook egress device \"{ifname}\" priority 0;",
+                      f"    numgen random mod 100 < {int(percent)} counter drop",
+                      "  }"]
+        lines.append("}")
+        t = self.clock()
+        self.loss_stop()
+        self._nft_table = table
+        proc.run(["nft", "-f", "-"], input="\n".join(lines) + "\n", timeout=10)
+        return self._log("loss_start", link, t, percent=percent, side=side)
+
+    def loss_stop(self):
+        if self._nft_table is None:
+            return None
+        t = self.clock()
+        table, self._nft_table = self._nft_table, None
+        proc.run(["nft", "delete", "table", "netdev", table], timeout=10)
+        return self._log("loss_stop", table, t)

@@ -1,0 +1,218 @@
+"""Fault schedules: ``--fault`` specs and scenario files, validated before anything runs.
+
+Model.  A schedule is a list of ``Event(at_s, action, target, params)``
+sorted by time, ``at_s`` seconds after the drill's probe traffic is
+flowing.  Actions map one to one onto ``faults.Injector`` methods:
+
+    cut/restore LINK [side: a|b|both]    link_down / link_up
+    flap LINK count: N period: 200ms     flap
+    crash/recover SWITCH                 switch_crash / switch_recover
+    controller: kill|restart             controller_kill / controller_restart
+    loss LINK percent: P [side]          loss_start;  loss_stop: LINK
+
+A scenario file::
+
+    faults:
+      - at: 2s
+        cut: leaf1:spine2
+      - at: 3s
+        restore: leaf1:spine2
+
+A ``--fault`` spec is an inject/restore pair: ``leaf1-spine1`` (cut, both
+ends), ``leaf1-spine1:cut:a`` (one end), ``leaf1-spine1:flap:5:200ms``,
+``leaf1-spine1:loss:5``, ``spine1:crash``, ``controller:kill``; it becomes
+[inject at ``at``, restore at ``at + hold``].
+
+Every problem raises one ``ConfigError`` naming its place
+(``scenario.yaml: faults[2].period: ...``), exit status 2, like emulator.spec.
+Names of links and switches are checked against the topology by the
+injector (``faults.parse_link``) before the first fault.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from emulator.errors import ConfigError
+
+DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
+SIDES = ("a", "b", "both")
+# action -> (target key, {optional param: parser name})
+ACTIONS = {
+    "cut": {"side": "side"}, "restore": {"side": "side"},
+    "flap": {"count": "count", "period": "duration", "side": "side"},
+    "crash": {}, "recover": {},
+    "controller": {},
+    "loss": {"percent": "percent", "side": "side"}, "loss_stop": {},
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    at_s: float
+    action: str
+    target: str
+    params: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def parse_duration(value, where):
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ConfigError(where, f"{value!r}: a duration needs a unit, e.g. 2s or 200ms")
+    m = DURATION_RE.match(value.strip())
+    if not m:
+        raise ConfigError(where, f"{value!r}: a duration needs a unit, e.g. 2s or 200ms")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+def _param(kind, value, where):
+    if kind == "duration":
+        v = parse_duration(value, where)
+        if v <= 0:
+            raise ConfigError(where, "must be > 0")
+        return v
+    if kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10000:
+            raise ConfigError(where, f"{value!r}: an integer 1..10000")
+        return value
+    if kind == "percent":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+            raise ConfigError(where, f"{value!r}: a percentage in (0, 100]")
+        return float(value)
+    if value not in SIDES:
+        raise ConfigError(where, f"{value!r}: one of {', '.join(SIDES)}")
+    return value
+
+
+def _target(action, value, where):
+    if not isinstance(value, str) or not value:
+        raise ConfigError(where, f"{value!r}: a node or link name")
+    if action == "controller" and value not in ("kill", "restart"):
+        raise ConfigError(where, f"{value!r}: kill or restart")
+    return value
+
+
+def parse_schedule(doc, source=None):
+    """The ``faults:`` list of a parsed scenario document -> [Event] sorted by time."""
+    def err(where, msg):
+        return ConfigError(where, msg, source)
+    if not isinstance(doc, dict):
+        raise err("scenario", "must be a mapping with key 'faults'")
+    extra = set(doc) - {"faults"}
+    if extra:
+        raise err(sorted(extra)[0], "unknown key (known: faults)")
+    items = doc.get("faults")
+    if not isinstance(items, list) or not items:
+        raise err("faults", "a non-empty list of events")
+    events = []
+    for i, item in enumerate(items):
+        where = f"faults[{i}]"
+        if not isinstance(item, dict):
+            raise err(where, "an event is a mapping with 'at' and one action")
+        if "at" not in item:
+            raise err(where, "missing key 'at'")
+        try:
+            at = parse_duration(item["at"], f"{where}.at") if item["at"] != 0 else 0.0
+            actions = [k for k in item if k in ACTIONS]
+            if len(actions) != 1:
+                raise ConfigError(where, f"exactly one action of {', '.join(ACTIONS)}")
+            action = actions[0]
+            allowed = ACTIONS[action]
+            params = {}
+            for k, v in item.items():
+                if k in ("at", action):
+                    continue
+                if k not in allowed:
+                    raise ConfigError(f"{where}.{k}", f"unknown key for {action} "
+                                      f"(known: {', '.join(['at', action, *allowed]) })")
+                params[k] = _param(allowed[k], v, f"{where}.{k}")
+            if action == "flap" and set(params) < {"count", "period"}:
+                raise ConfigError(where, "flap needs count and period")
+            if action == "loss" and "percent" not in params:
+                raise ConfigError(where, "loss needs percent")
+            events.append(Event(at, action, _target(action, item[action], f"{where}.{action}"),
+                                params))
+        except ConfigError as e:
+            raise err(e.where, e.message) from None
+    return sorted(events, key=lambda e: e.at_s)
+
+
+def load_scenario(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError("scenario", str(e), path)
+    except yaml.YAMLError as e:
+        raise ConfigError("scenario", f"not valid YAML: {str(e).splitlines()[0]}", path)
+    return parse_schedule(doc, path)
+
+
+def fault_spec(text, at_s=1.0, hold_s=1.0):
+    """A ``--fault`` spec -> [inject Event, restore Event]."""
+    where = f"--fault {text}"
+    target, *rest = text.split(":")
+    kind = rest[0] if rest else ("crash" if not ("-" in target or target == "controller")
+                                 else "cut")
+    args = rest[1:]
+    if target == "controller":
+        if kind not in ("kill", "crash", "cut"):
+            raise ConfigError(where, "controller:kill")
+        return [Event(at_s, "controller", "kill"), Event(at_s + hold_s, "controller", "restart")]
+    if kind == "cut":
+        side = _param("side", args[0], where) if args else "both"
+        return [Event(at_s, "cut", target, {"side": side}),
+                Event(at_s + hold_s, "restore", target, {"side": side})]
+    if kind == "flap":
+        if len(args) != 2 or not args[0].isdigit():
+            raise ConfigError(where, "flap takes COUNT:PERIOD, e.g. leaf1-spine1:flap:5:200ms")
+        count, period = _param("count", int(args[0]), where), _param("duration", args[1], where)
+        return [Event(at_s, "flap", target, {"count": count, "period": period})]
+    if kind == "loss":
+        try:
+            pct = float(args[0].rstrip("%")) if len(args) == 1 else None
+        except ValueError:
+            pct = None
+        if pct is None:
+            raise ConfigError(where, "loss takes PERCENT, e.g. leaf1-spine1:loss:5")
+        return [Event(at_s, "loss", target, {"percent": _param("percent", pct, where)}),
+                Event(at_s + hold_s, "loss_stop", target)]
+    if kind == "crash":
+        if args:
+            raise ConfigError(where, "crash takes no arguments")
+        return [Event(at_s, "crash", target), Event(at_s + hold_s, "recover", target)]
+    raise ConfigError(where, f"unknown fault kind {kind!r} (cut, flap, loss, crash, kill)")
+
+
+def check_targets(events, topo):
+    """Raise ConfigError if a link or switch of ``events`` is not in the topology."""
+    from emulator.faults import parse_link
+    switches = {s["name"] for s in topo["switches"]}
+    for ev in events:
+        if ev.action in ("crash", "recover"):
+            if ev.target not in switches:
+                raise ConfigError(f"fault {ev.action}", f"unknown switch {ev.target!r}")
+        elif ev.action != "controller":
+            parse_link(ev.target, topo, where=f"fault {ev.action}")
+
+
+def execute(injector, ev):
+    """Apply one event through ``injector``; returns its log entry(ies)."""
+    p = ev.params
+    if ev.action == "cut":
+        return injector.link_down(ev.target, p.get("side", "both"))
+    if ev.action == "restore":
+        return injector.link_up(ev.target, p.get("side", "both"))
+    if ev.action == "flap":
+        return injector.flap(ev.target, p["count"], p["period"], p.get("side", "both"))
+    if ev.action == "crash":
+        return injector.switch_crash(ev.target)
+    if ev.action == "recover":
+        return injector.switch_recover(ev.target)
+    if ev.action == "controller":
+        return injector.controller_kill() if ev.target == "kill" else injector.controller_restart()
+    if ev.action == "loss":
+        return injector.loss_start(ev.target, p["percent"], p.get("side", "a"))
+    if ev.action == "loss_stop":
+        return injector.loss_stop()
+    raise ValueError(ev.action)
