@@ -96,7 +96,7 @@ def stats(values):
             "p95": round(percentile(values, 95), 3), "max": round(max(values), 3)}
 
 
-def flow_result(recv, sent, t_fault, t_restore, pps):
+def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None):
     """One flow's drill figures from its receiver summary and sent count.
 
     ``loss_window_ms`` is the sender-time span of the sequences lost in the
@@ -105,6 +105,9 @@ def flow_result(recv, sent, t_fault, t_restore, pps):
     packets without losing them, so arrival gaps (``longest_gap_ms``) measure
     the stall, lost sequences measure the failover.
     """
+    if duration_s:
+        # the sender's achieved rate: on a loaded machine it falls short of --pps
+        pps = min(pps, sent / duration_s) if sent else pps
     gaps = recv.get("disruptions", []) if recv else []
     end = t_restore if t_restore is not None else float("inf")
     fault_gaps = [g for g in gaps if g["end_ns"] > t_fault and g["start_ns"] < end]
@@ -205,7 +208,7 @@ def one_repeat(s, inj, pairs, events, args, work):
             continue
         f = {k: os.path.join(work, f"{dst['name']}.{k}") for k in ("ready", "seen", "out")}
         argv = py + ["-m", "emulator.probe_recv", "--intf", dst["ports"][0]["port"],
-                     "--deadline", str(total + 15), "--idle", "0.5", "--gap-ms",
+                     "--deadline", str(total + 15), "--idle", "2.0", "--gap-ms",
                      str(args.gap_ms), "--ready", f["ready"], "--seen", f["seen"], "--out", f["out"]]
         recvs[dst["name"]] = (s.net.popen_in(dst["name"], argv, cwd=REPO), f)
     wait_for(lambda: all(os.path.exists(f["ready"]) for _, f in recvs.values()), 20,
@@ -251,7 +254,7 @@ def one_repeat(s, inj, pairs, events, args, work):
         for fl in doc["flows"]:
             recv[fl["flow"]] = dict(fl, t0_ns=doc["t0_ns"])
             timelines[fl["flow"]] = (doc["t0_ns"], doc["timelines"].get(fl["flow"], []))
-    return sent, recv, timelines
+    return sent, recv, timelines, total + 2.0
 
 
 def wait_for(cond, timeout, what, procs=None):
@@ -315,14 +318,14 @@ def run_mode(fabric, mode, events, args, base, out):
             try:
                 for r in range(args.repeat):
                     n0 = len(inj.events)
-                    sent, recv, timelines = one_repeat(s, inj, pairs, events, args,
+                    sent, recv, timelines, dur = one_repeat(s, inj, pairs, events, args,
                                                        os.path.join(s.dir, f"repeat{r}"))
                     evs = inj.events[n0:]
                     t_fault = evs[0]["t_ns"]
                     t_rest = next((e["t_ns"] for e in evs if e["kind"] in
                                    ("link_up", "switch_recover", "loss_stop",
                                     "controller_restart")), None)
-                    flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps),
+                    flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
                                      crosses=crossing.get(k), path=paths.get(k))
                              for k, n in sorted(sent.items())}
                     with open(s.controller.log_path, errors="replace") as f:

@@ -1,0 +1,126 @@
+"""Failover on real fabrics (root): fast-failover, none, controller loss, flap storm.
+
+Two small fabrics (2 spines x 2 leaves x 1 host) built with Session, one per
+failover mode, reused by the tests of that mode. Probe traffic: the drill's
+(h1 <-> h2, 4 flows each way, 2 kpps per flow); ``crosses`` comes from
+ofproto/trace, so at least one flow each way must use spine1.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+
+import pytest
+
+from emulator import drill, presets, scenario
+from emulator.faults import Injector
+from emulator.reach import wait_all_pairs
+from emulator.runner import Session
+
+ARGS = argparse.Namespace(pps=2000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
+LINK = "leaf1-spine1"
+
+
+def fabric():
+    return presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"})
+
+
+@pytest.fixture(scope="module", params=["fast-failover", "none"])
+def session(request, tmp_path_factory):
+    old = os.environ.get("FABRIC_FAILOVER")
+    os.environ["FABRIC_FAILOVER"] = request.param
+    s = Session(fabric(), results_base=str(tmp_path_factory.mktemp("failover")))
+    try:
+        with s:
+            pairs = drill.probe_pairs(s.topo, ARGS.qps)
+            paths = drill.flow_paths(s, pairs, ARGS.qps)
+            inj = Injector(s)
+            try:
+                yield request.param, s, inj, pairs, paths
+            finally:
+                inj.close()
+    finally:
+        if old is None:
+            os.environ.pop("FABRIC_FAILOVER", None)
+        else:
+            os.environ["FABRIC_FAILOVER"] = old
+    # after teardown: no handler exception, no OpenFlow error in the whole module
+    assert s.results["controller"]["problems"] == [], s.results["controller"]["problems"]
+
+
+def run(s, inj, pairs, paths, events, tmp_path):
+    n0 = len(inj.events)
+    sent, recv, _, dur = drill.one_repeat(s, inj, pairs, events, ARGS, str(tmp_path))
+    evs = inj.events[n0:]
+    t_fault = evs[0]["t_ns"]
+    t_rest = next((e["t_ns"] for e in evs[1:]), None)
+    crossing = {k: drill.crosses(p, events, s.topo) for k, p in paths.items()}
+    flows = {k: dict(drill.flow_result(recv.get(k), n, t_fault, t_rest, ARGS.pps, dur),
+                     crosses=crossing[k]) for k, n in sent.items()}
+    return flows, t_fault, t_rest
+
+
+def dump(s):
+    out = {}
+    for sw in s.topo["switches"]:
+        for what in ("dump-flows", "dump-groups"):
+            r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "--no-stats", what,
+                                sw["bridge"]], capture_output=True, text=True, timeout=20)
+            assert r.returncode == 0, r.stderr
+            out[(sw["name"], what)] = sorted(r.stdout.splitlines()[1:])
+    return out
+
+
+def test_cut_loses_only_on_crossing_flows(session, tmp_path):
+    mode, s, inj, pairs, paths = session
+    events = scenario.fault_spec(LINK, at_s=0.3, hold_s=1.0)
+    flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
+    crossing = [f for f in flows.values() if f["crosses"]]
+    others = [f for f in flows.values() if not f["crosses"]]
+    assert crossing and others, flows
+    assert all(f["fault_lost_packets"] == 0 for f in others), others
+    assert sum(f["fault_lost_packets"] for f in crossing) > 0, crossing
+    hold_ms = (t_rest - t_fault) / 1e6
+    if mode == "fast-failover":
+        # repaired long before the link came back, by the switches themselves
+        assert all(f["recovery_ms"] < hold_ms / 2 for f in crossing), crossing
+    else:
+        # nothing repairs: every crossing flow is dark until the restore
+        assert all(f["recovery_ms"] >= hold_ms for f in crossing), crossing
+        assert all(f["loss_window_ms"] > 0.8 * hold_ms for f in crossing), crossing
+    drill.wait_restored(s, mode, t_rest)
+
+
+def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_path):
+    mode, s, inj, pairs, paths = session
+    if mode != "fast-failover":
+        pytest.skip("controller loss is tested once, in the default mode")
+    before = dump(s)
+    log = s.controller.log_path
+    n_connect = open(log).read().count('"event": "connect"')
+    events = [scenario.Event(0.3, "controller", "kill"),
+              scenario.Event(1.0, "controller", "restart")]
+    flows, _, _ = run(s, inj, pairs, paths, events, tmp_path)
+    # secure fail mode: the switches kept forwarding, nothing was lost to the kill
+    assert all(f["fault_lost_packets"] == 0 for f in flows.values()), flows
+    n = len(s.topo["switches"])
+    drill.wait_for(lambda: open(log).read().count('"event": "connect"') >= n_connect + n,
+                   20, "every switch to resync")
+    text = open(log).read()
+    resyncs = re.findall(r'CONVERGED (\{"convergence_ms.*"event": "connect".*)', text)[-n:]
+    assert all('"sent": 0' in line for line in resyncs), resyncs   # nothing stale, nothing missing
+    assert dump(s) == before
+
+
+def test_flap_storm_ends_fully_reachable(session, tmp_path):
+    mode, s, inj, pairs, paths = session
+    if mode != "fast-failover":
+        pytest.skip("the flap storm runs once, in the default mode")
+    before = dump(s)                    # every link up, converged
+    inj.flap(LINK, count=25, period_s=0.04)
+    inj.flap("leaf2-spine2", count=10, period_s=0.02, side="a")
+    wait_all_pairs(s.net, timeout=30)
+    assert s.controller.alive()
+    # the controller ends with every port live again: the full state, exactly
+    drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
