@@ -18,6 +18,7 @@ leaves nothing behind.  Mininet objects are kept so ``--cli`` works.
 
 import os
 import time
+from contextlib import contextmanager
 
 from mininet.link import Link
 from mininet.log import setLogLevel
@@ -30,6 +31,32 @@ from emulator import proc, shaping
 from emulator.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
 from emulator.runstate import RUN_ENV
+
+
+# The userspace datapath reads each port through an AF_PACKET socket whose
+# receive buffer is net.core.rmem_default (208 kB, ~100 frames).  When the one
+# forwarding thread is descheduled for a few ms on a busy machine, that buffer
+# overflows and frames vanish without any counter.  The buffer size is fixed
+# when ovs-vswitchd opens the port, so rmem_default is raised only while the
+# bridges are created, then restored.
+OVS_PORT_RCVBUF = 8 << 20
+RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
+
+
+@contextmanager
+def socket_buffers(size):
+    with open(RMEM_DEFAULT) as f:
+        old = f.read().strip()
+    if int(old) >= size:
+        yield
+        return
+    with open(RMEM_DEFAULT, "w") as f:
+        f.write(str(size))
+    try:
+        yield
+    finally:
+        with open(RMEM_DEFAULT, "w") as f:
+            f.write(old)
 
 
 class FabricSwitch(OVSSwitch):
@@ -145,6 +172,9 @@ class FabricNet:
                     ipr.link("add", ifname=name1, kind="veth", peer=peer)
                 except NetlinkError as e:
                     raise RunFailed(f"creating veth {name1} <-> {n2}:{name2}: {e.args[1]}")
+                quiet_ipv6(name1)
+                if n2 not in self.hosts:
+                    quiet_ipv6(name2)
                 node2 = self.hosts.get(n2) or self.switches[n2]
                 self.mn.addLink(self.switches[n1], node2, port1=int(p1[3:]),
                                 port2=int(p2[3:]), intfName1=name1, intfName2=name2,
@@ -181,7 +211,8 @@ class FabricNet:
                          "inactivity_probe=5000"]
         # set-controller creates the Controller row; the 'set controller <br>' form
         # addresses a bridge's controller by bridge name.
-        proc.ovs_vsctl(*args[1:], timeout=120)
+        with socket_buffers(OVS_PORT_RCVBUF):
+            proc.ovs_vsctl(*args[1:], timeout=120)
 
     def _configure_hosts(self):
         """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace."""
@@ -263,6 +294,15 @@ class FabricNet:
         errors += delete_interfaces(self.state.tag)
         self.timings["teardown_s"] = time.monotonic() - t0
         return errors
+
+
+def quiet_ipv6(ifname):
+    """No IPv6 on a switch port: its router solicitations would only hit table-miss."""
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6", "w") as f:
+            f.write("1")
+    except FileNotFoundError:     # IPv6 compiled out: nothing to quiet
+        pass
 
 
 def delete_interfaces(tag):
