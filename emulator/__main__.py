@@ -84,6 +84,10 @@ def build_parser():
                    help="ring order: host order, or same-leaf neighbours first")
     p.add_argument("--hosts", default=None,
                    help="comma-separated hosts taking part in the collective (default all)")
+    p.add_argument("--background", action="append", default=[],
+                   metavar="SRC:DST[:tcp|udp[:RATE]]",
+                   help="iperf3 flow running alongside the workload, repeatable "
+                        "(e.g. h1:h5:udp:10Mbps); results go into results.json")
     p.add_argument("--queue-ms", type=float, default=30.0,
                    help="egress queue of every link, in ms at the link rate (default 30)")
     p.add_argument("--results", default="results", metavar="DIR",

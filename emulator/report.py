@@ -85,6 +85,14 @@ def summary(results, topo):
                    f"(ring {coll['ring']}, {coll['qps']} QP per connection), "
                    "nccl-tests style; effic = busbw / link rate:")
         out.append(coll["table"])
+    for b in r.get("background", []):
+        if "error" in b:
+            out.append(f"background {b.get('src')}->{b.get('dst')}: error: {b['error']}")
+        else:
+            extra = (f", lost {b['lost_percent']:.2f}%" if b["protocol"] == "UDP"
+                     else f", {b.get('retransmits', 0)} retransmits")
+            out.append(f"background {b['src']}->{b['dst']} {b['protocol']}: "
+                       f"{b['bps'] / 1e6:.2f} Mbit/s{extra}")
     if "teardown_s" in t:
         out.append(f"\nteardown: {t['teardown_s']:.2f}s")
     out.append(f"results: {r['results_dir']}")

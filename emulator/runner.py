@@ -334,12 +334,16 @@ class Session:
 
 def run(fabric, args, out=print):
     """``emulator run``: the whole default scenario; returns the exit status."""
-    require_root()
-    check_dependencies()
-    from emulator import collective, report, workload
-    status = 0
+    from emulator import background as bg
+    from emulator import collective, report
+    # Every argument is checked before anything is created.
     sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
         else None
+    host_names = {h.name for h in fabric.hosts}
+    background = [bg.parse_spec(b, host_names) for b in args.background]
+    require_root()
+    check_dependencies()
+    status = 0
     with signals_as_exceptions():
         session = Session(fabric, results_base=args.results, controller=args.controller,
                           datapath_request=args.datapath, seed=args.hash_seed,
@@ -350,18 +354,12 @@ def run(fabric, args, out=print):
                     from mininet.cli import CLI
                     out(report.cli_banner(session))
                     CLI(session.net.mn)
-                elif args.workload == "mix" and args.duration > 0:
-                    out(f"... traffic: {args.duration:g}s across leaves")
-                    session.results["traffic"] = workload.default_mix(
-                        session, duration=args.duration, qps=args.qps or 4)
-                elif sizes:
-                    hosts = args.hosts.split(",") if args.hosts else None
-                    rep = collective.run_collective(
-                        session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
-                        ring=args.ring, progress=lambda m: out(f"... {m}"))
-                    session.results["collective"] = rep
-                    if any(r["wrong"] for r in rep["rows"]):
-                        status = 1
+                else:
+                    with bg.Background(session, background,
+                                       _workload_seconds(session, args, sizes)) as bgr:
+                        status = _workload(session, args, sizes, out)
+                    if background:
+                        session.results["background"] = bgr.results
         finally:
             if session.results.get("reachability"):
                 write_json(os.path.join(session.dir, "results.json"), session.results)
@@ -371,6 +369,34 @@ def run(fabric, args, out=print):
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
         status = 1
     return status
+
+
+def _workload_seconds(session, args, sizes):
+    """How long background flows should run: about as long as the workload."""
+    from emulator import collective
+    if not sizes:
+        return max(1.0, args.duration)
+    rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
+    return max(1.0, collective.expected_seconds(args.workload, len(session.topo["hosts"]),
+                                                sizes, rate))
+
+
+def _workload(session, args, sizes, out):
+    """The workload part of ``run``; returns the exit status."""
+    from emulator import collective, workload
+    if args.workload == "mix" and args.duration > 0:
+        out(f"... traffic: {args.duration:g}s across leaves")
+        session.results["traffic"] = workload.default_mix(
+            session, duration=args.duration, qps=args.qps or 4)
+    elif sizes:
+        hosts = args.hosts.split(",") if args.hosts else None
+        rep = collective.run_collective(
+            session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
+            ring=args.ring, progress=lambda m: out(f"... {m}"))
+        session.results["collective"] = rep
+        if any(r["wrong"] for r in rep["rows"]):
+            return 1
+    return 0
 
 
 __all__ = ["Session", "run", "require_root", "FabricError"]

@@ -174,3 +174,37 @@ def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
         # 16 QPs leave each leaf over 4 uplinks: a fully idle uplink is possible but
         # unlikely; the spread is recorded, the load must not exceed the link rate
         assert all(u["utilisation"] <= 1.05 for u in leaf["loads"]), leaf
+
+
+def test_remote_controller_the_user_runs(tmp_path):
+    """--controller remote:HOST:PORT: the user's controller (here ours, started by
+    hand from `emulator show --json`) drives a fabric the emulator builds."""
+    from emulator import addressing
+    from emulator.runner import free_port, listening, wait_until
+    f = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"})
+    topo_path = tmp_path / "topology.json"
+    topo_path.write_text(json.dumps(addressing.plan(f)))
+    port = free_port()
+    ctl = subprocess.Popen([sys.executable, "-m", "controller", "--topology", str(topo_path),
+                            "--listen", f"127.0.0.1:{port}"], cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: listening(port), 30, "the user's controller")
+        with Session(f, results_base=str(tmp_path), controller=f"remote:127.0.0.1:{port}") as s:
+            assert s.results["controller"]["kind"] == "remote"
+            assert s.results["reachability"]["reachable"] == 2
+    finally:
+        ctl.terminate()
+        ctl.wait(timeout=30)
+
+
+def test_background_iperf_flows_fold_into_results(fabric):
+    from emulator.background import Background, parse_spec
+    hosts = set(fabric.net.hosts)
+    specs = [parse_spec("h1:h5", hosts), parse_spec("h2:h6:udp:5Mbps", hosts)]
+    with Background(fabric, specs, 2.0) as bg:
+        pass
+    tcp, udp = bg.results
+    assert "error" not in tcp and "error" not in udp, bg.results
+    assert tcp["protocol"] == "TCP" and 1e6 < tcp["bps"] <= 41e6
+    assert udp["protocol"] == "UDP" and udp["bps"] == pytest.approx(5e6, rel=0.2)
