@@ -5,7 +5,9 @@ Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
 (the ready signal), exits 0 on SIGTERM, exits 1 on a handler exception
 (``CONTROLLER-EXCEPTION``) and 2 on a bad command line or topology.
 ``--app`` runs the given os-ken app file(s) instead of ours; the topology path
-reaches them in the environment variable FABRIC_TOPOLOGY.
+reaches them in the environment variable FABRIC_TOPOLOGY.  Apps written for
+Ryu run unchanged (``controller.ryu_compat``); an app importing something
+os-ken dropped is refused with exit 2 and one line naming the import.
 """
 
 import argparse
@@ -23,6 +25,21 @@ def parse_listen(text):
     if host != "127.0.0.1":
         raise argparse.ArgumentTypeError("the controller listens on 127.0.0.1 only")
     return host, int(port)
+
+
+def app_problems(paths):
+    """One line per reason an --app file cannot run (missing, or a Ryu import os-ken lacks)."""
+    from .ryu_compat import preflight
+    problems = []
+    for path in paths:
+        if not os.path.isfile(path):
+            problems.append(f"{path}: no such file (give the app as a path to a .py file)")
+            continue
+        try:
+            problems += preflight(path)
+        except SyntaxError as e:
+            problems.append(f"{path}:{e.lineno}: syntax error: {e.msg}")
+    return problems
 
 
 def main(argv=None):
@@ -51,6 +68,14 @@ def main(argv=None):
         logging.getLogger("controller").error("bad topology: %s", e)
         return 2
     os.environ["FABRIC_FAILOVER"] = args.failover     # the app reads it there
+    if args.app:
+        problems = app_problems(args.app)
+        if problems:
+            for p in problems:
+                logging.getLogger("controller").error("app: %s", p)
+            return 2
+        from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
+        ryu_compat.install()
     from . import osken_app        # imported late: os-ken monkey-patches on import paths
     osken_app.run(args.topology, *args.listen, apps=args.app)
     return 0
