@@ -294,7 +294,7 @@ class Session:
             self.progress(f"switches will connect to your controller at {hostport}; "
                           f"it finds the fabric in {self.topology_path}")
             return f"tcp:{host}:{port}"
-        app = spec_[len("app:"):] if spec_.startswith("app:") else None
+        app = os.path.abspath(spec_[len("app:"):]) if spec_.startswith("app:") else None
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app)
         self.state.record("controller", self.controller.argv)
@@ -313,9 +313,10 @@ class Session:
                     round(self.net.timings.get("teardown_s", 0), 3)
             if self.controller is not None:
                 status = self.controller.stop()
-                self.results["controller"]["exit_status"] = status
-                self.results["controller"]["problems"] = controller_problems(
-                    self.controller.log_path)
+                # setdefault: a controller that died at start never got its entry
+                ctl = self.results.setdefault("controller", {"kind": "app"})
+                ctl["exit_status"] = status
+                ctl["problems"] = controller_problems(self.controller.log_path)
             if self.state is not None:
                 from emulator.cleanup import kill_processes
                 from emulator.runstate import processes_of
