@@ -147,7 +147,7 @@ class Controller:
         return f"tcp:127.0.0.1:{self.port}"
 
     def start(self, timeout=30):
-        self.log = open(self.log_path + ".stdout", "w")
+        self.log = open(self.log_path + ".stdout", "a")   # a restart appends
         self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
