@@ -150,6 +150,22 @@ class FrameTemplate:
         struct.pack_into("<I", buf, n - ICRC_LEN, crc)
         return n
 
+    def with_sport(self, sport):
+        """A copy of this template with another UDP source port (path entropy).
+
+        The ICRC covers the UDP source port, so the constant CRC prefix is
+        recomputed (cheap: ~60 bytes, no scapy).  Used by spraying/flowlet NICs.
+        """
+        t = object.__new__(FrameTemplate)
+        t.__dict__.update(self.__dict__)
+        raw = bytearray(self.raw)
+        struct.pack_into("!H", raw, BTH_OFF - UDP_LEN, sport)
+        t.sport = sport
+        t.raw = bytes(raw)
+        t._crc_prefix = zlib.crc32(_masked_prefix(t.raw))
+        t._buf = bytearray(t.raw)
+        return t
+
     def frame(self, psn, tx_ns=0, **fields):
         """One frame as bytes (convenient, slower than ``fill``)."""
         self.fill(self._buf, psn, tx_ns, **fields)

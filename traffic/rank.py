@@ -34,6 +34,7 @@ import sys
 import time
 
 from .accounting import Accounting
+from .entropy import MODES as ENTROPY_MODES, EntropyPolicy, sport as entropy_sport
 from .collectives import COLLECTIVES, ring_order, schedule
 from .frames import (HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate,
                      opcode_for, parse)
@@ -47,7 +48,10 @@ HELLO = struct.Struct("!4sIB")
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
             "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
-            "output": None, "gap_threshold_ms": 10.0, "warmup": 0}
+            "output": None, "gap_threshold_ms": 10.0, "warmup": 0,
+            # NIC path entropy (traffic.entropy): qp | spray | flowlet, and the
+            # idle gap that starts a new flowlet
+            "entropy": "qp", "flowlet_gap_ms": 1.0}
 RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
 
 
@@ -81,6 +85,8 @@ def load_config(doc):
         raise ConfigError("warmup: a count of calls >= 0")
     if cfg["qps"] < 1 or cfg["rate_bps"] <= 0 or not PROBE.size <= cfg["mtu"] <= 8192:
         raise ConfigError("qps >= 1, rate_bps > 0 and 36 <= mtu <= 8192 required")
+    if cfg["entropy"] not in ENTROPY_MODES or not cfg["flowlet_gap_ms"] > 0:
+        raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     ring = cfg["ring"]
     if ring == "naive":
         cfg["ring_order"] = list(range(len(ranks)))
@@ -158,6 +164,8 @@ class Rank:
         self.hello.setblocking(False)
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
+        self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
+        self.variants = {}     # (template id, entropy index) -> template with that sport
         self.chunks = {}       # (tag, step) -> [packets expected, set of indices]
         self.corrupt = {}      # (tag, step) -> corrupted packets
         self.psn = {}
@@ -266,6 +274,18 @@ class Rank:
                         flow_id(self.me, transfer.peer, q), tag, step, i, count))
         return out
 
+    def _with_entropy(self, packet, now):
+        """``packet`` with the source port its QP's entropy policy picks now."""
+        idx = self.entropy.pick(packet[2], now)
+        if idx == 0:
+            return packet
+        t = packet[0]
+        key = (id(t), idx)
+        v = self.variants.get(key)
+        if v is None:
+            v = self.variants[key] = t.with_sport(entropy_sport(t.sport, idx))
+        return (v,) + packet[1:]
+
     def _drain(self, buf, mv):
         for _ in range(256):
             try:
@@ -345,7 +365,10 @@ class Rank:
                 bucket.refill(now)
                 n = min(self.sender.batch, len(queue) - qpos, int(bucket.tokens // cost))
                 if n > 0:
-                    sent = self.sender.emit(queue[qpos:qpos + n], self.clock)
+                    batch = queue[qpos:qpos + n]
+                    if self.entropy.active:
+                        batch = [self._with_entropy(p, now) for p in batch]
+                    sent = self.sender.emit(batch, self.clock)
                     bucket.consume(sent * 8)
                     sent_bytes += sent
                     qpos += n
@@ -399,6 +422,7 @@ class Rank:
                 "collective": self.cfg["collective"], "nranks": self.n,
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],
                 "qps": self.cfg["qps"], "results": results,
+                "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
                 "rx_flows": flows["total"]}
 
 
