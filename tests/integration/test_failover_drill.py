@@ -92,10 +92,10 @@ def test_cut_loses_only_on_crossing_flows(session, tmp_path):
     drill.wait_restored(s, mode, t_rest)
 
 
+# Controller loss and the flap storm run once, in the default mode (no skipped variants).
+@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
 def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_path):
     mode, s, inj, pairs, paths = session
-    if mode != "fast-failover":
-        pytest.skip("controller loss is tested once, in the default mode")
     before = dump(s)
     log = s.controller.log_path
     n_connect = open(log).read().count('"event": "connect"')
@@ -113,10 +113,9 @@ def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_
     assert dump(s) == before
 
 
+@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
 def test_flap_storm_ends_fully_reachable(session, tmp_path):
     mode, s, inj, pairs, paths = session
-    if mode != "fast-failover":
-        pytest.skip("the flap storm runs once, in the default mode")
     before = dump(s)                    # every link up, converged
     inj.flap(LINK, count=25, period_s=0.04)
     inj.flap("leaf2-spine2", count=10, period_s=0.02, side="a")
