@@ -228,18 +228,24 @@ class Balancer:
             f = self.flows.get(key)
             if f is None or f.dpid != dpid:
                 continue
+            if b < f.bytes:          # the entry was re-added: counters restarted
+                f.bytes = 0
             if b > f.bytes:
                 f.rate_bps = (b - f.bytes) * 8 / POLL_S
                 f.active_at = now
             f.bytes = b
 
     def tick(self, now):
-        """Periodic decisions after a poll: expire idle flows; dlb moves hot ones."""
+        """Periodic decisions after a poll: expire idle flows; dlb moves hot ones.
+
+        Returns [(dpid, message)], like ``rebalance`` and ``set_live``.
+        """
         out = []
         for key, f in sorted(self.flows.items()):
             if now - f.active_at > IDLE_S:
                 del self.flows[key]
-                out.append(FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB, "delete"))
+                out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB,
+                                            "delete")))
         if self.mode == "dlb":
             out += self.rebalance(now)
         return out
@@ -264,8 +270,8 @@ class Balancer:
                 f.history.append(f.port)
                 f.port, f.links, f.moved_at, f.sent_at = best, links, now, now
                 self.moves += 1
-                out.append(FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (Output(best),),
-                                   COOKIE_LB, "modify"))
+                out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (Output(best),),
+                                            COOKIE_LB, "modify")))
                 counts = self.count(now)
                 break
         return out
@@ -280,10 +286,11 @@ class Balancer:
                 continue
             if len(self.routes.get(f.dpid, {}).get(f.dst, ())) < 2:
                 del self.flows[key]          # back to the route's own choice
-                out.append(FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB, "delete"))
+                out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB,
+                                            "delete")))
                 continue
             best = self.choose(f.dpid, f.dst, now, exclude=key)
             f.port, f.links, f.sent_at = best, self.links_of(f.dpid, best, f.dst), now
-            out.append(FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (Output(best),),
-                               COOKIE_LB, "modify"))
+            out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (Output(best),),
+                                        COOKIE_LB, "modify")))
         return out

@@ -28,6 +28,8 @@ The topology path comes from the environment variable FABRIC_TOPOLOGY, the
 failover mode (``none|controller|fast-failover``, default fast-failover)
 from FABRIC_FAILOVER. In mode ``none`` port status is logged and ignored and
 every port counts as live: nothing reroutes (docs/failover.md).
+The load-balancing mode (``ecmp|flowlet|dlb|spray``, controller/lb.py,
+docs/load-balancing.md) comes from FABRIC_LB.
 """
 
 import functools
@@ -50,7 +52,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from . import policy
+from . import lb, policy
 from . import topology as topology_mod
 from .messages import (Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
                        Selection, SetField, SwitchState)
@@ -315,6 +317,11 @@ class FabricController(app_manager.OSKenApp):
         self.ofp_errors = 0
         LOG.info("topology %s: %d switches, %d host ports; failover %s", self.topo.name,
                  len(self.topo.switches), len(self.topo.host_ports), self.failover)
+        # Load balancing ($FABRIC_LB, controller/lb.py): reactive modes poll stats.
+        self.lb = lb.Balancer(self.topo, lb.mode_from_env(), lb.port_rates(path))
+        LOG.info("load balancing %s", self.lb.mode)
+        if self.lb.reactive:
+            hub.spawn(self._lb_poll)
 
     def live(self):
         if self.failover == "none":
@@ -322,7 +329,8 @@ class FabricController(app_manager.OSKenApp):
         return self.all_ports - self.down
 
     def desired(self, live):
-        return policy.desired_state(self.topo, live, self.failover)
+        return lb.augment(self.topo, policy.desired_state(self.topo, live, self.failover),
+                          self.lb.mode)
 
     def _request(self, msg, reply_cls, multi=True):
         return ofctl_api.send_msg(self, msg, reply_cls=reply_cls, reply_multi=multi)
@@ -438,6 +446,56 @@ class FabricController(app_manager.OSKenApp):
             return                        # recorded, never acted on
         self.push(self.desired(self.live()), t0,
                   event="port", dpid=dpid, port=desc.port_no, up=up)
+        if self.lb.reactive:
+            self._lb_send(self.lb.set_live(self.live(), time.monotonic()))
+
+    # ---- load balancing (controller/lb.py decides; this only talks) ----------
+    def _lb_send(self, pairs):
+        """Send [(dpid, message)] to connected switches; a gone switch resyncs later."""
+        for dpid, msg in pairs:
+            dp = self.dps.get(dpid)
+            if dp is not None:
+                dp.send_msg(to_osken(dp, msg))
+
+    def _lb_poll(self):
+        """Port stats of every switch and placed-flow stats every lb.POLL_S; then tick."""
+        try:
+            while True:
+                hub.sleep(lb.POLL_S)
+                if set(self.dps) != set(self.installed):
+                    continue     # a resync is reading flow descs: its replies are its own
+                for dpid, dp in list(self.dps.items()):
+                    dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
+                    # OVS answers OF1.5 FLOW_DESC, not FLOW_STATS (BAD_MULTIPART)
+                    dp.send_msg(parser.OFPFlowDescStatsRequest(
+                        dp, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, lb.COOKIE_LB,
+                        0xFFFFFFFFFFFFFFFF, parser.OFPMatch()))
+                self._lb_send(self.lb.tick(time.monotonic()))
+        except Exception:          # noqa: BLE001 - a dead poller must not look alive
+            _die("_lb_poll")
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    @fatal
+    def packet_in(self, ev):
+        dp = ev.msg.datapath
+        msgs = self.lb.packet_in(dp.id, bytes(ev.msg.data), time.monotonic())
+        self._lb_send([(dp.id, m) for m in msgs])
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    @fatal
+    def port_stats_reply(self, ev):
+        self.lb.port_stats(ev.msg.datapath.id, {s.port_no: s.tx_bytes for s in ev.msg.body},
+                           time.monotonic())
+
+    @set_ev_cls(ofp_event.EventOFPFlowDescStatsReply, MAIN_DISPATCHER)
+    @fatal
+    def flow_stats_reply(self, ev):
+        counts = {}
+        for s in ev.msg.body:
+            m = s.match
+            counts[(m.get("ipv4_src"), m.get("ipv4_dst"), m.get("udp_src"))] = \
+                s.stats.get("byte_count", 0)
+        self.lb.flow_stats(ev.msg.datapath.id, counts, time.monotonic())
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [HANDSHAKE_DISPATCHER, CONFIG_DISPATCHER, MAIN_DISPATCHER])
     @fatal

@@ -80,8 +80,12 @@ def expected_seconds(collective, n, sizes, rate_bps):
 
 
 def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None, qps=1,
-                   ring="naive", rate_bps=None, warmup=1, progress=None):
-    """Run the collective on ``session``'s fabric; return the report dict."""
+                   ring="naive", rate_bps=None, warmup=1, progress=None, rank_extra=None):
+    """Run the collective on ``session``'s fabric; return the report dict.
+
+    ``rank_extra``: more rank config keys for every rank (e.g. the NIC's
+    ``entropy`` mode for load-balancing comparisons, emulator/compare.py).
+    """
     from traffic.report import combine, table
     if collective not in COLLECTIVES:
         raise ConfigError("--workload", f"unknown collective {collective!r}")
@@ -89,6 +93,8 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     os.makedirs(out_dir, exist_ok=True)
     configs = rank_configs(session.topo, collective, list(sizes), hosts, qps, ring,
                            rate_bps, out_dir, warmup=warmup)
+    for cfg in configs:
+        cfg.update(rank_extra or {})
     n = len(configs)
     ideal = expected_seconds(collective, n, list(sizes) + list(sizes[:warmup]),
                              configs[0]["rate_bps"])

@@ -128,7 +128,7 @@ def test_idle_flows_expire_with_injected_clock(topo):
     bal.flow_stats(leaf1, {key: 1000}, 0.5)
     assert bal.tick(0.5 + lb.IDLE_S - 0.01) == []
     gone = bal.tick(0.5 + lb.IDLE_S + 0.01)
-    assert [m.command for m in gone] == ["delete"] and key not in bal.flows
+    assert [(d, m.command) for d, m in gone] == [(leaf1, "delete")] and key not in bal.flows
 
 
 def _two_on_one(topo, rates, mode):
@@ -153,8 +153,9 @@ def _two_on_one(topo, rates, mode):
 def test_dlb_moves_one_flow_off_a_hot_link_and_holds_it(topo, rates):
     bal, keys, ups = _two_on_one(topo, rates, "dlb")
     msgs = bal.tick(0.1)
-    assert len(msgs) == 1 and msgs[0].command == "modify"
-    assert msgs[0].actions[0].port in ups[1:]
+    assert len(msgs) == 1 and msgs[0][1].command == "modify"
+    assert msgs[0][0] == topo.by_name["leaf1"].dpid
+    assert msgs[0][1].actions[0].port in ups[1:]
     assert sorted(f.port for f in bal.flows.values()) != [ups[0], ups[0]]
     assert bal.moves == 1
     # still measured hot at the next poll, but one flow per link now: no flapping
@@ -185,6 +186,6 @@ def test_link_down_replaces_flows_on_it(topo):
     old = f.port
     live = topo.all_ports() - {(leaf1, old)}
     msgs = bal.set_live(live, 1.0)
-    assert len(msgs) == 1 and msgs[0].actions[0].port != old
+    assert len(msgs) == 1 and msgs[0][1].actions[0].port != old and msgs[0][0] == leaf1
     assert (leaf1, f.port) in live and f.port != old
     assert bal.set_live(live, 1.1) == []           # nothing else to move
