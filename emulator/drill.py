@@ -35,6 +35,7 @@ import time
 
 from emulator import proc, scenario
 from emulator.errors import ConfigError, RunFailed
+from emulator.proc import finish
 
 MODES = ("none", "controller", "fast-failover")
 
@@ -266,19 +267,6 @@ def wait_for(cond, timeout, what, procs=None):
         if time.monotonic() > deadline:
             raise RunFailed(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
-
-
-def finish(p, timeout, what):
-    import subprocess
-    try:
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=10)
-        raise RunFailed(f"{what} did not finish within {timeout:.0f}s")
-    if p.returncode != 0:
-        err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
-        raise RunFailed(f"{what} exited {p.returncode}: {err[-300:]}")
 
 
 def wait_restored(s, mode, t_restore_ns, timeout=20):

@@ -28,3 +28,19 @@ def ovs_vsctl(*args, timeout=60):
 
 def ovs_ofctl(*args, timeout=20):
     return run(["ovs-ofctl", *args], timeout=timeout)
+
+
+def finish(p, timeout, what):
+    """Wait for Popen ``p``; kill it after ``timeout``; RunFailed unless it exited 0."""
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=10)
+        raise RunFailed(f"{what} did not finish within {timeout:.0f}s")
+    if p.returncode != 0:
+        err = p.stderr.read() if p.stderr else b""
+        if isinstance(err, bytes):
+            err = err.decode(errors="replace")
+        lines = err.strip().splitlines()
+        raise RunFailed(f"{what} exited {p.returncode}: {lines[-1] if lines else 'no message'}")

@@ -11,11 +11,11 @@ the per-uplink load: the ECMP spread.
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 from emulator.errors import RunFailed
+from emulator.proc import finish
 from emulator.units import format_rate
 
 
@@ -34,18 +34,6 @@ def cross_leaf_pairs(topo):
         for k, h in enumerate(by_leaf[leaf]):
             pairs.append((h, nxt[k % len(nxt)]))
     return pairs
-
-
-def _wait(p, timeout, what):
-    try:
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=10)
-        raise RunFailed(f"{what} did not finish within {timeout:.0f}s")
-    if p.returncode != 0:
-        err = p.stderr.read().decode(errors="replace").strip().splitlines() if p.stderr else []
-        raise RunFailed(f"{what} exited {p.returncode}: {err[-1] if err else 'no message'}")
 
 
 def uplink_loads(topo, before, after, seconds):
@@ -111,10 +99,10 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
                      "--burst", "4", "--frame-len", str(frame_len), "--out", out]
         senders.append((src, dst, net.popen_in(src["name"], argv, cwd=session_repo()), out))
     for src, _, p, _ in senders:
-        _wait(p, duration + 30, f"sender in {src['name']}")
+        finish(p, duration + 30, f"sender in {src['name']}")
     seconds = time.monotonic() - t0
     for name, (p, _, _) in receivers.items():
-        _wait(p, 30, f"receiver in {name}")
+        finish(p, 30, f"receiver in {name}")
     after = net.intf_counters()
     sent = {}
     for _, _, _, out in senders:

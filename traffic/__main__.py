@@ -8,9 +8,7 @@ report  nccl-tests table of rank result files
 
 import argparse
 import json
-import socket
 import sys
-import time
 
 UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 
