@@ -1,4 +1,4 @@
-"""Command line: ``python -m emulator {run,show,validate,clean,presets}``.
+"""Command line: ``python -m emulator {run,check,drill,show,validate,clean,presets}``.
 
 Every user error (bad fabric file, unknown preset parameter, not root, a
 missing dependency) prints one ``error:`` line and exits with status 2,
@@ -101,6 +101,12 @@ def build_parser():
     add_fabric_args(p)
     drill.add_arguments(p)
 
+    from emulator import check
+    p = sub.add_parser("check", help="hold a controller (app) to checks: reachability, "
+                                     "a flow's path, loss under a link cut; PASS/FAIL")
+    add_fabric_args(p)
+    check.add_arguments(p)
+
     p = sub.add_parser("show", help="print the fabric: nodes, links, addressing")
     add_fabric_args(p)
     p.add_argument("--yaml", action="store_true", help="write the fabric back as YAML")
@@ -148,6 +154,12 @@ def main(argv=None):
             from emulator import runner
             fabric = load_fabric(args)
             return runner.run(fabric, args)
+        if args.command == "check":
+            from emulator import check, runner
+            fabric = load_fabric(args)
+            runner.require_root()
+            runner.check_dependencies()
+            return check.main(fabric, args)
         if args.command == "drill":
             from emulator import drill, runner
             fabric = load_fabric(args)
