@@ -523,6 +523,15 @@ def _announce_ready(host, port):
     LOG.info("controller listening on %s:%d", host, port)
 
 
+def _fatal_handlers(cls):
+    """Wrap a loaded app class's own @set_ev_cls handlers with ``fatal`` (keeps ``callers``)."""
+    if cls.__module__.startswith("os_ken."):
+        return
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and hasattr(fn, "callers"):
+            setattr(cls, name, fatal(fn))
+
+
 def run(topology_path, host="127.0.0.1", port=6653, apps=None):
     """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
     topology_mod.load(topology_path)          # fail before listening if it is bad
@@ -539,6 +548,11 @@ def run(topology_path, host="127.0.0.1", port=6653, apps=None):
 
     mgr = app_manager.AppManager.get_instance()
     mgr.load_apps(list(apps) if apps else [__name__])
+    if apps:
+        # os-ken loses a user app's handler exception (nothing logged, the app's
+        # event loop stalls): make it fatal and loud, like ours.
+        for cls in mgr.applications_cls.values():
+            _fatal_handlers(cls)
     services = mgr.instantiate_apps(**mgr.create_contexts())
     ready = hub.spawn(_announce_ready, host, port)
     try:
