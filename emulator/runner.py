@@ -353,8 +353,11 @@ def run(fabric, args, out=print):
             with session:
                 if args.cli:
                     from mininet.cli import CLI
+                    from mininet.log import setLogLevel
                     out(report.cli_banner(session))
+                    setLogLevel("output")       # the CLI prints through Mininet's log
                     CLI(session.net.mn)
+                    setLogLevel("error")
                 else:
                     with bg.Background(session, background,
                                        _workload_seconds(session, args, sizes)) as bgr:
