@@ -408,6 +408,9 @@ def main(fabric, args, out=print):
     finally:
         if getattr(session, "dir", None):
             session.results["checks"] = [r.as_dict() for r in results]
+            if session.results.get("reachability"):
+                from emulator import reports
+                reports.write(session)
             write_json(os.path.join(session.dir, "results.json"), session.results)
     problems = session.results.get("controller", {}).get("problems")
     if problems:

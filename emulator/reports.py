@@ -1,0 +1,216 @@
+"""The run report: versions and command in results.json, pictures, and report.md.
+
+Model.  ``write(session)`` is called once at the end of a run, before
+``results.json`` is written; it adds to ``session.results``
+
+* ``command``: the exact command line (``shlex``-quoted, the interpreter first)
+  and ``versions``: python, Open vSwitch (``ovs-vsctl --version``), os-ken,
+  scapy, Mininet and the kernel;
+
+and writes into the run's results directory
+
+* ``fabric.png``: the fabric, tiers as rows (hosts at the bottom, then leaves,
+  spines, superspines), one edge per link;
+* ``uplinks.png`` when the default mix ran: Mbit/s per leaf uplink (the ECMP
+  spread); ``busbw.png`` when a collective ran: busbw against message size;
+* ``report.md``: the tables and pictures together, readable on GitHub.
+
+Plotting uses matplotlib's Agg backend (no display).  A failure to draw is
+reported in the report and never fails the run: the measurements are in
+results.json regardless.
+"""
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+
+TIER_ROW = {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}
+
+
+def versions():
+    """Versions of everything a result depends on (``None`` where unknown)."""
+    out = {"python": platform.python_version(), "kernel": platform.release()}
+    try:
+        p = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True,
+                           timeout=10)
+        out["openvswitch"] = p.stdout.splitlines()[0].split()[-1] if p.returncode == 0 \
+            else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        out["openvswitch"] = None
+    for dist in ("os-ken", "scapy", "mininet", "networkx", "matplotlib"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def command_line(argv=None):
+    argv = sys.argv if argv is None else argv
+    head = [sys.executable, "-m", "emulator"] if argv and argv[0].endswith("__main__.py") \
+        else [sys.executable, argv[0]] if argv else [sys.executable]
+    return shlex.join(head + list(argv[1:]))
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")              # no display on a lab machine or in CI
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def layout(topo):
+    """{node: (x, y)}: one row per tier, nodes spread evenly over [0, 1]."""
+    rows = {}
+    for sw in topo["switches"]:
+        rows.setdefault(TIER_ROW.get(sw["kind"], sw["tier"]), []).append(sw["name"])
+    rows.setdefault(0, []).extend(h["name"] for h in topo["hosts"])
+    pos = {}
+    for y, names in rows.items():
+        for i, name in enumerate(names):
+            pos[name] = ((i + 0.5) / len(names), float(y))
+    return pos
+
+
+def fabric_png(topo, path):
+    import networkx as nx
+    plt = _pyplot()
+    g = nx.Graph()
+    g.add_nodes_from(h["name"] for h in topo["hosts"])
+    g.add_nodes_from(sw["name"] for sw in topo["switches"])
+    g.add_edges_from((lk["a"].split(":")[0], lk["b"].split(":")[0]) for lk in topo["links"])
+    pos = layout(topo)
+    kind = {h["name"]: "host" for h in topo["hosts"]}
+    kind.update({sw["name"]: sw["kind"] for sw in topo["switches"]})
+    colours = {"host": "#9ecae1", "leaf": "#a1d99b", "spine": "#fdae6b",
+               "superspine": "#bcbddc"}
+    width = max(6.0, 0.6 * max(sum(1 for p in pos.values() if p[1] == y)
+                               for y in {p[1] for p in pos.values()}))
+    fig, ax = plt.subplots(figsize=(width, 1.6 * (1 + max(p[1] for p in pos.values()))))
+    nx.draw_networkx_edges(g, pos, ax=ax, edge_color="#888888", width=0.8)
+    nx.draw_networkx_nodes(g, pos, ax=ax, node_size=600,
+                           node_color=[colours.get(kind[n], "#dddddd") for n in g.nodes])
+    nx.draw_networkx_labels(g, pos, ax=ax, font_size=7)
+    ax.set_title(f"{topo['fabric']} (run {topo['run']})")
+    ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def uplinks_png(traffic, path):
+    plt = _pyplot()
+    leaves = traffic["uplinks"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(leaves)), 3.5))
+    n = max(len(leaf["loads"]) for leaf in leaves)
+    w = 0.8 / n
+    for k in range(n):
+        xs = [i + k * w for i, leaf in enumerate(leaves) if k < len(leaf["loads"])]
+        ys = [leaf["loads"][k]["mbps"] for leaf in leaves if k < len(leaf["loads"])]
+        ax.bar(xs, ys, width=w, label=f"uplink {k + 1}")
+    ax.set_xticks([i + 0.4 - w / 2 for i in range(len(leaves))],
+                  [leaf["leaf"] for leaf in leaves])
+    ax.set_ylabel("Mbit/s")
+    ax.set_title("per-uplink load (ECMP spread)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def busbw_png(coll, path):
+    plt = _pyplot()
+    rows = coll["rows"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot([r["size"] for r in rows], [r["busbw_Mbps"] for r in rows], marker="o")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (Mbit/s)")
+    ax.set_title(f"{coll['collective']} over {coll['nranks']} ranks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _md_table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(results, topo, pictures, summary_text=None):
+    r = results
+    out = [f"# Run {r['run']}: {r['fabric']}", "",
+           f"- command: `{r.get('command_line', '')}`",
+           f"- datapath: {r['datapath']['type']} ({r['datapath']['reason']})",
+           f"- controller: {r.get('controller', {}).get('kind', '?')}"]
+    v = r.get("versions", {})
+    out.append("- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    t = r.get("timings", {})
+    reach = r.get("reachability")
+    if reach:
+        out.append(f"- reachability: {reach['reachable']}/{reach['pairs']} host pairs, "
+                   f"fully reachable {t.get('time_to_reachable_s', 0):.2f}s after start")
+    out += ["", "## Fabric", ""]
+    if "fabric.png" in pictures:
+        out += ["![fabric](fabric.png)", ""]
+    out.append(_md_table(("switch", "kind", "dpid", "ports"),
+                         [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
+                          for s in topo["switches"]]))
+    traffic = r.get("traffic")
+    if traffic:
+        out += ["", "## Traffic", "", traffic["description"], "",
+                f"sent {traffic['sent_packets']}, received {traffic['received_packets']}, "
+                f"lost {traffic['dropped_packets']}, reordered "
+                f"{traffic['reordered_packets']}", ""]
+        if "uplinks.png" in pictures:
+            out += ["![per-uplink load](uplinks.png)", ""]
+        out.append(_md_table(("leaf", "uplink", "peer", "Mbit/s", "utilisation"),
+                             [(leaf["leaf"], u["port"], u["peer"], u["mbps"],
+                               u["utilisation"]) for leaf in traffic["uplinks"]
+                              for u in leaf["loads"]]))
+    coll = r.get("collective")
+    if coll:
+        out += ["", f"## {coll['collective']}", ""]
+        if "busbw.png" in pictures:
+            out += ["![busbw](busbw.png)", ""]
+        out += ["```", coll["table"], "```"]
+    checks = r.get("checks")
+    if checks:
+        out += ["", "## Checks", "", _md_table(("check", "result", "detail"), [
+            (c["check"], "PASS" if c["ok"] else "FAIL", c["detail"]) for c in checks])]
+    problems = r.get("controller", {}).get("problems")
+    if problems:
+        out += ["", "## Controller problems", "", "```", *problems[:20], "```"]
+    if r.get("report_errors"):
+        out += ["", "## Report errors", ""] + [f"- {e}" for e in r["report_errors"]]
+    out.append("")
+    return "\n".join(out)
+
+
+def write(session):
+    """Add command/versions to ``session.results``; write pictures and report.md."""
+    r, topo, d = session.results, session.topo, session.dir
+    r["command_line"] = command_line()
+    r["versions"] = versions()
+    pictures, errors = [], []
+    jobs = [("fabric.png", lambda p: fabric_png(topo, p))]
+    if r.get("traffic") and r["traffic"].get("uplinks"):
+        jobs.append(("uplinks.png", lambda p: uplinks_png(r["traffic"], p)))
+    if r.get("collective") and r["collective"].get("rows"):
+        jobs.append(("busbw.png", lambda p: busbw_png(r["collective"], p)))
+    for name, draw in jobs:
+        try:
+            draw(os.path.join(d, name))
+            pictures.append(name)
+        except Exception as e:     # noqa: BLE001 - a picture never fails the run
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+    if errors:
+        r["report_errors"] = errors
+    r["report"] = {"markdown": "report.md", "pictures": pictures}
+    with open(os.path.join(d, "report.md"), "w", encoding="utf-8") as f:
+        f.write(markdown(r, topo, pictures))
+    return os.path.join(d, "report.md")
