@@ -366,6 +366,9 @@ def run(fabric, args, out=print):
                         session.results["background"] = bgr.results
         finally:
             if session.results.get("reachability"):
+                from emulator import reports
+                out("... writing the report (versions, pictures, report.md)")
+                reports.write(session)
                 write_json(os.path.join(session.dir, "results.json"), session.results)
                 out(report.summary(session.results, session.topo))
     problems = session.results.get("controller", {}).get("problems")
