@@ -13,7 +13,14 @@ the Linux-visible names), so the same fabric always gets the same plan:
     switch interface ``<bridge>-e<N>``; a host's interfaces keep their fabric
     names (``eth0``) inside the host's namespace;
   * ECMP hash seed: the node's ``hash_seed``, else one ``seed`` for all
-    switches if given (hash polarization), else the datapath id.
+    switches if given (hash polarization), else the datapath id;
+  * a standby link (``role: standby``) marks both its switch ports
+    ``"role": "standby"``;
+  * host routes (the emulated NVLink hop of a multi-plane / rail-optimized
+    fabric): when a host's ports sit in different switch islands (planes not
+    joined by any switch), every host port IP of another host gets a /32
+    route through the host's own port in that island, with that port's IP as
+    source: traffic for another rail leaves through the NIC of that rail.
 
 The topology document (``topology_document``) is what the controller — this
 project's or a user's — loads; docs/topology-schema.md describes it.
@@ -78,6 +85,7 @@ def plan(fabric, tag="0000", seed=None):
             "ports": [],
         })
     hosts, k = [], 0
+    island = islands(fabric)
     for node in fabric.hosts:
         ports = []
         for lk in fabric.links_of(node.name):
@@ -88,7 +96,9 @@ def plan(fabric, tag="0000", seed=None):
                           "prefix_len": SUBNET.prefixlen, "switch": peer.node,
                           "switch_port": peer.number, "rate_bps": lk.rate_bps})
         hosts.append({"name": node.name, "ip": ports[0]["ip"], "mac": ports[0]["mac"],
-                      "pod": node.pod, "plane": node.plane, "ports": ports})
+                      "pod": node.pod, "plane": node.plane, "ports": ports, "routes": []})
+    for h in hosts:
+        h["routes"] = host_routes(h, hosts, island)
     for sw in switches:
         for lk in fabric.links_of(sw["name"]):
             mine, peer = lk.end(sw["name"]), lk.other(sw["name"])
@@ -100,7 +110,13 @@ def plan(fabric, tag="0000", seed=None):
                 "peer_port": peer.number if not peer_node.is_host else peer.port,
                 "rate_bps": lk.rate_bps,
             })
-    links = [{"a": str(lk.a), "b": str(lk.b), "rate_bps": lk.rate_bps} for lk in fabric.links]
+            if lk.role is not None:
+                sw["ports"][-1]["role"] = lk.role
+    links = []
+    for lk in fabric.links:
+        links.append({"a": str(lk.a), "b": str(lk.b), "rate_bps": lk.rate_bps})
+        if lk.role is not None:
+            links[-1]["role"] = lk.role
     return {
         "schema_version": SCHEMA_VERSION,
         "fabric": fabric.name,
@@ -111,3 +127,41 @@ def plan(fabric, tag="0000", seed=None):
         "hosts": hosts,
         "links": links,
     }
+
+
+def islands(fabric):
+    """{switch name: island number}: components of the switch-to-switch graph."""
+    adj = {n.name: [] for n in fabric.switches}
+    for lk in fabric.links:
+        if lk.a.node in adj and lk.b.node in adj:
+            adj[lk.a.node].append(lk.b.node)
+            adj[lk.b.node].append(lk.a.node)
+    out = {}
+    for start in adj:
+        if start in out:
+            continue
+        out[start], todo = len(set(out.values())), [start]
+        while todo:
+            for nxt in adj[todo.pop()]:
+                if nxt not in out:
+                    out[nxt] = out[start]
+                    todo.append(nxt)
+    return out
+
+
+def host_routes(host, hosts, island):
+    """/32 routes of ``host`` toward other hosts' ports in other islands (see above)."""
+    mine = {}
+    for p in host["ports"]:
+        mine.setdefault(island[p["switch"]], p)      # first port in each island
+    if len(mine) < 2:
+        return []
+    routes = []
+    for other in hosts:
+        if other["name"] == host["name"]:
+            continue
+        for p in other["ports"]:
+            via = mine.get(island[p["switch"]])
+            if via is not None:
+                routes.append({"dst": f"{p['ip']}/32", "dev": via["port"], "src": via["ip"]})
+    return routes

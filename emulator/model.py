@@ -8,7 +8,11 @@ Names:
   * node names are the user's (``leaf1``, ``spine2``, ``h3``);
   * a port is named ``eth<N>``; on a switch N >= 1 and N is the OpenFlow
     port number, so ``leaf1:eth3`` is OpenFlow port 3 of leaf1;
-  * tiers: host 0, leaf 1, spine 2, superspine 3.
+  * tiers: host 0, leaf 1, spine 2, superspine 3;
+  * labels: a node may carry ``pod`` (three-tier pods) and ``plane`` (the
+    spine/superspine plane, or the rail of a multi-plane fabric); a link may
+    carry ``role: standby`` (it carries traffic only once the active links
+    toward the same next tier are down: dual-link active/standby).
 """
 
 from dataclasses import dataclass, field
@@ -17,6 +21,8 @@ from typing import Optional
 HOST = "host"
 SWITCH_TIERS = {"leaf": 1, "spine": 2, "superspine": 3}
 KINDS = (HOST,) + tuple(SWITCH_TIERS)
+STANDBY = "standby"
+LINK_ROLES = (STANDBY,)
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Link:
     a: Endpoint
     b: Endpoint
     rate_bps: int
+    role: Optional[str] = None     # None (active) or "standby"
 
     def other(self, node):
         """The endpoint facing ``node``'s end of the link."""
@@ -121,6 +128,10 @@ class Fabric:
                     entry[key] = getattr(n, key)
             nodes[n.name] = entry
         from emulator.units import format_rate
-        links = [{"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}
-                 for lk in self.links]
+        links = []
+        for lk in self.links:
+            entry = {"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}
+            if lk.role is not None:
+                entry["role"] = lk.role
+            links.append(entry)
         return {"name": self.name, "topology": {"nodes": nodes, "links": links}}

@@ -7,23 +7,16 @@ and are validated like a file: one ``ConfigError`` naming the parameter.
 leaf-spine numbering: hosts h1..hN leaf by leaf; on leaf L, ports eth1..ethH
 face its hosts and eth(H+1)..eth(H+S) face spine1..spineS; on a spine, port
 ethL faces leafL.  Oversubscription = H * host_rate / (S * uplink_rate).
+
+The other Clos presets (three-tier, dual-link, dual-plane, multi-plane) live
+in ``presets_clos``; all are listed in ``PRESETS``.
 """
 
-from dataclasses import dataclass
-
+from emulator import presets_clos
 from emulator.errors import ConfigError
 from emulator.model import Endpoint, Fabric, Link, Node
+from emulator.params import Param, resolve_params, rate_for_ratio
 from emulator.units import format_rate, parse_rate
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: str          # "int", "rate" or "float"
-    default: object
-    lo: float = 1
-    hi: float = 64
-    doc: str = ""
 
 
 LEAF_SPINE = (
@@ -35,36 +28,6 @@ LEAF_SPINE = (
     Param("oversubscription", "float", None, 0.01, 100,
           "if given, sets uplink_rate = hosts_per_leaf*host_rate/(spines*ratio)"),
 )
-
-
-def _convert(preset, p, value):
-    where = f"preset {preset}: {p.name}"
-    try:
-        if p.kind == "rate":
-            return parse_rate(value) if isinstance(value, str) else parse_rate(str(value))
-        number = int(value) if p.kind == "int" else float(value)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(where, f"{value!r} is not a valid {p.kind}"
-                          + (f" ({e})" if p.kind == "rate" else ""))
-    if p.kind == "int" and str(value).strip() != str(number) and not isinstance(value, int):
-        raise ConfigError(where, f"{value!r} is not an integer")
-    if not p.lo <= number <= p.hi:
-        raise ConfigError(where, f"{value!r} is outside {p.lo:g}..{p.hi:g}")
-    return number
-
-
-def resolve_params(preset, schema, given):
-    """Merge ``given`` (name -> str/int) over defaults; reject unknown names."""
-    known = {p.name: p for p in schema}
-    for key in given:
-        if key not in known:
-            raise ConfigError(f"preset {preset}",
-                              f"unknown parameter {key!r} (known: {', '.join(known)})")
-    values = {}
-    for p in schema:
-        raw = given.get(p.name, p.default)
-        values[p.name] = None if raw is None else _convert(preset, p, raw)
-    return values
 
 
 def leaf_spine(**given):
@@ -94,7 +57,7 @@ def leaf_spine(**given):
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), params=params)
 
 
-PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE)}
+PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS}
 
 
 def build(name, params=None):

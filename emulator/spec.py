@@ -24,7 +24,7 @@ import re
 import yaml
 
 from emulator.errors import ConfigError
-from emulator.model import HOST, KINDS, Endpoint, Fabric, Link, Node
+from emulator.model import HOST, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
 from emulator.units import parse_rate
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
@@ -35,7 +35,7 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane"}
-LINK_KEYS = {"endpoints", "rate"}
+LINK_KEYS = {"endpoints", "rate", "role"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -214,7 +214,13 @@ def _parse_links(raw, by_name, default_rate, fail):
             rate = default_rate
         else:
             fail(f"{where}.rate", "missing (or set topology.defaults.rate)")
-        links.append(Link(a=a, b=b, rate_bps=rate))
+        role = entry.get("role")
+        if role is not None:
+            if role not in LINK_ROLES:
+                fail(f"{where}.role", f"unknown role {role!r} (one of: {', '.join(LINK_ROLES)})")
+            if by_name[a.node].is_host or by_name[b.node].is_host:
+                fail(f"{where}.role", "only switch-to-switch links can be standby")
+        links.append(Link(a=a, b=b, rate_bps=rate, role=role))
     return links
 
 
@@ -232,9 +238,37 @@ def _check_attachment(nodes, links, fail):
 def _check_connected(nodes, links, fail):
     """Every switch reaches every other over switch-to-switch links.
 
-    Hosts do not forward, so a path through a host does not count.
+    Hosts do not forward, so a path through a host does not count.  When every
+    switch carries a ``plane`` label (a multi-plane fabric, whose planes are
+    joined only inside the hosts), each plane must be connected on its own.
     """
-    switches = [n.name for n in nodes if not n.is_host]
+    switch_nodes = [n for n in nodes if not n.is_host]
+    if all(n.plane is not None for n in switch_nodes):
+        planes = sorted({n.plane for n in switch_nodes})
+        for plane in planes:
+            _check_component([n.name for n in switch_nodes if n.plane == plane], links, fail)
+        plane_of = {n.name: n.plane for n in switch_nodes}
+        hosts = {n.name for n in nodes if n.is_host}
+        touched = {}                    # host -> planes its ports reach
+        for lk in links:
+            for h, sw in ((lk.a.node, lk.b.node), (lk.b.node, lk.a.node)):
+                if h in hosts and sw in plane_of:
+                    touched.setdefault(h, set()).add(plane_of[sw])
+        joined = {planes[0]}
+        while True:
+            more = set().union(*(t for t in touched.values() if t & joined)) - joined
+            if not more:
+                break
+            joined |= more
+        if joined != set(planes):
+            fail("topology.links", f"planes {sorted(set(planes) - joined)} share no host "
+                                   f"with plane {planes[0]}: no path between them")
+    else:
+        _check_component([n.name for n in switch_nodes], links, fail)
+
+
+def _check_component(switches, links, fail):
+    """``switches`` (names) reach each other over links among themselves."""
     adj = {name: set() for name in switches}
     for lk in links:
         if lk.a.node in adj and lk.b.node in adj:

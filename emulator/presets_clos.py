@@ -1,0 +1,228 @@
+"""More Clos presets: three-tier, dual-link leaf-spine, dual-plane, multi-plane.
+
+Each returns the same ``Fabric`` a file would (``show --yaml`` writes it out)
+and takes an ``oversubscription`` parameter (docs/fabrics.md has pictures).
+Naming: hosts ``h1..``, leaves ``leaf1..``, spines ``spine1..``,
+super-spines ``superspine1..``, numbered fabric-wide in order of pod/plane;
+labels carry the structure: ``pod`` (three-tier), ``plane`` (spine planes,
+rails); numbers from 1.  Host ports are ``eth0..``; on a switch, the ports
+facing lower tiers come first (``eth1..``), then its uplinks.
+
+* three-tier: ``pods`` pods of ``leaves_per_pod`` leaves and
+  ``spines_per_pod`` spines (full mesh inside the pod), joined by
+  ``superspines``.  ``superspine_attach=plane`` (default): super-spines are
+  split into ``spines_per_pod`` planes; spine j of every pod connects to every
+  super-spine of plane j (spines_per_pod must divide superspines).
+  ``superspine_attach=all``: every spine connects to every super-spine.
+* dual-link: every leaf has two uplinks, to one spine (``spines=1``, two
+  parallel links) or to two (``spines=2``: link 1 to spine1, link 2 to
+  spine2), rates ``primary_rate`` / ``secondary_rate``.
+  ``mode=load-balancing``: ECMP over both; ``mode=active-standby``: link 2 is
+  ``role: standby`` (a fast-failover [primary, standby] on each side).
+* dual-plane (Alibaba HPN style): ``planes`` spine planes; each leaf's
+  uplinks are split by plane, spines of plane p connect only to plane-p
+  uplinks (spine-to-spine paths only through leaves).
+* multi-plane (rail-optimized, DeepSeek-V3 / Baidu AIPod style): every host
+  has ``planes`` NICs, NIC i-1 (``eth<i-1>``) on plane i; each plane is its
+  own leaf-spine; planes meet only inside hosts (addressing gives hosts /32
+  routes: traffic for another rail leaves through that rail's NIC).
+"""
+
+from emulator.errors import ConfigError
+from emulator.model import STANDBY, Endpoint, Fabric, Link, Node
+from emulator.params import Param, rate_for_ratio, resolve_params
+
+
+def _rates(*extra):
+    return (Param("host_rate", "rate", "40Mbps", doc="host <-> leaf link rate"),) + extra
+
+
+THREE_TIER = (
+    Param("pods", "int", 2, 1, 16, "pods (leaves + spines each)"),
+    Param("spines_per_pod", "int", 2, 1, 16, "spines in each pod"),
+    Param("leaves_per_pod", "int", 2, 1, 32, "leaves in each pod"),
+    Param("hosts_per_leaf", "int", 2, 1, 32, "hosts on each leaf"),
+    Param("superspines", "int", 4, 1, 32, "super-spine switches"),
+    Param("superspine_attach", "choice", "plane", doc="plane: spine j -> super-spines of "
+          "plane j; all: every spine -> every super-spine", choices=("plane", "all")),
+) + _rates(
+    Param("uplink_rate", "rate", "40Mbps", doc="leaf <-> spine link rate"),
+    Param("spine_uplink_rate", "rate", "40Mbps", doc="spine <-> super-spine link rate"),
+    Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
+    Param("spine_oversubscription", "float", None, 0.01, 100,
+          "spine down:up, sets spine_uplink_rate"),
+)
+
+
+def _params(schema, v):
+    return tuple((p.name, v[p.name]) for p in schema if v[p.name] is not None)
+
+
+def _hosts_on_leaves(leaves, H, host_rate, first_host=1, host_port="eth0"):
+    """Hosts h<first>.. with H per leaf (ports eth1..ethH of each leaf); nodes, links."""
+    nodes, links = [], []
+    k = first_host
+    for leaf in leaves:
+        for port in range(1, H + 1):
+            nodes.append(Node(f"h{k}", "host"))
+            links.append(Link(Endpoint(f"h{k}", host_port), Endpoint(leaf, f"eth{port}"),
+                              host_rate))
+            k += 1
+    return nodes, links
+
+
+def three_tier(**given):
+    """Pods of leaf-spine joined by a super-spine layer (Baidu AIPod style)."""
+    v = resolve_params("three-tier", THREE_TIER, given)
+    P, S, L, H, X = (v[k] for k in ("pods", "spines_per_pod", "leaves_per_pod",
+                                     "hosts_per_leaf", "superspines"))
+    by_plane = v["superspine_attach"] == "plane"
+    if by_plane and X % S:
+        raise ConfigError("preset three-tier", f"superspines={X} is not a multiple of "
+                          f"spines_per_pod={S} (superspine_attach=plane)")
+    per_spine = X // S if by_plane else X
+    rate_for_ratio("three-tier", v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], S)
+    rate_for_ratio("three-tier", v, given, "spine_uplink_rate", "spine_oversubscription",
+                   L * v["uplink_rate"], per_spine)
+    leaves = [f"leaf{i}" for i in range(1, P * L + 1)]
+    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes = [Node(n.name, "host", pod=(i // (L * H)) + 1) for i, n in enumerate(nodes)]
+    nodes += [Node(name, "leaf", pod=i // L + 1) for i, name in enumerate(leaves)]
+    nodes += [Node(f"spine{(p - 1) * S + j}", "spine", pod=p, plane=j if by_plane else None)
+              for p in range(1, P + 1) for j in range(1, S + 1)]
+    nodes += [Node(f"superspine{x}", "superspine",
+                   plane=(x - 1) // per_spine + 1 if by_plane else None)
+              for x in range(1, X + 1)]
+    for p in range(1, P + 1):
+        for l in range(1, L + 1):
+            for j in range(1, S + 1):
+                links.append(Link(Endpoint(f"leaf{(p - 1) * L + l}", f"eth{H + j}"),
+                                  Endpoint(f"spine{(p - 1) * S + j}", f"eth{l}"),
+                                  v["uplink_rate"]))
+    for p in range(1, P + 1):
+        for j in range(1, S + 1):
+            targets = (range((j - 1) * per_spine + 1, j * per_spine + 1) if by_plane
+                       else range(1, X + 1))
+            for m, x in enumerate(targets, start=1):
+                down = p if by_plane else (p - 1) * S + j
+                links.append(Link(Endpoint(f"spine{(p - 1) * S + j}", f"eth{L + m}"),
+                                  Endpoint(f"superspine{x}", f"eth{down}"),
+                                  v["spine_uplink_rate"]))
+    name = f"three-tier-{P}p{S}s{L}l{H}h{X}x"
+    return Fabric(name, tuple(nodes), tuple(links), _params(THREE_TIER, v))
+
+
+DUAL_LINK = (
+    Param("spines", "int", 2, 1, 2, "1: both uplinks to one spine; 2: one to each spine"),
+    Param("leaves", "int", 2, 1, 64, "leaf switches"),
+    Param("hosts_per_leaf", "int", 2, 1, 64, "hosts on each leaf"),
+    Param("mode", "choice", "load-balancing", doc="load-balancing: ECMP over both uplinks; "
+          "active-standby: uplink 2 is standby", choices=("load-balancing", "active-standby")),
+) + _rates(
+    Param("primary_rate", "rate", "40Mbps", doc="leaf uplink 1 rate"),
+    Param("secondary_rate", "rate", "40Mbps", doc="leaf uplink 2 rate (may differ)"),
+    Param("oversubscription", "float", None, 0.01, 100,
+          "sets both uplink rates: down / (active uplink capacity)"),
+)
+
+
+def dual_link(**given):
+    """Leaf-spine whose leaves have two uplinks, load-balancing or active/standby."""
+    v = resolve_params("dual-link", DUAL_LINK, given)
+    S, L, H = v["spines"], v["leaves"], v["hosts_per_leaf"]
+    standby = v["mode"] == "active-standby"
+    if v["oversubscription"] is not None and "secondary_rate" in given:
+        raise ConfigError("preset dual-link", "give secondary_rate or oversubscription, not both")
+    rate_for_ratio("dual-link", v, given, "primary_rate", "oversubscription",
+                   H * v["host_rate"], 1 if standby else 2)
+    if v["oversubscription"] is not None:
+        v["secondary_rate"] = v["primary_rate"]
+    leaves = [f"leaf{i}" for i in range(1, L + 1)]
+    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes += [Node(name, "leaf") for name in leaves]
+    nodes += [Node(f"spine{s}", "spine") for s in range(1, S + 1)]
+    for l in range(1, L + 1):
+        for u, rate in ((1, v["primary_rate"]), (2, v["secondary_rate"])):
+            spine, port = (1, 2 * (l - 1) + u) if S == 1 else (u, l)
+            links.append(Link(Endpoint(f"leaf{l}", f"eth{H + u}"),
+                              Endpoint(f"spine{spine}", f"eth{port}"), rate,
+                              role=STANDBY if standby and u == 2 else None))
+    name = f"dual-link-{S}s{L}l{H}h-{'as' if standby else 'lb'}"
+    return Fabric(name, tuple(nodes), tuple(links), _params(DUAL_LINK, v))
+
+
+DUAL_PLANE = (
+    Param("planes", "int", 2, 2, 8, "independent spine planes"),
+    Param("spines_per_plane", "int", 2, 1, 16, "spines in each plane"),
+    Param("leaves", "int", 4, 1, 64, "leaf switches (ToRs)"),
+    Param("hosts_per_leaf", "int", 2, 1, 64, "hosts on each leaf"),
+) + _rates(
+    Param("uplink_rate", "rate", "20Mbps", doc="leaf <-> spine link rate"),
+    Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
+)
+
+
+def dual_plane(**given):
+    """Leaf-spine whose spines form independent planes (leaf uplinks split by plane)."""
+    v = resolve_params("dual-plane", DUAL_PLANE, given)
+    N, S, L, H = v["planes"], v["spines_per_plane"], v["leaves"], v["hosts_per_leaf"]
+    rate_for_ratio("dual-plane", v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], N * S)
+    leaves = [f"leaf{i}" for i in range(1, L + 1)]
+    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes += [Node(name, "leaf") for name in leaves]
+    nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
+              for p in range(1, N + 1) for j in range(1, S + 1)]
+    for l in range(1, L + 1):
+        for s in range(1, N * S + 1):
+            links.append(Link(Endpoint(f"leaf{l}", f"eth{H + s}"),
+                              Endpoint(f"spine{s}", f"eth{l}"), v["uplink_rate"]))
+    name = f"dual-plane-{N}x{S}s{L}l{H}h"
+    return Fabric(name, tuple(nodes), tuple(links), _params(DUAL_PLANE, v))
+
+
+MULTI_PLANE = (
+    Param("planes", "int", 2, 1, 8, "planes (rails): NICs per host"),
+    Param("spines_per_plane", "int", 2, 1, 16, "spines in each plane"),
+    Param("leaves_per_plane", "int", 2, 1, 32, "leaves (rail switches) in each plane"),
+    Param("hosts_per_leaf", "int", 2, 1, 32, "hosts under each leaf (one NIC each)"),
+) + _rates(
+    Param("uplink_rate", "rate", "40Mbps", doc="leaf <-> spine link rate"),
+    Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
+)
+
+
+def multi_plane(**given):
+    """Hosts with one NIC per plane; each plane its own leaf-spine (rail-optimized)."""
+    v = resolve_params("multi-plane", MULTI_PLANE, given)
+    N, S, L, H = (v[k] for k in ("planes", "spines_per_plane", "leaves_per_plane",
+                                 "hosts_per_leaf"))
+    rate_for_ratio("multi-plane", v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], S)
+    nodes = [Node(f"h{k}", "host") for k in range(1, L * H + 1)]
+    links = []
+    for p in range(1, N + 1):
+        for l in range(1, L + 1):
+            leaf = f"leaf{(p - 1) * L + l}"
+            for port in range(1, H + 1):
+                links.append(Link(Endpoint(f"h{(l - 1) * H + port}", f"eth{p - 1}"),
+                                  Endpoint(leaf, f"eth{port}"), v["host_rate"]))
+            for j in range(1, S + 1):
+                links.append(Link(Endpoint(leaf, f"eth{H + j}"),
+                                  Endpoint(f"spine{(p - 1) * S + j}", f"eth{l}"),
+                                  v["uplink_rate"]))
+    nodes += [Node(f"leaf{(p - 1) * L + l}", "leaf", plane=p)
+              for p in range(1, N + 1) for l in range(1, L + 1)]
+    nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
+              for p in range(1, N + 1) for j in range(1, S + 1)]
+    name = f"multi-plane-{N}p{S}s{L}l{H}h"
+    return Fabric(name, tuple(nodes), tuple(links), _params(MULTI_PLANE, v))
+
+
+PRESETS = {
+    "three-tier": (three_tier, THREE_TIER),
+    "dual-link": (dual_link, DUAL_LINK),
+    "dual-plane": (dual_plane, DUAL_PLANE),
+    "multi-plane": (multi_plane, MULTI_PLANE),
+}
