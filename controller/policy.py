@@ -152,6 +152,40 @@ def repair_plan(topo, live, routes):
     return backups, repairs
 
 
+def standby_split(topo, routes):
+    """Routes without their standby ports while an active port remains; the standby ports.
+
+    A port whose link has ``role: standby`` (dual-link active/standby) carries
+    traffic only when no active next hop is left.  Where the route keeps ONE
+    active port, the standby ports become its fast-failover backups (group
+    [primary, standby...], local repair in modes other than none); with
+    several active ports the route stays a select group over them and the
+    controller moves it to the standby ports once they are all down.
+    Returns (routes, {dpid: {ip: standby ports}}).
+    """
+    out, standby = {}, {}
+    for sw in topo.switches:
+        roles = {p.port: p.role for p in sw.ports}
+        out[sw.dpid], standby[sw.dpid] = {}, {}
+        for ip, ports in routes[sw.dpid].items():
+            active = tuple(p for p in ports if roles.get(p) != "standby")
+            spare = tuple(p for p in ports if roles.get(p) == "standby")
+            out[sw.dpid][ip] = active or spare
+            if active and spare and len(active) == 1:
+                standby[sw.dpid][ip] = spare
+    return out, standby
+
+
+def merge_standby(backups, standby):
+    """Backups with standby ports first, then any bounce ports (``repair_plan``)."""
+    out = {dpid: dict(b) for dpid, b in backups.items()}
+    for dpid, per_ip in standby.items():
+        for ip, spare in per_ip.items():
+            rest = tuple(p for p in out.get(dpid, {}).get(ip, ()) if p not in spare)
+            out.setdefault(dpid, {})[ip] = spare + rest
+    return out
+
+
 def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
@@ -216,10 +250,14 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
     """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
     check_mode(failover)
     live = frozenset(live)
-    routes = next_hops(topo, live)
+    every_hop = next_hops(topo, live)
+    routes, standby = standby_split(topo, every_hop)
     backups = repairs = {}
     if failover == "fast-failover":
-        backups, repairs = repair_plan(topo, live, routes)
+        # bounces may use standby links: they are repair paths too
+        backups, repairs = repair_plan(topo, live, every_hop)
+    if failover != "none":
+        backups = merge_standby(backups, standby)
     return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,
                                    backups.get(sw.dpid), repairs.get(sw.dpid))
             for sw in topo.switches}

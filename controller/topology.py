@@ -30,6 +30,7 @@ class Port:
     peer: str                 # peer node name
     peer_kind: str            # host | leaf | spine | superspine
     peer_port: object         # int OpenFlow port of a switch peer, str intf of a host
+    role: object = None       # None (active) or "standby" (used once the active ports die)
 
     @property
     def to_host(self):
@@ -115,7 +116,7 @@ def from_dict(doc):
             (Port(dpid, _need(p, "port", f"{where}.ports[{j}]"), p.get("name", ""),
                   _need(p, "peer", f"{where}.ports[{j}]"),
                   _need(p, "peer_kind", f"{where}.ports[{j}]"),
-                  _need(p, "peer_port", f"{where}.ports[{j}]"))
+                  _need(p, "peer_port", f"{where}.ports[{j}]"), p.get("role"))
              for j, p in enumerate(_need(s, "ports", where))),
             key=lambda p: p.port))
         switches.append(Switch(_need(s, "name", where), dpid, _need(s, "kind", where),
