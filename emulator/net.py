@@ -228,6 +228,10 @@ class FabricNet:
                     ipr.link("set", index=idx, state="up")
                     if self.shape:
                         shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
+                for r in h.get("routes", ()):
+                    # multi-plane: another rail's address leaves through that rail's NIC
+                    ipr.route("add", dst=r["dst"], prefsrc=r["src"],
+                              oif=ipr.link_lookup(ifname=r["dev"])[0])
             script = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
                       "sysctl -qw net.ipv6.conf.default.disable_ipv6=1"]
             if userspace:
