@@ -111,6 +111,8 @@ def build_parser():
     add_fabric_args(p)
     p.add_argument("--yaml", action="store_true", help="write the fabric back as YAML")
     p.add_argument("--json", action="store_true", help="print the topology JSON document")
+    p.add_argument("--picture", metavar="FILE.png",
+                   help="draw the fabric (one row per tier) into FILE.png")
 
     p = sub.add_parser("validate", help="check a fabric file without running it")
     p.add_argument("file")
@@ -142,6 +144,10 @@ def main(argv=None):
                 sys.stdout.write(spec.dump(fabric))
             elif args.json:
                 print(json.dumps(addressing.plan(fabric), indent=2))
+            elif args.picture:
+                from emulator import reports
+                reports.fabric_png(addressing.plan(fabric), args.picture)
+                print(f"{args.picture}: {fabric.name}, {len(fabric.nodes)} nodes")
             else:
                 print(report.describe_fabric(fabric, addressing.plan(fabric)))
             return 0
