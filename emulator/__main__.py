@@ -107,6 +107,12 @@ def build_parser():
     add_fabric_args(p)
     check.add_arguments(p)
 
+    from emulator import compare
+    p = sub.add_parser("compare", help="load-balancing modes (ecmp, flowlet, dlb, spray) "
+                                       "on the same collective: busbw, uplink spread")
+    add_fabric_args(p)
+    compare.add_arguments(p)
+
     p = sub.add_parser("show", help="print the fabric: nodes, links, addressing")
     add_fabric_args(p)
     p.add_argument("--yaml", action="store_true", help="write the fabric back as YAML")
@@ -166,6 +172,12 @@ def main(argv=None):
             runner.require_root()
             runner.check_dependencies()
             return check.main(fabric, args)
+        if args.command == "compare":
+            from emulator import compare, runner
+            fabric = load_fabric(args)
+            runner.require_root()
+            runner.check_dependencies()
+            return compare.main(fabric, args)
         if args.command == "drill":
             from emulator import drill, runner
             fabric = load_fabric(args)

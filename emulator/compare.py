@@ -1,0 +1,344 @@
+"""``emulator compare``: one collective, one fabric, every load-balancing mode.
+
+Model.  For each mode (``ecmp|flowlet|dlb|spray``, controller/lb.py) and each
+repetition, a fresh Session is built with ``FABRIC_LB=<mode>`` in the
+environment (the controller reads it) and one hash seed for every switch
+(``seed0 + repetition``: another draw of ECMP's hash), the collective runs
+with the NIC entropy the mode needs (traffic.entropy: ``spray`` for spray,
+``flowlet`` for flowlet, the QP's port otherwise), and a sampler reads the
+switch interface counters every ``SAMPLE_S`` while it runs.  Then:
+
+* busbw and efficiency (busbw / host link rate) of the largest size;
+* per-uplink utilisation (leaf -> spine, over the active window): max/mean
+  and Jain's fairness index (sum x)^2 / (n sum x^2);
+* packets the receivers counted reordered, and #wrong (lost chunks);
+* the spread over repetitions (min..max efficiency).
+
+ECMP's efficiency is set beside its balls-into-bins expectation for the same
+flows and paths (``ecmp_expectation``): every QP of every cross-leaf ring hop
+hashes onto one of the leaf's uplinks; a ring runs at the pace of its most
+loaded link, so the efficiency is 1 / max(1, max link load / QPs).
+
+Loss model: the traffic engine has no congestion control; a collision would
+overflow a shallow queue and lose chunks.  A lossless RoCE fabric (PFC)
+slows the colliding flows down instead, so compare runs with deep egress
+queues (``--queue-ms``, default 1000 ms at the link rate): the bottleneck
+link is shared and nothing is lost, and the collective's time shows the
+collision (docs/load-balancing.md says what this does not model).
+
+The sweeps (``--sweep-qps``, ``--sweep-rings``) run under ECMP only.
+Everything goes to ``<results>/compare-<time>/``: compare.json, compare.png.
+"""
+
+import json
+import os
+import random
+import threading
+import time
+
+from emulator.errors import ConfigError
+
+MODES = ("ecmp", "flowlet", "dlb", "spray")
+ENTROPY = {"ecmp": "qp", "dlb": "qp", "flowlet": "flowlet", "spray": "spray"}
+SAMPLE_S = 0.1
+RINGS = ("naive", "topology", "strided")
+
+
+# ---- pure helpers (unit-tested) ----------------------------------------------
+
+def jain(xs):
+    """Jain's fairness index of ``xs``: 1 = all equal, 1/n = one takes all."""
+    xs = list(xs)
+    sq = sum(x * x for x in xs)
+    return (sum(xs) ** 2 / (len(xs) * sq)) if xs and sq > 0 else None
+
+
+def host_leaves(topo):
+    """[(host name, leaf name)] in topology order."""
+    return [(h["name"], h["ports"][0]["switch"]) for h in topo["hosts"]]
+
+
+def ring_indices(topo, ring):
+    """The rank order for ``ring``: 'naive'/'topology' pass through; 'strided' is
+    the order of a topology-unaware scheduler placing consecutive ranks on
+    different leaves (every ring hop crosses the spine layer)."""
+    if ring in ("naive", "topology"):
+        return ring
+    if ring != "strided":
+        raise ConfigError("--ring", f"{ring!r}: one of {', '.join(RINGS)}")
+    by_leaf = {}
+    for i, (_, leaf) in enumerate(host_leaves(topo)):
+        by_leaf.setdefault(leaf, []).append(i)
+    cols = list(by_leaf.values())
+    depth = max(len(c) for c in cols)
+    return [c[k] for k in range(depth) for c in cols if k < len(c)]
+
+
+def ring_connections(topo, ring):
+    """[(src leaf, dst leaf)] of the ring's cross-leaf hops."""
+    hl = host_leaves(topo)
+    n = len(hl)
+    if ring in ("naive", "topology"):
+        from traffic.collectives import ring_order
+        order = list(range(n)) if ring == "naive" else ring_order(
+            range(n), {i: leaf for i, (_, leaf) in enumerate(hl)})
+    else:
+        order = ring
+    hops = [(hl[order[i]][1], hl[order[(i + 1) % n]][1]) for i in range(n)]
+    return [h for h in hops if h[0] != h[1]]
+
+
+def ecmp_expectation(connections, paths, qps=1, trials=20000, seed=1):
+    """Expected ECMP efficiency and P(no collision) by Monte Carlo.
+
+    Each QP of each connection picks one of ``paths`` spines uniformly (the
+    hash); it loads its source leaf's uplink and the spine's downlink to the
+    destination leaf.  A connection moves R/qps per QP; a link with m QPs is
+    loaded m/qps, so the ring's pace is 1/max(1, max load).
+    """
+    rng = random.Random(seed)
+    total = clean = 0.0
+    for _ in range(trials):
+        load = {}
+        for src, dst in connections:
+            for _ in range(qps):
+                s = rng.randrange(paths)
+                for link in ((src, s, "up"), (s, dst, "down")):
+                    load[link] = load.get(link, 0) + 1
+        worst = max(load.values(), default=0) / qps
+        total += 1 / max(1.0, worst)
+        clean += worst <= 1
+    return {"efficiency": total / trials, "p_no_collision": clean / trials,
+            "connections": len(connections), "paths": paths, "qps": qps}
+
+
+def uplinks(topo):
+    """[(leaf, port, intf, peer, rate_bps)] of every leaf port facing a spine."""
+    return [(s["name"], p["port"], p["intf"], p["peer"], p["rate_bps"])
+            for s in topo["switches"] if s["kind"] == "leaf"
+            for p in s["ports"] if p["peer_kind"] not in ("host", "leaf")]
+
+
+def uplink_series(topo, samples):
+    """Per uplink: utilisation per sample interval, from (t, counters) samples."""
+    out = {}
+    for leaf, port, intf, peer, rate in uplinks(topo):
+        series = []
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+            a, b = c0.get(intf), c1.get(intf)
+            if a is None or b is None or t1 <= t0:
+                series.append(0.0)
+                continue
+            series.append((b[0] - a[0]) * 8 / (t1 - t0) / rate)
+        out[f"{leaf}->{peer}"] = series
+    return out
+
+
+def spread(series):
+    """Utilisation per uplink over the active window; max/mean; Jain."""
+    if not series:
+        return {}
+    n = len(next(iter(series.values())))
+    totals = [sum(s[i] for s in series.values()) for i in range(n)]
+    # the collective's window: samples above 10% of the peak (not the barrier's hellos)
+    busy = [i for i in range(n) if totals[i] > 0.1 * max(totals, default=0) > 0]
+    if not busy:
+        return {"per_uplink": {}, "max_over_mean": None, "jain": None}
+    lo, hi = busy[0], busy[-1] + 1
+    per = {k: sum(s[lo:hi]) / (hi - lo) for k, s in series.items()}
+    mean = sum(per.values()) / len(per)
+    return {"per_uplink": {k: round(v, 4) for k, v in per.items()},
+            "window_s": round((hi - lo) * SAMPLE_S, 2),
+            "max_over_mean": round(max(per.values()) / mean, 3) if mean > 0 else None,
+            "jain": round(jain(per.values()), 4) if mean > 0 else None}
+
+
+def summarize(runs):
+    """One table row per (mode, ring, qps) from the repetitions' run dicts."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["mode"], str(r["ring"]), r["qps"]), []).append(r)
+    rows = []
+    for (mode, ring, qps), rs in groups.items():
+        eff = [r["efficiency"] for r in rs]
+
+        def mean(key):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+        rows.append({"mode": mode, "ring": ring, "qps": qps, "reps": len(rs),
+                     "busbw_Mbps": mean("busbw_Mbps"), "efficiency": mean("efficiency"),
+                     "eff_min": min(eff), "eff_max": max(eff),
+                     "expected": rs[0].get("expected"),
+                     "max_over_mean": mean("max_over_mean"), "jain": mean("jain"),
+                     "reordered": sum(r["reordered"] for r in rs),
+                     "wrong": sum(r["wrong"] for r in rs)})
+    return rows
+
+
+def table(rows):
+    """The comparison as text."""
+    head = (f"{'mode':8s} {'ring':9s} {'qps':>3s} {'busbw Mb/s':>10s} {'effic':>6s} "
+            f"{'min..max':>11s} {'ECMP exp':>8s} {'up max/mean':>11s} {'Jain':>6s} "
+            f"{'reordered':>9s} {'#wrong':>6s} {'reps':>4s}")
+    lines = [head]
+
+    def f(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+    for r in rows:
+        exp = f(r["expected"], ".3f") if r["expected"] is not None else "-"
+        lines.append(
+            f"{r['mode']:8s} {r['ring']:9s} {r['qps']:3d} {f(r['busbw_Mbps'], '10.2f')} "
+            f"{f(r['efficiency'], '6.3f')} {r['eff_min']:5.3f}..{r['eff_max']:5.3f} "
+            f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
+            f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d}")
+    return "\n".join(lines)
+
+
+# ---- one run on a real fabric (root) -------------------------------------------
+
+class Sampler(threading.Thread):
+    """Reads the switch interface counters every SAMPLE_S until stopped."""
+
+    def __init__(self, net):
+        super().__init__(daemon=True)
+        self.net, self.samples, self.halt = net, [], threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            self.samples.append((time.monotonic(), self.net.intf_counters()))
+            self.halt.wait(SAMPLE_S)
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=10)
+        self.samples.append((time.monotonic(), self.net.intf_counters()))
+
+
+def rank_totals(coll_dir):
+    """Sum of reordered packets over the rank result files of one run."""
+    reordered = 0
+    for name in os.listdir(coll_dir):
+        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
+            with open(os.path.join(coll_dir, name)) as f:
+                reordered += json.load(f)["rx_flows"]["reordered_packets"]
+    return reordered
+
+
+def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
+    """One Session with FABRIC_LB=mode; returns the run's measurements."""
+    from emulator import collective
+    from emulator.runner import Session
+    old = os.environ.get("FABRIC_LB")
+    os.environ["FABRIC_LB"] = mode          # the controller child reads it at start
+    try:
+        with Session(fabric, results_base=args.results, seed=seed,
+                     queue_ms=args.queue_ms) as s:
+            order = ring_indices(s.topo, ring)
+            extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
+            sampler = Sampler(s.net)
+            sampler.start()
+            try:
+                rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
+                                                rank_extra=extra)
+            finally:
+                sampler.stop()
+            series = uplink_series(s.topo, sampler.samples)
+            row = rep["rows"][-1]
+            out = {"mode": mode, "seed": seed, "ring": ring, "qps": qps, "dir": s.dir,
+                   "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
+                   "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
+                   "reordered": rank_totals(os.path.join(s.dir, "collective")),
+                   "series": series, "table": rep["table"]}
+            out.update({k: v for k, v in spread(series).items()})
+            spines = len({p[3] for p in uplinks(s.topo)})
+            if mode == "ecmp":
+                out["expected"] = round(ecmp_expectation(
+                    ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
+    finally:
+        if old is None:
+            os.environ.pop("FABRIC_LB", None)
+        else:
+            os.environ["FABRIC_LB"] = old
+    progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed}: busbw "
+             f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
+             f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
+             f"#wrong {out['wrong']}")
+    return out
+
+
+def plot(runs, path):
+    """Per-uplink utilisation over time, one panel per mode (first repetition)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    firsts = {}
+    for r in runs:
+        firsts.setdefault((r["mode"], str(r["ring"]), r["qps"]), r)
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(9, 2.3 * len(firsts)), squeeze=False,
+                             sharex=True)
+    for ax, ((mode, ring, qps), r) in zip(axes[:, 0], firsts.items()):
+        for name, s in sorted(r["series"].items()):
+            ax.plot([i * SAMPLE_S for i in range(len(s))], s, lw=0.8, label=name)
+        ax.set_title(f"{mode}, ring {ring}, {qps} QP(s): efficiency {r['efficiency']:.2f}",
+                     fontsize=9)
+        ax.set_ylabel("uplink util")
+        ax.set_ylim(0, 1.3)
+    axes[-1, 0].set_xlabel("s (samples every 100 ms)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def add_arguments(p):
+    p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
+    p.add_argument("--workload", default="allreduce",
+                   choices=("allreduce", "allgather", "reducescatter"))
+    p.add_argument("--sizes", default="2M", help="collective sizes (the largest is reported)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
+    p.add_argument("--seed", type=int, default=1, help="hash seed of the first repetition")
+    p.add_argument("--ring", default="strided", choices=RINGS,
+                   help="ring order of the mode comparison (default strided: every hop "
+                        "crosses the spines)")
+    p.add_argument("--qps", type=int, default=1, help="QPs per connection")
+    p.add_argument("--sweep-qps", default="", help="ECMP QP sweep, e.g. 1,2,4,8")
+    p.add_argument("--sweep-rings", default="", help="ECMP ring sweep, e.g. topology,strided")
+    p.add_argument("--flowlet-gap-ms", type=float, default=25.0,
+                   help="NIC idle gap that starts a new flowlet (ms)")
+    p.add_argument("--queue-ms", type=float, default=1000.0,
+                   help="egress queue per link, ms at link rate (deep: lossless model)")
+    p.add_argument("--results", default="results", metavar="DIR")
+
+
+def main(fabric, args, out=print):
+    """``emulator compare``: returns the exit status."""
+    from emulator.collective import parse_sizes
+    from emulator.runner import make_results_dir, write_json
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
+    if args.reps < 1:
+        raise ConfigError("--reps", "at least 1")
+    sizes = parse_sizes(args.sizes)
+    plan = [(m, args.ring, args.qps) for m in modes]
+    plan += [("ecmp", args.ring, int(q)) for q in args.sweep_qps.split(",") if q.strip()
+             and ("ecmp", args.ring, int(q)) not in plan]
+    plan += [("ecmp", r.strip(), args.qps) for r in args.sweep_rings.split(",") if r.strip()
+             and ("ecmp", r.strip(), args.qps) not in plan]
+    base = make_results_dir(args.results, "compare")
+    args.results = base                     # every session's directory goes inside
+    runs = []
+    for mode, ring, qps in plan:
+        for rep in range(args.reps):
+            runs.append(run_one(fabric, mode, args.seed + rep, ring, qps, sizes, args,
+                                progress=out))
+    rows = summarize(runs)
+    text = table(rows)
+    write_json(os.path.join(base, "compare.json"),
+               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
+                "queue_ms": args.queue_ms, "flowlet_gap_ms": args.flowlet_gap_ms,
+                "rows": rows, "runs": runs})
+    plot(runs, os.path.join(base, "compare.png"))
+    out(f"# {args.workload} {args.sizes} on {fabric.name}; results in {base}")
+    out(text)
+    return 1 if any(r["wrong"] for r in rows) else 0
