@@ -58,26 +58,66 @@ make_venv() {
     echo "$want" > "$stamp"
 }
 
-start_ovs() {
-    if timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
-        say "Open vSwitch: running"
-        return
+# ovs-vswitchd's userspace datapath sends every port's frames through one packet
+# socket; frames waiting in a switch port's shaper count against its send buffer,
+# which is net.core.wmem_default when the daemon opens it. 208 kB drops frames
+# silently under any congestion, so raise it (persistently) before OVS starts.
+WMEM=16777216
+tune_kernel() {
+    if [ -d /etc/sysctl.d ]; then
+        echo "net.core.wmem_default = $WMEM" > /etc/sysctl.d/60-fabric-lab.conf
     fi
-    say "starting Open vSwitch daemons"
+    if [ "$(sysctl -n net.core.wmem_default)" -lt "$WMEM" ]; then
+        sysctl -qw net.core.wmem_default="$WMEM" || die "cannot set net.core.wmem_default"
+        say "net.core.wmem_default set to $WMEM"
+    fi
+}
+
+ovs_running() { timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
+
+ovs_send_buffer() {   # the send buffer of ovs-vswitchd's packet socket, if it has one
+    ss -0 -m -p 2>/dev/null | awk '/ovs-vswitchd/ { if (match($0, /tb[0-9]+/))
+        { print substr($0, RSTART + 2, RLENGTH - 2); exit } }'
+}
+
+ovs_ctl() {   # start | restart
     if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-        timeout 120 systemctl start openvswitch-switch || die "systemctl start openvswitch-switch failed"
+        timeout 120 systemctl "$1" openvswitch-switch || die "systemctl $1 openvswitch-switch failed"
     else
         # No systemd (containers, CI): ovs-ctl prints harmless ulimit/module complaints.
-        timeout 120 /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random \
+        timeout 120 /usr/share/openvswitch/scripts/ovs-ctl "$1" --system-id=random \
             >/dev/null 2>&1 || true
     fi
-    timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1 \
-        || die "Open vSwitch did not start; see /var/log/openvswitch/ovs-vswitchd.log"
-    say "Open vSwitch: started"
+}
+
+start_ovs() {
+    if ovs_running; then
+        local tb
+        tb="$(ovs_send_buffer)"
+        if [ -n "$tb" ] && [ "$tb" -lt "$WMEM" ]; then
+            if [ -z "$(ovs-vsctl --timeout=5 list-br)" ]; then
+                say "restarting Open vSwitch (its send buffer is $tb bytes; no bridges exist)"
+                ovs_ctl restart
+            else
+                say "warning: ovs-vswitchd's send buffer is $tb bytes and other bridges exist;"
+                say "  restart Open vSwitch yourself (e.g. systemctl restart openvswitch-switch)"
+                say "  or shaped runs on the userspace datapath will refuse to start"
+            fi
+        else
+            say "Open vSwitch: running"
+            return
+        fi
+    else
+        say "starting Open vSwitch daemons"
+        ovs_ctl start
+    fi
+    ovs_running || die "Open vSwitch did not start; see /var/log/openvswitch/ovs-vswitchd.log"
+    say "Open vSwitch: running"
 }
 
 install_packages
 make_venv
+tune_kernel
 start_ovs
 
 cmd="${1:-}"

@@ -19,16 +19,14 @@ flows and paths (``ecmp_expectation``): every QP of every cross-leaf ring hop
 hashes onto one of the leaf's uplinks; a ring runs at the pace of its most
 loaded link, so the efficiency is 1 / max(1, max link load / QPs).
 
-Collision model (docs/load-balancing.md): on this platform switch ports are
-NOT rate-limited (ovs-vswitchd replaces the TBF when it adds the port, and
-re-adding it makes every queued frame count against ovs-vswitchd's single
-208 kB AF_PACKET send buffer, so the whole fabric drops).  Hosts' egress is
-shaped and ranks pace at the host rate, so a collision shows as *demand*:
-an uplink carrying k flows measures k x the flow rate, above its link rate.
-The lossless (PFC) fabric the emulator stands for would share that link, so
-the collective would run ``max(1, max uplink utilisation)`` times slower:
-``load_bound_eff = efficiency / max(1, max per-uplink utilisation)`` is that
-figure, reported beside the measured one and the balls-into-bins expectation.
+Collision model (docs/load-balancing.md): every link is shaped (TBF on both
+ends) and compare runs with deep egress queues (``--queue-ms``, default
+2000 ms) as a stand-in for the lossless (PFC) fabric RoCE runs on: two flows
+hashed onto one uplink share its rate, their ring steps take twice as long,
+and the measured busbw falls -- nothing is lost, nothing is computed.
+``load_bound_eff = efficiency / max(1, max per-uplink utilisation)`` stays
+in the output as a cross-check (with shaped links it equals the measured
+efficiency up to noise).
 
 The sweeps (``--sweep-qps``, ``--sweep-rings``) run under ECMP only.
 Everything goes to ``<results>/compare-<time>/``: compare.json, compare.png.
@@ -323,8 +321,9 @@ def add_arguments(p):
     p.add_argument("--sweep-rings", default="", help="ECMP ring sweep, e.g. topology,strided")
     p.add_argument("--flowlet-gap-ms", type=float, default=25.0,
                    help="NIC idle gap that starts a new flowlet (ms)")
-    p.add_argument("--queue-ms", type=float, default=30.0,
-                   help="egress queue per link, ms at link rate (default 30)")
+    p.add_argument("--queue-ms", type=float, default=2000.0,
+                   help="egress queue per link, ms at link rate (default 2000: a deep, "
+                        "lossless stand-in for PFC, so collisions slow flows, not drop them)")
     p.add_argument("--results", default="results", metavar="DIR")
 
 

@@ -38,3 +38,38 @@ def detect(requested="auto"):
             "--datapath kernel: the openvswitch kernel module is not available "
             "(modprobe openvswitch failed); use --datapath auto or user")
     return "netdev", "openvswitch kernel module not available"
+
+
+# ovs-vswitchd (userspace datapath) sends the frames of every port through ONE
+# AF_PACKET socket.  A frame waiting in a switch port's shaper counts against
+# that socket's send buffer until the shaper releases it, and a full buffer
+# makes OVS drop frames with no counter anywhere.  The buffer is
+# net.core.wmem_default when the daemon opens the socket (lazily, at its first
+# send) and never changes after: 208 kB, ~90 queued frames for the whole fabric.
+MIN_SEND_BUFFER = 8 << 20
+
+
+def ovs_send_buffer():
+    """(bytes, where) of the buffer ovs-vswitchd sends with, or of the one it will get."""
+    import re
+    try:
+        out = proc.run(["ss", "-0", "-m", "-p"], timeout=10)
+    except RunFailed:
+        out = ""
+    for line in out.splitlines():
+        if "ovs-vswitchd" in line:
+            m = re.search(r"tb(\d+)", line)
+            if m:
+                return int(m.group(1)), "ovs-vswitchd's packet socket"
+    with open("/proc/sys/net/core/wmem_default") as f:
+        return int(f.read()), "net.core.wmem_default (ovs-vswitchd has not opened its socket yet)"
+
+
+def check_send_buffer():
+    """EnvironmentProblem if switch-port shaping would lose frames silently."""
+    size, where = ovs_send_buffer()
+    if size < MIN_SEND_BUFFER:
+        raise EnvironmentProblem(
+            f"{where} is {size // 1024} kB: on the userspace datapath, frames queued in "
+            f"switch-port shapers would be dropped silently; run sudo ./setup.sh, which sets "
+            f"net.core.wmem_default to 16 MB and restarts Open vSwitch if no other bridges exist")

@@ -121,6 +121,7 @@ class FabricNet:
         self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
         t1 = time.monotonic()
         self._make_bridges()
+        self._reshape_switch_ports()
         self.timings["bridges_s"] = time.monotonic() - t1
         t2 = time.monotonic()
         self._configure_hosts()
@@ -213,6 +214,23 @@ class FabricNet:
         # addresses a bridge's controller by bridge name.
         with socket_buffers(OVS_PORT_RCVBUF):
             proc.ovs_vsctl(*args[1:], timeout=120)
+
+    def _reshape_switch_ports(self):
+        """Put back the shapers OVS removed from switch ports when it added them.
+
+        ovs-vswitchd applies a port's QoS (none here) by replacing whatever root
+        qdisc it finds, so a TBF installed before ``add-port`` is gone once
+        ovs-vsctl returns (a 5 Mbit/s uplink carried 7.6 Mbit/s).  OVS leaves
+        the qdisc alone afterwards, so shaping again now sticks.
+        """
+        if not self.shape:
+            return
+        with IPRoute() as ipr:
+            for _, p in self._switch_ports():
+                idx = ipr.link_lookup(ifname=p["intf"])[0]
+                kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx)}
+                if "tbf" not in kinds:
+                    shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
 
     def _configure_hosts(self):
         """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace."""

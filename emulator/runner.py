@@ -251,6 +251,8 @@ class Session:
         from emulator.net import FabricNet
         t0 = time.monotonic()
         dp_type, dp_reason = datapath.detect(self.datapath_request)
+        if dp_type == "netdev" and self.shape:
+            datapath.check_send_buffer()
         self.state = RunState.create()
         self._old_env = os.environ.get(RUN_ENV)
         os.environ[RUN_ENV] = self.state.tag

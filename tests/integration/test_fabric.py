@@ -208,3 +208,17 @@ def test_background_iperf_flows_fold_into_results(fabric):
     assert "error" not in tcp and "error" not in udp, bg.results
     assert tcp["protocol"] == "TCP" and 1e6 < tcp["bps"] <= 41e6
     assert udp["protocol"] == "UDP" and udp["bps"] == pytest.approx(5e6, rel=0.2)
+
+
+def test_switch_to_switch_links_are_rate_limited(tmp_path):
+    """Uplinks slower than the offered load carry at most their rate, and the
+    excess is dropped in their egress queue: congestion is real."""
+    from emulator.workload import default_mix
+    f = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1",
+                                     "host_rate": "40Mbps", "uplink_rate": "10Mbps"})
+    with Session(f, results_base=str(tmp_path)) as s:
+        res = default_mix(s, duration=2.0, qps=2, load=0.75)     # 30 Mbit/s per host
+    for leaf in res["uplinks"]:
+        (up,) = leaf["loads"]
+        assert 0.8 < up["utilisation"] <= 1.05, leaf
+    assert res["dropped_packets"] > 0.5 * res["sent_packets"], res["dropped_packets"]

@@ -4,10 +4,10 @@
 (h1 -> h3 -> h2 -> h4: every hop crosses the spines, two flows leave each
 leaf).  With one hash seed of 1 on every switch, OVS's ECMP hash puts both
 flows of a leaf on one uplink (found by measurement; the hash is a pure
-function of seed, addresses and ports, so it is fixed).  Switch ports are
-not rate-limited on this platform (docs/load-balancing.md), so a collision
-is measured as uplink demand above the link rate and the load-bound
-efficiency.  About 90 s.
+function of seed, addresses and ports, so it is fixed).  Every link is
+shaped and queues are deep (a lossless, PFC-like stand-in), so a collision
+shows as it does on a RoCE fabric: the shared uplink halves both flows and
+the collective slows down.  About 90 s.
 """
 
 import argparse
@@ -28,7 +28,7 @@ def fabric():
 
 
 def args(tmp):
-    return argparse.Namespace(results=str(tmp), queue_ms=30.0, flowlet_gap_ms=25.0,
+    return argparse.Namespace(results=str(tmp), queue_ms=2000.0, flowlet_gap_ms=25.0,
                               workload="allreduce")
 
 
@@ -50,9 +50,9 @@ def test_no_controller_problems_and_no_loss(runs):
 
 def test_ecmp_seed_collides(runs):
     r = runs["ecmp"]
-    assert max(r["per_uplink"].values()) > 1.5        # two flows' demand on one uplink
-    assert r["max_over_mean"] > 1.6
-    assert r["load_bound_eff"] < 0.6
+    assert max(r["per_uplink"].values()) <= 1.05      # a shaped uplink carries its rate...
+    assert r["max_over_mean"] > 1.6                   # ...while the other one idles
+    assert r["efficiency"] < 0.65                     # and the collective slows down
     # 2 leaves x 2 flows on 2 paths: P(no collision) = 1/4, else 1/2: 0.625
     assert r["expected"] == pytest.approx(0.625, abs=0.02)
 
@@ -60,8 +60,8 @@ def test_ecmp_seed_collides(runs):
 def test_dlb_spreads_the_colliding_flows(runs):
     r = runs["dlb"]
     assert r["max_over_mean"] < 1.2 and r["jain"] > 0.95
-    assert max(r["per_uplink"].values()) < 1.2
-    assert r["load_bound_eff"] > runs["ecmp"]["load_bound_eff"] + 0.25
+    assert max(r["per_uplink"].values()) < 1.05
+    assert r["efficiency"] > runs["ecmp"]["efficiency"] + 0.25
 
 
 def test_spray_reorders_without_loss(runs):
