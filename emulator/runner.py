@@ -23,7 +23,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from emulator import addressing, datapath, spec
+from emulator import addressing, datapath, logs, spec
 from emulator.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import EnvironmentProblem, FabricError, RunFailed
 from emulator.runstate import RUN_ENV, RunState
@@ -202,6 +202,11 @@ def write_json(path, data):
         f.write("\n")
 
 
+# (run tag, problems in its logs) of every Session closed in this process:
+# the integration tests fail on any (tests/integration/conftest.py).
+CLOSED = []
+
+
 class Session:
     """A built fabric with its controller: the context of run, drills, tests.
 
@@ -250,6 +255,7 @@ class Session:
     def _setup(self):
         from emulator.net import FabricNet
         t0 = time.monotonic()
+        self._ovs_log_offset = logs.ovs_log_offset()
         dp_type, dp_reason = datapath.detect(self.datapath_request)
         if dp_type == "netdev" and self.shape:
             datapath.check_send_buffer()
@@ -320,6 +326,10 @@ class Session:
                 ctl["exit_status"] = status
                 ctl["problems"] = controller_problems(self.controller.log_path)
             if self.state is not None:
+                problems = logs.ovs_problems(self._ovs_log_offset, self.state.tag)
+                self.results["ovs_problems"] = problems
+                CLOSED.append((self.state.tag, problems
+                               + self.results.get("controller", {}).get("problems", [])))
                 from emulator.cleanup import kill_processes
                 from emulator.runstate import processes_of
                 leftovers = processes_of(self.state.tag)

@@ -10,41 +10,10 @@ a test injected on purpose; they are allowed explicitly, by pattern, below.
 """
 
 import os
-import re
 
 from emulator.runner import controller_problems
 
-OVS_LOG = os.environ.get("FABRIC_LAB_OVS_LOG", "/var/log/openvswitch/ovs-vswitchd.log")
-# ERR lines a deliberately downed port produces (a cut, a crashed switch).
-EXPECTED = [
-    re.compile(r"\|dpif_netdev\|ERR\|error receiving data from \S+: Network is down"),
-]
-BAD = re.compile(r"\|(ERR|EMER)\|")
-
-
-def ovs_log_offset():
-    """Current end of ovs-vswitchd's log (0 if there is none)."""
-    try:
-        return os.path.getsize(OVS_LOG)
-    except OSError:
-        return 0
-
-
-def ovs_problems(offset, tag, allow=()):
-    """ERR/EMER lines written since ``offset`` that name run ``tag``'s devices."""
-    try:
-        with open(OVS_LOG, errors="replace") as f:
-            if os.path.getsize(OVS_LOG) < offset:   # rotated meanwhile: read it all
-                offset = 0
-            f.seek(offset)
-            text = f.read()
-    except OSError:
-        return []
-    name = re.compile(rf"\bfl{re.escape(tag)}")
-    allowed = EXPECTED + [re.compile(a) for a in allow]
-    return [line for line in text.splitlines()
-            if BAD.search(line) and name.search(line)
-            and not any(a.search(line) for a in allowed)]
+from emulator.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
 
 
 def problems(session, offset, allow=()):
