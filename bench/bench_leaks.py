@@ -42,11 +42,26 @@ def vswitchd_fds():
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def user_processes():
+    """PIDs of userspace processes (kernel threads come and go on their own)."""
+    out = []
+    for path in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(path + "/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        pid = int(path.rsplit("/", 1)[1])
+        if pid != 2 and ppid != 2:       # kthreadd and its children
+            out.append(pid)
+    return out
+
+
 def snapshot():
     """Machine-wide figures."""
     return {"interfaces": len(os.listdir("/sys/class/net")),
             "netns": len(netns_inodes()),
-            "processes": len(glob.glob("/proc/[0-9]*")),
+            "processes": len(user_processes()),
             "ovs_vswitchd_fds": vswitchd_fds()}
 
 
