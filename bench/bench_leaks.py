@@ -42,18 +42,22 @@ def vswitchd_fds():
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+KINDS = (b"mininet:", b"mnexec", b"-m\0controller", b"-m\0traffic", b"iperf3")
+
+
 def user_processes():
-    """PIDs of userspace processes (kernel threads come and go on their own)."""
+    """PIDs of processes of the kinds a run starts (host shells, mnexec, the
+    controller, traffic engines, iperf3), whoever started them.  Counting every
+    process would count the machine's own comings and goings."""
     out = []
     for path in glob.glob("/proc/[0-9]*"):
         try:
-            with open(path + "/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            with open(path + "/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
             continue
-        pid = int(path.rsplit("/", 1)[1])
-        if pid != 2 and ppid != 2:       # kthreadd and its children
-            out.append(pid)
+        if any(k in cmd for k in KINDS):
+            out.append(int(path.rsplit("/", 1)[1]))
     return out
 
 

@@ -36,23 +36,26 @@ def cross_leaf_pairs(topo):
     return pairs
 
 
-def uplink_loads(topo, before, after, seconds):
-    """Per leaf: each uplink's Mbit/s over the window, and max/mean."""
+def uplink_loads(topo, before, after, seconds, kind="leaf"):
+    """Per switch of ``kind``: each uplink's Mbit/s over the window, and max/mean."""
+    tier = {"leaf": 1, "spine": 2, "superspine": 3}
     out = []
     for sw in topo["switches"]:
-        if sw["kind"] != "leaf":
+        if sw["kind"] != kind:
             continue
         loads = []
         for p in sw["ports"]:
-            if p["peer_kind"] in ("host", "leaf"):
+            if tier.get(p["peer_kind"], 0) <= sw["tier"]:
                 continue
             tx = after[p["intf"]][0] - before[p["intf"]][0]
             mbps = tx * 8 / seconds / 1e6
             loads.append({"port": p["port"], "peer": p["peer"], "tx_bytes": tx,
                           "mbps": round(mbps, 3),
                           "utilisation": round(tx * 8 / seconds / p["rate_bps"], 4)})
-        mean = sum(u["mbps"] for u in loads) / len(loads) if loads else 0
-        out.append({"leaf": sw["name"], "loads": loads,
+        if not loads:
+            continue
+        mean = sum(u["mbps"] for u in loads) / len(loads)
+        out.append({"switch": sw["name"], kind: sw["name"], "loads": loads,
                     "max_over_mean": round(max(u["mbps"] for u in loads) / mean, 3)
                     if mean > 0 else None})
     return out
@@ -141,6 +144,7 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
         "total_disruptions": sum(f["total_disruptions"] for f in flows),
         "flows": flows,
         "uplinks": uplink_loads(topo, before, after, duration),
+        "spine_uplinks": uplink_loads(topo, before, after, duration, kind="spine"),
     }
 
 
