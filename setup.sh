@@ -19,9 +19,13 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root: sudo $0 $*"
 
+# Only the test suite needs these (it validates the Vagrantfile).
+TEST_PACKAGES=(vagrant)
+
 install_packages() {
-    local missing=()
-    for p in "${APT_PACKAGES[@]}"; do
+    local missing=() wanted=("${APT_PACKAGES[@]}")
+    [ "${1:-}" = "test" ] && wanted+=("${TEST_PACKAGES[@]}")
+    for p in "${wanted[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
             || missing+=("$p")
     done
@@ -115,7 +119,7 @@ start_ovs() {
     say "Open vSwitch: running"
 }
 
-install_packages
+install_packages "${1:-}"
 make_venv
 tune_kernel
 start_ovs
