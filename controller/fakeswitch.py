@@ -9,7 +9,7 @@ field equals the packet's. ``FakeFabric`` wires FakeSwitches per a Topology
 and walks packets hop by hop, exploring every select-group bucket.
 """
 
-from .messages import (OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
+from .messages import (ETH_TYPE_IPV4, OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
                        SetField)
 
 
@@ -171,3 +171,19 @@ class FakeFabric:
                     peer = self.topo.peer_of(dpid, out_port)
                     todo.append((peer[0], peer[1], sent, path))
         return done
+
+
+def udp_packet(src, dst, sport=49152, dport=4791, ttl=64):
+    """Header fields of a RoCEv2-like UDP packet from host port ``src`` to ``dst``."""
+    return {"eth_type": ETH_TYPE_IPV4, "ip_proto": 17, "ipv4_src": src.ip,
+            "ipv4_dst": dst.ip, "eth_src": src.mac, "eth_dst": dst.mac, "udp_src": sport,
+            "udp_dst": dport, "ip_ttl": ttl}
+
+
+def fabric_with_policy(topo, live, mode):
+    """A FakeFabric holding the policy's full desired state for ``live`` and ``mode``."""
+    from . import policy
+    fab = FakeFabric(topo, live)
+    fab.apply({d: policy.install(st)
+               for d, st in policy.desired_state(topo, live, mode).items()})
+    return fab

@@ -10,8 +10,9 @@ import networkx as nx
 import pytest
 
 from controller import policy, topology
-from controller.fakeswitch import FakeFabric
-from controller.messages import ETH_TYPE_IPV4, DecNwTtl, Group, Output
+from controller.fakeswitch import fabric_with_policy as fabric_for
+from controller.fakeswitch import udp_packet as udp
+from controller.messages import DecNwTtl, Output
 from emulator import addressing, presets
 
 
@@ -27,16 +28,8 @@ def topo(request):
     return leaf_spine(**request.param)
 
 
-def udp(src, dst, sport=49152):
-    return {"eth_type": ETH_TYPE_IPV4, "ip_proto": 17, "ipv4_src": src.ip, "ipv4_dst": dst.ip,
-            "eth_src": src.mac, "eth_dst": dst.mac, "udp_src": sport, "udp_dst": 4791,
-            "ip_ttl": 64}
 
 
-def fabric_for(topo, live, mode):
-    fab = FakeFabric(topo, live)
-    fab.apply({d: policy.install(st) for d, st in policy.desired_state(topo, live, mode).items()})
-    return fab
 
 
 def links(topo):

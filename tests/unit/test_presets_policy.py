@@ -10,8 +10,9 @@ import itertools
 import pytest
 
 from controller import policy, topology
-from controller.fakeswitch import FakeFabric
-from controller.messages import ETH_TYPE_IPV4, Group, Output
+from controller.fakeswitch import fabric_with_policy as fabric_for
+from controller.fakeswitch import udp_packet as udp
+from controller.messages import Group, Output
 from emulator import addressing, presets
 
 SMALL = [("three-tier", {}), ("three-tier", {"superspine_attach": "all", "superspines": "2"}),
@@ -24,16 +25,8 @@ def topo_of(name, params):
     return topology.from_dict(addressing.plan(presets.build(name, params), "ab12"))
 
 
-def udp(src, dst, sport):
-    return {"eth_type": ETH_TYPE_IPV4, "ip_proto": 17, "ipv4_src": src.ip, "ipv4_dst": dst.ip,
-            "eth_src": src.mac, "eth_dst": dst.mac, "udp_src": sport, "udp_dst": 4791,
-            "ip_ttl": 64}
 
 
-def fabric_for(topo, live, mode):
-    fab = FakeFabric(topo, live)
-    fab.apply({d: policy.install(st) for d, st in policy.desired_state(topo, live, mode).items()})
-    return fab
 
 
 def same_island_pairs(topo):
