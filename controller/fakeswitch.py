@@ -187,3 +187,14 @@ def fabric_with_policy(topo, live, mode):
     fab.apply({d: policy.install(st)
                for d, st in policy.desired_state(topo, live, mode).items()})
     return fab
+
+
+def live_hops(topo, live, a, b):
+    """Shortest hop count between switches ``a`` and ``b`` (dpids) over live links."""
+    import networkx as nx
+    g = nx.Graph()
+    g.add_nodes_from(s.dpid for s in topo.switches)
+    for lk in topo.links:
+        if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
+            g.add_edge(lk.a_dpid, lk.b_dpid)
+    return nx.shortest_path_length(g, a, b)

@@ -46,7 +46,7 @@ Failover modes (``failover=``, see docs/failover.md):
 
 from collections import deque
 
-from .messages import (ARP_REPLY, ARP_REQUEST, COOKIE, ETH_TYPE_ARP, ETH_TYPE_IPV4,
+from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
                        OFPP_IN_PORT, Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod,
                        Output, Selection, SetField, SwitchState, match)
 

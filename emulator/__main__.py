@@ -166,24 +166,15 @@ def main(argv=None):
             from emulator import runner
             fabric = load_fabric(args)
             return runner.run(fabric, args)
-        if args.command == "check":
-            from emulator import check, runner
+        if args.command in ("check", "compare", "drill"):
+            import importlib
+
+            from emulator import runner
+            command = importlib.import_module(f"emulator.{args.command}")
             fabric = load_fabric(args)
             runner.require_root()
             runner.check_dependencies()
-            return check.main(fabric, args)
-        if args.command == "compare":
-            from emulator import compare, runner
-            fabric = load_fabric(args)
-            runner.require_root()
-            runner.check_dependencies()
-            return compare.main(fabric, args)
-        if args.command == "drill":
-            from emulator import drill, runner
-            fabric = load_fabric(args)
-            runner.require_root()
-            runner.check_dependencies()
-            return drill.main(fabric, args)
+            return command.main(fabric, args)
     except FabricError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -9,7 +9,8 @@ Model -> Linux:
     transaction;
   * a link is a veth pair made over netlink (pyroute2), the host end created
     directly inside the host's namespace; both ends get a TBF shaper at the
-    link rate (``shaping``).
+    link rate (``shaping``): host ends when the host is configured, switch
+    ends once their bridge exists (OVS replaces a port's qdisc when adding it).
 
 Everything is journaled in the run's state directory before it is created
 and removed by ``teardown`` (called from ``finally``), so an interrupted build
@@ -121,7 +122,7 @@ class FabricNet:
         self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
         t1 = time.monotonic()
         self._make_bridges()
-        self._reshape_switch_ports()
+        self._shape_switch_ports()
         self.timings["bridges_s"] = time.monotonic() - t1
         t2 = time.monotonic()
         self._configure_hosts()
@@ -180,15 +181,9 @@ class FabricNet:
                 self.mn.addLink(self.switches[n1], node2, port1=int(p1[3:]),
                                 port2=int(p2[3:]), intfName1=name1, intfName2=name2,
                                 cls=FabricLink, up=None)
-                idx = ipr.link_lookup(ifname=name1)[0]
-                ipr.link("set", index=idx, state="up")
-                if self.shape:
-                    shaping.apply(ipr, idx, link["rate_bps"], self.queue_ms)
+                ipr.link("set", index=ipr.link_lookup(ifname=name1)[0], state="up")
                 if n2 not in self.hosts:
-                    idx2 = ipr.link_lookup(ifname=name2)[0]
-                    ipr.link("set", index=idx2, state="up")
-                    if self.shape:
-                        shaping.apply(ipr, idx2, link["rate_bps"], self.queue_ms)
+                    ipr.link("set", index=ipr.link_lookup(ifname=name2)[0], state="up")
 
     def _make_bridges(self):
         self.progress(f"creating {len(self.bridges)} Open vSwitch bridges "
@@ -215,22 +210,20 @@ class FabricNet:
         with socket_buffers(OVS_PORT_RCVBUF):
             proc.ovs_vsctl(*args[1:], timeout=120)
 
-    def _reshape_switch_ports(self):
-        """Put back the shapers OVS removed from switch ports when it added them.
+    def _shape_switch_ports(self):
+        """Shape every switch port, once its bridge exists.
 
         ovs-vswitchd applies a port's QoS (none here) by replacing whatever root
-        qdisc it finds, so a TBF installed before ``add-port`` is gone once
-        ovs-vsctl returns (a 5 Mbit/s uplink carried 7.6 Mbit/s).  OVS leaves
-        the qdisc alone afterwards, so shaping again now sticks.
+        qdisc it finds when it adds the port, so a shaper installed earlier is
+        gone once ovs-vsctl returns (a 5 Mbit/s uplink carried 7.6 Mbit/s); OVS
+        leaves the qdisc alone afterwards.
         """
         if not self.shape:
             return
         with IPRoute() as ipr:
             for _, p in self._switch_ports():
                 idx = ipr.link_lookup(ifname=p["intf"])[0]
-                kinds = {m.get_attr("TCA_KIND") for m in ipr.get_qdiscs(index=idx)}
-                if "tbf" not in kinds:
-                    shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
+                shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
 
     def _configure_hosts(self):
         """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace."""

@@ -15,8 +15,8 @@ in ``presets_clos``; all are listed in ``PRESETS``.
 from emulator import presets_clos
 from emulator.errors import ConfigError
 from emulator.model import Endpoint, Fabric, Link, Node
-from emulator.params import Param, resolve_params, rate_for_ratio
-from emulator.units import format_rate, parse_rate
+from emulator.params import Param, rate_for_ratio, resolve_params
+from emulator.units import format_rate
 
 
 LEAF_SPINE = (
@@ -33,28 +33,18 @@ LEAF_SPINE = (
 def leaf_spine(**given):
     v = resolve_params("leaf-spine", LEAF_SPINE, given)
     S, L, H = v["spines"], v["leaves"], v["hosts_per_leaf"]
-    if v["oversubscription"] is not None:
-        if "uplink_rate" in given:
-            raise ConfigError("preset leaf-spine",
-                              "give uplink_rate or oversubscription, not both")
-        rate = H * v["host_rate"] / (S * v["oversubscription"])
-        v["uplink_rate"] = max(1000, int(round(rate / 1000)) * 1000)
-    nodes, links = [], []
-    nodes += [Node(f"h{i}", "host") for i in range(1, L * H + 1)]
-    nodes += [Node(f"leaf{i}", "leaf") for i in range(1, L + 1)]
+    rate_for_ratio("leaf-spine", v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], S)
+    leaves = [f"leaf{i}" for i in range(1, L + 1)]
+    nodes, links = presets_clos.hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes += [Node(name, "leaf") for name in leaves]
     nodes += [Node(f"spine{i}", "spine") for i in range(1, S + 1)]
-    for leaf in range(1, L + 1):
-        for k in range(1, H + 1):
-            host = (leaf - 1) * H + k
-            links.append(Link(Endpoint(f"h{host}", "eth0"),
-                              Endpoint(f"leaf{leaf}", f"eth{k}"), v["host_rate"]))
     for leaf in range(1, L + 1):
         for s in range(1, S + 1):
             links.append(Link(Endpoint(f"leaf{leaf}", f"eth{H + s}"),
                               Endpoint(f"spine{s}", f"eth{leaf}"), v["uplink_rate"]))
-    params = tuple((p.name, v[p.name]) for p in LEAF_SPINE if v[p.name] is not None)
-    name = f"leaf-spine-{S}s{L}l{H}h"
-    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), params=params)
+    return Fabric(name=f"leaf-spine-{S}s{L}l{H}h", nodes=tuple(nodes), links=tuple(links),
+                  params=presets_clos.param_values(LEAF_SPINE, v))
 
 
 PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS}

@@ -54,11 +54,11 @@ THREE_TIER = (
 )
 
 
-def _params(schema, v):
+def param_values(schema, v):
     return tuple((p.name, v[p.name]) for p in schema if v[p.name] is not None)
 
 
-def _hosts_on_leaves(leaves, H, host_rate, first_host=1, host_port="eth0"):
+def hosts_on_leaves(leaves, H, host_rate, first_host=1, host_port="eth0"):
     """Hosts h<first>.. with H per leaf (ports eth1..ethH of each leaf); nodes, links."""
     nodes, links = [], []
     k = first_host
@@ -86,7 +86,7 @@ def three_tier(**given):
     rate_for_ratio("three-tier", v, given, "spine_uplink_rate", "spine_oversubscription",
                    L * v["uplink_rate"], per_spine)
     leaves = [f"leaf{i}" for i in range(1, P * L + 1)]
-    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes, links = hosts_on_leaves(leaves, H, v["host_rate"])
     nodes = [Node(n.name, "host", pod=(i // (L * H)) + 1) for i, n in enumerate(nodes)]
     nodes += [Node(name, "leaf", pod=i // L + 1) for i, name in enumerate(leaves)]
     nodes += [Node(f"spine{(p - 1) * S + j}", "spine", pod=p, plane=j if by_plane else None)
@@ -110,7 +110,7 @@ def three_tier(**given):
                                   Endpoint(f"superspine{x}", f"eth{down}"),
                                   v["spine_uplink_rate"]))
     name = f"three-tier-{P}p{S}s{L}l{H}h{X}x"
-    return Fabric(name, tuple(nodes), tuple(links), _params(THREE_TIER, v))
+    return Fabric(name, tuple(nodes), tuple(links), param_values(THREE_TIER, v))
 
 
 DUAL_LINK = (
@@ -139,7 +139,7 @@ def dual_link(**given):
     if v["oversubscription"] is not None:
         v["secondary_rate"] = v["primary_rate"]
     leaves = [f"leaf{i}" for i in range(1, L + 1)]
-    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes, links = hosts_on_leaves(leaves, H, v["host_rate"])
     nodes += [Node(name, "leaf") for name in leaves]
     nodes += [Node(f"spine{s}", "spine") for s in range(1, S + 1)]
     for l in range(1, L + 1):
@@ -149,7 +149,7 @@ def dual_link(**given):
                               Endpoint(f"spine{spine}", f"eth{port}"), rate,
                               role=STANDBY if standby and u == 2 else None))
     name = f"dual-link-{S}s{L}l{H}h-{'as' if standby else 'lb'}"
-    return Fabric(name, tuple(nodes), tuple(links), _params(DUAL_LINK, v))
+    return Fabric(name, tuple(nodes), tuple(links), param_values(DUAL_LINK, v))
 
 
 DUAL_PLANE = (
@@ -170,7 +170,7 @@ def dual_plane(**given):
     rate_for_ratio("dual-plane", v, given, "uplink_rate", "oversubscription",
                    H * v["host_rate"], N * S)
     leaves = [f"leaf{i}" for i in range(1, L + 1)]
-    nodes, links = _hosts_on_leaves(leaves, H, v["host_rate"])
+    nodes, links = hosts_on_leaves(leaves, H, v["host_rate"])
     nodes += [Node(name, "leaf") for name in leaves]
     nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
               for p in range(1, N + 1) for j in range(1, S + 1)]
@@ -179,7 +179,7 @@ def dual_plane(**given):
             links.append(Link(Endpoint(f"leaf{l}", f"eth{H + s}"),
                               Endpoint(f"spine{s}", f"eth{l}"), v["uplink_rate"]))
     name = f"dual-plane-{N}x{S}s{L}l{H}h"
-    return Fabric(name, tuple(nodes), tuple(links), _params(DUAL_PLANE, v))
+    return Fabric(name, tuple(nodes), tuple(links), param_values(DUAL_PLANE, v))
 
 
 MULTI_PLANE = (
@@ -217,7 +217,7 @@ def multi_plane(**given):
     nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
               for p in range(1, N + 1) for j in range(1, S + 1)]
     name = f"multi-plane-{N}p{S}s{L}l{H}h"
-    return Fabric(name, tuple(nodes), tuple(links), _params(MULTI_PLANE, v))
+    return Fabric(name, tuple(nodes), tuple(links), param_values(MULTI_PLANE, v))
 
 
 PRESETS = {

@@ -6,6 +6,7 @@ import networkx as nx
 import pytest
 
 from controller import policy, topology
+from controller.fakeswitch import live_hops
 from controller.fakeswitch import FakeFabric, FakeSwitch
 from controller.messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
                                  Group, GroupMod, Output, SwitchState)
@@ -29,14 +30,6 @@ def udp(src, dst, sport=49152, dport=4791):
             "eth_src": src.mac, "eth_dst": dst.mac, "udp_src": sport, "udp_dst": dport}
 
 
-def switch_hops(topo, live, a, b):
-    """Shortest hop count between switches over live links."""
-    g = nx.Graph()
-    g.add_nodes_from(s.dpid for s in topo.switches)
-    for lk in topo.links:
-        if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
-            g.add_edge(lk.a_dpid, lk.b_dpid)
-    return nx.shortest_path_length(g, a, b)
 
 
 def assert_all_pairs_shortest(topo, fab, live):
@@ -44,7 +37,7 @@ def assert_all_pairs_shortest(topo, fab, live):
     for src, dst in itertools.permutations(topo.host_ports, 2):
         paths = fab.paths(src, udp(src, dst))
         assert paths, (src.host, dst.host)
-        want = switch_hops(topo, live, src.dpid, dst.dpid) + 1
+        want = live_hops(topo, live, src.dpid, dst.dpid) + 1
         for hops, end in paths:
             assert end[0] == "host" and end[1] == dst, (src.host, dst.host, hops, end)
             assert len(hops) == want, (src.host, dst.host, hops)

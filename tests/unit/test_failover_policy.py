@@ -6,10 +6,10 @@ liveness (no controller). Global repair = the controller's diff applied.
 
 import itertools
 
-import networkx as nx
 import pytest
 
 from controller import policy, topology
+from controller.fakeswitch import live_hops
 from controller.fakeswitch import fabric_with_policy as fabric_for
 from controller.fakeswitch import udp_packet as udp
 from controller.messages import DecNwTtl, Output
@@ -37,13 +37,6 @@ def links(topo):
     return [{(lk.a_dpid, lk.a_port), (lk.b_dpid, lk.b_port)} for lk in topo.links]
 
 
-def hops_between(topo, live, a, b):
-    g = nx.Graph()
-    g.add_nodes_from(s.dpid for s in topo.switches)
-    for lk in topo.links:
-        if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
-            g.add_edge(lk.a_dpid, lk.b_dpid)
-    return nx.shortest_path_length(g, a, b)
 
 
 def outcomes(topo, fab, max_hops=200):
@@ -71,7 +64,7 @@ def test_global_repair_after_every_single_link_failure(topo, mode):
             assert sw.state() == (want[dpid].flows, want[dpid].groups)
         for (s, d), paths in outcomes(topo, fab).items():
             hs = {hp.host: hp for hp in topo.host_ports}
-            n = hops_between(topo, new, hs[s].dpid, hs[d].dpid) + 1
+            n = live_hops(topo, new, hs[s].dpid, hs[d].dpid) + 1
             for hops, end in paths:
                 assert end == "host", (cut, s, d, hops)
                 assert len(hops) == n, (cut, s, d, hops)
