@@ -44,8 +44,10 @@ Failover modes (``failover=``, see docs/failover.md):
   status): nothing repairs, for comparison.
 """
 
+import math
 from collections import deque
 
+from .topology import NIC
 from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
                        OFPP_IN_PORT, Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod,
                        Output, Selection, SetField, SwitchState, match)
@@ -60,6 +62,7 @@ PRIO_ARP_REPLY = 200
 PRIO_ARP_DROP = 100
 PRIO_MISS = 0
 HASH_FIELDS = ("ipv4_src", "ipv4_dst", "udp_src", "udp_dst")
+STANDBY = "standby"
 
 
 def arp_responder_actions(ip, mac):
@@ -76,11 +79,18 @@ def arp_responder_actions(ip, mac):
     )
 
 
-def live_adjacency(topo, live):
-    """dpid -> [(port, peer dpid)] over links with both ends live, sorted."""
+def live_adjacency(topo, live, active_only=False):
+    """dpid -> [(port, peer dpid)] over links with both ends live, sorted.
+
+    ``active_only``: without standby links (a standby role on either end).
+    """
     adj = {s.dpid: [] for s in topo.switches}
+    role = {(s.dpid, p.port): p.role for s in topo.switches for p in s.ports}
     for lk in topo.links:
         if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
+            if active_only and STANDBY in (role[(lk.a_dpid, lk.a_port)],
+                                           role[(lk.b_dpid, lk.b_port)]):
+                continue
             adj[lk.a_dpid].append((lk.a_port, lk.b_dpid))
             adj[lk.b_dpid].append((lk.b_port, lk.a_dpid))
     for ports in adj.values():
@@ -88,11 +98,17 @@ def live_adjacency(topo, live):
     return adj
 
 
-def hop_distances(adj, dst):
-    """Hop count from every switch that can reach ``dst`` (BFS)."""
+def hop_distances(adj, dst, edge=frozenset()):
+    """Hop count from every switch that can reach ``dst`` (BFS).
+
+    Switches in ``edge`` (bonded hosts' NICs) are never transit nodes: a path
+    may start or end at one, not pass through it.
+    """
     dist, todo = {dst: 0}, deque([dst])
     while todo:
         node = todo.popleft()
+        if node in edge and node != dst:
+            continue
         for _, peer in adj[node]:
             if peer not in dist:
                 dist[peer] = dist[node] + 1
@@ -100,23 +116,29 @@ def hop_distances(adj, dst):
     return dist
 
 
-def next_hops(topo, live):
+def edge_switches(topo):
+    return frozenset(s.dpid for s in topo.switches if s.kind == NIC)
+
+
+def next_hops(topo, live, active_only=False):
     """{dpid: {host ip: tuple of next-hop ports}} toward every reachable live host port."""
-    adj = live_adjacency(topo, live)
+    adj = live_adjacency(topo, live, active_only)
+    edge = edge_switches(topo)
     routes = {s.dpid: {} for s in topo.switches}
     dist_cache = {}
     for hp in topo.host_ports:
         if (hp.dpid, hp.switch_port) not in live:
             continue
         if hp.dpid not in dist_cache:
-            dist_cache[hp.dpid] = hop_distances(adj, hp.dpid)
+            dist_cache[hp.dpid] = hop_distances(adj, hp.dpid, edge)
         dist = dist_cache[hp.dpid]
         for dpid, d in dist.items():
             if dpid == hp.dpid:
                 routes[dpid][hp.ip] = (hp.switch_port,)
             else:
                 routes[dpid][hp.ip] = tuple(
-                    port for port, peer in adj[dpid] if dist.get(peer) == d - 1)
+                    port for port, peer in adj[dpid] if dist.get(peer) == d - 1
+                    and (peer not in edge or peer == hp.dpid))
     return routes
 
 
@@ -129,6 +151,7 @@ def repair_plan(topo, live, routes):
     """
     backups = {s.dpid: {} for s in topo.switches}
     repairs = {s.dpid: {} for s in topo.switches}
+    edge = edge_switches(topo)
     for sw in topo.switches:
         for ip, ports in routes[sw.dpid].items():
             if len(ports) != 1 or topo.peer_of(sw.dpid, ports[0]) is None:
@@ -138,8 +161,8 @@ def repair_plan(topo, live, routes):
                 if p.to_host or p.port == ports[0] or (sw.dpid, p.port) not in live:
                     continue
                 y, back = topo.peer_of(sw.dpid, p.port)
-                if (y, back) not in live:
-                    continue
+                if (y, back) not in live or y in edge:
+                    continue          # a bonded host's NIC forwards nobody's traffic
                 y_ports = routes[y].get(ip, ())
                 alt = tuple(q for q in y_ports if q != back)
                 if not alt:
@@ -152,28 +175,50 @@ def repair_plan(topo, live, routes):
     return backups, repairs
 
 
-def standby_split(topo, routes):
-    """Routes without their standby ports while an active port remains; the standby ports.
+def standby_split(topo, every_hop, active):
+    """Routes that use standby links only when no active path is left; the standby ports.
 
-    A port whose link has ``role: standby`` (dual-link active/standby) carries
-    traffic only when no active next hop is left.  Where the route keeps ONE
-    active port, the standby ports become its fast-failover backups (group
-    [primary, standby...], local repair in modes other than none); with
-    several active ports the route stays a select group over them and the
-    controller moves it to the standby ports once they are all down.
+    A link with ``role: standby`` (dual-link or dual-ToR active/standby)
+    carries traffic only when the destination cannot be reached over active
+    links: a switch with an active path (``active``, from the BFS without
+    standby links) uses it, any other its shortest live path (``every_hop``).
+    Where the active route has ONE port and the shortest paths include
+    standby ports of this switch, those become its fast-failover backups
+    (group [primary, standby...], local repair in modes other than none).
     Returns (routes, {dpid: {ip: standby ports}}).
     """
     out, standby = {}, {}
     for sw in topo.switches:
-        roles = {p.port: p.role for p in sw.ports}
         out[sw.dpid], standby[sw.dpid] = {}, {}
-        for ip, ports in routes[sw.dpid].items():
-            active = tuple(p for p in ports if roles.get(p) != "standby")
-            spare = tuple(p for p in ports if roles.get(p) == "standby")
-            out[sw.dpid][ip] = active or spare
-            if active and spare and len(active) == 1:
+        for ip, ports in every_hop[sw.dpid].items():
+            act = active[sw.dpid].get(ip)
+            out[sw.dpid][ip] = act or ports
+            spare = tuple(p for p in ports if p not in (act or ()))
+            if act and spare and len(act) == 1:
                 standby[sw.dpid][ip] = spare
     return out, standby
+
+
+def standby_landing(topo, every_hop, routes, repairs):
+    """Repair flows where a bounce lands next to a standby link (dual-ToR active/standby).
+
+    A ToR whose only shortest path to a host is its standby link normally
+    sends that host's traffic up, toward the active ToR.  A packet bounced to
+    it from above (the active link just died) must go down the standby link
+    instead: ``in_port=<uplink>, eth_dst=<host>`` -> the standby port.  In
+    normal operation nothing for that host arrives from above.
+    """
+    for sw in topo.switches:
+        role = {p.port: p.role for p in sw.ports}
+        for ip, ports in every_hop[sw.dpid].items():
+            if routes[sw.dpid].get(ip) == ports or not all(role.get(p) == STANDBY for p in ports):
+                continue
+            for p in sw.ports:
+                if p.to_host or p.port in ports:
+                    continue
+                peer = topo.by_name.get(p.peer)
+                if peer is not None and peer.tier > sw.tier:
+                    repairs[sw.dpid][(p.port, ip)] = ports
 
 
 def merge_standby(backups, standby):
@@ -184,6 +229,28 @@ def merge_standby(backups, standby):
             rest = tuple(p for p in out.get(dpid, {}).get(ip, ()) if p not in spare)
             out.setdefault(dpid, {})[ip] = spare + rest
     return out
+
+
+MAX_WEIGHT = 1000
+
+
+def bucket_weights(sw):
+    """weight(ports, port): select-bucket weight proportional to the link rate.
+
+    Equal rates (or unknown ones) give weight 1 each; unequal links (a 40 and
+    a 20 Mbit/s uplink) share flows 2:1, so neither is overloaded first.
+    """
+    rate = {p.port: p.rate_bps for p in sw.ports}
+
+    def weight(ports, port):
+        rates = [rate.get(p) for p in ports]
+        if None in rates or len(set(rates)) == 1:
+            return 1
+        g = math.gcd(*rates)
+        top = max(rates) // g
+        w = rate[port] // g
+        return w if top <= MAX_WEIGHT else max(1, round(w * MAX_WEIGHT / top))
+    return weight
 
 
 def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None):
@@ -210,8 +277,10 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     port_sets = sorted({ports for ports in routes.values() if len(ports) > 1}
                        | {ports for ports in repairs.values() if len(ports) > 1})
     group_of = {ports: gid for gid, ports in enumerate(port_sets, start=1)}
+    weight = bucket_weights(sw)
     groups = [GroupMod(gid, "select",
-                       tuple(Bucket((Output(p),), 1, p if watch else None) for p in ports),
+                       tuple(Bucket((Output(p),), weight(ports, p), p if watch else None)
+                             for p in ports),
                        Selection(HASH_FIELDS, sw.hash_seed))
               for ports, gid in group_of.items()]
     ff_sets = sorted({(routes[ip][0],) + b for ip, b in backups.items()})
@@ -251,11 +320,15 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
     check_mode(failover)
     live = frozenset(live)
     every_hop = next_hops(topo, live)
-    routes, standby = standby_split(topo, every_hop)
+    routes, standby = standby_split(topo, every_hop, next_hops(topo, live, active_only=True))
     backups = repairs = {}
     if failover == "fast-failover":
         # bounces may use standby links: they are repair paths too
         backups, repairs = repair_plan(topo, live, every_hop)
+        # a bounce backs up the route it was planned for, not an active route that differs
+        backups = {dpid: {ip: b for ip, b in per.items() if routes[dpid][ip] == every_hop[dpid][ip]}
+                   for dpid, per in backups.items()}
+        standby_landing(topo, every_hop, routes, repairs)
     if failover != "none":
         backups = merge_standby(backups, standby)
     return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,

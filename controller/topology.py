@@ -31,10 +31,14 @@ class Port:
     peer_kind: str            # host | leaf | spine | superspine
     peer_port: object         # int OpenFlow port of a switch peer, str intf of a host
     role: object = None       # None (active) or "standby" (used once the active ports die)
+    rate_bps: object = None   # the link's rate, when the document gives it
 
     @property
     def to_host(self):
         return self.peer_kind == "host"
+
+
+NIC = "nic"          # a bonded host's NIC switch: an edge, never a transit node
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ def from_dict(doc):
             (Port(dpid, _need(p, "port", f"{where}.ports[{j}]"), p.get("name", ""),
                   _need(p, "peer", f"{where}.ports[{j}]"),
                   _need(p, "peer_kind", f"{where}.ports[{j}]"),
-                  _need(p, "peer_port", f"{where}.ports[{j}]"), p.get("role"))
+                  _need(p, "peer_port", f"{where}.ports[{j}]"), p.get("role"),
+                  p.get("rate_bps"))
              for j, p in enumerate(_need(s, "ports", where))),
             key=lambda p: p.port))
         switches.append(Switch(_need(s, "name", where), dpid, _need(s, "kind", where),

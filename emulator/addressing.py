@@ -16,6 +16,15 @@ the Linux-visible names), so the same fabric always gets the same plan:
     switches if given (hash polarization), else the datapath id;
   * a standby link (``role: standby``) marks both its switch ports
     ``"role": "standby"``;
+  * a bonded host (``bond:``, non-stacked dual-ToR) has ONE address on a
+    namespace interface ``bond0``; its NIC is a switch of kind ``nic`` named
+    ``<host>.nic`` (bridge ``fl<tag>n<i>``, datapath id = i, tier 0), OpenFlow
+    port 1 facing ``bond0`` and port N+2 for the NIC's fabric port ``eth<N>``,
+    cabled to the ToR; the plan's links are the NIC switch's.  Being a switch,
+    the NIC gets its select / fast-failover group from the controller, and the
+    controller never routes through it (it is not a transit node);
+  * every host document names its ``leaf``: the switch of its first fabric
+    port (the first ToR of a bond);
   * host routes (the emulated NVLink hop of a multi-plane / rail-optimized
     fabric): when a host's ports sit in different switch islands (planes not
     joined by any switch), every host port IP of another host gets a /32
@@ -32,7 +41,19 @@ import re
 PREFIX = "fl"
 TAG_RE = re.compile(r"^[0-9a-f]{4}$")
 SUBNET = ipaddress.ip_network("10.0.0.0/16")
-KIND_LETTER = {"leaf": "l", "spine": "s", "superspine": "x"}
+KIND_LETTER = {"leaf": "l", "spine": "s", "superspine": "x", "nic": "n"}
+NIC_TIER = 0
+BOND_INTF = "bond0"
+NIC_HOST_PORT = 1
+
+
+def nic_name(host):
+    return f"{host}.nic"
+
+
+def nic_port(host_port):
+    """OpenFlow port of a bonded host's NIC switch for its fabric port ``eth<N>``."""
+    return int(host_port[3:]) + 2
 SCHEMA_VERSION = 1
 
 
@@ -66,12 +87,15 @@ def plan(fabric, tag="0000", seed=None):
         raise ValueError(f"run tag {tag!r} is not 4 hex digits")
     counters, bridges = {}, {}
     switches = []
-    for node in fabric.switches:
-        counters[node.kind] = counters.get(node.kind, 0) + 1
-        index = counters[node.kind]
-        dpid = dpid_of(node.tier, index)
-        bridge = bridge_name(tag, node.kind, index)
-        bridges[node.name] = bridge
+    nics = [n for n in fabric.hosts if n.bond]
+    for node in list(fabric.switches) + nics:
+        kind = "nic" if node.is_host else node.kind
+        counters[kind] = counters.get(kind, 0) + 1
+        index = counters[kind]
+        dpid = dpid_of(NIC_TIER if node.is_host else node.tier, index)
+        name = nic_name(node.name) if node.is_host else node.name
+        bridge = bridge_name(tag, kind, index)
+        bridges[name] = bridge
         if node.hash_seed is not None:
             hash_seed = node.hash_seed
         elif seed is not None:
@@ -79,7 +103,7 @@ def plan(fabric, tag="0000", seed=None):
         else:
             hash_seed = dpid
         switches.append({
-            "name": node.name, "kind": node.kind, "tier": node.tier,
+            "name": name, "kind": kind, "tier": NIC_TIER if node.is_host else node.tier,
             "dpid": dpid, "dpid_hex": "%016x" % dpid, "bridge": bridge,
             "hash_seed": hash_seed, "pod": node.pod, "plane": node.plane,
             "ports": [],
@@ -87,36 +111,54 @@ def plan(fabric, tag="0000", seed=None):
     hosts, k = [], 0
     island = islands(fabric)
     for node in fabric.hosts:
-        ports = []
+        ports, members = [], []
         for lk in fabric.links_of(node.name):
+            peer = lk.other(node.name)
+            if node.bond:
+                members.append({"port": lk.end(node.name).port, "switch": peer.node,
+                                "switch_port": peer.number, "rate_bps": lk.rate_bps,
+                                "role": lk.role})
+                continue
             k += 1
             ip, mac = host_address(k)
-            peer = lk.other(node.name)
             ports.append({"port": lk.end(node.name).port, "ip": ip, "mac": mac,
                           "prefix_len": SUBNET.prefixlen, "switch": peer.node,
                           "switch_port": peer.number, "rate_bps": lk.rate_bps})
-        hosts.append({"name": node.name, "ip": ports[0]["ip"], "mac": ports[0]["mac"],
-                      "pod": node.pod, "plane": node.plane, "ports": ports, "routes": []})
+        doc = {"name": node.name}
+        if node.bond:
+            k += 1
+            ip, mac = host_address(k)
+            ports.append({"port": BOND_INTF, "ip": ip, "mac": mac,
+                          "prefix_len": SUBNET.prefixlen, "switch": nic_name(node.name),
+                          "switch_port": NIC_HOST_PORT,
+                          "rate_bps": sum(m["rate_bps"] for m in members)})
+            doc["bond"] = {"mode": node.bond, "nic": nic_name(node.name), "members": members}
+        doc.update({"ip": ports[0]["ip"], "mac": ports[0]["mac"], "pod": node.pod,
+                    "plane": node.plane,
+                    "leaf": (members or ports)[0]["switch"], "ports": ports, "routes": []})
+        hosts.append(doc)
     for h in hosts:
         h["routes"] = host_routes(h, hosts, island)
+    links = plan_links(fabric)
+    by_name = {sw["name"]: sw for sw in switches}
+    kind_of = {n.name: n.kind for n in fabric.nodes}
+    kind_of.update({sw["name"]: sw["kind"] for sw in switches})
+    for lk in links:
+        ends = [lk["a"].split(":"), lk["b"].split(":")]
+        for (node, port), (peer, peer_port) in (ends, ends[::-1]):
+            if node not in by_name:
+                continue
+            sw = by_name[node]
+            number = int(port[3:])
+            entry = {"port": number, "name": port, "intf": switch_intf(sw["bridge"], number),
+                     "peer": peer, "peer_kind": kind_of[peer],
+                     "peer_port": peer_port if kind_of[peer] == "host" else int(peer_port[3:]),
+                     "rate_bps": lk["rate_bps"]}
+            if "role" in lk:
+                entry["role"] = lk["role"]
+            sw["ports"].append(entry)
     for sw in switches:
-        for lk in fabric.links_of(sw["name"]):
-            mine, peer = lk.end(sw["name"]), lk.other(sw["name"])
-            peer_node = fabric.node(peer.node)
-            sw["ports"].append({
-                "port": mine.number, "name": mine.port,
-                "intf": switch_intf(sw["bridge"], mine.number),
-                "peer": peer.node, "peer_kind": peer_node.kind,
-                "peer_port": peer.number if not peer_node.is_host else peer.port,
-                "rate_bps": lk.rate_bps,
-            })
-            if lk.role is not None:
-                sw["ports"][-1]["role"] = lk.role
-    links = []
-    for lk in fabric.links:
-        links.append({"a": str(lk.a), "b": str(lk.b), "rate_bps": lk.rate_bps})
-        if lk.role is not None:
-            links[-1]["role"] = lk.role
+        sw["ports"].sort(key=lambda p: p["port"])
     return {
         "schema_version": SCHEMA_VERSION,
         "fabric": fabric.name,
@@ -127,6 +169,27 @@ def plan(fabric, tag="0000", seed=None):
         "hosts": hosts,
         "links": links,
     }
+
+
+def plan_links(fabric):
+    """The links as built: a bonded host's links start at its NIC switch."""
+    links = []
+    for h in fabric.hosts:
+        if h.bond:
+            rate = sum(lk.rate_bps for lk in fabric.links_of(h.name))
+            links.append({"a": f"{nic_name(h.name)}:eth{NIC_HOST_PORT}",
+                          "b": f"{h.name}:{BOND_INTF}", "rate_bps": rate})
+    for lk in fabric.links:
+        ends = []
+        for ep in (lk.a, lk.b):
+            if fabric.node(ep.node).bond:
+                ends.append(f"{nic_name(ep.node)}:eth{nic_port(ep.port)}")
+            else:
+                ends.append(str(ep))
+        links.append({"a": ends[0], "b": ends[1], "rate_bps": lk.rate_bps})
+        if lk.role is not None:
+            links[-1]["role"] = lk.role
+    return links
 
 
 def islands(fabric):
@@ -153,7 +216,7 @@ def host_routes(host, hosts, island):
     """/32 routes of ``host`` toward other hosts' ports in other islands (see above)."""
     mine = {}
     for p in host["ports"]:
-        mine.setdefault(island[p["switch"]], p)      # first port in each island
+        mine.setdefault(island.get(p["switch"]), p)  # first port in each island
     if len(mine) < 2:
         return []
     routes = []
@@ -161,7 +224,7 @@ def host_routes(host, hosts, island):
         if other["name"] == host["name"]:
             continue
         for p in other["ports"]:
-            via = mine.get(island[p["switch"]])
+            via = mine.get(island.get(p["switch"], -1))
             if via is not None:
                 routes.append({"dst": f"{p['ip']}/32", "dev": via["port"], "src": via["ip"]})
     return routes

@@ -12,7 +12,11 @@ Names:
   * labels: a node may carry ``pod`` (three-tier pods) and ``plane`` (the
     spine/superspine plane, or the rail of a multi-plane fabric); a link may
     carry ``role: standby`` (it carries traffic only once the active links
-    toward the same next tier are down: dual-link active/standby).
+    toward the same next tier are down: dual-link active/standby);
+  * bond: a host may carry ``bond`` (``active-standby`` or ``active-active``):
+    its ports are the two (or more) ports of ONE NIC with one IP and one MAC,
+    each cabled to a different ToR (non-stacked dual-ToR).  In active-standby
+    every bond link but one has ``role: standby``.
 """
 
 from dataclasses import dataclass, field
@@ -23,6 +27,7 @@ SWITCH_TIERS = {"leaf": 1, "spine": 2, "superspine": 3}
 KINDS = (HOST,) + tuple(SWITCH_TIERS)
 STANDBY = "standby"
 LINK_ROLES = (STANDBY,)
+BOND_MODES = ("active-standby", "active-active")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Node:
     hash_seed: Optional[int] = None
     pod: Optional[int] = None
     plane: Optional[int] = None
+    bond: Optional[str] = None      # hosts only: None or one of BOND_MODES
 
     @property
     def is_host(self):
@@ -123,7 +129,7 @@ class Fabric:
         nodes = {}
         for n in self.nodes:
             entry = {"kind": n.kind}
-            for key in ("hash_seed", "pod", "plane"):
+            for key in ("hash_seed", "pod", "plane", "bond"):
                 if getattr(n, key) is not None:
                     entry[key] = getattr(n, key)
             nodes[n.name] = entry

@@ -1,4 +1,4 @@
-"""More Clos presets: three-tier, dual-link leaf-spine, dual-plane, multi-plane.
+"""More Clos presets: three-tier, dual-link, dual-ToR, dual-plane, multi-plane.
 
 Each returns the same ``Fabric`` a file would (``show --yaml`` writes it out)
 and takes an ``oversubscription`` parameter (docs/fabrics.md has pictures).
@@ -19,9 +19,13 @@ facing lower tiers come first (``eth1..``), then its uplinks.
   spine2), rates ``primary_rate`` / ``secondary_rate``.
   ``mode=load-balancing``: ECMP over both; ``mode=active-standby``: link 2 is
   ``role: standby`` (a fast-failover [primary, standby] on each side).
-* dual-plane (Alibaba HPN style): ``planes`` spine planes; each leaf's
-  uplinks are split by plane, spines of plane p connect only to plane-p
-  uplinks (spine-to-spine paths only through leaves).
+* dual-tor (Alibaba HPN non-stacked dual-ToR): every host has one NIC with
+  two ports, one IP and one MAC (``bond``), port 1 to ToR A and port 2 to
+  ToR B of its pair; ``mode`` active-active or active-standby.
+* dual-plane (Alibaba HPN): dual-tor with ``planes=2``: ToR A of every pair
+  uplinks only to plane-1 spines, ToR B only to plane-2 spines; ``planes=1``
+  is the single-plane fabric with the same switches and ToR capacity (each
+  ToR uplinks to every spine).
 * multi-plane (rail-optimized, DeepSeek-V3 / Baidu AIPod style): every host
   has ``planes`` NICs, NIC i-1 (``eth<i-1>``) on plane i; each plane is its
   own leaf-spine; planes meet only inside hosts (addressing gives hosts /32
@@ -152,34 +156,75 @@ def dual_link(**given):
     return Fabric(name, tuple(nodes), tuple(links), param_values(DUAL_LINK, v))
 
 
-DUAL_PLANE = (
-    Param("planes", "int", 2, 2, 8, "independent spine planes"),
-    Param("spines_per_plane", "int", 2, 1, 16, "spines in each plane"),
-    Param("leaves", "int", 4, 1, 64, "leaf switches (ToRs)"),
-    Param("hosts_per_leaf", "int", 2, 1, 64, "hosts on each leaf"),
-) + _rates(
-    Param("uplink_rate", "rate", "20Mbps", doc="leaf <-> spine link rate"),
-    Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
-)
+def _dual_tor_schema(planes, spines):
+    return (
+        Param("tor_pairs", "int", 2, 1, 32, "ToR pairs; each host NIC is cabled to both ToRs"),
+        Param("hosts_per_pair", "int", 2, 1, 32, "hosts (one dual-port NIC each) per ToR pair"),
+        Param("spines", "int", spines, 1, 32, "spine switches"),
+        Param("planes", "int", planes, 1, 2, "1: every ToR uplinks to every spine; 2: ToR A of "
+              "each pair to the plane-1 spines, ToR B to the plane-2 spines (HPN dual-plane)"),
+        Param("mode", "choice", "active-active", doc="the hosts' bonds: active-active or "
+              "active-standby (NIC port 2 standby)", choices=("active-active", "active-standby")),
+    ) + _rates(
+        Param("uplink_rate", "rate", "40Mbps", doc="ToR <-> spine link rate"),
+        Param("oversubscription", "float", None, 0.01, 100,
+              "ToR down:up, sets uplink_rate"),
+    )
+
+
+DUAL_TOR = _dual_tor_schema(planes=1, spines=2)
+DUAL_PLANE = _dual_tor_schema(planes=2, spines=4)
+
+
+def dual_tor(**given):
+    """Non-stacked dual-ToR (Alibaba HPN) hosts on a leaf-spine (see ``_dual_tor``)."""
+    return _dual_tor("dual-tor", DUAL_TOR, given)
+
+
+def _dual_tor(preset, schema, given):
+    """Non-stacked dual-ToR (Alibaba HPN): one NIC, one IP, two independent ToRs.
+
+    ToR pair i is ``leaf(2i-1)`` (ToR A, NIC port eth0) and ``leaf(2i)`` (ToR
+    B, eth1); the two share no link and no state.  ``planes=2`` is HPN's
+    dual-plane: ToR A's uplinks go only to the plane-1 spines, ToR B's only
+    to plane 2, so a flow's plane is chosen once, by the host's bond, and its
+    path inside the plane by one hash at the ToR.
+    """
+    v = resolve_params(preset, schema, given)
+    P, H, S, N = v["tor_pairs"], v["hosts_per_pair"], v["spines"], v["planes"]
+    if S % N:
+        raise ConfigError(f"preset {preset}", f"spines={S} is not a multiple of planes={N}")
+    per_plane = S // N
+    rate_for_ratio(preset, v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], per_plane)
+    standby = v["mode"] == "active-standby"
+    nodes, links = [], []
+    for i in range(1, P + 1):
+        for j in range(1, H + 1):
+            h = f"h{(i - 1) * H + j}"
+            nodes.append(Node(h, "host", bond=v["mode"]))
+            for side in (0, 1):
+                links.append(Link(Endpoint(h, f"eth{side}"),
+                                  Endpoint(f"leaf{2 * i - 1 + side}", f"eth{j}"), v["host_rate"],
+                                  role=STANDBY if standby and side == 1 else None))
+    for t in range(1, 2 * P + 1):
+        plane = (t - 1) % 2 + 1 if N == 2 else None
+        nodes.append(Node(f"leaf{t}", "leaf", plane=plane))
+        targets = (range((plane - 1) * per_plane + 1, plane * per_plane + 1) if N == 2
+                   else range(1, S + 1))
+        for u, s_ in enumerate(targets, start=1):
+            down = (t + 1) // 2 if N == 2 else t
+            links.append(Link(Endpoint(f"leaf{t}", f"eth{H + u}"),
+                              Endpoint(f"spine{s_}", f"eth{down}"), v["uplink_rate"]))
+    nodes += [Node(f"spine{s_}", "spine", plane=(s_ - 1) // per_plane + 1 if N == 2 else None)
+              for s_ in range(1, S + 1)]
+    name = f"{'dual-plane' if N == 2 else 'dual-tor'}-{P}p{H}h{S}s-{'as' if standby else 'aa'}"
+    return Fabric(name, tuple(nodes), tuple(links), param_values(schema, v))
 
 
 def dual_plane(**given):
-    """Leaf-spine whose spines form independent planes (leaf uplinks split by plane)."""
-    v = resolve_params("dual-plane", DUAL_PLANE, given)
-    N, S, L, H = v["planes"], v["spines_per_plane"], v["leaves"], v["hosts_per_leaf"]
-    rate_for_ratio("dual-plane", v, given, "uplink_rate", "oversubscription",
-                   H * v["host_rate"], N * S)
-    leaves = [f"leaf{i}" for i in range(1, L + 1)]
-    nodes, links = hosts_on_leaves(leaves, H, v["host_rate"])
-    nodes += [Node(name, "leaf") for name in leaves]
-    nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
-              for p in range(1, N + 1) for j in range(1, S + 1)]
-    for l in range(1, L + 1):
-        for s in range(1, N * S + 1):
-            links.append(Link(Endpoint(f"leaf{l}", f"eth{H + s}"),
-                              Endpoint(f"spine{s}", f"eth{l}"), v["uplink_rate"]))
-    name = f"dual-plane-{N}x{S}s{L}l{H}h"
-    return Fabric(name, tuple(nodes), tuple(links), param_values(DUAL_PLANE, v))
+    """HPN dual-plane: ``dual-tor`` with ``planes=2`` (ToR A / ToR B in separate planes)."""
+    return _dual_tor("dual-plane", DUAL_PLANE, given)
 
 
 MULTI_PLANE = (
@@ -223,6 +268,7 @@ def multi_plane(**given):
 PRESETS = {
     "three-tier": (three_tier, THREE_TIER),
     "dual-link": (dual_link, DUAL_LINK),
+    "dual-tor": (dual_tor, DUAL_TOR),
     "dual-plane": (dual_plane, DUAL_PLANE),
     "multi-plane": (multi_plane, MULTI_PLANE),
 }

@@ -20,7 +20,7 @@ import time
 
 STATE_ROOT = os.environ.get("FABRIC_LAB_STATE", "/run/fabric-lab")
 RUN_ENV = "FABRIC_LAB_RUN"
-NAME_RE = re.compile(r"^fl([0-9a-f]{4})[lsx][0-9]+(-e[0-9]+)?$")
+NAME_RE = re.compile(r"^fl([0-9a-f]{4})[lsxn][0-9]+(-e[0-9]+)?$")
 
 
 def tag_of_name(name):

@@ -24,7 +24,7 @@ import re
 import yaml
 
 from emulator.errors import ConfigError
-from emulator.model import HOST, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
+from emulator.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
 from emulator.units import parse_rate
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
@@ -34,7 +34,7 @@ MAX_OFPORT = 0xFF00 - 1
 TOP_KEYS = {"name": "fabric name", "topology": "nodes and links"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
-NODE_KEYS = {"kind", "hash_seed", "pod", "plane"}
+NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
 LINK_KEYS = {"endpoints", "rate", "role"}
 
 
@@ -115,6 +115,7 @@ def parse(data, source="<fabric>"):
     by_name = {n.name: n for n in nodes}
     links = _parse_links(topo.get("links"), by_name, default_rate, fail)
     _check_attachment(nodes, links, fail)
+    _check_bonds(nodes, links, fail)
     _check_connected(nodes, links, fail)
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links))
 
@@ -160,9 +161,15 @@ def _parse_nodes(raw, fail):
         seed = _optional_int(entry, "hash_seed", where, fail)
         if seed is not None and kind == HOST:
             fail(f"{where}.hash_seed", "only switches have an ECMP hash seed")
+        bond = entry.get("bond")
+        if bond is not None:
+            if kind != HOST:
+                fail(f"{where}.bond", "only hosts have a bond (one NIC on several ToRs)")
+            if bond not in BOND_MODES:
+                fail(f"{where}.bond", f"unknown bond mode {bond!r} (one of: {', '.join(BOND_MODES)})")
         nodes.append(Node(name=name, kind=kind, hash_seed=seed,
                           pod=_optional_int(entry, "pod", where, fail, hi=4095),
-                          plane=_optional_int(entry, "plane", where, fail, hi=15)))
+                          plane=_optional_int(entry, "plane", where, fail, hi=15), bond=bond))
     return nodes
 
 
@@ -218,8 +225,10 @@ def _parse_links(raw, by_name, default_rate, fail):
         if role is not None:
             if role not in LINK_ROLES:
                 fail(f"{where}.role", f"unknown role {role!r} (one of: {', '.join(LINK_ROLES)})")
-            if by_name[a.node].is_host or by_name[b.node].is_host:
-                fail(f"{where}.role", "only switch-to-switch links can be standby")
+            host = next((n for n in (by_name[a.node], by_name[b.node]) if n.is_host), None)
+            if host is not None and host.bond != "active-standby":
+                fail(f"{where}.role", "only switch-to-switch links and the links of a host "
+                                      "with bond: active-standby can be standby")
         links.append(Link(a=a, b=b, rate_bps=rate, role=role))
     return links
 
@@ -233,6 +242,24 @@ def _check_attachment(nodes, links, fail):
         fail("topology.nodes", "no host: a fabric needs at least one node of kind 'host'")
     if not any(not n.is_host for n in nodes):
         fail("topology.nodes", "no switch: a fabric needs at least one leaf")
+
+
+def _check_bonds(nodes, links, fail):
+    """A bonded host: 2+ links, each to a different leaf; active-standby: one active."""
+    for n in nodes:
+        if n.bond is None:
+            continue
+        where = f"topology.nodes.{n.name}.bond"
+        mine = [lk for lk in links if n.name in (lk.a.node, lk.b.node)]
+        peers = [lk.other(n.name).node for lk in mine]
+        if len(mine) < 2:
+            fail(where, f"a bond needs two or more links; {n.name!r} has {len(mine)}")
+        if len(set(peers)) != len(peers):
+            fail(where, f"the links of {n.name!r} must go to different switches (non-stacked ToRs)")
+        active = [lk for lk in mine if lk.role is None]
+        if n.bond == "active-standby" and len(active) != 1:
+            fail(where, f"active-standby needs exactly one active link (the others "
+                        f"'role: standby'); {n.name!r} has {len(active)}")
 
 
 def _check_connected(nodes, links, fail):

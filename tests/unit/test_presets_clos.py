@@ -21,6 +21,7 @@ def peers(f, name):
     ("three-tier", {}), ("three-tier", {"superspine_attach": "all"}),
     ("dual-link", {}), ("dual-link", {"spines": "1", "mode": "active-standby"}),
     ("dual-plane", {}), ("multi-plane", {"planes": "3"}),
+    ("dual-tor", {"mode": "active-standby"}), ("dual-plane", {"planes": "1"}),
 ])
 def test_yaml_round_trip(name, params):
     f = presets.build(name, params)
@@ -96,16 +97,70 @@ def test_dual_link_oversubscription_counts_active_uplinks_only():
         presets.build("dual-link", {"mode": "standby"})
 
 
-def test_dual_plane_spines_only_meet_their_plane():
-    f = presets.build("dual-plane", {"planes": "2", "spines_per_plane": "2", "leaves": "3"})
-    assert kinds(f) == {"host": 6, "leaf": 3, "spine": 4}
+def test_dual_tor_hosts_have_one_address_on_two_tors():
+    f = presets.build("dual-tor", {"tor_pairs": "2", "hosts_per_pair": "3", "spines": "2",
+                                   "mode": "active-standby"})
+    assert kinds(f) == {"host": 6, "leaf": 4, "spine": 2}
+    assert len(f.links) == 6 * 2 + 4 * 2
+    assert peers(f, "h4") == ["leaf3", "leaf4"]                 # pair 2: ToR A, ToR B
+    assert [lk.role for lk in f.links_of("h4")] == [None, "standby"]
+    assert f.node("h4").bond == "active-standby"
+    for lk in f.links:     # non-stacked: no ToR-to-ToR link
+        assert {f.node(lk.a.node).kind, f.node(lk.b.node).kind} != {"leaf"}
+    plan = addressing.plan(f, "ab12")
+    h4 = next(h for h in plan["hosts"] if h["name"] == "h4")
+    assert [(p["port"], p["ip"], p["switch"]) for p in h4["ports"]] == [
+        ("bond0", "10.0.0.4", "h4.nic")]
+    assert h4["leaf"] == "leaf3" and h4["bond"]["mode"] == "active-standby"
+    assert [(m["port"], m["switch"], m["role"]) for m in h4["bond"]["members"]] == [
+        ("eth0", "leaf3", None), ("eth1", "leaf4", "standby")]
+    nic = next(s for s in plan["switches"] if s["name"] == "h4.nic")
+    assert (nic["kind"], nic["tier"], nic["dpid"], nic["bridge"]) == ("nic", 0, 4, "flab12n4")
+    assert [(p["port"], p["peer"], p["peer_port"], p.get("role")) for p in nic["ports"]] == [
+        (1, "h4", "bond0", None), (2, "leaf3", 1, None), (3, "leaf4", 1, "standby")]
+    leaf4 = next(s for s in plan["switches"] if s["name"] == "leaf4")
+    assert leaf4["ports"][0] == {"port": 1, "name": "eth1", "intf": "flab12l4-e1",
+                                 "peer": "h4.nic", "peer_kind": "nic", "peer_port": 3,
+                                 "rate_bps": 40_000_000, "role": "standby"}
+    assert {"a": "h4.nic:eth1", "b": "h4:bond0", "rate_bps": 80_000_000} in plan["links"]
+    assert presets.oversubscription(f, "leaf1") == pytest.approx(1.5)   # 3 x 40 / 2 x 40
+
+
+def test_dual_plane_tor_a_and_b_in_separate_planes():
+    f = presets.build("dual-plane", {"tor_pairs": "3", "spines": "4"})
+    assert f.name == "dual-plane-3p2h4s-aa"
+    assert kinds(f) == {"host": 6, "leaf": 6, "spine": 4}
     assert [f.node(s).plane for s in ("spine1", "spine2", "spine3", "spine4")] == [1, 1, 2, 2]
-    # leaf uplinks grouped by plane: eth3, eth4 -> plane 1; eth5, eth6 -> plane 2
-    assert [(lk.end("leaf1").port, f.node(lk.other("leaf1").node).plane)
-            for lk in f.uplinks("leaf1")] == [("eth3", 1), ("eth4", 1), ("eth5", 2), ("eth6", 2)]
-    for lk in f.links:   # no spine-to-spine link, so planes meet only at leaves
-        assert {f.node(lk.a.node).kind, f.node(lk.b.node).kind} != {"spine"}
-    assert presets.oversubscription(f, "leaf1") == pytest.approx(1.0)
+    assert [f.node(t).plane for t in ("leaf1", "leaf2", "leaf5", "leaf6")] == [1, 2, 1, 2]
+    assert peers(f, "leaf5") == ["h5", "h6", "spine1", "spine2"]
+    assert peers(f, "leaf6") == ["h5", "h6", "spine3", "spine4"]
+    assert peers(f, "spine3") == ["leaf2", "leaf4", "leaf6"]
+    single = presets.build("dual-plane", {"tor_pairs": "3", "spines": "4", "planes": "1",
+                                          "oversubscription": "1"})
+    assert single.name == "dual-tor-3p2h4s-aa"
+    assert peers(single, "leaf5") == ["h5", "h6", "spine1", "spine2", "spine3", "spine4"]
+    # same ToR uplink capacity: 4 x 20 = 2 x 40
+    assert {lk.rate_bps for lk in single.uplinks("leaf5")} == {20_000_000}
+    assert presets.oversubscription(single, "leaf5") == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="spines=3 is not a multiple of planes=2"):
+        presets.build("dual-plane", {"spines": "3"})
+
+
+def test_bond_is_validated():
+    doc = spec.dump(presets.build("dual-tor", {"tor_pairs": "1", "hosts_per_pair": "1",
+                                               "spines": "1"}))
+    assert "bond: active-active" in doc
+    for bad, msg in [
+        (doc.replace("bond: active-active", "bond: lacp"), "unknown bond mode 'lacp'"),
+        (doc.replace("kind: leaf}", "kind: leaf, bond: active-active}", 1),
+         "only hosts have a bond"),
+        (doc.replace("bond: active-active", "bond: active-standby"),
+         "active-standby needs exactly one active link"),
+        (doc.replace("'leaf2:eth1'", "'leaf1:eth5'"),
+         "must go to different switches"),
+    ]:
+        with pytest.raises(ConfigError, match=msg):
+            spec.load_text(bad)
 
 
 def test_multi_plane_hosts_have_one_nic_per_plane_and_rail_routes():
@@ -151,7 +206,7 @@ def test_standby_role_is_validated():
     doc["topology"]["links"][-1]["role"] = "standby"
     assert spec.parse(doc).links[-1].role == "standby"
     doc["topology"]["links"][0]["role"] = "standby"
-    with pytest.raises(ConfigError, match="only switch-to-switch links can be standby"):
+    with pytest.raises(ConfigError, match="only switch-to-switch links and the links of a host with bond"):
         spec.parse(doc)
 
 

@@ -17,8 +17,13 @@ from emulator import addressing, presets
 
 SMALL = [("three-tier", {}), ("three-tier", {"superspine_attach": "all", "superspines": "2"}),
          ("dual-link", {}), ("dual-link", {"spines": "1", "mode": "active-standby"}),
-         ("dual-link", {"mode": "active-standby"}), ("dual-plane", {"leaves": "3"}),
+         ("dual-link", {"mode": "active-standby"}), ("dual-plane", {"tor_pairs": "3"}),
+         ("dual-plane", {"planes": "1"}), ("dual-tor", {"mode": "active-standby"}),
          ("multi-plane", {})]
+# presets where losing any one switch that is not a host's NIC leaves every
+# host that is not cabled to it reachable
+SWITCH_LOSS = [("three-tier", {}), ("dual-link", {}), ("dual-plane", {}),
+               ("dual-tor", {"mode": "active-standby"}), ("dual-tor", {})]
 
 
 def topo_of(name, params):
@@ -61,6 +66,90 @@ def test_every_pair_delivered_before_and_after_any_single_cut(name, params):
         fab.apply(policy.changes(topo, live, new, "controller"))
         fab.set_live(new)
         assert delivered(topo, fab, pairs), (name, lk)
+
+
+@pytest.mark.parametrize("name,params", SWITCH_LOSS, ids=[f"{n}{p}" for n, p in SWITCH_LOSS])
+def test_every_pair_delivered_after_any_single_switch_loss(name, params):
+    topo = topo_of(name, params)
+    live = topo.all_ports()
+    for sw in topo.switches:
+        if sw.kind == "nic":
+            continue
+        new = live - {(sw.dpid, p.port) for p in sw.ports} - {
+            topo.peer_of(sw.dpid, p.port) for p in sw.ports if not p.to_host}
+        pairs = [(a, b) for a, b in same_island_pairs(topo) if sw.dpid not in (a.dpid, b.dpid)]
+        assert pairs
+        fab = fabric_for(topo, live, "controller")
+        fab.apply(policy.changes(topo, live, new, "controller"))
+        fab.set_live(new)
+        assert delivered(topo, fab, pairs), (name, sw.name)
+
+
+def bonded(topo, host):
+    nic = topo.by_name[f"{host}.nic"]
+    hp = next(hp for hp in topo.host_ports if hp.host == host)
+    return nic, hp
+
+
+@pytest.mark.parametrize("mode", ["active-standby", "active-active"])
+def test_dual_tor_host_link_loss_switches_over_locally(mode):
+    topo = topo_of("dual-tor", {"mode": mode})
+    live = topo.all_ports()
+    pairs = same_island_pairs(topo)
+    spare = standby_ports(topo)
+    used = set()
+    assert delivered(topo, fabric_for(topo, live, "controller"), pairs, used)
+    if mode == "active-standby":
+        assert len(spare) == 8 and not used & spare, "standby NIC links carried traffic"
+    else:
+        assert not spare
+    nic, _ = bonded(topo, "h1")
+    primary = nic.port(2)                                  # NIC port eth0 -> leaf1
+    cut = {(nic.dpid, 2), topo.peer_of(nic.dpid, 2)}
+    # groups alone (no controller): the NIC's group leaves the dead port, and
+    # fast-failover's bounce (leaf1 -> spine -> leaf2 -> NIC) brings traffic in
+    fab = fabric_for(topo, live, "fast-failover")
+    fab.set_live(live - cut)
+    used = set()
+    assert delivered(topo, fab, pairs, used)
+    assert (nic.dpid, 3) in used and primary.peer == "leaf1"
+    # controller mode, groups alone: h1 still sends; traffic TO h1 hashed to
+    # leaf1 waits for the controller
+    fab = fabric_for(topo, live, "controller")
+    fab.set_live(live - cut)
+    h1 = bonded(topo, "h1")[1]
+    assert delivered(topo, fab, [(h1, b) for a, b in pairs if a == h1])
+    assert not delivered(topo, fab, [(a, h1) for a, b in pairs if b == h1])
+    fab.apply(policy.changes(topo, live, live - cut, "controller"))
+    assert delivered(topo, fab, pairs)
+
+
+def test_dual_plane_spines_have_one_path_single_plane_hashes_twice():
+    dual = topo_of("dual-plane", {})
+    single = topo_of("dual-plane", {"planes": "1", "oversubscription": "1"})
+    for topo, width in ((dual, 1), (single, 2)):
+        st = policy.desired_state(topo, topo.all_ports(), "controller")
+        spine = topo.by_name["spine1"]
+        for hp in topo.host_ports:
+            flow = next(f for f in st[spine.dpid].flows if dict(f.match).get("ipv4_dst") == hp.ip)
+            act = flow.actions[0]
+            n = 1 if isinstance(act, Output) else len(next(
+                g for g in st[spine.dpid].groups if g.group_id == act.group_id).buckets)
+            assert n == width, (topo.name, hp.host)
+    # a plane-1 ToR never sends into plane 2: every leaf1 uplink is a plane-1 spine
+    leaf1 = dual.by_name["leaf1"]
+    assert {p.peer for p in leaf1.ports} == {"h1.nic", "h2.nic", "spine1", "spine2"}
+
+
+def test_select_buckets_weighted_by_link_rate():
+    topo = topo_of("dual-link", {"spines": "1", "secondary_rate": "20Mbps"})
+    leaf1 = topo.by_name["leaf1"]
+    st = policy.desired_state(topo, topo.all_ports(), "controller")[leaf1.dpid]
+    (g,) = [g for g in st.groups if g.type == "select"]
+    assert [(b.watch_port, b.weight) for b in g.buckets] == [(3, 2), (4, 1)]
+    even = topo_of("dual-link", {"spines": "1"})
+    st = policy.desired_state(even, even.all_ports(), "controller")[leaf1.dpid]
+    assert {b.weight for g in st.groups for b in g.buckets} == {1}
 
 
 def standby_ports(topo):
