@@ -171,6 +171,11 @@ def plan(fabric, tag="0000", seed=None):
     }
 
 
+def home_leaf(host):
+    """The switch a host document hangs from: its first ToR (bonded hosts too)."""
+    return host.get("leaf") or host["ports"][0]["switch"]
+
+
 def plan_links(fabric):
     """The links as built: a bonded host's links start at its NIC switch."""
     links = []

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
+from emulator.addressing import home_leaf
 from emulator.errors import ConfigError, RunFailed
 from emulator.reach import ping_round
 
@@ -189,10 +190,12 @@ def flow_path(session, src, dst, sport, packets=200, dport=ROCE_PORT):
 
 def parse_link(text, topo):
     """``leaf1-spine1`` (or ``leaf1:spine1``) -> [(switch, port entry) per switch end]."""
+    from emulator.faults import nic_of
     sep = ":" if ":" in text else "-"
     a, _, b = text.partition(sep)
+    nic = nic_of(topo)
     switches = {s["name"]: s for s in topo["switches"]}
-    for x, y in ((a, b), (b, a)):
+    for x, y in ((nic.get(a, a), nic.get(b, b)), (nic.get(b, b), nic.get(a, a))):
         if x in switches:
             for p in switches[x]["ports"]:
                 if p["peer"] == y:
@@ -230,7 +233,7 @@ def choose_probe(session, ends, qps, packets=40):
     link_intfs = [p["intf"] for _, p in ends]
     best = None
     for src in near[:2]:
-        for dst in [h for h in hosts if h["ports"][0]["switch"] != src["ports"][0]["switch"]]:
+        for dst in [h for h in hosts if home_leaf(h) != home_leaf(src)]:
             deltas, _ = send_udp(session, src["name"], dst["name"], probe_sports(qps), packets)
             crossing = round(sum(deltas.get(i, 0) for i in link_intfs) / packets)
             if best is None or crossing > best[2]:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from emulator.addressing import home_leaf
 from emulator.errors import ConfigError, RunFailed
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -66,7 +67,7 @@ def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
     if len(chosen) < 2:
         raise ConfigError("--hosts", "a collective needs at least 2 hosts")
     ranks = [{"name": h["name"], "ip": h["ip"], "mac": h["mac"], "intf": h["ports"][0]["port"],
-              "leaf": h["ports"][0]["switch"]} for h in chosen]
+              "leaf": home_leaf(h)} for h in chosen]
     link = rate_bps or min(h["ports"][0]["rate_bps"] for h in chosen)
     return [{"rank": i, "ranks": ranks, "collective": collective, "sizes": sizes,
              "rate_bps": link, "qps": qps, "ring": ring, "warmup": warmup,

@@ -38,6 +38,7 @@ import random
 import threading
 import time
 
+from emulator.addressing import home_leaf
 from emulator.errors import ConfigError
 
 MODES = ("ecmp", "flowlet", "dlb", "spray")
@@ -57,7 +58,7 @@ def jain(xs):
 
 def host_leaves(topo):
     """[(host name, leaf name)] in topology order."""
-    return [(h["name"], h["ports"][0]["switch"]) for h in topo["hosts"]]
+    return [(h["name"], home_leaf(h)) for h in topo["hosts"]]
 
 
 def ring_indices(topo, ring):

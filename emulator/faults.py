@@ -39,6 +39,11 @@ from emulator import proc
 from emulator.errors import ConfigError, RunFailed
 
 
+def nic_of(topo):
+    """{bonded host: its NIC switch}."""
+    return {h["name"]: h["bond"]["nic"] for h in topo["hosts"] if h.get("bond")}
+
+
 def parse_link(text, topo, where="fault"):
     """``a-b`` or ``a:b`` -> ((switch name, its port entry), other node name).
 
@@ -54,6 +59,9 @@ def parse_link(text, topo, where="fault"):
     for name in (left, right):
         if name not in switches and name not in hosts:
             raise ConfigError(where, f"unknown node {name!r}")
+    # a bonded host's links are its NIC switch's (``h1-leaf1`` = ``h1.nic-leaf1``)
+    nic = nic_of(topo)
+    left, right = nic.get(left, left), nic.get(right, right)
     sw_name, other = (left, right) if left in switches else (right, left)
     if sw_name not in switches:
         raise ConfigError(where, f"{text!r}: a link has at least one switch end")
@@ -108,7 +116,7 @@ class Injector:
             b = (None, next(p["intf"] for p in peer["ports"] if p["port"] == port["peer_port"]))
         # side a is the first node the user named
         first = link.split(":" if ":" in link else "-")[0] if isinstance(link, str) else sw_name
-        if first != sw_name:
+        if nic_of(self.s.topo).get(first, first) != sw_name:
             a, b = b, a
         return {"a": [a], "b": [b], "both": [a, b]}[side]
 

@@ -179,7 +179,8 @@ class FabricNet:
                     quiet_ipv6(name2)
                 node2 = self.hosts.get(n2) or self.switches[n2]
                 self.mn.addLink(self.switches[n1], node2, port1=int(p1[3:]),
-                                port2=int(p2[3:]), intfName1=name1, intfName2=name2,
+                                port2=int(p2[3:]) if p2.startswith("eth") else 0,  # bond0
+                                intfName1=name1, intfName2=name2,
                                 cls=FabricLink, up=None)
                 ipr.link("set", index=ipr.link_lookup(ifname=name1)[0], state="up")
                 if n2 not in self.hosts:

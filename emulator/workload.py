@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from emulator.addressing import home_leaf
 from emulator.errors import RunFailed
 from emulator.proc import finish
 from emulator.units import format_rate
@@ -23,7 +24,7 @@ def cross_leaf_pairs(topo):
     """[(src host, dst host)]: each host -> same position on the next leaf."""
     by_leaf = {}
     for h in topo["hosts"]:
-        by_leaf.setdefault(h["ports"][0]["switch"], []).append(h)
+        by_leaf.setdefault(home_leaf(h), []).append(h)
     leaves = sorted(by_leaf, key=lambda n: [s["name"] for s in topo["switches"]].index(n))
     pairs = []
     if len(leaves) == 1:
