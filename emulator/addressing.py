@@ -9,11 +9,12 @@ the Linux-visible names), so the same fabric always gets the same plan:
     spine2 = 0x20002, superspine1 = 0x30001), index counted per kind;
   * OpenFlow port number = N of the fabric port ``eth<N>``;
   * Linux names carry the project prefix and the run tag:
-    bridge ``fl<tag><k><i>`` (k = l/s/x for leaf/spine/superspine),
+    bridge ``fl<tag><k><i>`` (k = l/s/x/n for leaf/spine/superspine/NIC),
     switch interface ``<bridge>-e<N>``; a host's interfaces keep their fabric
     names (``eth0``) inside the host's namespace;
   * ECMP hash seed: the node's ``hash_seed``, else one ``seed`` for all
-    switches if given (hash polarization), else the datapath id;
+    fabric switches if given (hash polarization; not the NICs of bonded hosts,
+    whose bond hash is the host's own), else the datapath id;
   * a standby link (``role: standby``) marks both its switch ports
     ``"role": "standby"``;
   * a bonded host (``bond:``, non-stacked dual-ToR) has ONE address on a
@@ -98,8 +99,8 @@ def plan(fabric, tag="0000", seed=None):
         bridges[name] = bridge
         if node.hash_seed is not None:
             hash_seed = node.hash_seed
-        elif seed is not None:
-            hash_seed = seed
+        elif seed is not None and not node.is_host:
+            hash_seed = seed            # a NIC's bond hash is the host's, not the switches' ASIC's
         else:
             hash_seed = dpid
         switches.append({

@@ -54,9 +54,11 @@ def summary(results, topo):
     out = ["", f"== run {r['run']}: {r['fabric']} ==",
            f"datapath: {r['datapath']['type']} ({r['datapath']['reason']})",
            f"controller: {r.get('controller', {}).get('kind', '?')}"]
-    n_sw, n_h = len(topo["switches"]), len(topo["hosts"])
+    n_nic = sum(1 for s in topo["switches"] if s["kind"] == "nic")
+    n_sw, n_h = len(topo["switches"]) - n_nic, len(topo["hosts"])
+    nics = f" (dual-homed, {n_nic} NIC bridges)" if n_nic else ""
     t = r.get("timings", {})
-    out.append(f"fabric: {n_sw} switches, {n_h} hosts, {len(topo['links'])} links; built in "
+    out.append(f"fabric: {n_sw} switches, {n_h} hosts{nics}, {len(topo['links'])} links; built in "
                f"{t.get('build_s', 0):.2f}s, fully reachable {t.get('time_to_reachable_s', 0):.2f}s"
                f" after start")
     reach = r.get("reachability")

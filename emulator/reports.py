@@ -27,7 +27,7 @@ import subprocess
 import sys
 from importlib import metadata
 
-TIER_ROW = {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}
+TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
 
 def versions():
@@ -85,7 +85,7 @@ def fabric_png(topo, path):
     pos = layout(topo)
     kind = {h["name"]: "host" for h in topo["hosts"]}
     kind.update({sw["name"]: sw["kind"] for sw in topo["switches"]})
-    colours = {"host": "#9ecae1", "leaf": "#a1d99b", "spine": "#fdae6b",
+    colours = {"host": "#9ecae1", "nic": "#c6dbef", "leaf": "#a1d99b", "spine": "#fdae6b",
                "superspine": "#bcbddc"}
     width = max(6.0, 0.6 * max(sum(1 for p in pos.values() if p[1] == y)
                                for y in {p[1] for p in pos.values()}))
