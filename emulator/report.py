@@ -72,6 +72,12 @@ def summary(results, topo):
                    f"{traffic['received_packets']}, lost {traffic['dropped_packets']}, "
                    f"reordered {traffic['reordered_packets']}, "
                    f"disruptions {traffic['total_disruptions']}")
+        cp = traffic.get("cross_plane")
+        if cp:
+            out.append(f"  cross-plane: {cp['connections']} connections ({cp['flows']} flows), "
+                       f"{cp['received_packets']}/{cp['sent_packets']} packets received; each "
+                       "moved to the destination's rail inside the source host (NVLink hop) "
+                       "and received on that rail's NIC")
         out.append("\nper-uplink load on each leaf while sending (ECMP spread over "
                    f"{traffic['window_s']:g}s):")
         rows = []

@@ -62,26 +62,57 @@ def uplink_loads(topo, before, after, seconds, kind="leaf"):
     return out
 
 
+def mix_pairs(topo, load=0.5):
+    """[(src host, src port, dst host, dst port, share of the port rate, cross-plane)].
+
+    Single-NIC hosts: ``cross_leaf_pairs``.  Hosts with one NIC per rail
+    (multi-plane): rail-aligned pairs on every rail (NIC i -> NIC i of the
+    host at the same position on the next rail-i leaf), plus one cross-plane
+    connection per host: its GPU on rail 1 sends to the next host's GPU on
+    rail 2.  The data crosses to rail 2 inside the source host (the NVLink /
+    PXN hop) and leaves through the source's rail-2 NIC, so no switch ever
+    carries a packet between planes.
+    """
+    rails = max(len(h["ports"]) for h in topo["hosts"])
+    if rails == 1:
+        return [(s, s["ports"][0], d, d["ports"][0], load, False)
+                for s, d in cross_leaf_pairs(topo)]
+    out = []
+    for r in range(rails):
+        on_rail = [dict(h, leaf=h["ports"][r]["switch"]) for h in topo["hosts"]
+                   if len(h["ports"]) > r]
+        by_name = {h["name"]: h for h in topo["hosts"]}
+        for s, d in cross_leaf_pairs({"hosts": on_rail, "switches": topo["switches"]}):
+            out.append((by_name[s["name"]], s["ports"][r], by_name[d["name"]], d["ports"][r],
+                        load / 2, False))
+    hosts = [h for h in topo["hosts"] if len(h["ports"]) > 1]
+    for k, src in enumerate(hosts):
+        dst = hosts[(k + 1) % len(hosts)]
+        if dst is not src:
+            out.append((src, src["ports"][1], dst, dst["ports"][1], load / 2, True))
+    return out
+
+
 def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
     """Run the mix for ``duration`` s at ``load`` x host link rate; return results."""
     net, topo = session.net, session.topo
-    pairs = cross_leaf_pairs(topo)
+    pairs = mix_pairs(topo, load)
     if not pairs:
         return None
     work = os.path.join(session.dir, "traffic")
     os.makedirs(work, exist_ok=True)
     py = [sys.executable, "-m", "traffic"]
     receivers = {}
-    for _, dst in pairs:
-        if dst["name"] in receivers:
+    for _, _, dst, dport, _, _ in pairs:
+        key = f"{dst['name']}-{dport['port']}"
+        if key in receivers:
             continue
-        ready = os.path.join(work, f"{dst['name']}.ready")
-        out = os.path.join(work, f"recv-{dst['name']}.json")
-        argv = py + ["recv", "--intf", dst["ports"][0]["port"], "--idle", "1.0",
+        ready = os.path.join(work, f"{key}.ready")
+        out = os.path.join(work, f"recv-{key}.json")
+        argv = py + ["recv", "--intf", dport["port"], "--idle", "1.0",
                      "--deadline", str(duration + 15), "--no-timeline",
                      "--ready-file", ready, "--out", out]
-        receivers[dst["name"]] = (net.popen_in(dst["name"], argv, cwd=session_repo()),
-                                  ready, out)
+        receivers[key] = (net.popen_in(dst["name"], argv, cwd=session_repo()), ready, out)
     deadline = time.monotonic() + 30
     while not all(os.path.exists(r[1]) for r in receivers.values()):
         for name, (p, _, _) in receivers.items():
@@ -93,11 +124,14 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
     senders = []
     before = net.intf_counters()
     t0 = time.monotonic()
-    for i, (src, dst) in enumerate(pairs):
-        rate = int(src["ports"][0]["rate_bps"] * load)
-        out = os.path.join(work, f"send-{src['name']}.json")
-        argv = py + ["send", "--intf", src["ports"][0]["port"], "--src-ip", src["ip"],
-                     "--dst-ip", dst["ip"], "--dst-mac", dst["mac"], "--qps", str(qps),
+    cross = set()
+    for i, (src, sport, dst, dport, share, is_cross) in enumerate(pairs):
+        rate = int(sport["rate_bps"] * share)
+        out = os.path.join(work, f"send-{i}-{src['name']}.json")
+        if is_cross:
+            cross |= {f"{sport['ip']}#{i * qps + q}" for q in range(qps)}
+        argv = py + ["send", "--intf", sport["port"], "--src-ip", sport["ip"],
+                     "--dst-ip", dport["ip"], "--dst-mac", dport["mac"], "--qps", str(qps),
                      "--first-flow", str(i * qps), "--first-qpn", str(0x100 + i * qps),
                      "--rate", str(rate), "--duration", str(duration),
                      "--burst", "4", "--frame-len", str(frame_len), "--out", out]
@@ -128,12 +162,20 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, frame_len=1078):
                       "reordered_packets": got.get("reordered_packets", 0),
                       "total_disruptions": got.get("total_disruptions", 0),
                       "longest_disruption_ms": got.get("longest_disruption_ms", 0)})
-    host_rate = pairs[0][0]["ports"][0]["rate_bps"]
+    host_rate = pairs[0][1]["rate_bps"]
+    for f in flows:
+        f["cross_plane"] = f["flow"] in cross
+    per_conn = f"{format_rate(int(host_rate * pairs[0][4]))} each"
     return {
-        "description": f"{len(pairs)} cross-leaf connections x {qps} QPs, "
-                       f"{format_rate(int(host_rate * load))} each, {duration:g}s, "
-                       f"{frame_len}-byte RoCEv2 frames",
-        "pairs": [[s["name"], d["name"]] for s, d in pairs],
+        "description": f"{len(pairs)} cross-leaf connections x {qps} QPs, {per_conn}, "
+                       f"{duration:g}s, {frame_len}-byte RoCEv2 frames",
+        "pairs": [[s["name"], d["name"]] for s, _, d, _, _, _ in pairs],
+        "cross_plane": {
+            "connections": sum(1 for p in pairs if p[5]),
+            "flows": len(cross),
+            "sent_packets": sum(f["sent_packets"] for f in flows if f["cross_plane"]),
+            "received_packets": sum(f["received_packets"] for f in flows if f["cross_plane"]),
+        } if any(p[5] for p in pairs) else None,
         # Each sender sends for exactly ``duration``; uplink rates are over that time
         # (the counters were read around all senders, including process start-up).
         "window_s": duration,
