@@ -109,7 +109,8 @@ def build_parser():
 
     from emulator import compare
     p = sub.add_parser("compare", help="load-balancing modes (ecmp, flowlet, dlb, spray) "
-                                       "on the same collective: busbw, uplink spread")
+                                       "on the same collective: busbw, uplink spread; "
+                                       "--planes: dual-plane vs single-plane fabric")
     add_fabric_args(p)
     compare.add_arguments(p)
 
@@ -171,6 +172,8 @@ def main(argv=None):
 
             from emulator import runner
             command = importlib.import_module(f"emulator.{args.command}")
+            if getattr(args, "planes", False) and not (args.fabric or args.preset):
+                args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)
             runner.require_root()
             runner.check_dependencies()

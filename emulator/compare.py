@@ -30,6 +30,10 @@ efficiency up to noise).
 
 The sweeps (``--sweep-qps``, ``--sweep-rings``) run under ECMP only.
 Everything goes to ``<results>/compare-<time>/``: compare.json, compare.png.
+
+``--planes`` compares fabrics instead of modes: HPN dual-plane against the
+single-plane fabric on the same hosts and workload, with one shared hash seed
+and with per-switch seeds (emulator/planes.py).
 """
 
 import json
@@ -308,16 +312,33 @@ def plot(runs, path):
 
 
 def add_arguments(p):
+    p.add_argument("--planes", action="store_true",
+                   help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
+                        "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
+                        "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
+                        "queue backlog per tier (emulator/planes.py)")
     p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
-    p.add_argument("--workload", default="allreduce",
-                   choices=("allreduce", "allgather", "reducescatter"))
-    p.add_argument("--sizes", default="2M", help="collective sizes (the largest is reported)")
+    p.add_argument("--workload", default=None,
+                   choices=("allreduce", "allgather", "reducescatter", "alltoall"),
+                   help="collective (default allreduce; alltoall with --planes)")
+    p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
+                                                "default 2M)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
-    p.add_argument("--seed", type=int, default=1, help="hash seed of the first repetition")
+    p.add_argument("--seed", type=int, default=None,
+                   help="hash seed of the first repetition (default 1; 101 with --planes, "
+                        "above the hosts' bond seeds)")
     p.add_argument("--ring", default="strided", choices=RINGS,
                    help="ring order of the mode comparison (default strided: every hop "
                         "crosses the spines)")
-    p.add_argument("--qps", type=int, default=1, help="QPs per connection")
+    p.add_argument("--qps", type=int, default=None,
+                   help="QPs per connection (default 1, 8 with --planes)")
+    p.add_argument("--seedings", default="shared,per-switch",
+                   help="--planes: hash seedings to run, comma list of shared|per-switch")
+    p.add_argument("--sample-ms", type=float, default=20.0,
+                   help="--planes: interval of the egress-queue sampler (ms)")
+    p.add_argument("--retries", type=int, default=1,
+                   help="--planes: repeat a run that lost packets outside the switch queues "
+                        "(a disturbed platform) up to this many times")
     p.add_argument("--sweep-qps", default="", help="ECMP QP sweep, e.g. 1,2,4,8")
     p.add_argument("--sweep-rings", default="", help="ECMP ring sweep, e.g. topology,strided")
     p.add_argument("--flowlet-gap-ms", type=float, default=25.0,
@@ -332,10 +353,24 @@ def main(fabric, args, out=print):
     """``emulator compare``: returns the exit status."""
     from emulator.collective import parse_sizes
     from emulator.runner import make_results_dir, write_json
+    if getattr(args, "planes", False):
+        from emulator import planes
+        args.workload = args.workload or "alltoall"
+        args.sizes = args.sizes or "2M"
+        args.qps = args.qps or 8
+        args.seed = 101 if args.seed is None else args.seed
+        return planes.main(args, out)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
+    args.workload = getattr(args, "workload", None) or "allreduce"
+    if args.workload == "alltoall":
+        raise ConfigError("--workload", "alltoall only with --planes (the modes' ECMP "
+                                        "expectation models a ring)")
+    args.qps = getattr(args, "qps", None) or 1
+    args.sizes = args.sizes or "2M"
+    args.seed = 1 if args.seed is None else args.seed
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     sizes = parse_sizes(args.sizes)

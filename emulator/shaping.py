@@ -7,6 +7,10 @@ an emulated switch port).  The queue is sized in time at the link rate
 150 kB.  netem is not used (this kernel lacks it).
 """
 
+import os
+import socket
+import struct
+
 MTU_FRAME = 1514
 # 30 ms is 100 full frames at 40 Mbit/s: a shallow switch buffer in packets, and
 # enough to absorb the scheduling stalls of a userspace datapath on 2 shared cores.
@@ -37,3 +41,106 @@ def stats(ipr, index):
             return ((queue or {}).get("backlog", 0), (queue or {}).get("drops", 0),
                     (sent or {}).get("bytes", 0))
     return (0, 0, 0)
+
+
+# ---- every shaper's counters in one netlink dump ------------------------------
+#
+# ``stats`` asks pyroute2 for one interface (a full dump filtered in Python:
+# ~4 ms each); sampling the egress queues of a fabric every 10-20 ms needs all
+# of them at once, cheaply.  ``QdiscReader`` sends one RTM_GETQDISC dump on a
+# plain netlink socket and decodes only what it needs (kind, parent, the
+# queue and byte counters): ~0.5 ms for a fabric's 50 ports.
+
+_NLMSG = struct.Struct("=IHHII")        # len, type, flags, seq, pid
+_TCMSG = struct.Struct("=BBHiIII")      # family, pad, pad, ifindex, handle, parent, info
+_RTA = struct.Struct("=HH")             # rta_len, rta_type
+_QUEUE = struct.Struct("=IIIII")        # gnet_stats_queue: qlen backlog drops requeues overlimits
+_BASIC = struct.Struct("=QI")           # gnet_stats_basic: bytes packets
+RTM_NEWQDISC, RTM_GETQDISC = 36, 38
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+TCA_KIND, TCA_STATS2 = 1, 7
+TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
+TC_H_ROOT = 0xFFFFFFFF
+
+
+def _attrs(buf, off, end):
+    """(type, start, stop) of the netlink attributes in buf[off:end]."""
+    while off + _RTA.size <= end:
+        length, kind = _RTA.unpack_from(buf, off)
+        if length < _RTA.size:
+            break
+        yield kind & 0x3FFF, off + _RTA.size, off + length
+        off += (length + 3) & ~3
+
+
+def parse_qdisc_dump(buf, kind=b"tbf"):
+    """Decode one recv() of an RTM_GETQDISC dump.
+
+    Returns ``({ifindex: (backlog_bytes, drops, sent_bytes)}, done)`` for the
+    root qdiscs of ``kind``; ``done`` is True at NLMSG_DONE.  A netlink error
+    raises OSError.
+    """
+    out, off, done = {}, 0, False
+    while off + _NLMSG.size <= len(buf):
+        length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
+        if length < _NLMSG.size:
+            break
+        if mtype == NLMSG_DONE:
+            done = True
+            break
+        if mtype == NLMSG_ERROR:
+            err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+            if err:
+                raise OSError(-err, f"qdisc dump: {os.strerror(-err)}")
+        elif mtype == RTM_NEWQDISC:
+            _, _, _, ifindex, _, parent, _ = _TCMSG.unpack_from(buf, off + _NLMSG.size)
+            name, backlog, drops, sent = None, 0, 0, 0
+            for t, a, b in _attrs(buf, off + _NLMSG.size + _TCMSG.size, off + length):
+                if t == TCA_KIND:
+                    name = bytes(buf[a:b]).rstrip(b"\0")
+                elif t == TCA_STATS2:
+                    for t2, a2, b2 in _attrs(buf, a, b):
+                        if t2 == TCA_STATS_QUEUE and b2 - a2 >= _QUEUE.size:
+                            _, backlog, drops, _, _ = _QUEUE.unpack_from(buf, a2)
+                        elif t2 == TCA_STATS_BASIC and b2 - a2 >= _BASIC.size:
+                            sent = _BASIC.unpack_from(buf, a2)[0]
+            if name == kind and parent == TC_H_ROOT:
+                out[ifindex] = (backlog, drops, sent)
+        off += (length + 3) & ~3
+    return out, done
+
+
+class QdiscReader:
+    """Root TBF counters of every interface of this network namespace, one dump each."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                  0)     # NETLINK_ROUTE
+        self.sock.bind((0, 0))
+        self.sock.settimeout(2.0)
+        self.seq = 0
+
+    def read(self):
+        """{ifindex: (backlog_bytes, drops, sent_bytes)} of every root TBF."""
+        self.seq += 1
+        req = _NLMSG.pack(_NLMSG.size + _TCMSG.size, RTM_GETQDISC,
+                          NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + \
+            _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0)
+        self.sock.send(req)
+        out = {}
+        while True:
+            part, done = parse_qdisc_dump(self.sock.recv(1 << 16))
+            out.update(part)
+            if done:
+                return out
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,584 @@
+"""``emulator compare --planes``: HPN dual-plane vs the single-plane fabric.
+
+Model.  Alibaba HPN splits the uplinks of each ToR pair into two planes: ToR
+A of every pair uplinks only to the plane-1 spines, ToR B only to plane 2.
+A host's bond picks the plane (its NIC hash); inside the plane one ECMP hash
+at the ToR picks the spine, and the spine has exactly one way down to the
+destination host (its plane's ToR).  In the single-plane fabric every ToR
+uplinks to every spine and the spine hashes a second time, over the
+destination's two ToRs.  When every fabric switch has the same hash seed (as
+switches built from one ASIC do: ``Session(seed=N)``), that second hash is
+correlated with the first: OVS ranks select buckets by ``hash(bucket id,
+flow hash)``, so the flows a ToR sent to its bucket-0 spine all leave that
+spine through its bucket 0 (the destination's ToR A), those of bucket 1
+through ToR B.  Some spine->ToR downlinks carry double, others nothing, and
+the queues of the double ones grow.
+
+Method.  The same hosts and workload run on both fabrics
+(``presets.build("dual-plane", ...)`` with ``planes=2`` and ``planes=1``;
+by default ``oversubscription=1``, so each ToR has the same uplink capacity:
+two links at full rate vs four at half rate) under two seedings:
+
+* ``shared``: one seed for every fabric switch (``seed0 + repetition``);
+* ``per-switch``: every switch its own seed, drawn per repetition (the same
+  switch name gets the same seed in both fabrics).
+
+The NIC switches (the hosts' bonds) keep their own seeds (the addressing
+plan's, ``h<k>.nic``: k) in every run, so the NIC stage is the same in both
+fabrics and every repetition; a shared seed equal to one of them would
+correlate that bond with the fabric and is refused (the default shared seeds
+are 101, 102, ...).  Each run is a fresh Session with ECMP (``FABRIC_LB=ecmp``),
+deep egress queues (``--queue-ms 2000``, the lossless stand-in for PFC of
+``compare``) and a many-QP collective (default AlltoAll, 8 QPs per
+connection).  While it runs a thread reads every switch port's TBF shaper
+(backlog, drops, bytes sent) in one netlink dump every ``--sample-ms``
+(``shaping.QdiscReader``).  Per run:
+
+* busbw and efficiency of the collective (largest size);
+* per tier (NIC->ToR, ToR->spine, spine->ToR, ToR->NIC): bytes per link
+  over the run, max/mean, Jain's index, idle links (< 2% of the tier mean);
+* per tier: the egress backlog over the collective's busy window (samples
+  whose fabric-wide send rate is above 10% of the peak): max in bytes and
+  ms at the link rate, p95 and mean over all (link, sample) pairs, in ms.
+
+The receivers count lost packets (PSN gaps, warm-up call included).  With
+2000 ms queues the fabric model loses nothing unless a queue overflows (then
+``qdisc drops`` says so); packets lost with no qdisc drop were lost by the
+platform (a starved ovs-vswitchd or receiver on 2 shared cores) and make the
+run *disturbed*: it is repeated (``--retries``, default once) and, if still
+disturbed, kept and marked.  OVS's own drop counters of the run's ports are
+recorded beside it (``ovs_drops``).
+
+The summary is the median over repetitions per (fabric, seeding), with
+single/dual as the ratio of the two medians; drops, losses and #wrong are
+summed over the repetitions.  Output: a table, and
+``<results>/<time>-planes/planes.json`` and ``planes.png``.
+"""
+
+import os
+import random
+import socket
+import statistics
+import threading
+import time
+from dataclasses import replace
+
+from emulator.errors import ConfigError
+
+FABRICS = ("dual-plane", "single-plane")
+SEEDINGS = ("shared", "per-switch")
+# (key, label, (switch kind, peer kinds)) of the shaped switch ports measured
+TIERS = (("nic_tor", "NIC->ToR", ("nic", ("leaf",))),
+         ("tor_spine", "ToR->spine", ("leaf", ("spine",))),
+         ("spine_tor", "spine->ToR", ("spine", ("leaf",))),
+         ("tor_nic", "ToR->NIC", ("leaf", ("nic", "host"))))
+TIER_LABEL = {k: label for k, label, _ in TIERS}
+PRESET = "dual-plane"
+# equal ToR uplink capacity in both fabrics; rates the userspace datapath keeps up with
+DEFAULT_PARAMS = {"host_rate": "10Mbps"}
+IDLE_FRACTION = 0.02
+BUSY_FRACTION = 0.1
+LB_ENV = "FABRIC_LB"
+
+
+# ---- pure helpers (unit-tested) ----------------------------------------------
+
+def fabric_params(given):
+    """The preset parameters of both fabrics: ``given`` plus the defaults.
+
+    ``planes`` is what is compared, so giving it is an error; without
+    ``uplink_rate`` or ``oversubscription``, ``oversubscription=1`` makes the
+    ToR uplink capacity equal in both fabrics.
+    """
+    given = dict(given)
+    if "planes" in given:
+        raise ConfigError("--param", "planes: --planes runs planes=2 and planes=1 itself")
+    out = dict(DEFAULT_PARAMS)
+    if "uplink_rate" not in given and "oversubscription" not in given:
+        out["oversubscription"] = "1"
+    out.update(given)
+    return out
+
+
+def build_fabrics(given):
+    """{'dual-plane': Fabric, 'single-plane': Fabric} from the user's parameters."""
+    from emulator import presets
+    params = fabric_params(given)
+    return {"dual-plane": presets.build(PRESET, dict(params, planes="2")),
+            "single-plane": presets.build(PRESET, dict(params, planes="1"))}
+
+
+def draw_seeds(names, key):
+    """{name: seed} drawn from ``key``: the same names get the same seeds in any fabric."""
+    rng = random.Random(key)
+    return {n: rng.randrange(1, 1 << 31) for n in sorted(names)}
+
+
+def reseed(fabric, switch_seeds):
+    """``fabric`` with every switch's ECMP seed from ``switch_seeds`` (name -> seed)."""
+    return replace(fabric, nodes=tuple(
+        n if n.is_host else replace(n, hash_seed=switch_seeds[n.name]) for n in fabric.nodes))
+
+
+def nic_seeds(fabric):
+    """{NIC switch: seed} of the hosts' bonds (the addressing plan's own seeds)."""
+    from emulator import addressing
+    return {sw["name"]: sw["hash_seed"] for sw in addressing.plan(fabric)["switches"]
+            if sw["kind"] == "nic"}
+
+
+def tier_of(switch_kind, peer_kind):
+    for key, _, (kind, peers) in TIERS:
+        if switch_kind == kind and peer_kind in peers:
+            return key
+    return None
+
+
+def shaped_ports(topo):
+    """[{tier, link, intf, rate_bps}] of the switch ports in a measured tier."""
+    out = []
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            tier = tier_of(sw["kind"], p["peer_kind"])
+            if tier:
+                out.append({"tier": tier, "link": f"{sw['name']}->{p['peer']}",
+                            "intf": p["intf"], "rate_bps": p["rate_bps"]})
+    return out
+
+
+def busy_window(times, totals, fraction=BUSY_FRACTION):
+    """(lo, hi): samples lo..hi span the intervals whose send rate (from the
+    cumulative byte ``totals``) exceeds ``fraction`` of the peak; None if idle."""
+    rates = [(b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+             for (t0, b0), (t1, b1) in zip(zip(times, totals), zip(times[1:], totals[1:]))]
+    peak = max(rates, default=0.0)
+    busy = [i for i, r in enumerate(rates) if peak > 0 and r > fraction * peak]
+    if not busy:
+        return None
+    return busy[0], busy[-1] + 1
+
+
+def spread(byte_counts, idle_fraction=IDLE_FRACTION):
+    """Max/mean, Jain's index and idle links (< idle_fraction of the mean) of a tier."""
+    xs = list(byte_counts)
+    if not xs:
+        return {"links": 0, "max_over_mean": None, "jain": None, "idle": 0}
+    mean = sum(xs) / len(xs)
+    sq = sum(x * x for x in xs)
+    return {"links": len(xs),
+            "max_over_mean": round(max(xs) / mean, 3) if mean > 0 else None,
+            "jain": round(sum(xs) ** 2 / (len(xs) * sq), 4) if sq > 0 else None,
+            "idle": sum(1 for x in xs if x < idle_fraction * mean) if mean > 0 else len(xs)}
+
+
+def percentile(xs, q):
+    """The q-quantile (0..1) of ``xs``, linear between order statistics."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def queue_stats(backlogs, rates):
+    """Backlog statistics of one tier: ``backlogs[i]`` are link i's samples (bytes)
+    over the busy window, ``rates[i]`` its rate (bit/s).  Milliseconds are the
+    time the backlog takes to drain at the link rate."""
+    ms = [b * 8 / r * 1000 for series, r in zip(backlogs, rates) for b in series]
+    raw = [b for series in backlogs for b in series]
+    if not ms:
+        return {"max_bytes": None, "max_ms": None, "p95_ms": None, "mean_ms": None}
+    return {"max_bytes": max(raw), "max_ms": round(max(ms), 2),
+            "p95_ms": round(percentile(ms, 0.95), 2),
+            "mean_ms": round(sum(ms) / len(ms), 2)}
+
+
+def analyse(ports, times, backlog, sent, drops):
+    """One run's link and queue figures from the sampler's arrays.
+
+    ``backlog[i]``, ``sent[i]``, ``drops[i]``: per sample, of ``ports[i]``.
+    """
+    out = {"links": {}, "queues": {}, "per_link": {}}
+    totals = [sum(s[k] for s in sent) for k in range(len(times))]
+    win = busy_window(times, totals)
+    lo, hi = win if win else (0, max(0, len(times) - 1))   # samples lo..hi
+    out["window_s"] = round(times[hi] - times[lo], 3) if times else 0.0
+    for key, _, _ in TIERS:
+        idx = [i for i, p in enumerate(ports) if p["tier"] == key]
+        nbytes = [sent[i][-1] - sent[i][0] for i in idx]
+        out["links"][key] = spread(nbytes)
+        out["queues"][key] = queue_stats([backlog[i][lo:hi + 1] for i in idx],
+                                         [ports[i]["rate_bps"] for i in idx])
+        for i, b in zip(idx, nbytes):
+            out["per_link"][ports[i]["link"]] = {
+                "tier": key, "bytes": b, "max_backlog": max(backlog[i][lo:hi + 1], default=0)}
+    total = [sum(b[k] for b in backlog) for k in range(lo, hi + 1)] if backlog else []
+    out["total_backlog_max_bytes"] = max(total, default=0)
+    out["drops"] = sum(d[-1] - d[0] for d in drops)
+    return out
+
+
+def worst_series(ports, times, backlog):
+    """Per tier, the largest backlog (ms) among its links at every sample (plot)."""
+    t0 = times[0] if times else 0.0
+    out = {"t": [round(t - t0, 3) for t in times]}
+    for key, _, _ in TIERS:
+        idx = [i for i, p in enumerate(ports) if p["tier"] == key]
+        out[key] = [round(max((backlog[i][k] * 8 / ports[i]["rate_bps"] * 1000 for i in idx),
+                              default=0.0), 2) for k in range(len(times))]
+    return out
+
+
+# The table's rows: (label, getter of one run's value, number format)
+def _tier(kind, tier, field):
+    return lambda r: r[kind][tier][field]
+
+
+METRICS = ([("busbw Mb/s", lambda r: r["busbw_Mbps"], ".2f"),
+            ("efficiency", lambda r: r["efficiency"], ".3f"),
+            ("collective time s", lambda r: r["time_s"], ".2f")]
+           + [(f"{TIER_LABEL[t]} bytes max/mean", _tier("links", t, "max_over_mean"), ".2f")
+              for t in ("tor_spine", "spine_tor", "tor_nic")]
+           + [(f"{TIER_LABEL[t]} idle links", _tier("links", t, "idle"), ".1f")
+              for t in ("tor_spine", "spine_tor")]
+           + [(f"{TIER_LABEL[t]} queue {f.split('_')[0]} ms", _tier("queues", t, f), ".1f")
+              for t, _, _ in TIERS for f in ("max_ms", "p95_ms", "mean_ms")]
+           + [("any tier queue max kB",
+               lambda r: max((q["max_bytes"] or 0) for q in r["queues"].values()) / 1000, ".1f"),
+              ("all queues together max kB", lambda r: r["total_backlog_max_bytes"] / 1000,
+               ".1f"),
+              ("qdisc drops, sum of reps", lambda r: r["drops"], ".0f"),
+              ("packets lost, sum of reps", lambda r: r["lost"], ".0f"),
+              ("#wrong, sum of reps", lambda r: r["wrong"], ".0f")])
+SUMMED = {"qdisc drops, sum of reps", "packets lost, sum of reps", "#wrong, sum of reps"}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize(runs):
+    """{seeding: {metric label: {fabric: median, 'ratio': single/dual}}} and link counts
+    (losses are summed over the repetitions, not their median)."""
+    out = {}
+    for seeding in SEEDINGS:
+        rs = [r for r in runs if r["seeding"] == seeding]
+        if not rs:
+            continue
+        rows = {}
+        for label, get, _ in METRICS:
+            agg = sum if label in SUMMED else median
+            row = {f: agg([get(r) for r in rs if r["fabric"] == f]) for f in FABRICS}
+            d, s = row["dual-plane"], row["single-plane"]
+            row["ratio"] = round(s / d, 3) if d and s is not None else None
+            rows[label] = row
+        out[seeding] = {"reps": max(sum(1 for r in rs if r["fabric"] == f) for f in FABRICS),
+                        "rows": rows,
+                        "links": {f: {t: next((r["links"][t]["links"] for r in rs
+                                               if r["fabric"] == f), 0)
+                                      for t in ("tor_spine", "spine_tor")} for f in FABRICS}}
+    return out
+
+
+def table(summary):
+    """The side-by-side text table of ``summarize``'s result."""
+    seedings = [s for s in SEEDINGS if s in summary]
+    width = 30
+    title = {"shared": "shared seed", "per-switch": "per-switch seeds"}
+    head1 = " " * width + "".join(
+        f"{title[s] + ' (' + str(summary[s]['reps']) + ' reps)':^33s}" for s in seedings)
+    head2 = f"{'median':{width}s}" + "".join(
+        f"{'dual':>10s} {'single':>10s} {'single/dual':>11s}" for _ in seedings)
+    lines = [head1.rstrip(), head2]
+
+    def f(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+    for label, _, fmt in METRICS:
+        line = f"{label:{width}s}"
+        for s in seedings:
+            row = summary[s]["rows"][label]
+            line += (f"{f(row['dual-plane'], fmt):>10s} {f(row['single-plane'], fmt):>10s} "
+                     f"{f(row['ratio'], '.2f'):>11s}")
+        lines.append(line)
+    links = summary[seedings[0]]["links"] if seedings else {}
+    if links:
+        lines.append("links per tier: " + "; ".join(
+            f"{fab} {links[fab]['tor_spine']} ToR->spine, {links[fab]['spine_tor']} spine->ToR"
+            for fab in FABRICS))
+    return "\n".join(lines)
+
+
+# ---- one run on a real fabric (root) -------------------------------------------
+
+class QueueSampler(threading.Thread):
+    """Reads every measured port's shaper (backlog, drops, bytes sent) every ``interval``."""
+
+    def __init__(self, ports, interval):
+        super().__init__(daemon=True)
+        from emulator.shaping import QdiscReader
+        self.ports, self.interval = ports, interval
+        self.index = [socket.if_nametoindex(p["intf"]) for p in ports]
+        self.reader = QdiscReader()
+        self.times = []
+        self.backlog = [[] for _ in ports]
+        self.sent = [[] for _ in ports]
+        self.drops = [[] for _ in ports]
+        self.halt = threading.Event()
+        self.error = None
+        self.read_s = 0.0
+
+    def sample(self):
+        t0 = time.monotonic()
+        stats = self.reader.read()
+        self.read_s += time.monotonic() - t0
+        self.times.append(t0)
+        for i, ix in enumerate(self.index):
+            b, d, s = stats.get(ix, (0, 0, 0))
+            self.backlog[i].append(b)
+            self.drops[i].append(d)
+            self.sent[i].append(s)
+
+    def run(self):
+        try:
+            while not self.halt.is_set():
+                self.sample()
+                self.halt.wait(self.interval)
+        except Exception as e:      # reported by stop(), never swallowed
+            self.error = e
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=10)
+        try:
+            if self.error is not None:
+                raise self.error
+            self.sample()
+        finally:
+            self.reader.close()
+
+
+def receiver_losses(coll_dir):
+    """Packets the ranks' receivers counted lost (PSN gaps), warm-up call included."""
+    import json
+    lost = 0
+    for name in os.listdir(coll_dir):
+        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
+            with open(os.path.join(coll_dir, name)) as f:
+                lost += json.load(f)["rx_flows"]["dropped_packets"]
+    return lost
+
+
+def ovs_drops(intfs):
+    """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``."""
+    import json
+    from emulator import proc
+    doc = json.loads(proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
+                                    "interface", timeout=20))
+    want, out = set(intfs), {}
+    for name, stats in doc["data"]:
+        if name in want:
+            bad = {k: v for k, v in stats[1] if ("drop" in k or "error" in k) and v}
+            if bad:
+                out[name] = bad
+    return out
+
+
+def disturbed(run):
+    """Packets lost outside the shaped queues: the platform (a starved
+    ovs-vswitchd or receiver on 2 shared cores), not the fabric, lost them."""
+    return run["lost"] > 0 and run["drops"] == 0
+
+
+def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
+    """``run_one``, repeated up to ``retries`` times while the run is ``disturbed``."""
+    for attempt in range(retries + 1):
+        r = run_one(fabric, label, seeding, seed, args, progress=progress)
+        r["attempt"] = attempt + 1
+        if not disturbed(r):
+            break
+        progress(f"... {label} {seeding} seed {seed}: {r['lost']} packets lost outside the "
+                 f"switch queues (platform, not fabric)"
+                 + ("; repeating" if attempt < retries else "; keeping it, marked disturbed"))
+    r["disturbed"] = disturbed(r)
+    return r
+
+
+def run_one(fabric, label, seeding, seed, args, progress=print):
+    """One Session of ``fabric`` running the collective; returns its measurements."""
+    from emulator import collective
+    from emulator.runner import Session
+    old = os.environ.get(LB_ENV)
+    os.environ[LB_ENV] = "ecmp"           # the controller child reads it at start
+    try:
+        with Session(fabric, results_base=args.results,
+                     seed=seed if seeding == "shared" else None,
+                     queue_ms=args.queue_ms) as s:
+            ports = shaped_ports(s.topo)
+            sampler = QueueSampler(ports, args.sample_ms / 1000.0)
+            sampler.start()
+            try:
+                rep = collective.run_collective(s, args.workload, args.size_list,
+                                                qps=args.qps, rank_extra={"entropy": "qp"})
+            finally:
+                sampler.stop()
+            row = rep["rows"][-1]
+            out = {"fabric": label, "seeding": seeding, "seed": seed, "dir": s.dir,
+                   "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
+                   "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
+                   "samples": len(sampler.times),
+                   "sampler_read_ms_per_sample": round(
+                       1000 * sampler.read_s / max(1, len(sampler.times)), 3),
+                   "table": rep["table"],
+                   "hash_seeds": {sw["name"]: sw["hash_seed"] for sw in s.topo["switches"]}}
+            out.update(analyse(ports, sampler.times, sampler.backlog, sampler.sent,
+                               sampler.drops))
+            out["lost"] = receiver_losses(os.path.join(s.dir, "collective"))
+            out["ovs_drops"] = ovs_drops([p["intf"] for sw in s.topo["switches"]
+                                          for p in sw["ports"]])
+            out["series"] = worst_series(ports, sampler.times, sampler.backlog)
+        out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
+    finally:
+        if old is None:
+            os.environ.pop(LB_ENV, None)
+        else:
+            os.environ[LB_ENV] = old
+    lk, q = out["links"], out["queues"]
+    progress(f"... {label:12s} {seeding:10s} seed {seed}: busbw {out['busbw_Mbps']:.2f} Mb/s "
+             f"(eff {out['efficiency']:.3f}), spine->ToR max/mean "
+             f"{lk['spine_tor']['max_over_mean']} idle {lk['spine_tor']['idle']}/"
+             f"{lk['spine_tor']['links']}, queue max ms ToR->spine "
+             f"{q['tor_spine']['max_ms']} spine->ToR {q['spine_tor']['max_ms']} ToR->NIC "
+             f"{q['tor_nic']['max_ms']}, lost {out['lost']}, #wrong {out['wrong']}")
+    return out
+
+
+def plan_runs(fabrics, seedings, reps, seed0):
+    """[(label, Fabric, seeding, shared seed)] in run order: both fabrics back to
+    back for every (repetition, seeding), so machine load hits them alike."""
+    plan = []
+    switches = sorted({n.name for f in fabrics.values() for n in f.switches})
+    nics = {seed: name for f in fabrics.values() for name, seed in nic_seeds(f).items()}
+    for rep in range(reps):
+        if "shared" in seedings and seed0 + rep in nics:
+            raise ConfigError("--seed", f"shared seed {seed0 + rep} is the bond hash seed of "
+                              f"{nics[seed0 + rep]}: the bond would hash like the switches; "
+                              f"use a seed above {max(nics)}")
+        for seeding in seedings:
+            for label in FABRICS:
+                fabric = fabrics[label]
+                if seeding == "per-switch":
+                    fabric = reseed(fabric, draw_seeds(switches, f"switch-{seed0}-{rep}"))
+                plan.append((label, fabric, seeding, seed0 + rep))
+    return plan
+
+
+def plot(runs, path):
+    """Worst backlog per tier over time (first repetition of each fabric x seeding),
+    and the spine->ToR bytes per link of the first shared-seed pair."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    firsts = {}
+    for r in runs:
+        firsts.setdefault((r["seeding"], r["fabric"]), r)
+    seedings = [s for s in SEEDINGS if any(k[0] == s for k in firsts)]
+    fig, axes = plt.subplots(len(seedings) + 1, 2, figsize=(11, 2.6 * (len(seedings) + 1)),
+                             squeeze=False)
+    for row, seeding in enumerate(seedings):
+        for col, fab in enumerate(FABRICS):
+            ax = axes[row, col]
+            r = firsts.get((seeding, fab))
+            if r is None:
+                ax.axis("off")
+                continue
+            for key, lab, _ in TIERS:
+                ax.plot(r["series"]["t"], r["series"][key], lw=0.9, label=lab)
+            ax.set_title(f"{fab}, {seeding} seed: busbw {r['busbw_Mbps']:.2f} Mb/s",
+                         fontsize=9)
+            ax.set_ylabel("worst backlog, ms")
+            ax.set_xlabel("s since the sampler started", fontsize=8)
+            ax.legend(fontsize=7, loc="upper right")
+    ax_row = axes[len(seedings)]
+    for col, fab in enumerate(FABRICS):
+        ax = ax_row[col]
+        r = firsts.get((seedings[0], fab)) if seedings else None
+        if r is None:
+            ax.axis("off")
+            continue
+        links = sorted((k, v["bytes"]) for k, v in r["per_link"].items()
+                       if v["tier"] == "spine_tor")
+        mean = sum(b for _, b in links) / len(links) if links else 1
+        ax.bar(range(len(links)), [b / mean if mean else 0 for _, b in links])
+        ax.set_xticks(range(len(links)))
+        ax.set_xticklabels([k.replace("spine", "s").replace("leaf", "l") for k, _ in links],
+                           rotation=90, fontsize=6)
+        ax.set_title(f"{fab}, {seedings[0]} seed: spine->ToR bytes / mean", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(args, out=print):
+    """``emulator compare --planes``: returns the exit status."""
+    from emulator import presets
+    from emulator.collective import parse_sizes
+    from emulator.runner import make_results_dir, write_json
+    if getattr(args, "fabric", None):
+        raise ConfigError("--planes", "builds the dual-plane preset and its single-plane "
+                          "counterpart; give -P parameters, not a fabric file")
+    if (getattr(args, "preset", None) or PRESET) != PRESET:
+        raise ConfigError("--planes", f"compares the {PRESET} preset with planes=2 and "
+                          f"planes=1, not {args.preset!r}")
+    seedings = [s.strip() for s in args.seedings.split(",") if s.strip()]
+    bad = [s for s in seedings if s not in SEEDINGS]
+    if bad or not seedings:
+        raise ConfigError("--seedings", f"{bad[0]!r}: one of {', '.join(SEEDINGS)}" if bad
+                          else "none given")
+    if args.reps < 1:
+        raise ConfigError("--reps", "at least 1")
+    if not 1 <= args.sample_ms <= 1000:
+        raise ConfigError("--sample-ms", "between 1 and 1000")
+    if getattr(args, "retries", 0) < 0:
+        raise ConfigError("--retries", "0 or more")
+    given = presets.parse_assignments(getattr(args, "param", []))
+    fabrics = build_fabrics(given)
+    args.size_list = parse_sizes(args.sizes)
+    plan = plan_runs(fabrics, seedings, args.reps, args.seed)
+    base = make_results_dir(args.results, "planes")
+    args.results = base
+    out(f"# {args.workload} {args.sizes}, {args.qps} QPs per connection, ECMP, "
+        f"queues {args.queue_ms:g} ms; {fabrics['dual-plane'].name} vs "
+        f"{fabrics['single-plane'].name}; parameters "
+        + " ".join(f"{k}={v}" for k, v in sorted(fabric_params(given).items())))
+    runs = []
+    for label, fabric, seeding, seed in plan:
+        runs.append(run_measured(fabric, label, seeding, seed, args,
+                                 getattr(args, "retries", 1), progress=out))
+    summary = summarize(runs)
+    text = table(summary)
+    write_json(os.path.join(base, "planes.json"),
+               {"fabrics": {k: f.name for k, f in fabrics.items()},
+                "params": fabric_params(given), "workload": args.workload,
+                "sizes": args.size_list, "qps": args.qps, "queue_ms": args.queue_ms,
+                "sample_ms": args.sample_ms, "seedings": seedings, "reps": args.reps,
+                "summary": summary, "table": text, "runs": runs})
+    plot(runs, os.path.join(base, "planes.png"))
+    out(f"# medians over repetitions; results in {base}")
+    out(text)
+    full = [r for r in runs if r["drops"]]
+    if full:
+        out(f"# {len(full)} run(s) overflowed a {args.queue_ms:g} ms switch queue "
+            f"({', '.join(sorted({r['fabric'] + ' ' + r['seeding'] for r in full}))}): the "
+            "lossless stand-in was too shallow there; a larger --queue-ms keeps it lossless")
+    again = sum(r["attempt"] - 1 for r in runs)
+    marked = sum(r["disturbed"] for r in runs)
+    if again or marked:
+        out(f"# {again} run(s) repeated after losing packets outside the switch queues; "
+            f"{marked} kept although disturbed")
+    problems = [p for r in runs for p in r["controller_problems"]]
+    if problems:
+        out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
+    return 1 if problems or any(r["wrong"] for r in runs) else 0
