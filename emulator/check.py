@@ -229,7 +229,9 @@ def choose_probe(session, ends, qps, packets=40):
     topo = session.topo
     names = {n for n, _ in ends} | {p["peer"] for _, p in ends}
     hosts = topo["hosts"]
-    near = [h for h in hosts if h["ports"][0]["switch"] in names] or hosts
+    # hosts next to the link: a bonded host hangs from its NIC switch and its ToRs
+    near = [h for h in hosts if names & ({p["switch"] for p in h["ports"]} | {
+        m["switch"] for m in h.get("bond", {}).get("members", [])})] or hosts
     link_intfs = [p["intf"] for _, p in ends]
     best = None
     for src in near[:2]:

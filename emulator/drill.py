@@ -7,7 +7,8 @@ FABRIC_FAILOVER) and reused for every repeat.  A repeat:
   1. starts a probe receiver in every destination host and paced RoCEv2
      senders (``python -m traffic send``: ``--pps`` per flow, small frames, so
      one packet every few hundred microseconds) from each host to the host at
-     the same position on the next leaf, ``--qps`` flows (UDP source ports)
+     the same position on the next leaf (a bonded host's first ToR), on every
+     rail of multi-NIC hosts (``--rails``), ``--qps`` flows (UDP source ports)
      per pair, so ECMP puts some on the faulty link and some elsewhere;
   2. waits until every probe flow has arrived (a condition, not a sleep);
   3. runs the fault schedule (``--fault`` pairs or ``--scenario`` file) at
@@ -19,8 +20,11 @@ Per flow (SONiC data-plane checker names): lost packets, ``loss_window_ms``
 (lost sequences in the gaps between the first fault and the first restore,
 divided by the flow's pps), ``recovery_ms`` (first fault -> first packet
 after the last lossy gap), ``longest_gap_ms`` (arrival gap, OVS stall included),
-duplicates, reordering.  Whether a flow crosses the faulty link is read from
-``ofproto/trace`` on its source leaf before the first repeat.  The controller's
+duplicates, reordering.  Whether a flow crosses the fault is read from
+``ofproto/trace`` before the first repeat, switch by switch from the source
+host's (a bonded host's NIC switch included): its path names the port it
+leaves every node by, and it crosses a link fault when it leaves a node by
+either end of that link, a crash when it passes the switch.  The controller's
 convergence is first fault -> the last ``CONVERGED`` port-down push acknowledged
 by barriers (controller.log).  Over the repeats: median / p95 / max of the
 crossing flows' loss windows, and the lost packets of the others (must be 0).
@@ -57,6 +61,9 @@ def add_arguments(p):
     p.add_argument("--hold", type=float, default=1.0, help="s from fault to restore")
     p.add_argument("--post", type=float, default=0.7, help="s of traffic after the last event")
     p.add_argument("--gap-ms", type=float, default=1.0, help="a disruption is a gap > this")
+    p.add_argument("--rails", default="all", metavar="all|N[,N...]",
+                   help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
+                        "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
     p.add_argument("--results", default="results", metavar="DIR")
 
@@ -152,24 +159,76 @@ def controller_convergence(log_text, t_fault, t_restore):
 
 # ---- probes -------------------------------------------------------------------
 
-def probe_pairs(topo, qps):
-    """[(src host doc, dst host doc, first flow id, first qpn)] across leaves."""
+def rail_view(host, rail):
+    """``host`` as seen on its port ``rail`` (0-based): that port's IP, MAC, switch.
+
+    A probe on rail r of a multi-plane host sends and receives on ``eth<r>``
+    only; the view keeps the host's name (its namespace) and its home leaf on
+    that rail, so the drill's helpers need not know about rails.
+    """
+    from emulator.addressing import home_leaf
+    port = host["ports"][rail]
+    return dict(host, ip=port["ip"], mac=port["mac"], ports=[port], rail=rail + 1,
+                leaf=home_leaf(host) if rail == 0 else port["switch"])
+
+
+def parse_rails(text):
+    """``all`` or a comma list of rail numbers (from 1) -> None or a set."""
+    if text in (None, "all"):
+        return None
+    try:
+        rails = {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        rails = set()
+    if not rails or min(rails) < 1:
+        raise ConfigError("--rails", f"{text!r}: all, or rail numbers from 1 (e.g. 2 or 1,2)")
+    return rails
+
+
+def probe_pairs(topo, qps, rails=None):
+    """[(src host view, dst host view, first flow id, first qpn)] across leaves, per rail.
+
+    On every rail (host port index; one rail unless hosts have one NIC per
+    plane), each host sends to the host at its position on the next leaf of
+    that rail (``workload.cross_leaf_pairs``); ``rails`` (numbers from 1)
+    restricts the rails.  The views (``rail_view``) carry the rail's port.
+    """
     from emulator.workload import cross_leaf_pairs
-    return [(s, d, i * qps, 0x100 + i * qps) for i, (s, d) in enumerate(cross_leaf_pairs(topo))]
+    n_rails = max(len(h["ports"]) for h in topo["hosts"])
+    if rails is not None and max(rails) > n_rails:
+        raise ConfigError("--rails", f"rail {max(rails)}: the hosts have {n_rails} port(s)")
+    pairs = []
+    for r in range(n_rails):
+        if rails is not None and r + 1 not in rails:
+            continue
+        views = [rail_view(h, r) for h in topo["hosts"] if len(h["ports"]) > r]
+        pairs += cross_leaf_pairs({"hosts": views, "switches": topo["switches"]})
+    return [(s, d, i * qps, 0x100 + i * qps) for i, (s, d) in enumerate(pairs)]
+
+
+def hop(node, port):
+    """A path entry: ``node:port`` (the port a packet leaves ``node`` by)."""
+    return f"{node}:{port}"
 
 
 def flow_paths(s, pairs, qps):
-    """{flow key: [switch names on the path]} by ofproto/trace hop by hop."""
+    """{flow key: path} by ofproto/trace hop by hop.
+
+    A path is ``["h1:eth0", "leaf1:eth3", "spine2:eth1", "leaf2:eth1", "h2"]``:
+    the source host and the port it sends by, every switch with the port the
+    flow leaves it by (a bonded host's NIC switch included), and the host it
+    reaches (missing if the trace ends in a drop).
+    """
     from traffic.frames import udp_sport
     sw = {x["name"]: x for x in s.topo["switches"]}
+    hosts = {h["name"] for h in s.topo["hosts"]}
     out = {}
     for src, dst, first, qpn0 in pairs:
         hp, dp = src["ports"][0], dst["ports"][0]
         for q in range(qps):
             sport = udp_sport(qpn0 + q, qpn0 + q)
-            node, in_port, path = hp["switch"], hp["switch_port"], []
-            while node in sw and len(path) < 8:
-                path.append(node)
+            node, in_port, path = hp["switch"], hp["switch_port"], [hop(src["name"], hp["port"])]
+            while node in sw and len(path) <= len(sw):
                 text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
                                  f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
                                  f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
@@ -178,22 +237,33 @@ def flow_paths(s, pairs, qps):
                 if not outs:
                     break
                 port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))
+                path.append(hop(node, port["name"]))
                 node, in_port = port["peer"], port["peer_port"]
+            if node in hosts:
+                path.append(node)
             out[f"{hp['ip']}#{first + q}"] = path
     return out
 
 
-def crosses(path, events, topo):
-    """True if ``path`` (switch names) uses a link or switch the schedule touches."""
+def link_ends(target, topo):
+    """{(node, port name)}: both ends of the link a fault names (``faults.parse_link``)."""
     from emulator.faults import parse_link
-    hops = set(zip(path, path[1:])) | set(zip(path[1:], path))
+    (a, port), b = parse_link(target, topo) if isinstance(target, str) else target
+    peer = port["peer_port"]
+    return {(a, port["name"]), (b, peer if port["peer_kind"] == "host" else f"eth{peer}")}
+
+
+def crosses(path, events, topo):
+    """True if ``path`` (``flow_paths``) leaves a node by a link the schedule touches,
+    or passes through a switch it crashes."""
+    hops = {tuple(h.rsplit(":", 1)) for h in path if ":" in h}
+    nodes = {h.rsplit(":", 1)[0] for h in path}
     for ev in events:
         if ev.action in ("crash", "recover"):
-            if ev.target in path:
+            if ev.target in nodes:
                 return True
         elif ev.action != "controller":
-            (a, _), b = parse_link(ev.target, topo)
-            if (a, b) in hops:
+            if hops & link_ends(ev.target, topo):
                 return True
     return False
 
@@ -203,20 +273,21 @@ def one_repeat(s, inj, pairs, events, args, work):
     os.makedirs(work, exist_ok=True)
     total = max(e.at_s for e in events) + args.post + sum(
         e.params.get("count", 0) * e.params.get("period", 0) for e in events)
-    recvs = {}
+    recvs = {}                          # one receiver per (host, interface)
     for _, dst, _, _ in pairs:
-        if dst["name"] in recvs:
+        key = f"{dst['name']}-{dst['ports'][0]['port']}"
+        if key in recvs:
             continue
-        f = {k: os.path.join(work, f"{dst['name']}.{k}") for k in ("ready", "seen", "out")}
+        f = {k: os.path.join(work, f"{key}.{k}") for k in ("ready", "seen", "out")}
         argv = py + ["-m", "emulator.probe_recv", "--intf", dst["ports"][0]["port"],
                      "--deadline", str(total + 15), "--idle", "2.0", "--gap-ms",
                      str(args.gap_ms), "--ready", f["ready"], "--seen", f["seen"], "--out", f["out"]]
-        recvs[dst["name"]] = (s.net.popen_in(dst["name"], argv, cwd=REPO), f)
+        recvs[key] = (s.net.popen_in(dst["name"], argv, cwd=REPO), f)
     wait_for(lambda: all(os.path.exists(f["ready"]) for _, f in recvs.values()), 20,
              "probe receivers to open their sockets", recvs)
     senders = []
-    for src, dst, first, qpn0 in pairs:
-        out = os.path.join(work, f"send-{src['name']}.json")
+    for i, (src, dst, first, qpn0) in enumerate(pairs):
+        out = os.path.join(work, f"send-{i}-{src['name']}.json")
         argv = py + ["-m", "traffic", "send", "--intf", src["ports"][0]["port"],
                      "--src-ip", src["ip"], "--dst-ip", dst["ip"], "--dst-mac", dst["mac"],
                      "--qps", str(args.qps), "--first-flow", str(first),
@@ -296,7 +367,7 @@ def run_mode(fabric, mode, events, args, base, out):
         with Session(fabric, results_base=base, datapath_request=args.datapath,
                      progress=lambda m: out(f"... [{mode}] {m}")) as s:
             scenario.check_targets(events, s.topo)
-            pairs = probe_pairs(s.topo, args.qps)
+            pairs = probe_pairs(s.topo, args.qps, parse_rails(getattr(args, "rails", None)))
             if not pairs:
                 raise ConfigError("drill", "the fabric needs hosts on two leaves")
             paths = flow_paths(s, pairs, args.qps)
@@ -329,7 +400,8 @@ def run_mode(fabric, mode, events, args, base, out):
             finally:
                 inj.close()
         problems = s.results.get("controller", {}).get("problems", [])
-        return {"mode": mode, "results_dir": s.dir, "repeats": repeats,
+        return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
+                "repeats": repeats,
                 "summary": summarise(repeats), "controller_problems": problems}
     finally:
         if old is None:
@@ -409,6 +481,7 @@ def table(results):
 def main(fabric, args, out=print):
     modes = parse_modes(args.failover)
     events = schedule_from(args)
+    parse_rails(getattr(args, "rails", None))
     if args.repeat < 1:
         raise ConfigError("--repeat", "at least 1")
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))

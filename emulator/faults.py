@@ -8,7 +8,9 @@ netlink verb (pyroute2), never ``ip``:
 
 * link down/up on side ``a``, ``b`` or ``both``.  Setting one veth end down
   takes the carrier of the other away too, so both switches see the link go;
-  ``both`` removes the few hundred microseconds the carrier change needs;
+  ``both`` removes the few hundred microseconds the carrier change needs.
+  A host end set down loses its routes (the kernel deletes them): link up
+  puts the host's routes through that interface back (multi-plane rails);
 * flap: ``count`` x (down for period/2, up for period/2);
 * switch crash: every interface of the bridge set down (OVS keeps the bridge,
   its flows and its controller connection: to the rest of the fabric the
@@ -69,6 +71,104 @@ def parse_link(text, topo, where="fault"):
         if p["peer"] == other:
             return (sw_name, p), other
     raise ConfigError(where, f"no link between {left!r} and {right!r}")
+
+
+# ---- which links a fault can take, and what survives it (pure) --------------------
+
+def fault_links(topo):
+    """Every link a fault can cut, as ``(name, ((switch, port entry), other node))``.
+
+    The second item is what ``parse_link`` returns and ``Injector.link_down``
+    accepts, so parallel links (``dual-link spines=1``) are told apart by
+    their port; the name is ``parse_link``'s spelling (``leaf1-spine1``,
+    ``h1-leaf1`` for a bonded host's link) plus ``#k`` for the k-th parallel
+    link.  A bonded host's ``bond0`` <-> NIC link is inside the host: not a
+    fault target.
+    """
+    nic_host = {v: k for k, v in nic_of(topo).items()}
+    out, seen = [], set()
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            if sw["name"] in nic_host:
+                if p["peer_kind"] == "host":
+                    continue                       # bond0 <-> NIC: inside the host
+                base = f"{nic_host[sw['name']]}-{p['peer']}"
+            elif p["peer"] in nic_host:
+                continue                           # listed from the NIC's side
+            elif p["peer_kind"] == "host":
+                base = f"{p['peer']}-{sw['name']}"
+            elif (p["peer"], p["peer_port"]) in seen:
+                continue                           # listed from the other end
+            else:
+                base = f"{sw['name']}-{p['peer']}"
+            seen.add((sw["name"], p["port"]))
+            k = sum(1 for n, _ in out if n == base or n.startswith(base + "#"))
+            out.append((base if k == 0 else f"{base}#{k + 1}", ((sw["name"], p), p["peer"])))
+    return out
+
+
+def _egress(host, ip):
+    """(host port doc, source IP) a ping from ``host`` to ``ip`` leaves by (its routes)."""
+    for r in host.get("routes", []):
+        if r["dst"].split("/")[0] == ip:
+            return next(p for p in host["ports"] if p["port"] == r["dev"]), r["src"]
+    return host["ports"][0], host["ports"][0]["ip"]
+
+
+def surviving_pairs(topo, dead_links=(), dead_switches=()):
+    """{(src host, dst host port IP)} that still have a path both ways after a fault.
+
+    ``dead_links``: ``(switch, port number)`` ends of cut links (either end
+    names the link); ``dead_switches``: crashed switch names.  The model is
+    the fabric's: switches forward, a bonded host's NIC switch and every host
+    are endpoints only (never transit); a host sends to an address through
+    the port its routes name (multi-plane: the NIC of that rail), else its
+    first port, and the reply comes back the same way.  A pair survives when
+    both directions have a path over live links and live switches.
+    """
+    import networkx as nx
+    dead_links = {(s, int(p)) for s, p in dead_links}
+    dead_switches = set(dead_switches)
+    sw = {s["name"]: s for s in topo["switches"]}
+    transit = {n for n, s in sw.items() if s["kind"] != "nic" and n not in dead_switches}
+    g = nx.MultiGraph()
+    g.add_nodes_from(n for n in sw if n not in dead_switches)
+    for s in topo["switches"]:
+        for p in s["ports"]:
+            if (p["peer_kind"] == "host" or p["peer"] not in sw
+                    or (s["name"], p["port"]) in dead_links
+                    or (p["peer"], p["peer_port"]) in dead_links
+                    or {s["name"], p["peer"]} & dead_switches
+                    or s["name"] > p["peer"]):
+                continue
+            g.add_edge(s["name"], p["peer"], key=(p["port"], p["peer_port"]))
+
+    def attached(port):
+        """The live switch a host port hangs from, or None."""
+        s = port["switch"]
+        ok = s not in dead_switches and (s, port["switch_port"]) not in dead_links
+        return s if ok else None
+
+    def path(a, b):
+        if a is None or b is None:
+            return False
+        if a == b:
+            return True
+        return nx.has_path(g.subgraph(transit | {a, b}), a, b)
+
+    by_ip = {p["ip"]: (h, p) for h in topo["hosts"] for p in h["ports"]}
+    out = set()
+    for src in topo["hosts"]:
+        for dst in topo["hosts"]:
+            if dst is src:
+                continue
+            for dport in dst["ports"]:
+                sport, src_ip = _egress(src, dport["ip"])
+                back, _ = _egress(dst, src_ip)
+                if (path(attached(sport), attached(dport))
+                        and path(attached(back), attached(by_ip[src_ip][1]))):
+                    out.add((src["name"], dport["ip"]))
+    return out
 
 
 class Injector:
@@ -137,8 +237,27 @@ class Injector:
 
     def link_up(self, link, side="both"):
         t = self.clock()
-        self._set(self.ends(link, side), "up")
+        ends = self.ends(link, side)
+        self._set(ends, "up")
+        for netns, ifname in ends:
+            if netns:
+                self._restore_routes(netns, ifname)
         return self._log("link_up", link, t, side=side)
+
+    def _restore_routes(self, netns, ifname):
+        """Put back the host routes through ``ifname`` that setting it down removed.
+
+        The kernel deletes every route through an interface set down, so a
+        multi-plane host whose rail-1 NIC was cut on its host end would send
+        rail-1 addresses through another rail's connected route forever after.
+        """
+        host = next(h for h in self.s.topo["hosts"]
+                    if f"/proc/{self.s.net.hosts[h['name']].pid}/ns/net" == netns)
+        ipr = self._ipr_for(netns)
+        idx = ipr.link_lookup(ifname=ifname)[0]
+        for r in host.get("routes", ()):
+            if r["dev"] == ifname:
+                ipr.route("replace", dst=r["dst"], prefsrc=r["src"], oif=idx)
 
     def flap(self, link, count, period_s, side="both", sleep=time.sleep):
         """``count`` down/up cycles of ``period_s`` each; ends up."""

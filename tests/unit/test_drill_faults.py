@@ -1,0 +1,185 @@
+"""Drill flow classification and the single-failure survival model (pure, no root).
+
+``drill.crosses`` decides which probe flows a fault touches from their traced
+paths (``drill.flow_paths``: the port each node is left by); ``drill.probe_pairs``
+picks the probe pairs on every rail; ``faults.fault_links`` lists every link a
+fault can take and ``faults.surviving_pairs`` which host pairs keep a path.
+"""
+
+import pytest
+
+from emulator import addressing, drill, presets, scenario
+from emulator.errors import ConfigError
+from emulator.faults import fault_links, parse_link, surviving_pairs
+
+
+def plan(name, **params):
+    return addressing.plan(presets.build(name, {k: str(v) for k, v in params.items()}))
+
+
+def cut(link):
+    return scenario.fault_spec(link)
+
+
+def crash(switch):
+    return scenario.fault_spec(f"{switch}:crash")
+
+
+@pytest.fixture(scope="module")
+def dual_tor():
+    return plan("dual-tor", tor_pairs=2, hosts_per_pair=2, mode="active-standby")
+
+
+def test_a_bonded_hosts_link_is_its_nic_switchs_link(dual_tor):
+    (sw, port), other = parse_link("h1-leaf1", dual_tor)
+    assert (sw, port["port"], other) == ("h1.nic", 2, "leaf1")
+    (sw, port), other = parse_link("leaf2-h1", dual_tor)     # seen from the ToR
+    assert (sw, port["port"], port["peer_port"], other) == ("leaf2", 1, 3, "h1.nic")
+    assert drill.link_ends("h1-leaf1", dual_tor) == {("h1.nic", "eth2"), ("leaf1", "eth1")}
+
+
+def test_flows_through_the_cut_host_link_cross_it_both_ways(dual_tor):
+    out = ["h1:bond0", "h1.nic:eth2", "leaf1:eth3", "spine1:eth2", "leaf3:eth1", "h3.nic:eth1",
+           "h3"]
+    back = ["h3:bond0", "h3.nic:eth2", "leaf3:eth4", "spine2:eth1", "leaf1:eth1", "h1.nic:eth1",
+            "h1"]
+    standby = ["h1:bond0", "h1.nic:eth3", "leaf2:eth3", "spine1:eth2", "leaf3:eth1",
+               "h3.nic:eth1", "h3"]
+    # h2 shares ToR A with h1, but not h1's cable
+    neighbour = ["h2:bond0", "h2.nic:eth2", "leaf1:eth3", "spine1:eth2", "leaf3:eth2",
+                 "h4.nic:eth1", "h4"]
+    assert drill.crosses(out, cut("h1-leaf1"), dual_tor)
+    assert drill.crosses(back, cut("h1-leaf1"), dual_tor)
+    assert not drill.crosses(standby, cut("h1-leaf1"), dual_tor)
+    assert not drill.crosses(neighbour, cut("h1-leaf1"), dual_tor)
+    # the same link named from the ToR's side
+    assert drill.crosses(back, cut("leaf1-h1"), dual_tor)
+    # a ToR crash takes every flow through the ToR, and only those
+    assert drill.crosses(neighbour, crash("leaf1"), dual_tor)
+    assert not drill.crosses(standby, crash("leaf1"), dual_tor)
+    assert drill.crosses(standby, crash("leaf2"), dual_tor)
+    assert not drill.crosses(out, cut("controller"), dual_tor)
+
+
+def test_a_plain_hosts_link_is_crossed_by_its_first_and_last_hop():
+    topo = plan("leaf-spine", spines=2, leaves=2, hosts_per_leaf=2)
+    h1_out = ["h1:eth0", "leaf1:eth3", "spine1:eth2", "leaf2:eth1", "h3"]
+    h1_in = ["h3:eth0", "leaf2:eth4", "spine2:eth1", "leaf1:eth1", "h1"]
+    h2_out = ["h2:eth0", "leaf1:eth3", "spine1:eth2", "leaf2:eth2", "h4"]
+    for link in ("h1-leaf1", "leaf1-h1"):
+        assert drill.crosses(h1_out, cut(link), topo)
+        assert drill.crosses(h1_in, cut(link), topo)
+        assert not drill.crosses(h2_out, cut(link), topo)
+    assert drill.crosses(h2_out, cut("leaf1-spine1"), topo)
+    assert drill.crosses(h1_in, cut("spine2-leaf1"), topo)
+    assert not drill.crosses(h1_in, cut("leaf1-spine1"), topo)
+
+
+def test_parallel_links_are_told_apart_by_port():
+    topo = plan("dual-link", spines=1, leaves=2, hosts_per_leaf=1)
+    primary = ["h1:eth0", "leaf1:eth2", "spine1:eth3", "leaf2:eth1", "h2"]
+    secondary = ["h1:eth0", "leaf1:eth3", "spine1:eth3", "leaf2:eth1", "h2"]
+    assert drill.crosses(primary, cut("leaf1-spine1"), topo)   # the first link: the primary
+    assert not drill.crosses(secondary, cut("leaf1-spine1"), topo)
+    links = dict(fault_links(topo))
+    assert sorted(links) == ["h1-leaf1", "h2-leaf2", "leaf1-spine1", "leaf1-spine1#2",
+                             "leaf2-spine1", "leaf2-spine1#2"]
+    ((_, p1), _), ((_, p2), _) = links["leaf1-spine1"], links["leaf1-spine1#2"]
+    assert (p1["name"], p2["name"]) == ("eth2", "eth3")
+    events = [scenario.Event(0, "cut", links["leaf1-spine1#2"])]
+    assert drill.crosses(secondary, events, topo) and not drill.crosses(primary, events, topo)
+
+
+def test_probe_pairs_run_on_every_rail_of_a_multi_plane_fabric():
+    topo = plan("multi-plane", planes=2, spines_per_plane=2, leaves_per_plane=2,
+                hosts_per_leaf=1)
+    pairs = drill.probe_pairs(topo, 4)
+    got = [(s["name"], s["ports"][0]["port"], s["ports"][0]["switch"],
+            d["name"], d["ports"][0]["port"], d["ports"][0]["switch"]) for s, d, _, _ in pairs]
+    assert got == [("h1", "eth0", "leaf1", "h2", "eth0", "leaf2"),
+                   ("h2", "eth0", "leaf2", "h1", "eth0", "leaf1"),
+                   ("h1", "eth1", "leaf3", "h2", "eth1", "leaf4"),
+                   ("h2", "eth1", "leaf4", "h1", "eth1", "leaf3")]
+    for s, d, _, _ in pairs:        # a view's address is its rail's
+        assert (s["ip"], d["mac"]) == (s["ports"][0]["ip"], d["ports"][0]["mac"])
+    assert [(f, q) for _, _, f, q in pairs] == [(0, 0x100), (4, 0x104), (8, 0x108), (12, 0x10c)]
+    rail2 = drill.probe_pairs(topo, 4, rails={2})
+    assert [s["ports"][0]["switch"] for s, _, _, _ in rail2] == ["leaf3", "leaf4"]
+    with pytest.raises(ConfigError, match="rail 3"):
+        drill.probe_pairs(topo, 4, rails={3})
+    assert drill.parse_rails("all") is None and drill.parse_rails("1,2") == {1, 2}
+    with pytest.raises(ConfigError):
+        drill.parse_rails("0")
+
+
+def test_probe_pairs_of_bonded_hosts_pair_by_first_tor(dual_tor):
+    pairs = drill.probe_pairs(dual_tor, 2)
+    assert [(s["name"], d["name"]) for s, d, _, _ in pairs] == [
+        ("h1", "h3"), ("h2", "h4"), ("h3", "h1"), ("h4", "h2")]
+    assert all(s["ports"][0]["port"] == "bond0" for s, _, _, _ in pairs)
+
+
+def test_fault_links_of_a_dual_tor_fabric(dual_tor):
+    names = [n for n, _ in fault_links(dual_tor)]
+    assert len(names) == len(set(names)) == 8 + 8     # uplinks + NIC-to-ToR links
+    assert {"h1-leaf1", "h1-leaf2", "h4-leaf4", "leaf4-spine2"} <= set(names)
+    assert not any("bond0" in n or ".nic" in n for n in names)
+    for name, link in fault_links(dual_tor):          # same link as its name says
+        assert parse_link(name, dual_tor)[0][1]["intf"] == link[0][1]["intf"]
+
+
+def pairs_to(topo, host):
+    ips = {p["ip"] for h in topo["hosts"] if h["name"] == host for p in h["ports"]}
+    return {(s, ip) for s, ip in surviving_pairs(topo) if ip in ips or s == host}
+
+
+def test_dual_homed_hosts_survive_any_single_failure(dual_tor):
+    every = surviving_pairs(dual_tor)
+    assert len(every) == 12
+    for _, ((sw, p), _) in fault_links(dual_tor):
+        assert surviving_pairs(dual_tor, dead_links={(sw, p["port"])}) == every
+    for sw in ("leaf1", "leaf2", "spine1", "spine2"):
+        assert surviving_pairs(dual_tor, dead_switches={sw}) == every
+
+
+def test_a_nic_switch_is_never_transit(dual_tor):
+    # leaf1 cut off from the spines and h1's ToR-B cable gone: h1 still shares
+    # leaf1 with h2, but leaf1 -> h2.nic -> leaf2 -> spines would be transit
+    # through h2's NIC: h1 reaches h2 only.
+    dead = {("leaf1", 3), ("leaf1", 4), ("h1.nic", 3)}
+    left = surviving_pairs(dual_tor, dead_links=dead)
+    assert ("h1", "10.0.0.2") in left and ("h2", "10.0.0.1") in left
+    assert not {("h1", "10.0.0.3"), ("h3", "10.0.0.1"), ("h1", "10.0.0.4")} & left
+    assert ("h2", "10.0.0.3") in left                  # h2 still has ToR B
+
+
+def test_single_homed_hosts_drop_out_with_their_link_or_leaf():
+    topo = plan("leaf-spine", spines=2, leaves=2, hosts_per_leaf=1)
+    every = surviving_pairs(topo)
+    assert every == {("h1", "10.0.0.2"), ("h2", "10.0.0.1")}
+    assert surviving_pairs(topo, dead_links={("leaf1", 1)}) == set()
+    assert surviving_pairs(topo, dead_switches={"leaf2"}) == set()
+    assert surviving_pairs(topo, dead_switches={"spine1"}) == every
+    assert surviving_pairs(topo, dead_links={("spine2", 1)}) == every   # either end names it
+
+
+def test_a_rail_failure_loses_only_that_rails_addresses():
+    topo = plan("multi-plane", planes=2, spines_per_plane=2, leaves_per_plane=2,
+                hosts_per_leaf=1)
+    every = surviving_pairs(topo)
+    assert len(every) == 4
+    h1 = {h["name"]: h for h in topo["hosts"]}["h1"]
+    h2 = {h["name"]: h for h in topo["hosts"]}["h2"]
+    rail2 = {("h1", h2["ports"][1]["ip"]), ("h2", h1["ports"][1]["ip"])}
+    assert surviving_pairs(topo, dead_switches={"leaf3"}) == every - rail2
+    assert surviving_pairs(topo, dead_switches={"spine3"}) == every
+    assert surviving_pairs(topo, dead_links={("leaf4", 1)}) == every - rail2
+    assert surviving_pairs(topo, dead_links={("leaf1", 1)}) == rail2
+
+
+def test_dual_plane_survives_a_whole_plane():
+    topo = plan("dual-plane", tor_pairs=2, hosts_per_pair=1, spines=2)
+    every = surviving_pairs(topo)
+    assert surviving_pairs(topo, dead_switches={"spine1"}) == every
+    assert surviving_pairs(topo, dead_switches={"spine1", "spine2"}) == set()
+    assert pairs_to(topo, "h1") == every
