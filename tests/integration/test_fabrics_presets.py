@@ -20,7 +20,8 @@ CASES = [
     ("three-tier", {"superspine_attach": "all", "superspines": "2"}, "spine1-superspine1"),
     ("dual-link", {"spines": "1", "mode": "active-standby"}, "leaf1-spine1"),
     ("dual-link", {"spines": "2", "secondary_rate": "20Mbps"}, "leaf1-spine2"),
-    ("dual-plane", {"leaves": "3", "hosts_per_leaf": "1"}, "leaf1-spine3"),
+    ("dual-tor", {"hosts_per_pair": "1", "mode": "active-standby"}, "h1-leaf1"),
+    ("dual-plane", {"hosts_per_pair": "1"}, "leaf1-spine1"),
     ("multi-plane", {}, "leaf3-spine3"),
 ]
 PING = ('for ip in "$@"; do if ping -n -q -c 1 -W 0.5 "$ip" >/dev/null 2>&1; '

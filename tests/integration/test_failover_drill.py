@@ -68,7 +68,9 @@ def dump(s):
             r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "--no-stats", what,
                                 sw["bridge"]], capture_output=True, text=True, timeout=20)
             assert r.returncode == 0, r.stderr
-            out[(sw["name"], what)] = sorted(r.stdout.splitlines()[1:])
+            # dump-groups starts with a reply header; dump-flows --no-stats has none
+            out[(sw["name"], what)] = sorted(line for line in r.stdout.splitlines()
+                                             if not line.startswith(("OFPST_", "NXST_")))
     return out
 
 
