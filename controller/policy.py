@@ -19,7 +19,7 @@ Routing: shortest paths by hop count over the *live* switch graph (a link is
 live when both its ends are in ``live``), computed per destination switch with
 a BFS, so any number of tiers works. A switch whose set of next-hop ports
 toward a destination has several ports outputs to a select group; one group
-per distinct port set on a switch, numbered 1.. in sorted order of the sets,
+per distinct port set on a switch, its id derived from the set (``stable_ids``),
 hashing ipv4_src, ipv4_dst, udp_src, udp_dst with the switch's hash_seed as
 basis. Buckets watch their output port so OVS skips dead buckets.
 
@@ -45,6 +45,7 @@ Failover modes (``failover=``, see docs/failover.md):
 """
 
 import math
+import zlib
 from collections import deque
 
 from .topology import NIC
@@ -54,7 +55,8 @@ from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
 
 MODES = ("none", "controller", "fast-failover")
 DEFAULT_MODE = "controller"
-FF_GROUP_BASE = 1 << 16      # FF group ids: never reuse a select group's id with another type
+FF_GROUP_BASE = 1 << 30      # select ids below, FF ids from here: a type never changes under an id
+GROUP_ID_SPAN = 1 << 30
 PRIO_REPAIR = 1100
 PRIO_IPV4 = 1000
 PRIO_ARP_GUARD = 300
@@ -253,6 +255,26 @@ def bucket_weights(sw):
     return weight
 
 
+def stable_ids(port_tuples, base):
+    """{port tuple: group id in [base, base + GROUP_ID_SPAN)} derived from the tuple itself.
+
+    An id names the same buckets in every liveness state, so a failure only
+    adds and deletes groups, never modifies one: a MODIFY that changed an
+    id's meaning would, until the flows are re-pointed (``diff`` sends groups
+    first), send other destinations' flows through the new buckets.  A CRC
+    collision on one switch (about n^2 / 2^31 for n groups) takes the next
+    free id, in sorted order of the tuples.
+    """
+    out, used = {}, set()
+    for ports in sorted(port_tuples):
+        gid = base + zlib.crc32(repr(ports).encode()) % (GROUP_ID_SPAN - 1)
+        while gid in used:
+            gid = base + (gid - base + 1) % (GROUP_ID_SPAN - 1)
+        used.add(gid)
+        out[ports] = gid
+    return out
+
+
 def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
@@ -276,7 +298,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     watch = failover != "none"
     port_sets = sorted({ports for ports in routes.values() if len(ports) > 1}
                        | {ports for ports in repairs.values() if len(ports) > 1})
-    group_of = {ports: gid for gid, ports in enumerate(port_sets, start=1)}
+    group_of = stable_ids(port_sets, 1)
     weight = bucket_weights(sw)
     groups = [GroupMod(gid, "select",
                        tuple(Bucket((Output(p),), weight(ports, p), p if watch else None)
@@ -284,7 +306,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
                        Selection(HASH_FIELDS, sw.hash_seed))
               for ports, gid in group_of.items()]
     ff_sets = sorted({(routes[ip][0],) + b for ip, b in backups.items()})
-    ff_of = {ports: FF_GROUP_BASE + i for i, ports in enumerate(ff_sets)}
+    ff_of = stable_ids(ff_sets, FF_GROUP_BASE)
     groups += [GroupMod(gid, "ff", tuple(Bucket((Output(p),), 1, p) for p in ports))
                for ports, gid in ff_of.items()]
 

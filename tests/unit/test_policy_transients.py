@@ -1,22 +1,16 @@
-"""Reproduction of a transient misrouting in ``policy.diff`` (controller/policy.py, not fixed here).
+"""No transient misrouting while ``policy.diff`` moves a switch between states.
 
-Group ids are numbered by the sorted set of port tuples a switch needs
-(select groups from 1, fast-failover groups from 65536), so when a failure
-adds or removes one tuple, an existing id can change meaning.  ``diff`` then
-sends a GroupMod MODIFY for that id (groups before flows, by design) and the
-FlowMods re-pointing the flows afterwards.  Between the two, every flow that
-still points at the id but is being moved away from it forwards by the
-*new* buckets: another destination's next hops.  Example, non-stacked
-dual-ToR active/standby (preset defaults), cut h1-leaf1: spine2's FF group
-65537 was [leaf3, ...] for h3 and h4 and becomes [leaf2, ...] for h1, so for
-the moment between the two messages, h2 -> h4 traffic (which never touches
-h1's link) leaves spine2 toward leaf2.  A drill saw it once: three h2 -> h4
-flows through spine2 lost 8 packets each on that cut.
-
-The test lists such windows (a flow's transient output is neither its old
-nor its new output) and is expected to fail until the ids are stable (e.g. an
-id per port tuple kept for the controller's lifetime, or a new id instead of
-a MODIFY that changes a group's meaning).
+``diff`` sends group changes before the flows that use them.  If a group id
+changed meaning (its buckets became another port tuple's), every flow still
+pointing at it would, until its own FlowMod arrived, forward by the new
+buckets: another destination's next hops.  Group ids used to be numbered by
+the sorted port tuples of a switch, so one failure could shift them (non-
+stacked dual-ToR active/standby, cut h1-leaf1: spine2's FF group for h3/h4
+became h1's, and a drill saw h2 -> h4 flows lose 8 packets each).  Ids are now
+derived from the tuple itself (``policy.stable_ids``): a failure adds and
+deletes groups, never modifies one.  The tests list such windows (a flow's
+transient output is neither its old nor its new output) over every single
+link cut and its restore.
 """
 
 import pytest
@@ -67,8 +61,6 @@ def misrouting_windows(topo, old_live, new_live, mode="fast-failover"):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="controller/policy.py renumbers groups by sorted port "
-                   "set; diff MODIFYs an id before re-pointing the flows that leave it")
 def test_no_flow_forwards_by_another_routes_group_during_a_diff():
     doc = addressing.plan(presets.build("dual-tor", {"mode": "active-standby"}))
     topo = topology.from_dict(doc)
@@ -90,3 +82,19 @@ def test_the_window_finder_sees_nothing_where_no_group_changes_meaning():
     dead = {(dpid[sw], port["port"]), (dpid[other], port["peer_port"])}
     assert misrouting_windows(topo, live, live - dead) == []
     assert misrouting_windows(topo, live - dead, live) == []
+
+
+@pytest.mark.parametrize("name,params", [("leaf-spine", {}), ("three-tier", {}),
+                                         ("dual-tor", {"mode": "active-standby"}),
+                                         ("dual-link", {"mode": "active-standby"})])
+def test_no_group_changes_meaning_on_any_single_cut(name, params):
+    topo = topology.from_dict(addressing.plan(presets.build(name, params)))
+    live = topo.all_ports()
+    for lk in topo.links:
+        cut = live - {(lk.a_dpid, lk.a_port), (lk.b_dpid, lk.b_port)}
+        for old, new in ((live, cut), (cut, live)):
+            for mode in ("controller", "fast-failover"):
+                assert misrouting_windows(topo, old, new, mode) == [], (name, lk, mode)
+                for msgs in policy.changes(topo, old, new, mode).values():
+                    assert not [m for m in msgs if m.command == "modify"
+                                and type(m).__name__ == "GroupMod"], (name, lk, mode)
