@@ -233,14 +233,14 @@ class Sampler(threading.Thread):
         self.samples.append((time.monotonic(), self.net.intf_counters()))
 
 
-def rank_totals(coll_dir):
-    """Sum of reordered packets over the rank result files of one run."""
-    reordered = 0
+def rank_totals(coll_dir, key="reordered_packets"):
+    """Sum of one receive counter (``rx_flows[key]``) over the rank result files of a run."""
+    total = 0
     for name in os.listdir(coll_dir):
         if name.startswith("rank") and name.endswith(".json") and "config" not in name:
             with open(os.path.join(coll_dir, name)) as f:
-                reordered += json.load(f)["rx_flows"]["reordered_packets"]
-    return reordered
+                total += json.load(f)["rx_flows"][key]
+    return total
 
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):

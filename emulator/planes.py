@@ -360,17 +360,6 @@ class QueueSampler(threading.Thread):
             self.reader.close()
 
 
-def receiver_losses(coll_dir):
-    """Packets the ranks' receivers counted lost (PSN gaps), warm-up call included."""
-    import json
-    lost = 0
-    for name in os.listdir(coll_dir):
-        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
-            with open(os.path.join(coll_dir, name)) as f:
-                lost += json.load(f)["rx_flows"]["dropped_packets"]
-    return lost
-
-
 def ovs_drops(intfs):
     """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``."""
     import json
@@ -408,7 +397,7 @@ def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
 
 def run_one(fabric, label, seeding, seed, args, progress=print):
     """One Session of ``fabric`` running the collective; returns its measurements."""
-    from emulator import collective
+    from emulator import collective, compare
     from emulator.runner import Session
     old = os.environ.get(LB_ENV)
     os.environ[LB_ENV] = "ecmp"           # the controller child reads it at start
@@ -435,7 +424,8 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
                    "hash_seeds": {sw["name"]: sw["hash_seed"] for sw in s.topo["switches"]}}
             out.update(analyse(ports, sampler.times, sampler.backlog, sampler.sent,
                                sampler.drops))
-            out["lost"] = receiver_losses(os.path.join(s.dir, "collective"))
+            # packets the receivers counted lost (PSN gaps), warm-up call included
+            out["lost"] = compare.rank_totals(os.path.join(s.dir, "collective"), "dropped_packets")
             out["ovs_drops"] = ovs_drops([p["intf"] for sw in s.topo["switches"]
                                           for p in sw["ports"]])
             out["series"] = worst_series(ports, sampler.times, sampler.backlog)
