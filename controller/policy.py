@@ -87,7 +87,7 @@ def live_adjacency(topo, live, active_only=False):
     ``active_only``: without standby links (a standby role on either end).
     """
     adj = {s.dpid: [] for s in topo.switches}
-    role = {(s.dpid, p.port): p.role for s in topo.switches for p in s.ports}
+    role = {(s.dpid, p.port): p.role for s in topo.switches for p in s.ports} if active_only else {}
     for lk in topo.links:
         if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
             if active_only and STANDBY in (role[(lk.a_dpid, lk.a_port)],
@@ -144,12 +144,14 @@ def next_hops(topo, live, active_only=False):
     return routes
 
 
-def repair_plan(topo, live, routes):
+def repair_plan(topo, live, routes, used=None):
     """Fast-failover backups and the repair flows they need, from all switches' routes.
 
     Returns (backups, repairs): backups[dpid][ip] = bounce ports (sorted) of a
     single-next-hop route; repairs[dpid][(in_port, ip)] = ports to use for a
-    packet bounced in through ``in_port``.
+    packet bounced in through ``in_port``.  ``used``: the routes installed, if
+    they differ from ``routes`` (standby links); a route is backed up only
+    where the installed one is the same.
     """
     backups = {s.dpid: {} for s in topo.switches}
     repairs = {s.dpid: {} for s in topo.switches}
@@ -157,7 +159,9 @@ def repair_plan(topo, live, routes):
     for sw in topo.switches:
         for ip, ports in routes[sw.dpid].items():
             if len(ports) != 1 or topo.peer_of(sw.dpid, ports[0]) is None:
-                continue              # ECMP (select skips dead buckets) or a host port
+                continue
+            if used is not None and used[sw.dpid].get(ip) != ports:
+                continue          # the switch sends it elsewhere: nothing to back up              # ECMP (select skips dead buckets) or a host port
             bounce = []
             for p in sw.ports:
                 if p.to_host or p.port == ports[0] or (sw.dpid, p.port) not in live:
@@ -184,8 +188,8 @@ def standby_split(topo, every_hop, active):
     carries traffic only when the destination cannot be reached over active
     links: a switch with an active path (``active``, from the BFS without
     standby links) uses it, any other its shortest live path (``every_hop``).
-    Where the active route has ONE port and the shortest paths include
-    standby ports of this switch, those become its fast-failover backups
+    Where the active route has ONE port and the shortest paths have other
+    ports (toward standby links), those become its fast-failover backups
     (group [primary, standby...], local repair in modes other than none).
     Returns (routes, {dpid: {ip: standby ports}}).
     """
@@ -346,10 +350,7 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
     backups = repairs = {}
     if failover == "fast-failover":
         # bounces may use standby links: they are repair paths too
-        backups, repairs = repair_plan(topo, live, every_hop)
-        # a bounce backs up the route it was planned for, not an active route that differs
-        backups = {dpid: {ip: b for ip, b in per.items() if routes[dpid][ip] == every_hop[dpid][ip]}
-                   for dpid, per in backups.items()}
+        backups, repairs = repair_plan(topo, live, every_hop, used=routes)
         standby_landing(topo, every_hop, routes, repairs)
     if failover != "none":
         backups = merge_standby(backups, standby)

@@ -86,7 +86,7 @@ def plan(fabric, tag="0000", seed=None):
     """Return the topology document (a JSON-ready dict) for ``fabric``."""
     if not TAG_RE.match(tag):
         raise ValueError(f"run tag {tag!r} is not 4 hex digits")
-    counters, bridges = {}, {}
+    counters = {}
     switches = []
     nics = [n for n in fabric.hosts if n.bond]
     for node in list(fabric.switches) + nics:
@@ -96,7 +96,6 @@ def plan(fabric, tag="0000", seed=None):
         dpid = dpid_of(NIC_TIER if node.is_host else node.tier, index)
         name = nic_name(node.name) if node.is_host else node.name
         bridge = bridge_name(tag, kind, index)
-        bridges[name] = bridge
         if node.hash_seed is not None:
             hash_seed = node.hash_seed
         elif seed is not None and not node.is_host:

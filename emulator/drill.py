@@ -159,19 +159,6 @@ def controller_convergence(log_text, t_fault, t_restore):
 
 # ---- probes -------------------------------------------------------------------
 
-def rail_view(host, rail):
-    """``host`` as seen on its port ``rail`` (0-based): that port's IP, MAC, switch.
-
-    A probe on rail r of a multi-plane host sends and receives on ``eth<r>``
-    only; the view keeps the host's name (its namespace) and its home leaf on
-    that rail, so the drill's helpers need not know about rails.
-    """
-    from emulator.addressing import home_leaf
-    port = host["ports"][rail]
-    return dict(host, ip=port["ip"], mac=port["mac"], ports=[port], rail=rail + 1,
-                leaf=home_leaf(host) if rail == 0 else port["switch"])
-
-
 def parse_rails(text):
     """``all`` or a comma list of rail numbers (from 1) -> None or a set."""
     if text in (None, "all"):
@@ -188,21 +175,15 @@ def parse_rails(text):
 def probe_pairs(topo, qps, rails=None):
     """[(src host view, dst host view, first flow id, first qpn)] across leaves, per rail.
 
-    On every rail (host port index; one rail unless hosts have one NIC per
-    plane), each host sends to the host at its position on the next leaf of
-    that rail (``workload.cross_leaf_pairs``); ``rails`` (numbers from 1)
-    restricts the rails.  The views (``rail_view``) carry the rail's port.
+    The pairs are ``workload.rail_pairs``: on every rail (``rails``, numbers
+    from 1, restricts them), each host to the host at its position on the
+    next leaf of that rail; the views carry the rail's port.
     """
-    from emulator.workload import cross_leaf_pairs
+    from emulator.workload import rail_pairs
     n_rails = max(len(h["ports"]) for h in topo["hosts"])
     if rails is not None and max(rails) > n_rails:
         raise ConfigError("--rails", f"rail {max(rails)}: the hosts have {n_rails} port(s)")
-    pairs = []
-    for r in range(n_rails):
-        if rails is not None and r + 1 not in rails:
-            continue
-        views = [rail_view(h, r) for h in topo["hosts"] if len(h["ports"]) > r]
-        pairs += cross_leaf_pairs({"hosts": views, "switches": topo["switches"]})
+    pairs = rail_pairs(topo, rails)
     return [(s, d, i * qps, 0x100 + i * qps) for i, (s, d) in enumerate(pairs)]
 
 

@@ -62,6 +62,28 @@ def uplink_loads(topo, before, after, seconds, kind="leaf"):
     return out
 
 
+def rail_view(host, rail):
+    """``host`` as seen on its port ``rail`` (0-based): that port's IP, MAC, switch.
+
+    A flow on rail r of a multi-plane host sends and receives on ``eth<r>``
+    only; the view keeps the host's name (its namespace) and its home leaf on
+    that rail, and shares the port document with the host.
+    """
+    port = host["ports"][rail]
+    return dict(host, ip=port["ip"], mac=port["mac"], ports=[port], rail=rail + 1,
+                leaf=home_leaf(host) if rail == 0 else port["switch"])
+
+
+def rail_pairs(topo, rails=None):
+    """[(src view, dst view)]: ``cross_leaf_pairs`` on every rail (``rails``: numbers from 1)."""
+    pairs = []
+    for r in range(max(len(h["ports"]) for h in topo["hosts"])):
+        if rails is None or r + 1 in rails:
+            views = [rail_view(h, r) for h in topo["hosts"] if len(h["ports"]) > r]
+            pairs += cross_leaf_pairs({"hosts": views, "switches": topo["switches"]})
+    return pairs
+
+
 def mix_pairs(topo, load=0.5):
     """[(src host, src port, dst host, dst port, share of the port rate, cross-plane)].
 
@@ -77,14 +99,9 @@ def mix_pairs(topo, load=0.5):
     if rails == 1:
         return [(s, s["ports"][0], d, d["ports"][0], load, False)
                 for s, d in cross_leaf_pairs(topo)]
-    out = []
-    for r in range(rails):
-        on_rail = [dict(h, leaf=h["ports"][r]["switch"]) for h in topo["hosts"]
-                   if len(h["ports"]) > r]
-        by_name = {h["name"]: h for h in topo["hosts"]}
-        for s, d in cross_leaf_pairs({"hosts": on_rail, "switches": topo["switches"]}):
-            out.append((by_name[s["name"]], s["ports"][r], by_name[d["name"]], d["ports"][r],
-                        load / 2, False))
+    by_name = {h["name"]: h for h in topo["hosts"]}
+    out = [(by_name[s["name"]], s["ports"][0], by_name[d["name"]], d["ports"][0], load / 2, False)
+           for s, d in rail_pairs(topo)]
     hosts = [h for h in topo["hosts"] if len(h["ports"]) > 1]
     for k, src in enumerate(hosts):
         dst = hosts[(k + 1) % len(hosts)]
