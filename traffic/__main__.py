@@ -3,6 +3,7 @@
 send    paced RoCEv2 flows from this namespace to one peer (JSON stats out)
 recv    account RoCEv2 flows arriving on an interface (JSON summary out)
 rank    one rank of a collective (``--config FILE.json``, see traffic.rank)
+engine  every host's paced flows and receivers in one process (traffic.engine)
 report  nccl-tests table of rank result files
 """
 
@@ -60,6 +61,11 @@ def parse_args(argv):
     k = sub.add_parser("rank", help="one rank of a collective")
     k.add_argument("--config", required=True)
     k.add_argument("--out")
+    e = sub.add_parser("engine", help="run a traffic plan for every host in one process")
+    e.add_argument("--plan", required=True, help="plan JSON (see traffic.engine)")
+    e.add_argument("--out", help="write the JSON here instead of stdout")
+    e.add_argument("--no-wait", action="store_true",
+                   help="start at once instead of waiting for 'go' on stdin")
     p = sub.add_parser("report", help="nccl-tests table of rank results")
     p.add_argument("files", nargs="+")
     p.add_argument("--json", action="store_true", help="print JSON, not the table")
@@ -122,6 +128,9 @@ def main(argv=None):
         return cmd_send(a)
     if a.cmd == "recv":
         return cmd_recv(a)
+    if a.cmd == "engine":
+        from .engine import main as engine_main
+        return engine_main(a.plan, a.out, wait_go=not a.no_wait)
     if a.cmd == "rank":
         from .rank import main as rank_main
         return rank_main(a.config, a.out)

@@ -42,3 +42,69 @@ def sleep_ns(ns):
     """Sleep for ``ns`` nanoseconds (pacing waits only, never fixed sleeps)."""
     if ns > 0:
         time.sleep(ns / 1e9)
+
+
+class Schedule:
+    """Packet k of a paced stream is due at ``start_ns + k * interval_ns``.
+
+    The engine asks ``due(now)`` how many packets to send now; it wakes on a
+    tick, so a packet leaves up to one tick late by design and what fell due
+    within a tick leaves as one small burst (a NIC's pacer is no smoother at
+    this scale: the link's shaper spaces them out).  A stream more than
+    ``max_lag_ns`` behind its schedule (the process did not get the CPU) does
+    not catch up with a burst the network would see as congestion: the
+    packets beyond the lag are skipped and counted (``skipped``), an emulation
+    shortfall, never a network loss.  Packets sent more than ``late_ns``
+    after they were due are counted in ``late``.
+    """
+
+    def __init__(self, interval_ns, start_ns, max_lag_ns=20_000_000,
+                 late_ns=3_000_000, end_ns=None):
+        if interval_ns <= 0:
+            raise ValueError("interval must be positive")
+        self.interval = float(interval_ns)
+        self.start = start_ns
+        self.max_lag = max(max_lag_ns, self.interval)
+        self.late_after = late_ns
+        self.end = end_ns
+        self.k = 0                    # next packet index
+        self.sent = self.skipped = self.late = 0
+        self.max_late_ns = 0
+
+    def scheduled(self, now_ns):
+        """Packets due by ``now_ns`` since the start (capped at the end)."""
+        t = now_ns if self.end is None else min(now_ns, self.end - 1)
+        if t < self.start:
+            return 0
+        return int((t - self.start) // self.interval) + 1
+
+    def due(self, now_ns, limit):
+        """Packets to send now (at most ``limit``); marks them sent."""
+        want = self.scheduled(now_ns) - self.k
+        if want <= 0:
+            return 0
+        backlog = int(self.max_lag // self.interval) + 1
+        if want > backlog:                 # fell behind: skip, don't burst
+            self.skipped += want - backlog
+            self.k += want - backlog
+            want = backlog
+        n = min(want, limit)
+        late = now_ns - (self.start + self.k * self.interval)
+        if late > self.max_late_ns:
+            self.max_late_ns = int(late)
+        if late > self.late_after:
+            self.late += n
+        self.k += n
+        self.sent += n
+        return n
+
+    def next_ns(self):
+        """When the next packet is due (None once the stream has ended)."""
+        t = self.start + self.k * self.interval
+        if self.end is not None and t >= self.end:
+            return None
+        return int(t)
+
+    def done(self, now_ns):
+        return self.end is not None and now_ns >= self.end and \
+            self.k >= self.scheduled(now_ns)

@@ -1,0 +1,68 @@
+"""The traffic engine's pure parts: the pacing schedule, plan validation, percentiles."""
+
+import pytest
+
+from traffic.engine import PlanError, load_plan, percentiles
+from traffic.pacing import Schedule
+
+MS = 1_000_000
+
+
+def test_schedule_sends_what_is_due_and_nothing_early():
+    s = Schedule(interval_ns=1 * MS, start_ns=0, end_ns=10 * MS)
+    assert s.due(0, 64) == 1                 # packet 0 is due at the start
+    assert s.due(0, 64) == 0
+    assert s.due(int(3.5 * MS), 64) == 3     # packets 1, 2, 3
+    assert s.next_ns() == 4 * MS
+    assert s.due(100 * MS, 64) == 6          # the rest, capped at the end
+    assert s.sent == 10 and s.skipped == 0
+    assert s.next_ns() is None and s.done(100 * MS)
+
+
+def test_schedule_skips_instead_of_bursting_when_far_behind():
+    s = Schedule(interval_ns=1 * MS, start_ns=0, max_lag_ns=5 * MS, late_ns=2 * MS)
+    s.due(0, 64)
+    n = s.due(50 * MS, 64)                   # woke 50 ms late: 50 packets due
+    assert n == 6                            # only the last 5 ms (+1) go out
+    assert s.skipped == 44
+    assert s.late == 6                       # and they were late
+    assert s.max_late_ns >= 5 * MS
+
+
+def test_schedule_respects_the_batch_limit():
+    s = Schedule(interval_ns=1 * MS, start_ns=0, late_ns=20 * MS)
+    assert s.due(9 * MS, 4) == 4
+    assert s.due(9 * MS, 4) == 4
+    assert s.due(9 * MS, 4) == 2
+    assert s.late == 0
+
+
+def test_schedule_rejects_a_nonpositive_interval():
+    with pytest.raises(ValueError):
+        Schedule(0, 0)
+
+
+def test_plan_defaults_and_errors():
+    plan = load_plan({"streams": [{"intf": "eth0", "src_ip": "10.0.0.1", "dst_ip": "10.0.0.2",
+                                   "dst_mac": "02:00:00:00:00:02", "rate_bps": 1e6}]})
+    assert plan["tick_ms"] == 2.0 and plan["frame_len"] == 4170
+    with pytest.raises(PlanError, match="unknown plan keys: bogus"):
+        load_plan({"bogus": 1})
+    with pytest.raises(PlanError, match=r"streams\[0\]"):
+        load_plan({"streams": [{"intf": "eth0"}]})
+    with pytest.raises(PlanError, match="rate_bps"):
+        load_plan({"streams": [{"intf": "e", "src_ip": "a", "dst_ip": "b", "dst_mac": "m",
+                                "rate_bps": 0}]})
+    with pytest.raises(PlanError, match=r"receivers\[0\]"):
+        load_plan({"receivers": [{"netns": "/x"}]})
+
+
+def test_percentiles_from_a_histogram():
+    hist = [0] * 100
+    hist[0] = 90          # 90 packets under 0.1 ms
+    hist[49] = 9          # 9 at 4.9-5.0 ms
+    hist[99] = 1          # one at the top bin
+    p = percentiles(hist, 100_000)
+    assert p["p50"] == 0.1 and p["p90"] == 0.1
+    assert p["p99"] == 5.0 and p["p99.9"] == 10.0
+    assert percentiles([0, 0], 100_000)["p50"] is None

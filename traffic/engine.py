@@ -1,0 +1,386 @@
+"""One traffic-engine process for every host of a fabric.
+
+Model.  A *plan* (JSON, validated by ``load_plan``) lists
+
+- ``streams``: paced RoCEv2 traffic, each from one host interface to one
+  peer: ``{"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip",
+  "rate_bps", "qps", "first_flow", "first_qpn"}`` (flow ids and QPNs as in
+  ``sender.make_flows``: one UDP source port per QP);
+- ``receivers``: ``{"netns", "intf"}`` interfaces whose arriving RoCEv2
+  frames are accounted per flow (``accounting``);
+- ``duration`` (s), ``frame_len``, ``tick_ms`` (how often the engine wakes),
+  ``idle`` (s of silence after the senders stop that ends the run),
+  ``gap_ms`` (disruption threshold).
+
+The engine opens every socket inside its host's namespace (``netns``) before
+anything is sent, builds every frame template (scapy, once), then says
+``ready`` on stdout and waits for ``go`` on stdin, so whoever drives it can
+read counters around exactly the traffic.  One loop then serves everything:
+it wakes once per tick (2 ms) or when the next packet is due, whichever is
+later, sends what each stream's ``pacing.Schedule`` says is due (sendmmsg
+batches), and drains every receive socket.  A wake-up costs 30-50 us of CPU
+on a VM, so the tick, not the packet, is the unit of overhead; arrival times
+come from the kernel's receive timestamps, so reading on the tick does not
+add the tick to the measured latency.  No process per host, no per-host
+Python start-up racing the traffic for the CPU.
+
+What the engine reports besides the flows, so a run can tell the emulator's
+limits from the network's (fidelity):
+
+- per stream: packets scheduled, sent, ``skipped`` (the engine fell more
+  than ``max_lag_ms`` behind: an emulation shortfall) and sent ``late``;
+- per receiver: the packet socket's own drops (``PACKET_STATISTICS``: the
+  engine did not read fast enough) and a one-way latency histogram
+  (sender and receiver share CLOCK_MONOTONIC: one machine);
+- its own CPU time, wake-ups and CPU per packet.
+"""
+
+import json
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+from array import array
+
+from .accounting import Accounting
+from .frames import parse
+from .netns import entered
+from .pacing import Schedule
+from .receiver import open_capture, open_sink
+from .sender import Sender, make_flows
+
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23
+SO_TIMESTAMPNS = 35             # SCM_TIMESTAMPNS: struct timespec, CLOCK_REALTIME
+TIMESPEC = struct.Struct("=qq")
+ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
+LAT_BIN_NS = 100_000            # latency histogram: 0.1 ms bins ...
+LAT_BINS = 100_000              # ... up to 10 s (the last bin holds the rest)
+STREAM_KEYS = {"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip", "rate_bps",
+               "qps", "first_flow", "first_qpn", "dscp", "name"}
+RECEIVER_KEYS = {"netns", "intf", "name"}
+PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5,
+                 "gap_ms": 10.0, "max_lag_ms": 20.0, "deadline": None,
+                 "verify_icrc": True, "streams": [], "receivers": []}
+
+
+class PlanError(ValueError):
+    """The plan is invalid; the message names the key."""
+
+
+def load_plan(doc):
+    """Validate a plan document; returns it with defaults filled in."""
+    unknown = set(doc) - set(PLAN_DEFAULTS)
+    if unknown:
+        raise PlanError(f"unknown plan keys: {', '.join(sorted(unknown))}")
+    plan = dict(PLAN_DEFAULTS, **doc)
+    if plan["duration"] <= 0 or not 0 < plan["tick_ms"] <= 50 or plan["frame_len"] < 128:
+        raise PlanError("duration > 0, 0 < tick_ms <= 50 and frame_len >= 128 are required")
+    for i, s in enumerate(plan["streams"]):
+        missing = {"intf", "src_ip", "dst_ip", "dst_mac", "rate_bps"} - set(s)
+        bad = set(s) - STREAM_KEYS
+        if missing or bad:
+            raise PlanError(f"streams[{i}]: missing {sorted(missing)} / unknown {sorted(bad)}")
+        if s["rate_bps"] <= 0:
+            raise PlanError(f"streams[{i}].rate_bps must be positive")
+    for i, r in enumerate(plan["receivers"]):
+        if "intf" not in r or set(r) - RECEIVER_KEYS:
+            raise PlanError(f"receivers[{i}]: needs intf; keys {sorted(RECEIVER_KEYS)}")
+    return plan
+
+
+def percentiles(hist, bin_ns, qs=(0.5, 0.9, 0.99, 0.999)):
+    """{q: upper edge in ms} of a histogram of counts per ``bin_ns`` bin."""
+    total = sum(hist)
+    out = {}
+    if not total:
+        return {f"p{q * 100:g}": None for q in qs}
+    for q in qs:
+        need, acc = q * total, 0
+        for i, c in enumerate(hist):
+            acc += c
+            if acc >= need:
+                out[f"p{q * 100:g}"] = round((i + 1) * bin_ns / 1e6, 3)
+                break
+    return out
+
+
+class _Rx:
+    """One receive socket and its accounting."""
+
+    def __init__(self, spec, gap_ns):
+        self.name = spec.get("name") or spec["intf"]
+        with entered(spec.get("netns")):
+            self.sock = open_capture(spec["intf"])
+            self.sink = open_sink()
+        try:
+            self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError:
+            pass                      # older kernels: outgoing frames fail parse's checks
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock.setblocking(False)
+        self.acct = Accounting(gap_threshold_ns=gap_ns)
+        self.hist = array("I", bytes(4 * LAT_BINS))
+        self.lat_sum = self.lat_n = 0
+        self.lat_max = 0
+        self.other = 0
+        self.drops = 0
+        self.names = {}
+        self.stats()                  # reset the kernel's counters
+
+    def stats(self):
+        """Add the kernel's drop count since the last call (it resets on read)."""
+        raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        _, drops = struct.unpack("II", raw)
+        self.drops += drops
+        return drops
+
+    def close(self):
+        self.sock.close()
+        if self.sink:
+            self.sink.close()
+
+
+class Engine:
+    """Runs a plan; ``run`` returns the result document."""
+
+    def __init__(self, plan, clock=time.monotonic_ns):
+        self.plan = load_plan(plan)
+        self.clock = clock
+        # CLOCK_REALTIME - CLOCK_MONOTONIC: kernel receive stamps -> the senders' clock
+        self.rt_offset = time.time_ns() - clock()
+        self.senders = {}             # (netns, intf) -> Sender
+        self.streams = []             # (spec, flows, sender)
+        self.rx = []
+        gap_ns = int(self.plan["gap_ms"] * 1e6)
+        try:
+            for spec in self.plan["streams"]:
+                key = (spec.get("netns"), spec["intf"])
+                if key not in self.senders:
+                    with entered(spec.get("netns")):
+                        self.senders[key] = Sender(spec["intf"], batch=64)
+                flows = make_flows(spec.get("src_mac") or _mac(self.senders[key]),
+                                   spec["dst_mac"],
+                                   spec["src_ip"], spec["dst_ip"], qps=spec.get("qps", 1),
+                                   first_flow=spec.get("first_flow", 0),
+                                   first_qpn=spec.get("first_qpn", 0x100),
+                                   frame_len=self.plan["frame_len"],
+                                   dscp=spec.get("dscp", 26))
+                self.streams.append((spec, flows, self.senders[key]))
+            for spec in self.plan["receivers"]:
+                self.rx.append(_Rx(spec, gap_ns))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for s in self.senders.values():
+            s.close()
+        for r in self.rx:
+            r.close()
+
+    def run(self):
+        p = self.plan
+        clock = self.clock
+        flen = max((f.template.len for _, flows, _ in self.streams for f in flows),
+                   default=p["frame_len"])
+        tick = int(p["tick_ms"] * 1e6)
+        cpu0 = _cpu()
+        start = clock() + 1_000_000   # 1 ms: every stream starts on one schedule
+        end = start + int(p["duration"] * 1e9)
+        scheds = []
+        for spec, flows, sender in self.streams:
+            interval = flen * 8 * 1e9 / spec["rate_bps"]
+            scheds.append([Schedule(interval, start, max_lag_ns=int(p["max_lag_ms"] * 1e6),
+                                    late_ns=tick + 1_000_000, end_ns=end),
+                           flows, sender, 0])
+        idle_ns = int(p["idle"] * 1e9)
+        hard_end = end + int((p["deadline"] or p["duration"] + 30) * 1e9)
+        buf = bytearray(9216)
+        wakeups = 0
+        last_rx = None
+        sending = bool(scheds)
+        send_end = None
+        while True:
+            now = clock()
+            if sending:
+                for s in scheds:
+                    self._send_due(s, now)
+                now = clock()
+                if all(s[0].done(now) for s in scheds):
+                    sending = False
+                    send_end = now
+            got = 0
+            for r in self.rx:
+                got += self._drain(r, buf)
+            if got:
+                last_rx = clock()
+            if sending:
+                due = [t for t in (s[0].next_ns() for s in scheds) if t is not None]
+                wake = max(min(due, default=end), now + tick)
+            else:
+                quiet_since = max(last_rx or 0, send_end or start)
+                if not self.rx or now - quiet_since >= idle_ns or now >= hard_end:
+                    break
+                wake = now + tick
+            delay = wake - clock()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+            wakeups += 1
+        cpu = _cpu() - cpu0
+        return self._result(scheds, start, send_end or clock(), cpu, wakeups)
+
+    def _send_due(self, s, now):
+        """Send what one stream's schedule says is due, round-robin over its QPs."""
+        sched, flows, sender, rr = s
+        nf = len(flows)
+        while True:
+            n = sched.due(now, sender.batch)
+            if not n:
+                break
+            batch = []
+            for _ in range(n):
+                f = flows[rr]
+                rr = rr + 1 if rr + 1 < nf else 0
+                batch.append((f.template, f.psn, f.flow_id, 0, 0, 0, 0))
+                f.psn = (f.psn + 1) & 0xFFFFFF
+                f.sent += 1
+            sender.emit(batch, self.clock)
+        s[3] = rr
+
+    def _drain(self, r, buf, limit=4096):
+        """Read what one socket holds into its accounting; returns the frame count.
+
+        Arrival times are the kernel's receive timestamps (CLOCK_REALTIME,
+        moved onto CLOCK_MONOTONIC by an offset taken at the start), so the
+        engine may read on its tick without adding the tick to the latency.
+        """
+        verify, acct, hist = self.plan["verify_icrc"], r.acct, r.hist
+        sock, mv, off = r.sock, memoryview(buf), self.rt_offset
+        got = 0
+        for _ in range(limit):
+            try:
+                n, anc, _, _ = sock.recvmsg_into([buf], ANC_SIZE)
+            except BlockingIOError:
+                break
+            now = None
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = TIMESPEC.unpack_from(data)
+                    now = sec * 1_000_000_000 + nsec - off
+            if now is None:
+                now = self.clock()
+            pk = parse(mv[:n], verify)
+            if pk is None:
+                r.other += 1
+                continue
+            if not pk.icrc_ok:
+                acct.corrupted += 1
+                continue
+            key = r.names.get((pk.src_ip, pk.flow))
+            if key is None:
+                key = r.names[(pk.src_ip, pk.flow)] = \
+                    f"{socket.inet_ntoa(pk.src_ip)}#{pk.flow}"
+            acct.add(key, pk.psn, now, n, pk.tx_ns)
+            lat = now - pk.tx_ns
+            if lat >= 0:
+                b = lat // LAT_BIN_NS
+                hist[b if b < LAT_BINS else LAT_BINS - 1] += 1
+                r.lat_sum += lat
+                r.lat_n += 1
+                if lat > r.lat_max:
+                    r.lat_max = lat
+            got += 1
+        return got
+
+    def _result(self, scheds, start, send_end, cpu, wakeups):
+        window = max(send_end - start, 1) / 1e9
+        streams, sent_by_flow = [], {}
+        for (spec, flows, _), (sched, *_rest) in zip(self.streams, scheds):
+            per_flow = {f"{spec['src_ip']}#{f.flow_id}": f.sent for f in flows}
+            sent_by_flow.update(per_flow)
+            streams.append({
+                "name": spec.get("name") or spec["intf"], "src_ip": spec["src_ip"],
+                "dst_ip": spec["dst_ip"], "rate_bps": spec["rate_bps"],
+                "scheduled_packets": sched.sent + sched.skipped,
+                "sent_packets": sched.sent, "skipped_packets": sched.skipped,
+                "late_packets": sched.late, "max_late_ms": round(sched.max_late_ns / 1e6, 3),
+                "per_flow": per_flow})
+        receivers = []
+        for r in self.rx:
+            r.stats()
+            flows = [f for f in r.acct.flows]
+            doc = r.acct.summary({k: sent_by_flow[k] for k in flows if k in sent_by_flow},
+                                 timeline=False)
+            doc.update({"name": r.name, "socket_drops": r.drops, "other_frames": r.other,
+                        "latency_ms": dict(percentiles(r.hist, LAT_BIN_NS),
+                                           mean=round(r.lat_sum / r.lat_n / 1e6, 3)
+                                           if r.lat_n else None,
+                                           max=round(r.lat_max / 1e6, 3))})
+            receivers.append(doc)
+        sent = sum(s["sent_packets"] for s in streams)
+        received = sum(d["total"]["received_packets"] for d in receivers)
+        hist = array("I", bytes(4 * LAT_BINS))
+        for r in self.rx:
+            for i, c in enumerate(r.hist):
+                if c:
+                    hist[i] += c
+        lat_n = sum(r.lat_n for r in self.rx)
+        return {
+            "window_s": round(window, 6), "frame_len": self.plan["frame_len"],
+            "streams": streams, "receivers": receivers,
+            "latency_ms": dict(percentiles(hist, LAT_BIN_NS),
+                               mean=round(sum(r.lat_sum for r in self.rx) / lat_n / 1e6, 3)
+                               if lat_n else None,
+                               max=round(max((r.lat_max for r in self.rx), default=0) / 1e6, 3)),
+            "engine": {"cpu_s": round(cpu, 4), "wakeups": wakeups, "sent_packets": sent,
+                       "received_packets": received,
+                       "cpu_us_per_packet": round(cpu * 1e6 / max(sent + received, 1), 3),
+                       "skipped_packets": sum(s["skipped_packets"] for s in streams),
+                       "late_packets": sum(s["late_packets"] for s in streams),
+                       "socket_drops": sum(d["socket_drops"] for d in receivers)},
+        }
+
+
+def _mac(sender):
+    """The MAC of a sender's interface (its packet socket's address: /sys is the
+    namespace the process started in, not the socket's)."""
+    return ":".join(f"{b:02x}" for b in sender.sock.getsockname()[4])
+
+
+def _cpu():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def main(plan_path, out=None, wait_go=True):
+    """``python -m traffic engine --plan FILE``: ready, wait for go, run, write JSON."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    try:
+        engine = Engine(plan)
+    except PlanError as e:
+        print(f"engine: bad plan: {e}", file=sys.stderr)
+        return 2
+    try:
+        if wait_go:
+            print("ready", flush=True)
+            line = sys.stdin.readline()
+            if line.strip() != "go":
+                print("engine: no 'go' on stdin; nothing sent", file=sys.stderr)
+                return 1
+        doc = engine.run()
+    finally:
+        engine.close()
+    text = json.dumps(doc, indent=1)
+    if out:
+        tmp = out + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, out)
+    else:
+        print(text)
+    return 0
