@@ -1,0 +1,152 @@
+"""The counters that tell the network's drops from the emulator's.
+
+A frame lost in a fabric run was dropped in one of these places:
+
+- a link's egress queue overflowed (the TBF shaper of an interface):
+  **the network's** behaviour, attributed to that link;
+- an OVS port's packet socket overflowed (ovs-vswitchd, one thread for
+  every port, did not read in time) -- ``ss`` shows each socket's drops;
+- OVS failed to send (its one send socket full): the interface's
+  ``tx_dropped`` in the OVS database;
+- the kernel's per-CPU backlog of frames handed over a veth overflowed
+  (``/proc/net/softnet_stat``, second column);
+- the traffic engine did not read its own sockets in time, or fell behind
+  its schedule (it reports those itself).
+
+All but the first are **emulation** drops: the machine, not the emulated
+network.  ``snapshot`` reads them all at once; ``delta`` subtracts two
+snapshots; the CPU use of ovs-vswitchd and of the machine over the same
+window comes with them.  Reading is cheap (one ``ss``, one ``ovs-vsctl``,
+one netlink qdisc dump per namespace) and changes nothing.
+"""
+
+import json
+import os
+import re
+import time
+
+from emulator import proc
+
+_SS_PORT = re.compile(r"\*:(\S+)\s")
+_SS_DROPS = re.compile(r"skmem:\([^)]*\bd(\d+)\)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def ovs_socket_drops(tag):
+    """{interface: drops} of ovs-vswitchd's packet sockets on this run's ports."""
+    text = proc.run(["ss", "-0", "-m", "-e", "-n", "-p"], timeout=15)
+    out, port = {}, None
+    for line in text.splitlines():
+        m = _SS_PORT.search(line)
+        if m and "ovs-vswitchd" in line:
+            port = m.group(1)
+            continue
+        m = _SS_DROPS.search(line)
+        if m and port is not None:
+            if tag in port:
+                out[port] = out.get(port, 0) + int(m.group(1))
+            port = None
+    return out
+
+
+def ovs_interface_drops(tag):
+    """{interface: (rx_dropped, tx_dropped)} from the OVS database, this run's ports."""
+    text = proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
+                          "interface", timeout=20)
+    out = {}
+    for name, stats in json.loads(text)["data"]:
+        if tag not in name:
+            continue
+        values = dict(stats[1]) if isinstance(stats, list) and stats[0] == "map" else {}
+        out[name] = (values.get("rx_dropped", 0), values.get("tx_dropped", 0))
+    return out
+
+
+def softnet_drops(path="/proc/net/softnet_stat"):
+    """Frames dropped because a CPU's input backlog was full, all CPUs."""
+    with open(path) as f:
+        return sum(int(line.split()[1], 16) for line in f if line.strip())
+
+
+def process_cpu_s(pid):
+    """User + system CPU seconds of process ``pid`` (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_cpu():
+    """(busy, total) jiffies of all CPUs since boot."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
+def ovs_pid():
+    """ovs-vswitchd's pid from its pidfile, or None."""
+    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def snapshot(net):
+    """Every drop counter of the run of ``net`` (a FabricNet), and the CPU clocks."""
+    tag = net.state.tag
+    pid = ovs_pid()
+    return {
+        "t": time.monotonic(),
+        "ovs_socket": ovs_socket_drops(tag),
+        "ovs_interface": ovs_interface_drops(tag),
+        "softnet": softnet_drops(),
+        "queues": net.queue_counters(),
+        "ovs_cpu_s": process_cpu_s(pid) if pid else None,
+        "machine": machine_cpu(),
+    }
+
+
+def delta(before, after, topo):
+    """What happened between two snapshots, named by link; the input of a verdict."""
+    seconds = max(after["t"] - before["t"], 1e-9)
+    link_of = link_names(topo)
+    network = {}
+    for intf, (_, drops, sent) in after["queues"].items():
+        b = before["queues"].get(intf, (0, 0, 0))
+        if drops - b[1] > 0:
+            name = link_of.get(intf, intf)
+            network[name] = network.get(name, 0) + drops - b[1]
+    sock = {i: n - before["ovs_socket"].get(i, 0) for i, n in after["ovs_socket"].items()}
+    txd = {i: v[1] - before["ovs_interface"].get(i, (0, 0))[1]
+           for i, v in after["ovs_interface"].items()}
+    busy = after["machine"][0] - before["machine"][0]
+    total = max(after["machine"][1] - before["machine"][1], 1)
+    ncpu = os.cpu_count() or 1
+    ovs_cpu = None
+    if after["ovs_cpu_s"] is not None and before["ovs_cpu_s"] is not None:
+        ovs_cpu = (after["ovs_cpu_s"] - before["ovs_cpu_s"]) / seconds
+    return {
+        "window_s": round(seconds, 3),
+        "network_drops": network,
+        "ovs_socket_drops": {link_of.get(i, i): n for i, n in sock.items() if n > 0},
+        "ovs_tx_drops": {link_of.get(i, i): n for i, n in txd.items() if n > 0},
+        "softnet_drops": after["softnet"] - before["softnet"],
+        "ovs_cpu": round(ovs_cpu, 3) if ovs_cpu is not None else None,
+        "machine_busy": round(busy / total, 3),
+        "cpus": ncpu,
+    }
+
+
+def link_names(topo):
+    """{interface: 'a->b'}: the link direction whose egress queue an interface holds."""
+    out = {}
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            out[p["intf"]] = f"{sw['name']}->{p['peer']}"
+    for h in topo["hosts"]:
+        for p in h["ports"]:
+            out[f"{h['name']}:{p['port']}"] = f"{h['name']}->{p['switch']}"
+    return out

@@ -1,0 +1,150 @@
+"""Is a measurement the network's, or the emulator's?  (pure: no I/O)
+
+Every command that measures traffic ends with one verdict:
+
+- **faithful**: the emulated links limited the traffic.  Frames were lost
+  only where a link's own egress queue overflowed (network drops, named by
+  link), and no frame waited longer than the queues on its path can hold.
+- **emulator-bound**: the machine limited it.  Frames were lost outside the
+  links' queues (OVS's port sockets, its send path, the kernel's backlog,
+  the receivers' sockets), a sender fell behind its schedule, or frames
+  were delayed beyond what the queues can cause (hidden queueing in socket
+  buffers while a CPU was busy).  The figures of such a run describe this
+  machine, not the fabric: the verdict says why and what to change.
+
+The inputs are the counter deltas of ``dataplane.counters.delta``, the
+traffic engine's own report (``traffic.engine``) and the fabric's queue
+bound.  Thresholds are parameters with defaults that a unit test pins.
+"""
+
+# An emulation drop rate below this is noise a figure can carry (1 in 10,000).
+EMULATION_DROP_LIMIT = 1e-4
+# Latency above the path's queue bound by more than this is not the links'.
+LATENCY_SLACK_MS = 5.0
+OVS_CPU_WARN = 0.85
+MACHINE_BUSY_WARN = 0.95
+
+
+def queue_bound_ms(topo, queue_ms):
+    """The most queueing delay a frame can see: every egress queue on the longest path.
+
+    A path crosses 2 x (highest tier) links (up and down), plus the NIC
+    switch's queue at each end for dual-homed hosts; each queue holds
+    ``queue_ms`` at its link's rate.
+    """
+    tiers = max((sw["tier"] for sw in topo["switches"] if sw.get("kind") != "nic"), default=1)
+    links = 2 * tiers
+    if any(sw.get("kind") == "nic" for sw in topo["switches"]):
+        links += 2
+    return links * queue_ms
+
+
+def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
+            drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS):
+    """The fidelity document of one measurement.
+
+    ``sent``: packets the traffic sent; ``counters``: a counters delta;
+    ``engine``: the traffic engine's ``engine`` section (None for traffic it
+    did not send); ``latency``: {"p99", "max", ...} in ms of the received
+    frames; ``bound_ms``: ``queue_bound_ms`` of the fabric.
+    """
+    engine = engine or {}
+    emu = {
+        "ovs_port_sockets": dict(counters.get("ovs_socket_drops") or {}),
+        "ovs_send": dict(counters.get("ovs_tx_drops") or {}),
+        "kernel_backlog": counters.get("softnet_drops") or 0,
+        "receiver_sockets": engine.get("socket_drops", 0),
+        "sender_behind_schedule": engine.get("skipped_packets", 0),
+    }
+    emu_total = (sum(emu["ovs_port_sockets"].values()) + sum(emu["ovs_send"].values())
+                 + emu["kernel_backlog"] + emu["receiver_sockets"]
+                 + emu["sender_behind_schedule"])
+    net = dict(counters.get("network_drops") or {})
+    reasons, warnings, remedies = [], [], []
+    base = max(sent, 1)
+    if emu_total > drop_limit * base:
+        where = [k for k, v in emu.items() if (sum(v.values()) if isinstance(v, dict) else v)]
+        reasons.append(f"{emu_total} frames ({100 * emu_total / base:.2f} %) lost or "
+                       f"never sent outside the links' queues ({', '.join(where)})")
+        remedies.append("offer less load: lower the link rates (-P host_rate=..., "
+                        "-P uplink_rate=...), fewer hosts, or bigger frames (--mtu 4096)")
+    elif emu_total:
+        warnings.append(f"{emu_total} emulation drops, below {drop_limit:.2%} of the "
+                        "frames sent")
+    lat = latency or {}
+    if bound_ms is not None and lat.get("p99") is not None:
+        limit = bound_ms + slack_ms
+        if lat["p99"] > limit:
+            reasons.append(f"p99 one-way latency {lat['p99']:.1f} ms exceeds the "
+                           f"{bound_ms:g} ms the queues on a path can hold: frames waited "
+                           "in the emulator, not in the links")
+            remedies.append("the machine is saturated: lower the load or stop other work")
+        elif lat.get("max") is not None and lat["max"] > limit:
+            warnings.append(f"max latency {lat['max']:.1f} ms exceeds the {bound_ms:g} ms "
+                            "queue bound (p99 is within it): a scheduling stall")
+    late = engine.get("late_packets", 0)
+    if late > 0.01 * base:
+        warnings.append(f"{late} packets ({100 * late / base:.1f} %) left later than their "
+                        "schedule allows")
+    cpu = counters.get("ovs_cpu")
+    if cpu is not None and cpu >= OVS_CPU_WARN:
+        warnings.append(f"ovs-vswitchd used {cpu:.0%} of a core: near the userspace "
+                        "datapath's budget (see `emulator calibrate`)")
+    busy = counters.get("machine_busy")
+    if busy is not None and busy >= MACHINE_BUSY_WARN:
+        warnings.append(f"the machine was {busy:.0%} busy")
+    doc = {
+        "verdict": "emulator-bound" if reasons else "faithful",
+        "reasons": reasons,
+        "warnings": warnings,
+        "remedy": "; ".join(dict.fromkeys(remedies)) or None,
+        "sent_packets": sent,
+        "network_drops": {"total": sum(net.values()), "by_link": net},
+        "emulation_drops": dict(emu, total=emu_total),
+        "latency_ms": lat or None,
+        "queue_bound_ms": bound_ms,
+        "cpu": {"ovs_vswitchd": cpu, "machine_busy": busy, "cpus": counters.get("cpus"),
+                "traffic_engine": engine.get("cpu_share"),
+                "engine_us_per_packet": engine.get("cpu_us_per_packet")},
+    }
+    return doc
+
+
+def summary_lines(doc):
+    """The verdict in a few lines for a terminal or report.md."""
+    if doc is None:
+        return []
+    head = doc["verdict"].upper()
+    lines = [f"fidelity: {head}"]
+    net = doc["network_drops"]
+    emu = doc["emulation_drops"]
+    lines.append(f"  network drops (link queues): {net['total']}"
+                 + (f"  [{', '.join(f'{k} {v}' for k, v in sorted(net['by_link'].items()))}]"
+                    if net["by_link"] else ""))
+    lines.append(f"  emulation drops: {emu['total']} (OVS port sockets "
+                 f"{sum(emu['ovs_port_sockets'].values())}, OVS send "
+                 f"{sum(emu['ovs_send'].values())}, kernel backlog {emu['kernel_backlog']}, "
+                 f"receivers {emu['receiver_sockets']}, senders behind schedule "
+                 f"{emu['sender_behind_schedule']})")
+    lat = doc.get("latency_ms")
+    if lat and lat.get("p99") is not None:
+        lines.append(f"  one-way latency p50/p99/max {lat.get('p50')}/{lat.get('p99')}/"
+                     f"{lat.get('max')} ms (queues on a path hold {doc['queue_bound_ms']:g} ms)")
+    cpu = doc["cpu"]
+    parts = []
+    if cpu.get("ovs_vswitchd") is not None:
+        parts.append(f"ovs-vswitchd {cpu['ovs_vswitchd']:.0%} of a core")
+    if cpu.get("traffic_engine") is not None:
+        parts.append(f"traffic engine {cpu['traffic_engine']:.0%}")
+    if cpu.get("machine_busy") is not None:
+        parts.append(f"machine {cpu['machine_busy']:.0%} busy")
+    if parts:
+        lines.append("  cpu: " + ", ".join(parts))
+    lines += [f"  why: {r}" for r in doc["reasons"]]
+    lines += [f"  note: {w}" for w in doc["warnings"]]
+    if doc.get("remedy"):
+        lines.append(f"  remedy: {doc['remedy']}")
+    if doc["verdict"] != "faithful":
+        lines.append("  these figures describe this machine's limits, not the fabric's "
+                     "behaviour")
+    return lines

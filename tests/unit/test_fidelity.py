@@ -1,0 +1,79 @@
+"""The fidelity verdict: network drops vs emulation drops, latency vs the queue bound."""
+
+from emulator.experiments import fidelity
+
+
+def counters(**kw):
+    base = {"network_drops": {}, "ovs_socket_drops": {}, "ovs_tx_drops": {},
+            "softnet_drops": 0, "ovs_cpu": 0.4, "machine_busy": 0.5, "cpus": 2}
+    base.update(kw)
+    return base
+
+
+TOPO = {"switches": [{"name": "leaf1", "tier": 1, "kind": "leaf"},
+                     {"name": "spine1", "tier": 2, "kind": "spine"}]}
+
+
+def test_queue_bound_counts_every_queue_on_the_longest_path():
+    assert fidelity.queue_bound_ms(TOPO, 30) == 120       # host-leaf-spine-leaf-host
+    three = {"switches": TOPO["switches"] + [{"name": "s", "tier": 3, "kind": "superspine"}]}
+    assert fidelity.queue_bound_ms(three, 10) == 60
+    nic = {"switches": TOPO["switches"] + [{"name": "h1.nic", "tier": 0, "kind": "nic"}]}
+    assert fidelity.queue_bound_ms(nic, 10) == 60
+
+
+def test_clean_run_is_faithful():
+    d = fidelity.verdict(100_000, counters(), engine={"socket_drops": 0, "skipped_packets": 0},
+                         latency={"p99": 3.0, "max": 8.0}, bound_ms=120)
+    assert d["verdict"] == "faithful" and not d["reasons"] and d["remedy"] is None
+
+
+def test_link_queue_drops_are_the_network_and_stay_faithful():
+    d = fidelity.verdict(100_000, counters(network_drops={"leaf1->spine1": 30_000}),
+                         latency={"p99": 35.0, "max": 40.0}, bound_ms=120)
+    assert d["verdict"] == "faithful"
+    assert d["network_drops"] == {"total": 30_000, "by_link": {"leaf1->spine1": 30_000}}
+    assert d["emulation_drops"]["total"] == 0
+
+
+def test_ovs_socket_drops_make_it_emulator_bound_with_a_remedy():
+    d = fidelity.verdict(100_000, counters(ovs_socket_drops={"spine1->leaf2": 500},
+                                           softnet_drops=20))
+    assert d["verdict"] == "emulator-bound"
+    assert d["emulation_drops"]["total"] == 520
+    assert "ovs_port_sockets" in d["reasons"][0] and "kernel_backlog" in d["reasons"][0]
+    assert "lower the link rates" in d["remedy"]
+
+
+def test_a_few_emulation_drops_below_the_limit_are_a_note():
+    d = fidelity.verdict(1_000_000, counters(softnet_drops=3))
+    assert d["verdict"] == "faithful" and d["warnings"]
+
+
+def test_sender_behind_schedule_is_an_emulation_shortfall():
+    d = fidelity.verdict(10_000, counters(), engine={"skipped_packets": 50})
+    assert d["verdict"] == "emulator-bound"
+    assert d["emulation_drops"]["sender_behind_schedule"] == 50
+
+
+def test_latency_beyond_the_queues_is_hidden_queueing():
+    d = fidelity.verdict(10_000, counters(), latency={"p99": 1800.0, "max": 4200.0},
+                         bound_ms=120)
+    assert d["verdict"] == "emulator-bound"
+    assert "1800.0 ms exceeds the 120 ms" in d["reasons"][0]
+    stall = fidelity.verdict(10_000, counters(), latency={"p99": 10.0, "max": 400.0},
+                             bound_ms=120)
+    assert stall["verdict"] == "faithful" and "stall" in stall["warnings"][0]
+
+
+def test_cpu_near_budget_is_noted_not_judged():
+    d = fidelity.verdict(10_000, counters(ovs_cpu=0.97, machine_busy=0.99))
+    assert d["verdict"] == "faithful" and len(d["warnings"]) == 2
+
+
+def test_summary_lines_say_the_verdict_and_the_why():
+    d = fidelity.verdict(100, counters(ovs_socket_drops={"leaf1->h1": 50}))
+    text = "\n".join(fidelity.summary_lines(d))
+    assert "EMULATOR-BOUND" in text and "why:" in text and "remedy:" in text
+    assert "not the fabric's" in text
+    assert fidelity.summary_lines(None) == []
