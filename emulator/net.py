@@ -94,13 +94,16 @@ class FabricNet:
     """The running fabric of one run."""
 
     def __init__(self, topo, state, datapath_type, controller_url,
-                 queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None):
+                 queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None,
+                 roce_mtu=shaping.ROCE_MTU):
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type
         self.controller_url = controller_url
         self.queue_ms = queue_ms
         self.shape = shape
+        self.mtu = shaping.link_mtu(roce_mtu)      # every interface of the fabric
+        self.frame = self.mtu + 14                 # the largest frame a shaper must pass
         self.progress = progress or (lambda msg: None)
         self.mn = None
         self.hosts = {}
@@ -165,13 +168,13 @@ class FabricNet:
                 if n2 in self.hosts:
                     name2 = p2
                     peer = {"ifname": name2, "net_ns_pid": self.hosts[n2].pid,
-                            "address": host_port[(n2, p2)]["mac"]}
+                            "address": host_port[(n2, p2)]["mac"], "mtu": self.mtu}
                 else:
                     name2 = intf_of[(n2, int(p2[3:]))]
-                    peer = {"ifname": name2}
+                    peer = {"ifname": name2, "mtu": self.mtu}
                 self.state.record("interface", name1)
                 try:
-                    ipr.link("add", ifname=name1, kind="veth", peer=peer)
+                    ipr.link("add", ifname=name1, kind="veth", mtu=self.mtu, peer=peer)
                 except NetlinkError as e:
                     raise RunFailed(f"creating veth {name1} <-> {n2}:{name2}: {e.args[1]}")
                 quiet_ipv6(name1)
@@ -224,7 +227,7 @@ class FabricNet:
         with IPRoute() as ipr:
             for _, p in self._switch_ports():
                 idx = ipr.link_lookup(ifname=p["intf"])[0]
-                shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
+                shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms, self.frame)
 
     def _configure_hosts(self):
         """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace."""
@@ -239,7 +242,7 @@ class FabricNet:
                     ipr.addr("add", index=idx, address=p["ip"], prefixlen=p["prefix_len"])
                     ipr.link("set", index=idx, state="up")
                     if self.shape:
-                        shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms)
+                        shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms, self.frame)
                 for r in h.get("routes", ()):
                     # multi-plane: another rail's address leaves through that rail's NIC
                     ipr.route("add", dst=r["dst"], prefsrc=r["src"],

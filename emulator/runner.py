@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 
 from emulator import addressing, datapath, logs, spec
-from emulator.shaping import DEFAULT_QUEUE_MS
+from emulator.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, FabricError, RunFailed
 from emulator.runstate import RUN_ENV, RunState
 
@@ -217,13 +217,14 @@ class Session:
 
     def __init__(self, fabric, results_base="results", controller="builtin",
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
-                 reach_timeout=90.0, progress=None):
+                 reach_timeout=90.0, progress=None, mtu=ROCE_MTU):
         self.fabric = fabric
         self.results_base = results_base
         self.controller_spec = controller
         self.datapath_request = datapath_request
         self.seed = seed
         self.queue_ms = queue_ms
+        self.mtu = mtu                   # RoCE path MTU; interfaces get shaping.link_mtu
         self.shape = shape
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
@@ -272,14 +273,16 @@ class Session:
         self.results.update({
             "run": self.state.tag, "fabric": self.fabric.name, "results_dir": self.dir,
             "datapath": {"type": dp_type, "reason": dp_reason},
+            "mtu": {"roce": self.mtu, "interfaces": None},
             "command": sys.argv, "python": sys.version.split()[0],
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")
         url = self._start_controller()
         self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
-                             shape=self.shape, progress=self.progress)
+                             shape=self.shape, progress=self.progress, roce_mtu=self.mtu)
         self.net.build()
+        self.results["mtu"]["interfaces"] = self.net.mtu
         self.progress("waiting for every host pair to reach every other")
         t1 = time.monotonic()
         from emulator.reach import wait_all_pairs

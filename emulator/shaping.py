@@ -12,23 +12,37 @@ import socket
 import struct
 
 MTU_FRAME = 1514
+ROCE_MTU = 4096          # RoCE path MTU of AI fabrics: 4 KiB of payload per packet
+
+
+def link_mtu(roce_mtu=ROCE_MTU):
+    """The IP MTU every fabric interface gets so frames of RoCE MTU ``roce_mtu`` fit.
+
+    A RoCEv2 RDMA WRITE ONLY packet carries 62 bytes of IP/UDP/BTH/RETH/ICRC
+    around its payload; 128 leave room, and 1500 stays the floor.
+    """
+    return max(1500, roce_mtu + 128)
 # 30 ms is 100 full frames at 40 Mbit/s: a shallow switch buffer in packets, and
 # enough to absorb the scheduling stalls of a userspace datapath on 2 shared cores.
 DEFAULT_QUEUE_MS = 30.0
 
 
-def tbf_params(rate_bps, queue_ms=DEFAULT_QUEUE_MS):
-    """Arguments for pyroute2's ``tc('add', 'tbf', ...)`` (rate in bytes/s)."""
+def tbf_params(rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME):
+    """Arguments for pyroute2's ``tc('add', 'tbf', ...)`` (rate in bytes/s).
+
+    ``frame`` is the largest frame the interface carries (its MTU + 14).
+    """
     rate = rate_bps // 8
     # Bucket: ~1 ms at rate, at least two full frames so a frame always fits.
-    burst = max(2 * MTU_FRAME, rate // 1000)
-    limit = max(3 * MTU_FRAME, int(rate * queue_ms / 1000.0)) + burst
+    burst = max(2 * frame, rate // 1000)
+    limit = max(3 * frame, int(rate * queue_ms / 1000.0)) + burst
     return {"rate": rate, "burst": burst, "limit": limit}
 
 
-def apply(ipr, index, rate_bps, queue_ms=DEFAULT_QUEUE_MS):
+def apply(ipr, index, rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME):
     """Install the shaper on interface ``index`` of the namespace of ``ipr``."""
-    ipr.tc("add", "tbf", index=index, handle=0x10000, **tbf_params(rate_bps, queue_ms))
+    ipr.tc("add", "tbf", index=index, handle=0x10000,
+           **tbf_params(rate_bps, queue_ms, frame))
 
 
 def stats(ipr, index):

@@ -42,6 +42,12 @@ PROBE = struct.Struct("!IIQIIII")
 PROBE_MAGIC = 0x464C5431                       # "FLT1"
 PSN_MASK = 0xFFFFFF
 HEADERS_LEN = BTH_OFF + BTH_LEN + ICRC_LEN     # frame bytes that are not payload
+ROCE_MTUS = (1024, 2048, 4096)                 # RoCE path MTUs (payload bytes per packet)
+
+
+def frame_len_for_mtu(mtu):
+    """Ethernet frame length (no FCS) of an RDMA WRITE ONLY packet with ``mtu`` payload."""
+    return HEADERS_LEN + RETH_LEN + mtu
 
 # RC opcodes (IBA table 38).  WRITE FIRST/ONLY carry a RETH.
 OPCODES = {
