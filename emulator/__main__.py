@@ -11,6 +11,7 @@ import sys
 
 from emulator import addressing, presets, spec
 from emulator.errors import FabricError, RunFailed
+from traffic.frames import ROCE_MTUS
 
 
 def add_fabric_args(p):
@@ -28,6 +29,15 @@ def load_fabric(args):
             raise FabricError("--param applies to presets, not to a fabric file")
         return spec.load_file(args.fabric)
     return presets.build(args.preset or "leaf-spine", presets.parse_assignments(args.param))
+
+
+def add_fidelity_args(p):
+    p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
+                   help="RoCE path MTU: payload bytes per packet (default 4096, as AI "
+                        "fabrics run); every interface gets an MTU that carries it")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when the measurement is emulator-bound (the machine, "
+                        "not the emulated links, limited the traffic)")
 
 
 def parse_seed(text):
@@ -94,6 +104,15 @@ def build_parser():
                    help="results go to DIR/<time>-<run tag>/")
     p.add_argument("--cli", action="store_true",
                    help="drop into the Mininet CLI instead of running traffic")
+    add_fidelity_args(p)
+
+    p = sub.add_parser("calibrate", help="measure how much traffic this machine emulates "
+                                         "faithfully (1 and 3 switch hops); cached for "
+                                         "the runs' load warnings")
+    p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
+                   help="RoCE path MTU of the frames (default 4096)")
+    p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    p.add_argument("--results", default="results", metavar="DIR")
 
     from emulator import drill
     p = sub.add_parser("drill", help="failover drill: inject faults under probe traffic, "
@@ -162,6 +181,13 @@ def main(argv=None):
             from emulator import cleanup, runner
             runner.require_root()
             cleanup.clean(force=args.force)
+            return 0
+        if args.command == "calibrate":
+            from emulator import runner
+            from emulator.experiments import calibrate
+            runner.require_root()
+            runner.check_dependencies()
+            calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath)
             return 0
         if args.command == "run":
             from emulator import runner

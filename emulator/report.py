@@ -67,11 +67,18 @@ def summary(results, topo):
                    f"(all-pairs ping, {reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
     traffic = r.get("traffic")
     if traffic:
+        fid = traffic.get("fidelity")
+        bound = fid is not None and fid["verdict"] != "faithful"
         out.append(f"\ntraffic: {traffic['description']}")
         out.append(f"  sent {traffic['sent_packets']} packets, received "
                    f"{traffic['received_packets']}, lost {traffic['dropped_packets']}, "
                    f"reordered {traffic['reordered_packets']}, "
-                   f"disruptions {traffic['total_disruptions']}")
+                   f"disruptions {traffic['total_disruptions']}"
+                   + ("  [EMULATOR-BOUND: not the network's behaviour]" if bound else ""))
+        lat = traffic.get("latency_ms")
+        if lat and lat.get("p50") is not None:
+            out.append(f"  one-way latency p50 {lat['p50']} ms, p99 {lat['p99']} ms, "
+                       f"max {lat['max']} ms")
         cp = traffic.get("cross_plane")
         if cp:
             out.append(f"  cross-plane: {cp['connections']} connections ({cp['flows']} flows), "
@@ -87,6 +94,9 @@ def summary(results, topo):
             rows.append((leaf["leaf"], cells, f"{leaf['max_over_mean']:.2f}"
                          if leaf["max_over_mean"] is not None else "-"))
         out.append(_table(rows, ("leaf", "uplink:Mbit/s", "max/mean")))
+        if fid is not None:
+            out.append("")
+            out += fidelity_lines(fid)
     coll = r.get("collective")
     if coll:
         out.append(f"\n{coll['collective']} over {coll['nranks']} ranks "
@@ -105,6 +115,46 @@ def summary(results, topo):
         out.append(f"\nteardown: {t['teardown_s']:.2f}s")
     out.append(f"results: {r['results_dir']}")
     return "\n".join(out)
+
+
+def fidelity_lines(doc):
+    """A fidelity verdict (experiments.fidelity) in a few lines, for a terminal or report.md."""
+    if doc is None:
+        return []
+    head = doc["verdict"].upper()
+    lines = [f"fidelity: {head}"]
+    net = doc["network_drops"]
+    emu = doc["emulation_drops"]
+    lines.append(f"  network drops (link queues): {net['total']}"
+                 + (f"  [{', '.join(f'{k} {v}' for k, v in sorted(net['by_link'].items()))}]"
+                    if net["by_link"] else ""))
+    lines.append(f"  emulation drops: {emu['total']} (OVS port sockets "
+                 f"{sum(emu['ovs_port_sockets'].values())}, OVS send "
+                 f"{sum(emu['ovs_send'].values())}, kernel backlog {emu['kernel_backlog']}, "
+                 f"receivers {emu['receiver_sockets']}, senders behind schedule "
+                 f"{emu['sender_behind_schedule']})")
+    lat = doc.get("latency_ms")
+    if lat and lat.get("p99") is not None:
+        lines.append(f"  one-way latency p50/p99/max {lat.get('p50')}/{lat.get('p99')}/"
+                     f"{lat.get('max')} ms (queues on a path hold {doc['queue_bound_ms']:g} ms)")
+    cpu = doc["cpu"]
+    parts = []
+    if cpu.get("ovs_vswitchd") is not None:
+        parts.append(f"ovs-vswitchd {cpu['ovs_vswitchd']:.0%} of a core")
+    if cpu.get("traffic_engine") is not None:
+        parts.append(f"traffic engine {cpu['traffic_engine']:.0%}")
+    if cpu.get("machine_busy") is not None:
+        parts.append(f"machine {cpu['machine_busy']:.0%} busy")
+    if parts:
+        lines.append("  cpu: " + ", ".join(parts))
+    lines += [f"  why: {r}" for r in doc["reasons"]]
+    lines += [f"  note: {w}" for w in doc["warnings"]]
+    if doc.get("remedy"):
+        lines.append(f"  remedy: {doc['remedy']}")
+    if doc["verdict"] != "faithful":
+        lines.append("  these figures describe this machine's limits, not the fabric's "
+                     "behaviour")
+    return lines
 
 
 def cli_banner(session):

@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import sys
 from importlib import metadata
+from emulator.report import fidelity_lines
 
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
@@ -161,6 +162,13 @@ def markdown(results, topo, pictures, summary_text=None):
                          [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
                           for s in topo["switches"]]))
     traffic = r.get("traffic")
+    fid = (traffic or {}).get("fidelity")
+    if fid is not None:
+        out += ["", "## Fidelity", ""]
+        if fid["verdict"] != "faithful":
+            out += ["**EMULATOR-BOUND: the figures below describe this machine's limits, "
+                    "not the fabric's behaviour.**", ""]
+        out += ["```", *fidelity_lines(fid), "```"]
     if traffic:
         out += ["", "## Traffic", "", traffic["description"], "",
                 f"sent {traffic['sent_packets']}, received {traffic['received_packets']}, "

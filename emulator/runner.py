@@ -360,10 +360,12 @@ def run(fabric, args, out=print):
     require_root()
     check_dependencies()
     status = 0
+    warn_load(fabric, args, sizes, out)
     with signals_as_exceptions():
         session = Session(fabric, results_base=args.results, controller=args.controller,
                           datapath_request=args.datapath, seed=args.hash_seed,
-                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"))
+                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
+                          mtu=args.mtu)
         try:
             with session:
                 if args.cli:
@@ -390,7 +392,32 @@ def run(fabric, args, out=print):
     if problems:
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
         status = 1
+    fid = (session.results.get("traffic") or session.results.get("collective") or {}) \
+        .get("fidelity")
+    if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
+        out("--strict: the measurement is emulator-bound; exit status 3")
+        status = 3
     return status
+
+
+def warn_load(fabric, args, sizes, out):
+    """Before anything is built: does the load fit this machine's measured budget?"""
+    from emulator import workload
+    from emulator.experiments import budget, calibrate
+    from traffic.frames import frame_len_for_mtu
+    topo = addressing.plan(fabric)
+    frame_len = frame_len_for_mtu(args.mtu)
+    if sizes:
+        hops = budget.longest_path_hops(topo)
+        streams = [(h["ports"][0]["rate_bps"], frame_len, hops) for h in topo["hosts"]]
+    elif args.workload == "mix":
+        streams = [(sp["rate_bps"] * share, frame_len, budget.path_hops(topo, s, d))
+                   for s, sp, d, _, share, _ in workload.mix_pairs(topo, 0.5)]
+    else:
+        return
+    dp_type, _ = datapath.detect(args.datapath)
+    fits, message = budget.check(streams, calibrate.cached_budget(dp_type, frame_len))
+    out(f"... load: {message}" if fits else f"warning: {message}")
 
 
 def _workload_seconds(session, args, sizes):
@@ -405,11 +432,12 @@ def _workload_seconds(session, args, sizes):
 
 def _workload(session, args, sizes, out):
     """The workload part of ``run``; returns the exit status."""
-    from emulator import collective, workload
+    from emulator import collective
+    from emulator.experiments import mix
     if args.workload == "mix" and args.duration > 0:
         out(f"... traffic: {args.duration:g}s across leaves")
-        session.results["traffic"] = workload.default_mix(
-            session, duration=args.duration, qps=args.qps or 4)
+        session.results["traffic"] = mix.default_mix(
+            session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
         rep = collective.run_collective(

@@ -23,9 +23,12 @@ one netlink qdisc dump per namespace) and changes nothing.
 import json
 import os
 import re
+import socket
 import time
 
 from emulator import proc
+from emulator.shaping import QdiscReader
+from traffic.netns import entered
 
 _SS_PORT = re.compile(r"\*:(\S+)\s")
 _SS_DROPS = re.compile(r"skmem:\([^)]*\bd(\d+)\)")
@@ -94,16 +97,54 @@ def ovs_pid():
     return None
 
 
-def snapshot(net):
+class QueueCounters:
+    """Root-TBF counters of every interface of a fabric: switch ports and host ports.
+
+    One netlink socket per namespace, opened once inside it (a socket keeps
+    its namespace), so each read is one dump per namespace.
+    """
+
+    def __init__(self, net):
+        self.readers = [(None, QdiscReader(), _index_names())]
+        for name, host in net.hosts.items():
+            with entered(f"/proc/{host.pid}/ns/net"):
+                self.readers.append((name, QdiscReader(), _index_names()))
+
+    def read(self):
+        """{interface (host ports as 'h1:eth0'): (backlog_bytes, drops, sent_bytes)}."""
+        out = {}
+        for host, reader, names in self.readers:
+            for index, values in reader.read().items():
+                intf = names.get(index)
+                if intf is not None:
+                    out[intf if host is None else f"{host}:{intf}"] = values
+        return out
+
+    def close(self):
+        for _, reader, _ in self.readers:
+            reader.close()
+
+
+def _index_names():
+    return {i: n for i, n in socket.if_nameindex()}
+
+
+def snapshot(net, queues=None):
     """Every drop counter of the run of ``net`` (a FabricNet), and the CPU clocks."""
     tag = net.state.tag
     pid = ovs_pid()
+    if queues is None:
+        queues = QueueCounters(net)
+        try:
+            return snapshot(net, queues)
+        finally:
+            queues.close()
     return {
         "t": time.monotonic(),
         "ovs_socket": ovs_socket_drops(tag),
         "ovs_interface": ovs_interface_drops(tag),
         "softnet": softnet_drops(),
-        "queues": net.queue_counters(),
+        "queues": queues.read(),
         "ovs_cpu_s": process_cpu_s(pid) if pid else None,
         "machine": machine_cpu(),
     }

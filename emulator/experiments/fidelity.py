@@ -40,7 +40,7 @@ def queue_bound_ms(topo, queue_ms):
 
 
 def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
-            drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS):
+            drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None):
     """The fidelity document of one measurement.
 
     ``sent``: packets the traffic sent; ``counters``: a counters delta;
@@ -61,13 +61,15 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                  + emu["sender_behind_schedule"])
     net = dict(counters.get("network_drops") or {})
     reasons, warnings, remedies = [], [], []
-    base = max(sent, 1)
+    # the frames the traffic should have carried: sent, plus those a sender skipped
+    base = max(sent + emu["sender_behind_schedule"], 1)
     if emu_total > drop_limit * base:
         where = [k for k, v in emu.items() if (sum(v.values()) if isinstance(v, dict) else v)]
-        reasons.append(f"{emu_total} frames ({100 * emu_total / base:.2f} %) lost or "
-                       f"never sent outside the links' queues ({', '.join(where)})")
+        reasons.append(f"{emu_total} of {base} frames ({100 * emu_total / base:.2f} %) lost "
+                       f"or never sent outside the links' queues ({', '.join(where)})")
+        bigger = ", or bigger frames (--mtu 4096)" if frame_len and frame_len < 4000 else ""
         remedies.append("offer less load: lower the link rates (-P host_rate=..., "
-                        "-P uplink_rate=...), fewer hosts, or bigger frames (--mtu 4096)")
+                        f"-P uplink_rate=...) or use fewer hosts{bigger}")
     elif emu_total:
         warnings.append(f"{emu_total} emulation drops, below {drop_limit:.2%} of the "
                         "frames sent")
@@ -108,43 +110,3 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                 "engine_us_per_packet": engine.get("cpu_us_per_packet")},
     }
     return doc
-
-
-def summary_lines(doc):
-    """The verdict in a few lines for a terminal or report.md."""
-    if doc is None:
-        return []
-    head = doc["verdict"].upper()
-    lines = [f"fidelity: {head}"]
-    net = doc["network_drops"]
-    emu = doc["emulation_drops"]
-    lines.append(f"  network drops (link queues): {net['total']}"
-                 + (f"  [{', '.join(f'{k} {v}' for k, v in sorted(net['by_link'].items()))}]"
-                    if net["by_link"] else ""))
-    lines.append(f"  emulation drops: {emu['total']} (OVS port sockets "
-                 f"{sum(emu['ovs_port_sockets'].values())}, OVS send "
-                 f"{sum(emu['ovs_send'].values())}, kernel backlog {emu['kernel_backlog']}, "
-                 f"receivers {emu['receiver_sockets']}, senders behind schedule "
-                 f"{emu['sender_behind_schedule']})")
-    lat = doc.get("latency_ms")
-    if lat and lat.get("p99") is not None:
-        lines.append(f"  one-way latency p50/p99/max {lat.get('p50')}/{lat.get('p99')}/"
-                     f"{lat.get('max')} ms (queues on a path hold {doc['queue_bound_ms']:g} ms)")
-    cpu = doc["cpu"]
-    parts = []
-    if cpu.get("ovs_vswitchd") is not None:
-        parts.append(f"ovs-vswitchd {cpu['ovs_vswitchd']:.0%} of a core")
-    if cpu.get("traffic_engine") is not None:
-        parts.append(f"traffic engine {cpu['traffic_engine']:.0%}")
-    if cpu.get("machine_busy") is not None:
-        parts.append(f"machine {cpu['machine_busy']:.0%} busy")
-    if parts:
-        lines.append("  cpu: " + ", ".join(parts))
-    lines += [f"  why: {r}" for r in doc["reasons"]]
-    lines += [f"  note: {w}" for w in doc["warnings"]]
-    if doc.get("remedy"):
-        lines.append(f"  remedy: {doc['remedy']}")
-    if doc["verdict"] != "faithful":
-        lines.append("  these figures describe this machine's limits, not the fabric's "
-                     "behaviour")
-    return lines

@@ -1,6 +1,7 @@
 """The fidelity verdict: network drops vs emulation drops, latency vs the queue bound."""
 
 from emulator.experiments import fidelity
+from emulator.report import fidelity_lines
 
 
 def counters(**kw):
@@ -42,7 +43,9 @@ def test_ovs_socket_drops_make_it_emulator_bound_with_a_remedy():
     assert d["verdict"] == "emulator-bound"
     assert d["emulation_drops"]["total"] == 520
     assert "ovs_port_sockets" in d["reasons"][0] and "kernel_backlog" in d["reasons"][0]
-    assert "lower the link rates" in d["remedy"]
+    assert "lower the link rates" in d["remedy"] and "--mtu" not in d["remedy"]
+    small = fidelity.verdict(100_000, counters(softnet_drops=50), frame_len=1098)
+    assert "--mtu 4096" in small["remedy"]
 
 
 def test_a_few_emulation_drops_below_the_limit_are_a_note():
@@ -53,6 +56,7 @@ def test_a_few_emulation_drops_below_the_limit_are_a_note():
 def test_sender_behind_schedule_is_an_emulation_shortfall():
     d = fidelity.verdict(10_000, counters(), engine={"skipped_packets": 50})
     assert d["verdict"] == "emulator-bound"
+    assert "50 of 10050 frames" in d["reasons"][0]
     assert d["emulation_drops"]["sender_behind_schedule"] == 50
 
 
@@ -73,7 +77,7 @@ def test_cpu_near_budget_is_noted_not_judged():
 
 def test_summary_lines_say_the_verdict_and_the_why():
     d = fidelity.verdict(100, counters(ovs_socket_drops={"leaf1->h1": 50}))
-    text = "\n".join(fidelity.summary_lines(d))
+    text = "\n".join(fidelity_lines(d))
     assert "EMULATOR-BOUND" in text and "why:" in text and "remedy:" in text
     assert "not the fabric's" in text
-    assert fidelity.summary_lines(None) == []
+    assert fidelity_lines(None) == []

@@ -1,0 +1,118 @@
+"""``emulator calibrate``: how much traffic this machine can emulate faithfully.
+
+A small fabric (2 leaves, 1 spine, 2 hosts per leaf) is built with links far
+faster than anything the machine can forward (10 Gbit/s, so no link limits a
+trial), and one stream of RoCEv2 frames of the run's size is sent at a rate
+found by doubling and bisection (``budget.search``): 1 switch hop (two hosts
+on one leaf) and 3 hops (across the spine).  A trial passes when nothing was
+lost, the fidelity verdict is faithful and p99 latency stayed within a few
+ms (nothing can queue on 10 Gbit/s links: latency is the emulator's).
+
+The result is cached per machine (``budget.machine_key``: host, CPU, cores,
+kernel, OVS version, datapath, frame size) in ``CACHE``; ``run``, ``drill``
+and ``compare`` read it before they start and warn when the load they will
+offer does not fit.
+"""
+
+import json
+import os
+import time
+
+from emulator.experiments import budget
+from emulator.experiments.mix import measure, netns_of
+from traffic.frames import frame_len_for_mtu
+
+CACHE = "/var/cache/fabric-lab/calibration.json"
+TRIAL_S = 2.0
+LATENCY_LIMIT_MS = 5.0
+
+
+def calibration_fabric():
+    from emulator import presets
+    return presets.build("leaf-spine", {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
+                                        "host_rate": "10Gbps", "uplink_rate": "10Gbps"})
+
+
+def ovs_version():
+    from emulator import proc
+    first = proc.run(["ovs-vswitchd", "--version"], timeout=10).splitlines()[0]
+    return first.split()[-1]
+
+
+def load_cache(path=CACHE):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_budget(datapath, frame_len, path=CACHE):
+    """The calibration of this machine for ``frame_len``, or None."""
+    try:
+        key = budget.machine_key(ovs_version(), datapath, frame_len)
+    except Exception:          # no OVS: no budget (the run itself will say why)
+        return None
+    return load_cache(path).get(key)
+
+
+def save(doc, path=CACHE):
+    data = load_cache(path)
+    data[doc["key"]] = doc
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _trial(session, src, dst, rate, frame_len, log):
+    sport, dport = src["ports"][0], dst["ports"][0]
+    plan = {"duration": TRIAL_S, "frame_len": frame_len, "idle": 0.3,
+            "streams": [{"name": src["name"], "netns": netns_of(session.net, src["name"]),
+                         "intf": sport["port"], "src_mac": sport["mac"],
+                         "src_ip": sport["ip"], "dst_mac": dport["mac"],
+                         "dst_ip": dport["ip"], "rate_bps": rate, "qps": 4}],
+            "receivers": [{"name": dst["name"], "netns": netns_of(session.net, dst["name"]),
+                           "intf": dport["port"]}]}
+    res, doc = measure(session, plan, name=f"calibrate-{int(rate)}")
+    sent = res["engine"]["sent_packets"]
+    received = res["engine"]["received_packets"]
+    ok = budget.trial_ok(sent, received, doc, LATENCY_LIMIT_MS)
+    lat = (doc.get("latency_ms") or {}).get("p99")
+    log(f"{rate / 1e6:8.1f} Mbit/s  {sent / TRIAL_S / 1e3:6.1f} kpps  lost {sent - received:6d}"
+        f"  p99 {lat} ms  emulation drops {doc['emulation_drops']['total']}"
+        f"  ovs-vswitchd {doc['cpu']['ovs_vswitchd']}  -> {'ok' if ok else 'not faithful'}")
+    return ok
+
+
+def calibrate(mtu=4096, results="results", datapath="auto", out=print,
+              max_bps=20e9, cache=CACHE):
+    """Measure and cache this machine's budget; returns the budget document."""
+    from emulator.runner import Session
+    frame_len = frame_len_for_mtu(mtu)
+    fabric = calibration_fabric()
+    with Session(fabric, results_base=results, datapath_request=datapath,
+                 progress=lambda m: out(f"... {m}")) as s:
+        hosts = {h["name"]: h for h in s.topo["hosts"]}
+        same = (hosts["h1"], hosts["h2"])           # both on leaf1: 1 switch hop
+        across = (hosts["h1"], hosts["h3"])         # leaf1 -> spine1 -> leaf2: 3 hops
+        found = {}
+        for label, (src, dst) in (("1 hop", same), ("3 hops", across)):
+            out(f"... {label}: {src['name']} -> {dst['name']}, {frame_len}-byte frames")
+            best, _ = budget.search(
+                lambda r: _trial(s, src, dst, r, frame_len, lambda m: out(f"    {m}")),
+                start_bps=100e6, max_bps=max_bps)
+            found[label] = best / (frame_len * 8)
+        dp = s.results["datapath"]["type"]
+    doc = budget.budget_doc(frame_len, found["1 hop"], found["3 hops"],
+                            budget.machine_key(ovs_version(), dp, frame_len))
+    doc["measured_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    doc["datapath"] = dp
+    save(doc, cache)
+    out(f"this machine: {doc['one_hop_pps'] / 1e3:.1f} kpps through 1 hop, "
+        f"{doc['three_hop_pps'] / 1e3:.1f} kpps through 3 hops of {frame_len}-byte frames")
+    out(f"budget: {doc['hop_pps'] / 1e3:.1f}k switch-hop packets/s; leaf-spine-leaf traffic "
+        f"stays faithful up to {doc['faithful_bps_3hop'] / 1e9:.2f} Gbit/s in all "
+        f"(runs warn above {budget.SAFETY:.0%} of it); cached in {cache}")
+    return doc

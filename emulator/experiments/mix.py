@@ -1,0 +1,200 @@
+"""The default traffic mix, sent by one traffic-engine process, with its fidelity.
+
+The pairs are ``workload.mix_pairs``' (each host to the host at the same
+position on the next leaf, ``qps`` QPs per connection at ``load`` x the host
+link rate).  One ``python -m traffic engine`` process opens a socket in
+every host's namespace, builds every frame, and says ready; only then are
+the counters read and the engine told to go, so the window holds exactly the
+traffic.  Afterwards the counters are read again: the difference, with the
+engine's own report, gives the fidelity verdict (``fidelity``).
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+from emulator.dataplane import counters
+from emulator.errors import RunFailed
+from emulator.experiments import fidelity
+from traffic.frames import frame_len_for_mtu
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def netns_of(net, host):
+    return f"/proc/{net.hosts[host].pid}/ns/net"
+
+
+def plan_for(net, pairs, duration, qps, frame_len, idle=0.5):
+    """The engine plan of ``pairs`` (``workload.mix_pairs`` tuples)."""
+    streams, receivers, seen = [], [], set()
+    for i, (src, sport, dst, dport, share, _) in enumerate(pairs):
+        streams.append({
+            "name": f"{src['name']}:{sport['port']}", "netns": netns_of(net, src["name"]),
+            "intf": sport["port"], "src_mac": sport["mac"], "src_ip": sport["ip"],
+            "dst_mac": dport["mac"], "dst_ip": dport["ip"],
+            "rate_bps": int(sport["rate_bps"] * share), "qps": qps,
+            "first_flow": i * qps, "first_qpn": 0x100 + i * qps})
+        key = (dst["name"], dport["port"])
+        if key not in seen:
+            seen.add(key)
+            receivers.append({"name": f"{dst['name']}:{dport['port']}",
+                              "netns": netns_of(net, dst["name"]), "intf": dport["port"]})
+    return {"duration": duration, "frame_len": frame_len, "idle": idle,
+            "streams": streams, "receivers": receivers}
+
+
+class EngineProcess:
+    """``python -m traffic engine`` on a plan: start, wait until ready, go, result."""
+
+    def __init__(self, plan, workdir, env=None, name="engine"):
+        self.plan_path = os.path.join(workdir, f"{name}-plan.json")
+        self.out = os.path.join(workdir, f"{name}.json")
+        self.err_path = os.path.join(workdir, f"{name}.stderr")
+        with open(self.plan_path, "w") as f:
+            json.dump(plan, f, indent=1)
+        self.duration = plan["duration"]
+        self.env = env
+        self.proc = None
+
+    def start(self, timeout=60):
+        self._err = open(self.err_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "traffic", "engine", "--plan", self.plan_path,
+             "--out", self.out], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._err, env=self.env, text=True)
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() != "ready":
+            self.kill()
+            raise RunFailed(f"traffic engine did not get ready: {self._stderr_tail()}")
+
+    def go(self):
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout=None):
+        timeout = timeout or self.duration + 60
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RunFailed(f"traffic engine did not finish within {timeout:.0f}s")
+        finally:
+            self._err.close()
+        if self.proc.returncode != 0:
+            raise RunFailed(f"traffic engine exited {self.proc.returncode}: "
+                            f"{self._stderr_tail()}")
+        with open(self.out) as f:
+            return json.load(f)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def _stderr_tail(self):
+        try:
+            with open(self.err_path) as f:
+                lines = f.read().strip().splitlines()
+            return lines[-1] if lines else "no message"
+        except OSError:
+            return "no message"
+
+
+def measure(session, plan, name="engine"):
+    """Run ``plan`` on the session's fabric; returns (engine result, fidelity doc)."""
+    net, topo = session.net, session.topo
+    work = os.path.join(session.dir, "traffic")
+    os.makedirs(work, exist_ok=True)
+    eng = EngineProcess(plan, work, env=child_env(session), name=name)
+    eng.start()
+    try:
+        before = counters.snapshot(net)
+        eng.go()
+        res = eng.result()
+        after = counters.snapshot(net)
+    finally:
+        eng.kill()
+    delta = counters.delta(before, after, topo)
+    e = dict(res["engine"], cpu_share=round(res["engine"]["cpu_s"] / max(res["window_s"], 1e-9),
+                                            3))
+    doc = fidelity.verdict(e["sent_packets"], delta, engine=e, latency=res["latency_ms"],
+                           bound_ms=fidelity.queue_bound_ms(topo, session.queue_ms),
+                           frame_len=plan["frame_len"])
+    return res, doc
+
+
+def child_env(session):
+    """The environment of processes the run starts (carries the run tag)."""
+    env_of = getattr(session, "child_env", None)
+    return env_of() if env_of else None
+
+
+def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
+    """Run the mix for ``duration`` s at ``load`` x host link rate; return results."""
+    from emulator import workload
+    net, topo = session.net, session.topo
+    pairs = workload.mix_pairs(topo, load)
+    if not pairs:
+        return None
+    frame_len = frame_len_for_mtu(mtu)
+    plan = plan_for(net, pairs, duration, qps, frame_len)
+    before = net.intf_counters()
+    res, doc = measure(session, plan)
+    after = net.intf_counters()
+    sent = {}
+    for s in res["streams"]:
+        sent.update(s["per_flow"])
+    received = {}
+    for r in res["receivers"]:
+        for f in r["flows"]:
+            received[f["flow"]] = f
+    cross = set()
+    for i, p in enumerate(pairs):
+        if p[5]:
+            cross |= {f"{p[1]['ip']}#{i * qps + q}" for q in range(qps)}
+    flows = []
+    for key, count in sorted(sent.items()):
+        got = received.get(key, {})
+        n = got.get("received_packets", 0)
+        unique = n - got.get("duplicated_packets", 0)
+        flows.append({"flow": key, "sent_packets": count, "received_packets": n,
+                      "dropped_packets": max(0, count - unique),
+                      "duplicated_packets": got.get("duplicated_packets", 0),
+                      "reordered_packets": got.get("reordered_packets", 0),
+                      "total_disruptions": got.get("total_disruptions", 0),
+                      "longest_disruption_ms": got.get("longest_disruption_ms", 0),
+                      "latency_us": got.get("latency_us"),
+                      "cross_plane": key in cross})
+    from emulator.units import format_rate
+    per_conn = f"{format_rate(int(pairs[0][1]['rate_bps'] * pairs[0][4]))} each"
+    offered = sum(s["rate_bps"] for s in plan["streams"])
+    return {
+        "description": f"{len(pairs)} cross-leaf connections x {qps} QPs, {per_conn}, "
+                       f"{duration:g}s, {frame_len}-byte RoCEv2 frames (RoCE MTU {mtu})",
+        "pairs": [[s["name"], d["name"]] for s, _, d, _, _, _ in pairs],
+        "mtu": mtu, "frame_len": frame_len, "offered_bps": offered,
+        "cross_plane": {
+            "connections": sum(1 for p in pairs if p[5]),
+            "flows": len(cross),
+            "sent_packets": sum(f["sent_packets"] for f in flows if f["cross_plane"]),
+            "received_packets": sum(f["received_packets"] for f in flows if f["cross_plane"]),
+        } if cross else None,
+        "window_s": duration,
+        "counter_window_s": round(res["window_s"], 3),
+        "sent_packets": sum(f["sent_packets"] for f in flows),
+        "received_packets": sum(f["received_packets"] for f in flows),
+        "dropped_packets": sum(f["dropped_packets"] for f in flows),
+        "reordered_packets": sum(f["reordered_packets"] for f in flows),
+        "total_disruptions": sum(f["total_disruptions"] for f in flows),
+        "latency_ms": res["latency_ms"],
+        "engine": res["engine"],
+        "flows": flows,
+        "uplinks": workload.uplink_loads(topo, before, after, duration),
+        "spine_uplinks": workload.uplink_loads(topo, before, after, duration, kind="spine"),
+        "fidelity": doc,
+    }
