@@ -150,9 +150,13 @@ def snapshot(net, queues=None):
     }
 
 
-def delta(before, after, topo):
-    """What happened between two snapshots, named by link; the input of a verdict."""
-    seconds = max(after["t"] - before["t"], 1e-9)
+def delta(before, after, topo, active_s=None):
+    """What happened between two snapshots, named by link; the input of a verdict.
+
+    ``active_s``: how long traffic flowed within the window (the CPU shares
+    are over that time, not over the quiet tail before the second snapshot).
+    """
+    seconds = max(active_s or (after["t"] - before["t"]), 1e-9)
     link_of = link_names(topo)
     network = {}
     for intf, (_, drops, sent) in after["queues"].items():
@@ -163,9 +167,11 @@ def delta(before, after, topo):
     sock = {i: n - before["ovs_socket"].get(i, 0) for i, n in after["ovs_socket"].items()}
     txd = {i: v[1] - before["ovs_interface"].get(i, (0, 0))[1]
            for i, v in after["ovs_interface"].items()}
+    ncpu = os.cpu_count() or 1
     busy = after["machine"][0] - before["machine"][0]
     total = max(after["machine"][1] - before["machine"][1], 1)
-    ncpu = os.cpu_count() or 1
+    if active_s:
+        total = max(min(total, active_s * ncpu * CLK_TCK), 1)
     ovs_cpu = None
     if after["ovs_cpu_s"] is not None and before["ovs_cpu_s"] is not None:
         ovs_cpu = (after["ovs_cpu_s"] - before["ovs_cpu_s"]) / seconds
@@ -176,7 +182,7 @@ def delta(before, after, topo):
         "ovs_tx_drops": {link_of.get(i, i): n for i, n in txd.items() if n > 0},
         "softnet_drops": after["softnet"] - before["softnet"],
         "ovs_cpu": round(ovs_cpu, 3) if ovs_cpu is not None else None,
-        "machine_busy": round(busy / total, 3),
+        "machine_busy": round(min(busy / total, 1.0), 3),
         "cpus": ncpu,
     }
 

@@ -39,14 +39,36 @@ def queue_bound_ms(topo, queue_ms):
     return links * queue_ms
 
 
+def network_drops(by_queue, lost):
+    """Frames the links lost, by link: ``lost`` split in proportion to queue drops.
+
+    A TBF counts a drop each time a frame is refused, and OVS, refused
+    (ENOBUFS), tries the same frame again: the queue counters tell *where*
+    frames were lost, the receivers' exact count tells *how many*.
+    """
+    events = sum(by_queue.values())
+    if lost is None or not events:
+        return dict(by_queue)
+    out, left = {}, lost
+    names = sorted(by_queue, key=by_queue.get, reverse=True)
+    for i, name in enumerate(names):
+        share = left if i == len(names) - 1 else round(lost * by_queue[name] / events)
+        share = min(share, left)
+        out[name] = share
+        left -= share
+    return out
+
+
 def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
-            drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None):
+            drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None,
+            lost=None):
     """The fidelity document of one measurement.
 
     ``sent``: packets the traffic sent; ``counters``: a counters delta;
     ``engine``: the traffic engine's ``engine`` section (None for traffic it
     did not send); ``latency``: {"p99", "max", ...} in ms of the received
-    frames; ``bound_ms``: ``queue_bound_ms`` of the fabric.
+    frames; ``bound_ms``: ``queue_bound_ms`` of the fabric; ``lost``: frames
+    sent and never received (exact, from the receivers), when known.
     """
     engine = engine or {}
     emu = {
@@ -59,7 +81,11 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     emu_total = (sum(emu["ovs_port_sockets"].values()) + sum(emu["ovs_send"].values())
                  + emu["kernel_backlog"] + emu["receiver_sockets"]
                  + emu["sender_behind_schedule"])
-    net = dict(counters.get("network_drops") or {})
+    queue_events = dict(counters.get("network_drops") or {})
+    lost_in_net = None
+    if lost is not None:     # what the emulator lost on the way is not the links'
+        lost_in_net = max(lost - (emu_total - emu["sender_behind_schedule"]), 0)
+    net = network_drops(queue_events, lost_in_net)
     reasons, warnings, remedies = [], [], []
     # the frames the traffic should have carried: sent, plus those a sender skipped
     base = max(sent + emu["sender_behind_schedule"], 1)
@@ -101,7 +127,8 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         "warnings": warnings,
         "remedy": "; ".join(dict.fromkeys(remedies)) or None,
         "sent_packets": sent,
-        "network_drops": {"total": sum(net.values()), "by_link": net},
+        "network_drops": {"total": sum(net.values()), "by_link": net,
+                          "queue_drop_events": queue_events},
         "emulation_drops": dict(emu, total=emu_total),
         "latency_ms": lat or None,
         "queue_bound_ms": bound_ms,

@@ -119,13 +119,25 @@ def measure(session, plan, name="engine"):
         after = counters.snapshot(net)
     finally:
         eng.kill()
-    delta = counters.delta(before, after, topo)
+    delta = counters.delta(before, after, topo, active_s=res["window_s"])
     e = dict(res["engine"], cpu_share=round(res["engine"]["cpu_s"] / max(res["window_s"], 1e-9),
                                             3))
+    lost = lost_frames(res)
     doc = fidelity.verdict(e["sent_packets"], delta, engine=e, latency=res["latency_ms"],
+                           lost=lost,
                            bound_ms=fidelity.queue_bound_ms(topo, session.queue_ms),
                            frame_len=plan["frame_len"])
     return res, doc
+
+
+def lost_frames(res):
+    """Frames the engine sent that no receiver got (exact: per flow, sent - unique received)."""
+    unique = {}
+    for r in res["receivers"]:
+        for f in r["flows"]:
+            unique[f["flow"]] = f["received_packets"] - f["duplicated_packets"]
+    return sum(max(n - unique.get(k, 0), 0) for s in res["streams"]
+               for k, n in s["per_flow"].items())
 
 
 def child_env(session):

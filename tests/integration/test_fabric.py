@@ -164,10 +164,13 @@ def test_allreduce_completes_with_busbw_within_link_rate(fabric):
 
 
 def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
-    from emulator.workload import default_mix
+    from emulator.experiments.mix import default_mix
     res = default_mix(fabric, duration=2.0, qps=8, load=0.5)
     assert res["sent_packets"] > 0
     assert res["dropped_packets"] == 0 and res["received_packets"] == res["sent_packets"]
+    fid = res["fidelity"]
+    assert fid["verdict"] == "faithful", fid
+    assert fid["emulation_drops"]["total"] == 0 and fid["network_drops"]["total"] == 0
     for leaf in res["uplinks"]:
         total = sum(u["tx_bytes"] for u in leaf["loads"])
         assert total > 0
@@ -213,7 +216,7 @@ def test_background_iperf_flows_fold_into_results(fabric):
 def test_switch_to_switch_links_are_rate_limited(tmp_path):
     """Uplinks slower than the offered load carry at most their rate, and the
     excess is dropped in their egress queue: congestion is real."""
-    from emulator.workload import default_mix
+    from emulator.experiments.mix import default_mix
     f = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1",
                                      "host_rate": "40Mbps", "uplink_rate": "10Mbps"})
     with Session(f, results_base=str(tmp_path)) as s:
@@ -222,3 +225,10 @@ def test_switch_to_switch_links_are_rate_limited(tmp_path):
         (up,) = leaf["loads"]
         assert 0.8 < up["utilisation"] <= 1.05, leaf
     assert res["dropped_packets"] > 0.5 * res["sent_packets"], res["dropped_packets"]
+    # Those drops are the network's: the two uplinks' queues, not the emulator.
+    fid = res["fidelity"]
+    assert fid["verdict"] == "faithful", fid
+    by_link = fid["network_drops"]["by_link"]
+    assert set(by_link) == {"leaf1->spine1", "leaf2->spine1"}, by_link
+    assert sum(by_link.values()) == pytest.approx(res["dropped_packets"], rel=0.02)
+    assert fid["emulation_drops"]["total"] <= 1e-4 * res["sent_packets"]

@@ -6,14 +6,15 @@ through the destination rail's NIC (the NVLink hop inside the host).  The
 rail-2 uplinks carry the cross-plane bytes; the counters show it.
 """
 
-from emulator import presets, workload
+from emulator import presets
+from emulator.experiments import mix
 from emulator.runner import Session
 
 
 def test_default_mix_counts_cross_plane_traffic(tmp_path):
     fabric = presets.build("multi-plane", {})
     with Session(fabric, results_base=str(tmp_path)) as s:
-        t = workload.default_mix(s, duration=2.0, qps=2)
+        t = mix.default_mix(s, duration=2.0, qps=2)
     cp = t["cross_plane"]
     assert cp["connections"] == 4 and cp["flows"] == 8
     assert cp["sent_packets"] > 0

@@ -5,7 +5,7 @@ import pytest
 
 from emulator import presets
 from emulator.runner import Session
-from emulator.workload import default_mix
+from emulator.experiments.mix import default_mix
 
 FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_leaf": "1",
           "superspines": "2", "superspine_attach": "all"}

@@ -1,0 +1,68 @@
+"""Fidelity of whole runs (root): the default run is faithful and loses nothing;
+an overload is reported as the machine's limit, never as network loss; the
+machine's budget is measured and read back before a run."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def emulator(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def results_of(base):
+    (run,) = [p for p in base.iterdir() if p.is_dir()]
+    return json.loads((run / "results.json").read_text()), run
+
+
+def test_default_run_is_faithful_and_loses_at_most_a_thousandth(tmp_path):
+    p = emulator("run", "--results", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    r, run = results_of(tmp_path)
+    t = r["traffic"]
+    assert t["frame_len"] == 4170 and r["mtu"] == {"roce": 4096, "interfaces": 4224}
+    assert t["sent_packets"] > 20_000
+    assert t["dropped_packets"] <= 1e-3 * t["sent_packets"], t["dropped_packets"]
+    fid = t["fidelity"]
+    assert fid["verdict"] == "faithful", fid
+    assert fid["emulation_drops"]["total"] == 0, fid["emulation_drops"]
+    # one-way latency within what the queues on a path can hold
+    assert t["latency_ms"]["p99"] <= fid["queue_bound_ms"]
+    assert "fidelity: FAITHFUL" in p.stdout
+    assert "## Fidelity" in (run / "report.md").read_text()
+
+
+def test_an_overload_is_emulator_bound_not_network_loss(tmp_path):
+    # 2 Gbit/s host links: 8 Gbit/s offered, far beyond what 2 cores forward
+    p = emulator("run", "-P", "host_rate=2Gbps", "-P", "uplink_rate=2Gbps",
+                 "--duration", "2", "--strict", "--results", str(tmp_path))
+    assert p.returncode == 3, p.stdout[-2000:] + p.stderr[-2000:]
+    r, run = results_of(tmp_path)
+    fid = r["traffic"]["fidelity"]
+    assert fid["verdict"] == "emulator-bound" and fid["reasons"] and fid["remedy"]
+    # the links were never the limit: nothing is attributed to a link queue
+    assert fid["network_drops"]["total"] == 0
+    assert fid["emulation_drops"]["total"] > 0
+    assert "EMULATOR-BOUND" in p.stdout and "not the network's behaviour" in p.stdout
+    assert "EMULATOR-BOUND" in (run / "report.md").read_text()
+
+
+def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
+    from emulator.experiments import budget, calibrate
+    cache = tmp_path / "calibration.json"
+    lines = []
+    doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,
+                              max_bps=400e6, cache=str(cache))
+    # 400 Mbit/s of 4 KiB frames (12 kpps) is well inside any machine that runs the suite
+    assert doc["three_hop_pps"] >= 6000 and doc["one_hop_pps"] >= 6000, lines
+    assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1
+    cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache))
+    assert cached == json.loads(cache.read_text())[doc["key"]]
+    fits, msg = budget.check([(100e6, 4170, 3)], cached)
+    assert fits and "of this machine's measured budget" in msg
+    fits, msg = budget.check([(cached["faithful_bps_3hop"] * 2, 4170, 3)], cached)
+    assert not fits and "emulator-bound" in msg
