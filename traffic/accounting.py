@@ -100,12 +100,13 @@ class FlowAccount:
             self.highest = ext
         if ext < self.lowest:
             self.lowest = ext
-        b = (arrival_ns - self.t0_ns) // self.bin_ns
-        if b >= 0:
-            tl = self.timeline
-            if b >= len(tl):
-                tl.extend([0] * (b + 1 - len(tl)))
-            tl[b] += length
+        if self.bin_ns:                  # None: no timeline (the engine's receivers)
+            b = (arrival_ns - self.t0_ns) // self.bin_ns
+            if b >= 0:
+                tl = self.timeline
+                if b >= len(tl):
+                    tl.extend([0] * (b + 1 - len(tl)))
+                tl[b] += length
         if tx_ns:
             lat = arrival_ns - tx_ns
             self.lat_sum += lat
@@ -184,6 +185,8 @@ class Accounting:
         for f in self.flows.values():
             for i, b in enumerate(f.timeline):
                 tot[i] += b
+        if not self.bin_ns:
+            return []
         scale = 8 / (self.bin_ns / 1e9) / 1e6
         return [round(b * scale, 3) for b in tot]
 
@@ -202,7 +205,8 @@ class Accounting:
         total["longest_disruption"] = max((f["longest_disruption"] for f in flows), default=0)
         total["longest_disruption_ms"] = total["longest_disruption"] * 1e3
         total["corrupted_packets"] = self.corrupted
-        out = {"flows": flows, "total": total, "bin_ms": self.bin_ns / 1e6,
+        out = {"flows": flows, "total": total,
+               "bin_ms": self.bin_ns / 1e6 if self.bin_ns else None,
                "t0_ns": self.t0_ns}
         if timeline:
             out["timeline_mbps"] = self.timeline_mbps()

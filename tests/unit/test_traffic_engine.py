@@ -66,3 +66,23 @@ def test_percentiles_from_a_histogram():
     assert p["p50"] == 0.1 and p["p90"] == 0.1
     assert p["p99"] == 5.0 and p["p99.9"] == 10.0
     assert percentiles([0, 0], 100_000)["p50"] is None
+
+
+def test_fast_parser_agrees_with_parse_and_catches_corruption():
+    from traffic.frames import FastParser, FrameTemplate, parse
+    tpl = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
+                        dst_qpn=0x123, frame_len=4170)
+    fast = FastParser()
+    for psn in (0, 1, 0xFFFFFF):
+        frame = bytearray(tpl.frame(psn, tx_ns=123456789, flow=7))
+        slow = parse(frame)
+        got = fast(memoryview(frame), len(frame))
+        assert got == (slow.src_ip, slow.flow, slow.psn, slow.tx_ns, True)
+        assert got[2] == psn and slow.icrc_ok
+    frame[3000] ^= 0x01                              # a flipped payload bit
+    assert fast(memoryview(frame), len(frame))[4] is False
+    assert parse(frame).icrc_ok is False
+    frame = bytearray(tpl.frame(5))
+    frame[15] |= 0x03                                # ECN CE set in flight: TOS is masked
+    assert fast(memoryview(frame), len(frame))[4] is True
+    assert fast(memoryview(b"\x00" * 60), 60) is None
