@@ -11,6 +11,7 @@ import sys
 
 from emulator import addressing, presets, spec
 from emulator.errors import FabricError, RunFailed
+from emulator.experiments.options import add_fidelity_args
 from traffic.frames import ROCE_MTUS
 
 
@@ -29,15 +30,6 @@ def load_fabric(args):
             raise FabricError("--param applies to presets, not to a fabric file")
         return spec.load_file(args.fabric)
     return presets.build(args.preset or "leaf-spine", presets.parse_assignments(args.param))
-
-
-def add_fidelity_args(p):
-    p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
-                   help="RoCE path MTU: payload bytes per packet (default 4096, as AI "
-                        "fabrics run); every interface gets an MTU that carries it")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 3 when the measurement is emulator-bound (the machine, "
-                        "not the emulated links, limited the traffic)")
 
 
 def parse_seed(text):

@@ -18,6 +18,7 @@ import sys
 import time
 
 from emulator.addressing import home_leaf
+from emulator.dataplane import counters
 from emulator.errors import ConfigError, RunFailed
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
@@ -57,7 +58,7 @@ def parse_sizes(text, where="--sizes"):
 
 
 def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
-                 rate_bps=None, out_dir=".", step_timeout_s=None, warmup=1):
+                 rate_bps=None, out_dir=".", step_timeout_s=None, warmup=1, mtu=4096):
     """The rank config dicts (one per host), in rank order."""
     chosen = [h for h in topo["hosts"] if hosts is None or h["name"] in hosts]
     if hosts is not None:
@@ -70,7 +71,7 @@ def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
               "leaf": home_leaf(h)} for h in chosen]
     link = rate_bps or min(h["ports"][0]["rate_bps"] for h in chosen)
     return [{"rank": i, "ranks": ranks, "collective": collective, "sizes": sizes,
-             "rate_bps": link, "qps": qps, "ring": ring, "warmup": warmup,
+             "rate_bps": link, "qps": qps, "ring": ring, "warmup": warmup, "mtu": mtu,
              "step_timeout_s": step_timeout_s,
              "output": os.path.join(out_dir, f"rank{i}.json")} for i in range(len(ranks))]
 
@@ -93,7 +94,8 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     out_dir = os.path.join(session.dir, "collective")
     os.makedirs(out_dir, exist_ok=True)
     configs = rank_configs(session.topo, collective, list(sizes), hosts, qps, ring,
-                           rate_bps, out_dir, warmup=warmup)
+                           rate_bps, out_dir, warmup=warmup,
+                           mtu=getattr(session, "mtu", 4096))
     for cfg in configs:
         cfg.update(rank_extra or {})
     n = len(configs)
@@ -105,6 +107,8 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
                  f"ideal {ideal:.1f}s at {configs[0]['rate_bps'] / 1e6:g} Mbit/s")
     procs = []
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    before = counters.snapshot(session.net)
+    ranks_cpu0 = _children_cpu()
     for cfg in configs:
         path = os.path.join(out_dir, f"rank{cfg['rank']}.config.json")
         with open(path, "w") as f:
@@ -132,6 +136,9 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
                 p.kill()
                 p.wait(timeout=10)
             log.close()
+    elapsed = time.monotonic() - t0
+    after = counters.snapshot(session.net)
+    ranks_cpu = _children_cpu() - ranks_cpu0
     if failed:
         raise RunFailed(f"ranks failed: {', '.join(failed)}; logs in {out_dir}")
     ranks = []
@@ -139,8 +146,32 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
         with open(cfg["output"]) as f:
             ranks.append(json.load(f))
     report = combine(sorted(ranks, key=lambda r: r["rank"]))
+    report["fidelity"] = collective_fidelity(session, ranks, before, after, elapsed, ranks_cpu)
     report["table"] = table(report)
     report["ring"] = ring
     report["qps"] = qps
     report["hosts"] = [r["name"] for r in configs[0]["ranks"]]
     return report
+
+
+def _children_cpu():
+    """CPU seconds of this process's reaped children (the ranks, once waited for)."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def collective_fidelity(session, ranks, before, after, elapsed, ranks_cpu):
+    """The fidelity verdict of a collective: drops outside the links, and CPU.
+
+    A collective's figure is a time, so it is also emulator-bound when the
+    machine had no CPU to spare: the ranks and ovs-vswitchd then set the pace.
+    """
+    from emulator.experiments import fidelity
+    delta = counters.delta(before, after, session.topo, active_s=elapsed)
+    rx = [r.get("rx_flows", {}) for r in ranks]
+    sent = sum(t.get("received_packets", 0) + t.get("dropped_packets", 0) for t in rx)
+    lost = sum(t.get("dropped_packets", 0) for t in rx)
+    engine = {"socket_drops": sum(r.get("socket_drops", 0) for r in ranks),
+              "cpu_share": round(ranks_cpu / max(elapsed, 1e-9), 3)}
+    return fidelity.verdict(sent, delta, engine=engine, lost=lost, timing=True)

@@ -44,6 +44,7 @@ import time
 
 from emulator.addressing import home_leaf
 from emulator.errors import ConfigError
+from emulator.experiments.options import add_fidelity_args
 
 MODES = ("ecmp", "flowlet", "dlb", "spray")
 ENTROPY = {"ecmp": "qp", "dlb": "qp", "flowlet": "flowlet", "spray": "spray"}
@@ -189,7 +190,9 @@ def summarize(runs):
                      "expected": rs[0].get("expected"),
                      "max_over_mean": mean("max_over_mean"), "jain": mean("jain"),
                      "reordered": sum(r["reordered"] for r in rs),
-                     "wrong": sum(r["wrong"] for r in rs)})
+                     "wrong": sum(r["wrong"] for r in rs),
+                     "emulator_bound": sum(1 for r in rs if r.get("fidelity", {})
+                                           .get("verdict", "faithful") != "faithful")})
     return rows
 
 
@@ -197,7 +200,7 @@ def table(rows):
     """The comparison as text."""
     head = (f"{'mode':8s} {'ring':9s} {'qps':>3s} {'busbw Mb/s':>10s} {'effic':>6s} "
             f"{'load-bound':>10s} {'min..max':>11s} {'ECMP exp':>8s} {'up max/mean':>11s} {'Jain':>6s} "
-            f"{'reordered':>9s} {'#wrong':>6s} {'reps':>4s}")
+            f"{'reordered':>9s} {'#wrong':>6s} {'reps':>4s} fidelity")
     lines = [head]
 
     def f(x, fmt):
@@ -209,7 +212,12 @@ def table(rows):
             f"{f(r['efficiency'], '6.3f')} {f(r['load_bound_eff'], '10.3f')} "
             f"{r['lb_min']:5.3f}..{r['lb_max']:5.3f} "
             f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
-            f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d}")
+            f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d} "
+            + (f"EMULATOR-BOUND in {r['emulator_bound']}/{r['reps']}"
+               if r.get("emulator_bound") else "faithful"))
+    if any(r.get("emulator_bound") for r in rows):
+        lines.append("EMULATOR-BOUND rows measured this machine's CPU, not load balancing: "
+                     "see each run's fidelity in compare.json")
     return "\n".join(lines)
 
 
@@ -251,7 +259,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     os.environ["FABRIC_LB"] = mode          # the controller child reads it at start
     try:
         with Session(fabric, results_base=args.results, seed=seed,
-                     queue_ms=args.queue_ms) as s:
+                     queue_ms=args.queue_ms, mtu=args.mtu) as s:
             order = ring_indices(s.topo, ring)
             extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
             sampler = Sampler(s.net)
@@ -267,7 +275,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
                    "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                    "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
                    "reordered": rank_totals(os.path.join(s.dir, "collective")),
-                   "series": series, "table": rep["table"]}
+                   "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
             out.update({k: v for k, v in spread(series).items()})
             out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
             spines = len({p[3] for p in uplinks(s.topo)})
@@ -284,7 +292,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed}: busbw "
              f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
              f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
-             f"#wrong {out['wrong']}")
+             f"#wrong {out['wrong']}, {out['fidelity']['verdict']}")
     return out
 
 
@@ -347,6 +355,7 @@ def add_arguments(p):
                    help="egress queue per link, ms at link rate (default 2000: a deep, "
                         "lossless stand-in for PFC, so collisions slow flows, not drop them)")
     p.add_argument("--results", default="results", metavar="DIR")
+    add_fidelity_args(p)
 
 
 def main(fabric, args, out=print):
@@ -395,4 +404,9 @@ def main(fabric, args, out=print):
     plot(runs, os.path.join(base, "compare.png"))
     out(f"# {args.workload} {args.sizes} on {fabric.name}; results in {base}")
     out(text)
-    return 1 if any(r["wrong"] for r in rows) else 0
+    if any(r["wrong"] for r in rows):
+        return 1
+    if args.strict and any(r["emulator_bound"] for r in rows):
+        out("--strict: some runs were emulator-bound; exit status 3")
+        return 3
+    return 0

@@ -103,6 +103,9 @@ def summary(results, topo):
                    f"(ring {coll['ring']}, {coll['qps']} QP per connection), "
                    "nccl-tests style; effic = busbw / link rate:")
         out.append(coll["table"])
+        if coll.get("fidelity"):
+            out.append("")
+            out += fidelity_lines(coll["fidelity"])
     for b in r.get("background", []):
         if "error" in b:
             out.append(f"background {b.get('src')}->{b.get('dst')}: error: {b['error']}")
@@ -142,7 +145,7 @@ def fidelity_lines(doc):
     if cpu.get("ovs_vswitchd") is not None:
         parts.append(f"ovs-vswitchd {cpu['ovs_vswitchd']:.0%} of a core")
     if cpu.get("traffic_engine") is not None:
-        parts.append(f"traffic engine {cpu['traffic_engine']:.0%}")
+        parts.append(f"traffic {cpu['traffic_engine']:.0%} of a core")
     if cpu.get("machine_busy") is not None:
         parts.append(f"machine {cpu['machine_busy']:.0%} busy")
     if parts:

@@ -162,7 +162,7 @@ def markdown(results, topo, pictures, summary_text=None):
                          [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
                           for s in topo["switches"]]))
     traffic = r.get("traffic")
-    fid = (traffic or {}).get("fidelity")
+    fid = (traffic or r.get("collective") or {}).get("fidelity")
     if fid is not None:
         out += ["", "## Fidelity", ""]
         if fid["verdict"] != "faithful":

@@ -48,11 +48,10 @@ from .accounting import Accounting
 from .frames import FastParser
 from .netns import entered
 from .pacing import Schedule
-from .receiver import open_capture, open_sink
+from .receiver import open_capture, open_sink, socket_drops
 from .sender import Sender, make_flows
 
 SOL_PACKET = 263
-PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SO_TIMESTAMPNS = 35             # SCM_TIMESTAMPNS: struct timespec, CLOCK_REALTIME
 TIMESPEC = struct.Struct("=qq")
@@ -133,8 +132,7 @@ class _Rx:
 
     def stats(self):
         """Add the kernel's drop count since the last call (it resets on read)."""
-        raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-        _, drops = struct.unpack("II", raw)
+        drops = socket_drops(self.sock)
         self.drops += drops
         return drops
 

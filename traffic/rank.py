@@ -39,7 +39,7 @@ from .collectives import COLLECTIVES, ring_order, schedule
 from .frames import (HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate,
                      opcode_for, parse)
 from .pacing import TokenBucket
-from .receiver import PACKET_OUTGOING, open_capture, open_sink
+from .receiver import PACKET_OUTGOING, open_capture, open_sink, socket_drops
 from .sender import Sender
 
 BARRIER_PORT = 4792
@@ -157,6 +157,7 @@ class Rank:
         self._my_ip = socket.inet_aton(mine["ip"])   # frames for others are ignored
         self.rx = open_capture(self.intf)
         self.rx.setblocking(False)
+        socket_drops(self.rx)            # reset the kernel's counter
         self.sink = open_sink()
         self.hello = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.hello.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -423,7 +424,7 @@ class Rank:
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],
                 "qps": self.cfg["qps"], "results": results,
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
-                "rx_flows": flows["total"]}
+                "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx)}
 
 
 def main(config_path, output=None):

@@ -29,6 +29,8 @@ from .frames import parse
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4
 SO_RCVBUFFORCE = 33
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
 
 
 def open_capture(ifname, rcvbuf=32 << 20):
@@ -40,6 +42,14 @@ def open_capture(ifname, rcvbuf=32 << 20):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.bind((ifname, ETH_P_IP))
     return sock
+
+
+def socket_drops(sock):
+    """Frames the kernel dropped on packet socket ``sock`` since the last call
+    (PACKET_STATISTICS; reading resets it): the reader was too slow."""
+    import struct
+    raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+    return struct.unpack("II", raw)[1]
 
 
 def open_sink(port=4791):

@@ -61,14 +61,16 @@ def network_drops(by_queue, lost):
 
 def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
             drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None,
-            lost=None):
+            lost=None, timing=False):
     """The fidelity document of one measurement.
 
     ``sent``: packets the traffic sent; ``counters``: a counters delta;
     ``engine``: the traffic engine's ``engine`` section (None for traffic it
     did not send); ``latency``: {"p99", "max", ...} in ms of the received
     frames; ``bound_ms``: ``queue_bound_ms`` of the fabric; ``lost``: frames
-    sent and never received (exact, from the receivers), when known.
+    sent and never received (exact, from the receivers), when known;
+    ``timing``: the measurement is a completion time (a collective), so a
+    saturated machine makes it emulator-bound by itself.
     """
     engine = engine or {}
     emu = {
@@ -120,7 +122,12 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                         "datapath's budget (see `emulator calibrate`)")
     busy = counters.get("machine_busy")
     if busy is not None and busy >= MACHINE_BUSY_WARN:
-        warnings.append(f"the machine was {busy:.0%} busy")
+        if timing:
+            reasons.append(f"the machine was {busy:.0%} busy: a completion time measured "
+                           "on a saturated machine is the CPU's, not the links'")
+            remedies.append("fewer ranks or lower link rates (-P host_rate=...)")
+        else:
+            warnings.append(f"the machine was {busy:.0%} busy")
     doc = {
         "verdict": "emulator-bound" if reasons else "faithful",
         "reasons": reasons,
