@@ -59,11 +59,15 @@ ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 LAT_BIN_NS = 100_000            # latency histogram: 0.1 ms bins ...
 LAT_BINS = 100_000              # ... up to 10 s (the last bin holds the rest)
 STREAM_KEYS = {"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip", "rate_bps",
-               "qps", "first_flow", "first_qpn", "dscp", "name"}
+               "rate_pps", "qps", "first_flow", "first_qpn", "dscp", "name"}
 RECEIVER_KEYS = {"netns", "intf", "name"}
 PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5,
                  "gap_ms": 10.0, "max_lag_ms": 20.0, "deadline": None,
-                 "verify_icrc": True, "streams": [], "receivers": []}
+                 "verify_icrc": True, "streams": [], "receivers": [],
+                 # per-flow throughput timelines in bins of this many ms (None: none)
+                 "timeline_ms": None,
+                 # say "flowing" on stdout once this many flows have arrived
+                 "expect_flows": None}
 
 
 class PlanError(ValueError):
@@ -79,12 +83,14 @@ def load_plan(doc):
     if plan["duration"] <= 0 or not 0 < plan["tick_ms"] <= 50 or plan["frame_len"] < 128:
         raise PlanError("duration > 0, 0 < tick_ms <= 50 and frame_len >= 128 are required")
     for i, s in enumerate(plan["streams"]):
-        missing = {"intf", "src_ip", "dst_ip", "dst_mac", "rate_bps"} - set(s)
+        missing = {"intf", "src_ip", "dst_ip", "dst_mac"} - set(s)
         bad = set(s) - STREAM_KEYS
         if missing or bad:
             raise PlanError(f"streams[{i}]: missing {sorted(missing)} / unknown {sorted(bad)}")
-        if s["rate_bps"] <= 0:
-            raise PlanError(f"streams[{i}].rate_bps must be positive")
+        if ("rate_bps" in s) == ("rate_pps" in s):
+            raise PlanError(f"streams[{i}]: give rate_bps or rate_pps")
+        if s.get("rate_bps", s.get("rate_pps")) <= 0:
+            raise PlanError(f"streams[{i}]: the rate must be positive")
     for i, r in enumerate(plan["receivers"]):
         if "intf" not in r or set(r) - RECEIVER_KEYS:
             raise PlanError(f"receivers[{i}]: needs intf; keys {sorted(RECEIVER_KEYS)}")
@@ -110,7 +116,7 @@ def percentiles(hist, bin_ns, qs=(0.5, 0.9, 0.99, 0.999)):
 class _Rx:
     """One receive socket and its accounting."""
 
-    def __init__(self, spec, gap_ns):
+    def __init__(self, spec, gap_ns, bin_ns=None):
         self.name = spec.get("name") or spec["intf"]
         with entered(spec.get("netns")):
             self.sock = open_capture(spec["intf"])
@@ -121,7 +127,7 @@ class _Rx:
             pass                      # older kernels: outgoing frames fail parse's checks
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.setblocking(False)
-        self.acct = Accounting(gap_threshold_ns=gap_ns, bin_ns=None)
+        self.acct = Accounting(gap_threshold_ns=gap_ns, bin_ns=bin_ns)
         self.hist = array("I", bytes(4 * LAT_BINS))
         self.lat_sum = self.lat_n = 0
         self.lat_max = 0
@@ -145,9 +151,10 @@ class _Rx:
 class Engine:
     """Runs a plan; ``run`` returns the result document."""
 
-    def __init__(self, plan, clock=time.monotonic_ns):
+    def __init__(self, plan, clock=time.monotonic_ns, on_flowing=lambda: None):
         self.plan = load_plan(plan)
         self.clock = clock
+        self.on_flowing = on_flowing
         self.parse = FastParser(self.plan["verify_icrc"])
         # CLOCK_REALTIME - CLOCK_MONOTONIC: kernel receive stamps -> the senders' clock
         self.rt_offset = time.time_ns() - clock()
@@ -169,8 +176,9 @@ class Engine:
                                    frame_len=self.plan["frame_len"],
                                    dscp=spec.get("dscp", 26))
                 self.streams.append((spec, flows, self.senders[key]))
+            bin_ns = int(self.plan["timeline_ms"] * 1e6) if self.plan["timeline_ms"] else None
             for spec in self.plan["receivers"]:
-                self.rx.append(_Rx(spec, gap_ns))
+                self.rx.append(_Rx(spec, gap_ns, bin_ns))
         except BaseException:
             self.close()
             raise
@@ -192,7 +200,8 @@ class Engine:
         end = start + int(p["duration"] * 1e9)
         scheds = []
         for spec, flows, sender in self.streams:
-            interval = flen * 8 * 1e9 / spec["rate_bps"]
+            interval = (1e9 / spec["rate_pps"] if spec.get("rate_pps")
+                        else flen * 8 * 1e9 / spec["rate_bps"])
             scheds.append([Schedule(interval, start, max_lag_ns=int(p["max_lag_ms"] * 1e6),
                                     late_ns=tick + 1_000_000, end_ns=end),
                            flows, sender, 0])
@@ -201,6 +210,7 @@ class Engine:
         buf = bytearray(9216)
         wakeups = 0
         last_rx = None
+        expect = p["expect_flows"]
         sending = bool(scheds)
         send_end = None
         while True:
@@ -217,6 +227,9 @@ class Engine:
                 got += self._drain(r, buf)
             if got:
                 last_rx = clock()
+                if expect and sum(len(r.acct.flows) for r in self.rx) >= expect:
+                    self.on_flowing()
+                    expect = None
             if sending:
                 due = [t for t in (s[0].next_ns() for s in scheds) if t is not None]
                 wake = max(min(due, default=end), now + tick)
@@ -314,6 +327,8 @@ class Engine:
             flows = [f for f in r.acct.flows]
             doc = r.acct.summary({k: sent_by_flow[k] for k in flows if k in sent_by_flow},
                                  timeline=False)
+            if self.plan["timeline_ms"]:
+                doc["timelines"] = {k: fa.timeline for k, fa in r.acct.flows.items()}
             doc.update({"name": r.name, "socket_drops": r.drops, "other_frames": r.other,
                         "latency_ms": dict(percentiles(r.hist, LAT_BIN_NS),
                                            mean=round(r.lat_sum / r.lat_n / 1e6, 3)
@@ -360,7 +375,7 @@ def main(plan_path, out=None, wait_go=True):
     with open(plan_path) as f:
         plan = json.load(f)
     try:
-        engine = Engine(plan)
+        engine = Engine(plan, on_flowing=lambda: print("flowing", flush=True))
     except PlanError as e:
         print(f"engine: bad plan: {e}", file=sys.stderr)
         return 2

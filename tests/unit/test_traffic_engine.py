@@ -50,7 +50,9 @@ def test_plan_defaults_and_errors():
         load_plan({"bogus": 1})
     with pytest.raises(PlanError, match=r"streams\[0\]"):
         load_plan({"streams": [{"intf": "eth0"}]})
-    with pytest.raises(PlanError, match="rate_bps"):
+    with pytest.raises(PlanError, match="rate_bps or rate_pps"):
+        load_plan({"streams": [{"intf": "e", "src_ip": "a", "dst_ip": "b", "dst_mac": "m"}]})
+    with pytest.raises(PlanError, match="must be positive"):
         load_plan({"streams": [{"intf": "e", "src_ip": "a", "dst_ip": "b", "dst_mac": "m",
                                 "rate_bps": 0}]})
     with pytest.raises(PlanError, match=r"receivers\[0\]"):
