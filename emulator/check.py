@@ -32,6 +32,7 @@ from pyroute2 import IPRoute
 
 from emulator.addressing import home_leaf
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.watch import Watch
 from emulator.reach import ping_round
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -281,12 +282,14 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
                                    "--ready-file", ready, "--out", rx_out], cwd=REPO)
     send = None
     cut = False
+    watch = Watch(session)
     try:
         deadline = time.monotonic() + 30
         while not os.path.exists(ready):
             if recv.poll() is not None or time.monotonic() > deadline:
                 raise RunFailed(f"probe receiver in {dst} did not start")
             time.sleep(0.02)
+        watch.start()
         send = net.popen_in(src, py + [
             "send", "--intf", s["ports"][0]["port"], "--src-ip", s["ip"], "--dst-ip", d["ip"],
             "--dst-mac", d["mac"], "--qps", str(qps), "--pps", str(pps * qps),
@@ -312,6 +315,7 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
         cut = True
         _finish(send, duration + 30, f"probe sender in {src}")
         _finish(recv, 40, f"probe receiver in {dst}")
+        watch.stop()
     finally:
         if cut:
             set_link(ends, "up")
@@ -332,16 +336,21 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
                       "lost": lost, "loss_ms": round(lost / rate * 1000, 1) if rate else None,
                       "longest_disruption_ms": got.get("longest_disruption_ms", 0)})
     worst = max((f["loss_ms"] or 0) for f in flows) if flows else None
+    fid = watch.verdict(sum(sent.values()), lost=sum(f["lost"] for f in flows),
+                        faulted={f"{sw}->{p['peer']}" for sw, p in ends})
     hit = sum(1 for f in flows if f["lost"])
     ok = bool(flows) and worst <= max_loss_ms
     crossed = f"{crossing} crossed it before the cut, " if crossing is not None else ""
     detail = (f"probe {src}->{dst}, {len(flows)} flows x {pps} pps ({crossed}{hit} lost "
               f"packets): worst loss window {worst:.1f} ms (limit {max_loss_ms:g} ms), "
-              f"{sum(f['lost'] for f in flows)} packets lost")
+              f"{sum(f['lost'] for f in flows)} packets lost; {fid['verdict']}")
+    if fid["verdict"] != "faithful":
+        ok = False
+        detail += f" ({'; '.join(fid['reasons'])})"
     return Result(f"cut {link}", ok, detail,
                   {"src": src, "dst": dst, "crossing": crossing, "worst_loss_ms": worst,
                    "max_loss_ms": max_loss_ms, "flows": flows, "before_s": before,
-                   "after_s": after})
+                   "after_s": after, "fidelity": fid})
 
 
 # ---- command line -----------------------------------------------------------------

@@ -18,8 +18,8 @@ import sys
 import time
 
 from emulator.addressing import home_leaf
-from emulator.dataplane import counters
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.watch import Watch
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -107,8 +107,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
                  f"ideal {ideal:.1f}s at {configs[0]['rate_bps'] / 1e6:g} Mbit/s")
     procs = []
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    before = counters.snapshot(session.net)
-    ranks_cpu0 = _children_cpu()
+    watch = Watch(session).start()
     for cfg in configs:
         path = os.path.join(out_dir, f"rank{cfg['rank']}.config.json")
         with open(path, "w") as f:
@@ -136,9 +135,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
                 p.kill()
                 p.wait(timeout=10)
             log.close()
-    elapsed = time.monotonic() - t0
-    after = counters.snapshot(session.net)
-    ranks_cpu = _children_cpu() - ranks_cpu0
+    watch.stop()
     if failed:
         raise RunFailed(f"ranks failed: {', '.join(failed)}; logs in {out_dir}")
     ranks = []
@@ -146,7 +143,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
         with open(cfg["output"]) as f:
             ranks.append(json.load(f))
     report = combine(sorted(ranks, key=lambda r: r["rank"]))
-    report["fidelity"] = collective_fidelity(session, ranks, before, after, elapsed, ranks_cpu)
+    report["fidelity"] = collective_fidelity(watch, ranks)
     report["table"] = table(report)
     report["ring"] = ring
     report["qps"] = qps
@@ -154,24 +151,14 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     return report
 
 
-def _children_cpu():
-    """CPU seconds of this process's reaped children (the ranks, once waited for)."""
-    import resource
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def collective_fidelity(session, ranks, before, after, elapsed, ranks_cpu):
+def collective_fidelity(watch, ranks):
     """The fidelity verdict of a collective: drops outside the links, and CPU.
 
     A collective's figure is a time, so it is also emulator-bound when the
     machine had no CPU to spare: the ranks and ovs-vswitchd then set the pace.
     """
-    from emulator.experiments import fidelity
-    delta = counters.delta(before, after, session.topo, active_s=elapsed)
     rx = [r.get("rx_flows", {}) for r in ranks]
     sent = sum(t.get("received_packets", 0) + t.get("dropped_packets", 0) for t in rx)
     lost = sum(t.get("dropped_packets", 0) for t in rx)
-    engine = {"socket_drops": sum(r.get("socket_drops", 0) for r in ranks),
-              "cpu_share": round(ranks_cpu / max(elapsed, 1e-9), 3)}
-    return fidelity.verdict(sent, delta, engine=engine, lost=lost, timing=True)
+    return watch.verdict(sent, lost=lost, timing=True,
+                         engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)})

@@ -61,7 +61,7 @@ def network_drops(by_queue, lost):
 
 def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
             drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None,
-            lost=None, timing=False):
+            lost=None, timing=False, faulted=()):
     """The fidelity document of one measurement.
 
     ``sent``: packets the traffic sent; ``counters``: a counters delta;
@@ -70,12 +70,22 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     frames; ``bound_ms``: ``queue_bound_ms`` of the fabric; ``lost``: frames
     sent and never received (exact, from the receivers), when known;
     ``timing``: the measurement is a completion time (a collective), so a
-    saturated machine makes it emulator-bound by itself.
+    saturated machine makes it emulator-bound by itself; ``faulted``: link
+    names ('leaf1->spine1') a fault took down: what OVS could not send or
+    read there is the fault's doing, the network's.
     """
     engine = engine or {}
+    faulted = set(faulted)
+    at_fault = {}
+    for key in ("ovs_socket_drops", "ovs_tx_drops"):
+        for link, n in (counters.get(key) or {}).items():
+            if link in faulted:
+                at_fault[link] = at_fault.get(link, 0) + n
     emu = {
-        "ovs_port_sockets": dict(counters.get("ovs_socket_drops") or {}),
-        "ovs_send": dict(counters.get("ovs_tx_drops") or {}),
+        "ovs_port_sockets": {k: v for k, v in (counters.get("ovs_socket_drops") or {}).items()
+                             if k not in faulted},
+        "ovs_send": {k: v for k, v in (counters.get("ovs_tx_drops") or {}).items()
+                     if k not in faulted},
         "kernel_backlog": counters.get("softnet_drops") or 0,
         "receiver_sockets": engine.get("socket_drops", 0),
         "sender_behind_schedule": engine.get("skipped_packets", 0),
@@ -84,6 +94,8 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                  + emu["kernel_backlog"] + emu["receiver_sockets"]
                  + emu["sender_behind_schedule"])
     queue_events = dict(counters.get("network_drops") or {})
+    for link, n in at_fault.items():         # a downed link's drops: where the fault is
+        queue_events[link] = queue_events.get(link, 0) + n
     lost_in_net = None
     if lost is not None:     # what the emulator lost on the way is not the links'
         lost_in_net = max(lost - (emu_total - emu["sender_behind_schedule"]), 0)

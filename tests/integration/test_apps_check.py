@@ -78,6 +78,10 @@ def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
     assert r.data["crossing"] > 0
     # Static routes never repair: the crossing flows lose the rest of the probe.
     assert r.data["worst_loss_ms"] > 1500
+    # ... and that loss is the cut link's (the network's), not the emulator's
+    fid = r.data["fidelity"]
+    assert fid["verdict"] == "faithful", fid
+    assert fid["emulation_drops"]["total"] == 0
     # The check restores the link: the fabric is whole again.
     assert check.reachability(ryu_app).ok
 
@@ -86,6 +90,7 @@ def test_cut_under_the_builtin_controller_passes(builtin):
     r = check.cut_loss(builtin, "leaf1-spine1", before=1.0, after=1.5, max_loss_ms=200)
     assert r.ok, r.detail
     assert r.data["crossing"] > 0 and r.data["worst_loss_ms"] <= 200
+    assert r.data["fidelity"]["verdict"] == "faithful", r.data["fidelity"]
     p = check.flow_path(builtin, "h1", "h3", 49153)
     assert p.ok and p.data["path"][0] == "h1" and p.data["path"][-1] == "h3"
     assert p.data["path"][2] in ("spine1", "spine2")

@@ -97,3 +97,17 @@ def test_lost_frames_are_split_over_links_by_their_queue_drops():
     assert e["network_drops"]["total"] == 6
     assert fidelity.network_drops({"a": 3}, None) == {"a": 3}
     assert fidelity.network_drops({}, 5) == {}
+
+
+def test_drops_on_a_faulted_link_are_the_faults_not_the_emulators():
+    c = counters(ovs_tx_drops={"leaf1->spine1": 40, "leaf2->spine2": 3})
+    d = fidelity.verdict(1000, c, lost=40, faulted={"leaf1->spine1"})
+    assert d["emulation_drops"]["ovs_send"] == {"leaf2->spine2": 3}
+    assert d["network_drops"]["by_link"] == {"leaf1->spine1": 37}
+    assert fidelity.verdict(1000, c, lost=40)["emulation_drops"]["total"] == 43
+
+
+def test_a_completion_time_on_a_saturated_machine_is_emulator_bound():
+    busy = counters(machine_busy=0.97)
+    assert fidelity.verdict(1000, busy, timing=True)["verdict"] == "emulator-bound"
+    assert fidelity.verdict(1000, busy)["verdict"] == "faithful"

@@ -1,0 +1,57 @@
+"""Watch a measurement: drop counters and CPU around it, then its fidelity verdict.
+
+``with Watch(session) as w: <traffic>`` snapshots every drop counter and the
+CPU clocks (``dataplane.counters``) before and after the block, and the CPU
+of the child processes reaped inside it (traffic processes the block
+waited for); ``w.verdict(...)`` is ``fidelity.verdict`` on that window.
+"""
+
+import resource
+import time
+
+from emulator.dataplane import counters
+from emulator.experiments import fidelity
+
+
+def children_cpu():
+    """CPU seconds of this process's reaped children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+class Watch:
+    def __init__(self, session):
+        self.session = session
+        self.delta = None
+
+    def start(self):
+        self.before = counters.snapshot(self.session.net)
+        self.cpu0 = children_cpu()
+        self.t0 = time.monotonic()
+        return self
+
+    def stop(self):
+        self.elapsed = time.monotonic() - self.t0
+        self.children_cpu = children_cpu() - self.cpu0
+        after = counters.snapshot(self.session.net)
+        self.delta = counters.delta(self.before, after, self.session.topo,
+                                    active_s=self.elapsed)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.stop()
+        return False
+
+    def verdict(self, sent, lost=None, engine=None, latency=None, timing=False,
+                frame_len=None, faulted=()):
+        """The fidelity document of what ran inside the block."""
+        engine = dict(engine or {})
+        engine.setdefault("cpu_share", round(self.children_cpu / max(self.elapsed, 1e-9), 3))
+        bound = fidelity.queue_bound_ms(self.session.topo, self.session.queue_ms) \
+            if latency else None
+        return fidelity.verdict(sent, self.delta, engine=engine, latency=latency,
+                                bound_ms=bound, lost=lost, timing=timing,
+                                frame_len=frame_len, faulted=faulted)
