@@ -43,7 +43,11 @@ def plan_for(net, pairs, duration, qps, frame_len, idle=0.5):
             seen.add(key)
             receivers.append({"name": f"{dst['name']}:{dport['port']}",
                               "netns": netns_of(net, dst["name"]), "intf": dport["port"]})
-    return {"duration": duration, "frame_len": frame_len, "idle": idle,
+    # A disruption is a gap well beyond a flow's own packet spacing (a 5 Mbit/s QP
+    # of 4 KiB frames sends every 6.7 ms): 3 intervals, at least 10 ms.
+    slowest = min(s["rate_bps"] / s["qps"] for s in streams)
+    gap_ms = max(10.0, 3 * frame_len * 8 / slowest * 1e3)
+    return {"duration": duration, "frame_len": frame_len, "idle": idle, "gap_ms": gap_ms,
             "streams": streams, "receivers": receivers}
 
 
@@ -204,6 +208,7 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
         "reordered_packets": sum(f["reordered_packets"] for f in flows),
         "total_disruptions": sum(f["total_disruptions"] for f in flows),
         "latency_ms": res["latency_ms"],
+        "disruption_gap_ms": round(plan["gap_ms"], 3),
         "engine": res["engine"],
         "flows": flows,
         "uplinks": workload.uplink_loads(topo, before, after, duration),
