@@ -248,19 +248,11 @@ class Engine:
     def _send_due(self, s, now):
         """Send what one stream's schedule says is due, round-robin over its QPs."""
         sched, flows, sender, rr = s
-        nf = len(flows)
         while True:
             n = sched.due(now, sender.batch)
             if not n:
                 break
-            batch = []
-            for _ in range(n):
-                f = flows[rr]
-                rr = rr + 1 if rr + 1 < nf else 0
-                batch.append((f.template, f.psn, f.flow_id, 0, 0, 0, 0))
-                f.psn = (f.psn + 1) & 0xFFFFFF
-                f.sent += 1
-            sender.emit(batch, self.clock)
+            rr = sender.send_flows(flows, rr, n, self.clock)
         s[3] = rr
 
     def _drain(self, r, buf, limit=4096):

@@ -64,6 +64,61 @@ MESSAGE_OPCODES = {
 }
 
 
+_PROBE_HEAD = struct.Struct("!IIQ")       # magic, flow, tx_ns: the probe's first fields
+_PSN = struct.Struct("!I")
+_ICRC = struct.Struct("<I")
+
+
+class _TailCrc:
+    """CRC-32 of ``A || tail`` from CRC-32 of ``A``, for one constant ``tail``.
+
+    zlib's ``crc32_combine(c1, c2, len2) = M(len2) c1 xor c2`` where the
+    operator M (appending len2 zero bytes) is linear over GF(2), so it is
+    tabulated per byte of c1 once (4 x 256 entries, from libz's own
+    ``crc32_combine``) and applied with four lookups per frame.  Without
+    libz's symbol the tail is CRC'd per frame as before.
+    """
+
+    _cache = {}
+
+    @classmethod
+    def of(cls, tail):
+        key = (len(tail), zlib.crc32(tail))
+        if key not in cls._cache:
+            cls._cache[key] = cls(tail)
+        return cls._cache[key]
+
+    def __init__(self, tail):
+        self.tail = bytes(tail)
+        self.crc = zlib.crc32(self.tail)
+        combine = _libz_combine()
+        if combine is None:
+            self.tables = None
+            return
+        n = len(self.tail)
+        self.tables = [[combine(v << (8 * k), 0, n) for v in range(256)] for k in range(4)]
+
+    def combine(self, crc_a):
+        t = self.tables
+        if t is None:
+            return zlib.crc32(self.tail, crc_a)
+        return (t[0][crc_a & 0xFF] ^ t[1][(crc_a >> 8) & 0xFF] ^ t[2][(crc_a >> 16) & 0xFF]
+                ^ t[3][crc_a >> 24] ^ self.crc)
+
+
+def _libz_combine():
+    import ctypes
+    import ctypes.util
+    try:
+        libz = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
+        fn = libz.crc32_combine
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long]
+    fn.restype = ctypes.c_ulong
+    return fn
+
+
 def udp_sport(src_qpn, dst_qpn):
     """Entropy source port for a QP pair, in 49152..65535 (like mlx5 NICs)."""
     h = zlib.crc32(struct.pack("!II", src_qpn, dst_qpn))
@@ -140,6 +195,11 @@ class FrameTemplate:
         # CRC state after the constant masked prefix: continued per packet.
         self._crc_prefix = zlib.crc32(_masked_prefix(self.raw))
         self._buf = bytearray(self.raw)
+        # Everything after the probe header is constant padding: ``fill_head``
+        # rewrites only the bytes before it and combines the CRC with the tail's.
+        self.head = self.probe_off + PROBE.size
+        self.tail_sig = (self.len, self.head)
+        self._tail = _TailCrc.of(self.raw[self.head:self.len - ICRC_LEN])
 
     def fill(self, buf, psn, tx_ns, flow=0, tag=0, chunk=0, index=0, count=0):
         """Write this template into writable ``buf`` with per-packet fields.
@@ -154,6 +214,25 @@ class FrameTemplate:
                         tx_ns, tag, chunk, index, count)
         crc = zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], self._crc_prefix)
         struct.pack_into("<I", buf, n - ICRC_LEN, crc)
+        return n
+
+    def fill_head(self, buf, psn, tx_ns, flow, whole):
+        """``fill`` for the engine: copies only the headers unless ``whole``.
+
+        A sendmmsg slot that last held a frame with the same ``tail_sig``
+        already holds this frame's padding, so only the first ``head`` bytes
+        change, and the ICRC is the CRC of those bytes combined with the
+        tail's precomputed CRC (``_TailCrc``): no pass over 4 KiB per frame.
+        """
+        n, head = self.len, self.head
+        if whole:
+            buf[:n] = self.raw
+        else:
+            buf[:head] = self.raw[:head]
+        _PSN.pack_into(buf, PSN_OFF, psn & PSN_MASK)
+        _PROBE_HEAD.pack_into(buf, self.probe_off, PROBE_MAGIC, flow, tx_ns)
+        crc = self._tail.combine(zlib.crc32(memoryview(buf)[PSN_OFF:head], self._crc_prefix))
+        _ICRC.pack_into(buf, n - ICRC_LEN, crc)
         return n
 
     def with_sport(self, sport):
@@ -259,4 +338,3 @@ class FastParser:
         return bytes(frame[26:30]), flow, psn, tx_ns, ok
 
 
-_PROBE_HEAD = struct.Struct("!IIQ")       # magic, flow, tx_ns: the probe's first fields

@@ -114,6 +114,7 @@ class Sender:
         self.iov = (_iovec * self.batch)()
         self.msgs = (_mmsghdr * self.batch)()
         self._msgs_addr = ctypes.addressof(self.msgs)
+        self._sig = [None] * self.batch   # what padding each slot holds (``send_flows``)
         self._keep = []
         for i, slot in enumerate(self.slots):
             cbuf = (ctypes.c_char * MAX_FRAME).from_buffer(slot)
@@ -143,17 +144,45 @@ class Sender:
         if self.mmsg:
             for i, (tpl, psn, flow, tag, chunk, index, count) in enumerate(packets):
                 n = tpl.fill(slots[i], psn, now, flow, tag, chunk, index, count)
+                self._sig[i] = None
                 iov[i].iov_len = n
                 total += n
             self._sendmmsg(len(packets))
         else:
             send = self.sock.send
             slot = slots[0]
+            self._sig[0] = None
             for tpl, psn, flow, tag, chunk, index, count in packets:
                 n = tpl.fill(slot, psn, now, flow, tag, chunk, index, count)
                 send(memoryview(slot)[:n])
                 total += n
         return total
+
+    def send_flows(self, flows, rr, n, clock=time.monotonic_ns):
+        """Send ``n`` (<= batch) packets round-robin over ``flows`` from index ``rr``.
+
+        The engine's path: each slot keeps the padding it last held, so only
+        headers are rewritten (``FrameTemplate.fill_head``); PSNs and counts
+        advance in the flows.  Returns the next round-robin index.
+        """
+        now = clock()
+        slots, iov, sig = self.slots, self.iov, self._sig
+        nf = len(flows)
+        for i in range(n):
+            f = flows[rr]
+            rr = rr + 1 if rr + 1 < nf else 0
+            tpl = f.template
+            iov[i].iov_len = tpl.fill_head(slots[i], f.psn, now, f.flow_id,
+                                           sig[i] != tpl.tail_sig)
+            sig[i] = tpl.tail_sig
+            f.psn = (f.psn + 1) & PSN_MASK
+            f.sent += 1
+        if self.mmsg:
+            self._sendmmsg(n)
+        else:
+            for i in range(n):
+                self.sock.send(memoryview(slots[i])[:iov[i].iov_len])
+        return rr
 
     def _sendmmsg(self, count):
         done = 0
