@@ -100,6 +100,9 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     if lost is not None:     # what the emulator lost on the way is not the links'
         lost_in_net = max(lost - (emu_total - emu["sender_behind_schedule"]), 0)
     net = network_drops(queue_events, lost_in_net)
+    if lost_in_net and not net:              # lost where no queue counts: a fault's drop
+        net = {", ".join(sorted(faulted)) or "unattributed (no link queue counted it)":
+               lost_in_net}
     reasons, warnings, remedies = [], [], []
     # the frames the traffic should have carried: sent, plus those a sender skipped
     base = max(sent + emu["sender_behind_schedule"], 1)

@@ -80,6 +80,23 @@ class EngineProcess:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
 
+    def wait_line(self, word, timeout):
+        """Wait until the engine prints ``word`` on a line (e.g. ``flowing``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            ready = select.select([self.proc.stdout], [], [], max(left, 0))[0]
+            if not ready:
+                self.kill()
+                raise RunFailed(f"traffic engine did not say {word!r} within {timeout:.0f}s")
+            line = self.proc.stdout.readline()
+            if not line:
+                self.kill()
+                raise RunFailed(f"traffic engine exited before {word!r}: "
+                                f"{self._stderr_tail()}")
+            if line.strip() == word:
+                return
+
     def result(self, timeout=None):
         timeout = timeout or self.duration + 60
         try:
