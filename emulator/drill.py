@@ -39,7 +39,6 @@ import time
 
 from emulator import proc, scenario
 from emulator.errors import ConfigError, RunFailed
-from emulator.proc import finish
 
 MODES = ("none", "controller", "fast-failover")
 
@@ -66,6 +65,9 @@ def add_arguments(p):
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
     p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when a repeat is emulator-bound (the machine, not the "
+                        "fabric, limited the probes)")
 
 
 def parse_modes(text):
@@ -249,67 +251,6 @@ def crosses(path, events, topo):
     return False
 
 
-def one_repeat(s, inj, pairs, events, args, work):
-    py = [sys.executable]
-    os.makedirs(work, exist_ok=True)
-    total = max(e.at_s for e in events) + args.post + sum(
-        e.params.get("count", 0) * e.params.get("period", 0) for e in events)
-    recvs = {}                          # one receiver per (host, interface)
-    for _, dst, _, _ in pairs:
-        key = f"{dst['name']}-{dst['ports'][0]['port']}"
-        if key in recvs:
-            continue
-        f = {k: os.path.join(work, f"{key}.{k}") for k in ("ready", "seen", "out")}
-        argv = py + ["-m", "emulator.probe_recv", "--intf", dst["ports"][0]["port"],
-                     "--deadline", str(total + 15), "--idle", "2.0", "--gap-ms",
-                     str(args.gap_ms), "--ready", f["ready"], "--seen", f["seen"], "--out", f["out"]]
-        recvs[key] = (s.net.popen_in(dst["name"], argv, cwd=REPO), f)
-    wait_for(lambda: all(os.path.exists(f["ready"]) for _, f in recvs.values()), 20,
-             "probe receivers to open their sockets", recvs)
-    senders = []
-    for i, (src, dst, first, qpn0) in enumerate(pairs):
-        out = os.path.join(work, f"send-{i}-{src['name']}.json")
-        argv = py + ["-m", "traffic", "send", "--intf", src["ports"][0]["port"],
-                     "--src-ip", src["ip"], "--dst-ip", dst["ip"], "--dst-mac", dst["mac"],
-                     "--qps", str(args.qps), "--first-flow", str(first),
-                     "--first-qpn", hex(qpn0), "--pps", str(args.pps * args.qps),
-                     "--burst", "1", "--duration", str(total + 2.0),
-                     "--frame-len", str(args.frame_len), "--out", out]
-        senders.append((src, s.net.popen_in(src["name"], argv, cwd=REPO), out))
-    want = {f"{src['ip']}#{first + q}" for src, _, first, _ in pairs for q in range(args.qps)}
-
-    def flowing():
-        got = set()
-        for _, f in recvs.values():
-            if os.path.exists(f["seen"]):
-                with open(f["seen"]) as fh:
-                    got |= set(json.load(fh))
-        return want <= got
-    wait_for(flowing, 20, "every probe flow to arrive", recvs)
-    t0 = time.monotonic()
-    for ev in events:
-        delay = t0 + ev.at_s - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)           # the schedule's own times, not a wait for state
-        scenario.execute(inj, ev)
-    for src, p, _ in senders:
-        finish(p, total + 30, f"sender in {src['name']}")
-    for name, (p, _) in recvs.items():
-        finish(p, 30, f"probe receiver in {name}")
-    sent, recv = {}, {}
-    for _, _, out in senders:
-        with open(out) as fh:
-            sent.update(json.load(fh)["per_flow"])
-    timelines = {}
-    for _, f in recvs.values():
-        with open(f["out"]) as fh:
-            doc = json.load(fh)
-        for fl in doc["flows"]:
-            recv[fl["flow"]] = dict(fl, t0_ns=doc["t0_ns"])
-            timelines[fl["flow"]] = (doc["t0_ns"], doc["timelines"].get(fl["flow"], []))
-    return sent, recv, timelines, total + 2.0
-
-
 def wait_for(cond, timeout, what, procs=None):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -340,6 +281,7 @@ RESTORES = ("restore", "recover", "loss_stop")
 
 
 def run_mode(fabric, mode, events, args, base, out):
+    from emulator.experiments import drill_traffic
     from emulator.faults import Injector
     from emulator.runner import Session
     old = os.environ.get("FABRIC_FAILOVER")
@@ -358,8 +300,8 @@ def run_mode(fabric, mode, events, args, base, out):
             try:
                 for r in range(args.repeat):
                     n0 = len(inj.events)
-                    sent, recv, timelines, dur = one_repeat(s, inj, pairs, events, args,
-                                                       os.path.join(s.dir, f"repeat{r}"))
+                    sent, recv, timelines, dur, fid = drill_traffic.repeat(
+                        s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
                     evs = inj.events[n0:]
                     t_fault = evs[0]["t_ns"]
                     t_rest = next((e["t_ns"] for e in evs if e["kind"] in
@@ -371,7 +313,7 @@ def run_mode(fabric, mode, events, args, base, out):
                     with open(s.controller.log_path, errors="replace") as f:
                         conv = controller_convergence(f.read(), t_fault, t_rest)
                     repeats.append({"repeat": r, "events": evs, "flows": flows,
-                                    "controller": conv})
+                                    "controller": conv, "fidelity": fid})
                     if r == 0:
                         plot(timelines, t_fault, t_rest, crossing,
                              os.path.join(base, f"throughput-{mode}.png"), mode)
@@ -395,7 +337,7 @@ def summary_line(rep):
     cross = [f["loss_window_ms"] for f in rep["flows"].values() if f["crosses"]]
     conv = rep["controller"]["convergence_ms"] if rep["controller"] else None
     return (f"worst loss window {max(cross, default=0):.1f} ms over {len(cross)} crossing flows, "
-            f"controller {conv} ms")
+            f"controller {conv} ms, {rep['fidelity']['verdict']}")
 
 
 def summarise(repeats):
@@ -413,7 +355,10 @@ def summarise(repeats):
             "duplicated_packets": sum(f["duplicated_packets"] for r in repeats
                                       for f in r["flows"].values()),
             "reordered_packets": sum(f["reordered_packets"] for r in repeats
-                                     for f in r["flows"].values())}
+                                     for f in r["flows"].values()),
+            "emulator_bound_repeats": sum(1 for r in repeats
+                                          if r.get("fidelity", {}).get("verdict",
+                                                                       "faithful") != "faithful")}
 
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
@@ -442,20 +387,29 @@ def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
 
 
 def table(results):
+    """Per mode: the longest arrival gap of crossing flows (the headline, SONiC's
+    longest disruption), lost sequences / pps, controller convergence, fidelity."""
     def fmt(st):
         return "-" if not st else f"{st['median']:>8.2f} {st['p95']:>8.2f} {st['max']:>8.2f}"
-    lines = [f"{'mode':<14} {'loss window ms (med p95 max)':>28} {'controller conv ms':>28} "
-             f"{'lost/cross flow':>16} {'others lost':>11} {'dup':>5} {'reord':>5}",
-             f"{'':<14} {'median      p95      max':>28} {'median      p95      max':>28}"
-             f"   (loss window = lost sequences / pps; recovery and gaps in drill.json)"]
+    lines = [f"{'mode':<14} {'longest gap ms':>26} {'lost / pps ms':>26} "
+             f"{'controller conv ms':>26} {'others lost':>11} {'dup':>5} {'reord':>5}  fidelity",
+             f"{'':<14} {'median      p95      max':>26} {'median      p95      max':>26} "
+             f"{'median      p95      max':>26}"]
     for res in results:
         sm = res["summary"]
-        lost = sm["lost_packets_crossing"]
-        lines.append(f"{res['mode']:<14} {fmt(sm['loss_window_ms']):>28} "
-                     f"{fmt(sm['controller_convergence_ms']):>28} "
-                     f"{(lost['median'] if lost else 0):>16} "
+        n = len(res["repeats"])
+        bound = sm.get("emulator_bound_repeats", 0)
+        lines.append(f"{res['mode']:<14} {fmt(sm['longest_gap_ms']):>26} "
+                     f"{fmt(sm['loss_window_ms']):>26} "
+                     f"{fmt(sm['controller_convergence_ms']):>26} "
                      f"{sm['non_crossing_lost_packets']:>11} {sm['duplicated_packets']:>5} "
-                     f"{sm['reordered_packets']:>5}")
+                     f"{sm['reordered_packets']:>5}  "
+                     + (f"EMULATOR-BOUND in {bound}/{n}" if bound else "faithful"))
+    lines.append("longest gap: the longest arrival gap of a flow crossing the fault (what an "
+                 "application sees); lost / pps: its lost sequences over its packet rate")
+    if any(r["summary"].get("emulator_bound_repeats") for r in results):
+        lines.append("EMULATOR-BOUND repeats measured this machine's limits: see each "
+                     "repeat's fidelity in drill.json")
     return "\n".join(lines)
 
 
@@ -479,4 +433,8 @@ def main(fabric, args, out=print):
     if bad:
         out(f"controller problems in {', '.join(bad)}")
         return 1
+    if getattr(args, "strict", False) and any(r["summary"]["emulator_bound_repeats"]
+                                              for r in results):
+        out("--strict: some repeats were emulator-bound; exit status 3")
+        return 3
     return 0

@@ -26,6 +26,7 @@ the connection's QPs (one PSN space and one UDP source port each, hence one
 ECMP path each), as RDMA WRITE FIRST/MIDDLE/LAST/ONLY per QP.
 """
 
+import gc
 import json
 import select
 import socket
@@ -414,6 +415,10 @@ class Rank:
                 for q in range(self.cfg["qps"]):
                     for op in ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"):
                         self._template(t.peer, q, op, self.cfg["mtu"])
+        # scapy's objects make a full GC pass stall the event loop for tens of ms:
+        # collect once and exempt everything that exists now from later passes
+        gc.collect()
+        gc.freeze()
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
         results = [self.run_size(tag, size) for tag, size in enumerate(calls)]

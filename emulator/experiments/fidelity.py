@@ -127,6 +127,10 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         elif lat.get("max") is not None and lat["max"] > limit:
             warnings.append(f"max latency {lat['max']:.1f} ms exceeds the {bound_ms:g} ms "
                             "queue bound (p99 is within it): a scheduling stall")
+    stalls = engine.get("stalls") or []
+    if stalls:
+        warnings.append(f"the traffic engine's loop stalled {len(stalls)} time(s) for more "
+                        f"than 10 ms (longest {max(ms for _, ms in stalls):.0f} ms)")
     late = engine.get("late_packets", 0)
     if late > 0.01 * base:
         warnings.append(f"{late} packets ({100 * late / base:.1f} %) left later than their "
