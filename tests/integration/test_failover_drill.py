@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from emulator import drill, presets, scenario
+from emulator.experiments import drill_traffic
 from emulator.faults import Injector
 from emulator.reach import wait_all_pairs
 from emulator.runner import Session
@@ -51,7 +52,9 @@ def session(request, tmp_path_factory):
 
 def run(s, inj, pairs, paths, events, tmp_path):
     n0 = len(inj.events)
-    sent, recv, _, dur = drill.one_repeat(s, inj, pairs, events, ARGS, str(tmp_path))
+    sent, recv, _, dur, fid = drill_traffic.repeat(s, inj, pairs, events, ARGS, str(tmp_path))
+    # the probes themselves were carried faithfully: what they lost, the fault did
+    assert fid["verdict"] == "faithful", fid
     evs = inj.events[n0:]
     t_fault = evs[0]["t_ns"]
     t_rest = next((e["t_ns"] for e in evs[1:]), None)
