@@ -259,7 +259,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     os.environ["FABRIC_LB"] = mode          # the controller child reads it at start
     try:
         with Session(fabric, results_base=args.results, seed=seed,
-                     queue_ms=args.queue_ms, mtu=args.mtu) as s:
+                     queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096)) as s:
             order = ring_indices(s.topo, ring)
             extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
             sampler = Sampler(s.net)

@@ -1,0 +1,55 @@
+"""The machine's budget: the rate search, the hop arithmetic and the load check."""
+
+from emulator.experiments import budget
+from emulator import presets
+from emulator.addressing import plan
+
+
+def test_search_doubles_then_bisects_to_the_largest_faithful_rate():
+    tried = []
+
+    def trial(rate):
+        tried.append(rate)
+        return rate <= 700
+    best, log = budget.search(trial, start_bps=100, max_bps=10_000, steps=4)
+    assert [r for r, _ in log][:4] == [100, 200, 400, 800]     # doubling until it fails
+    assert 650 <= best <= 700 and all(ok == (r <= 700) for r, ok in log)
+    assert budget.search(lambda r: True, 100, 1000)[0] == 800    # never failed: the last
+    assert budget.search(lambda r: False, 100, 1000, steps=2)[0] == 0
+
+
+def test_trial_ok_needs_no_loss_a_faithful_verdict_and_low_latency():
+    good = {"verdict": "faithful", "latency_ms": {"p99": 1.0}}
+    assert budget.trial_ok(100, 100, good, 5.0)
+    assert not budget.trial_ok(100, 99, good, 5.0)
+    assert not budget.trial_ok(100, 100, dict(good, verdict="emulator-bound"), 5.0)
+    assert not budget.trial_ok(100, 100, {"verdict": "faithful", "latency_ms": {"p99": 9}}, 5)
+    assert not budget.trial_ok(0, 0, good, 5.0)
+
+
+def test_hops_on_the_default_fabric():
+    topo = plan(presets.build("leaf-spine", {}))
+    assert budget.path_hops(topo, "h1", "h2") == 1            # same leaf
+    assert budget.path_hops(topo, "h1", "h3") == 3            # leaf-spine-leaf
+    assert budget.longest_path_hops(topo) == 3
+    assert budget.longest_path_hops(plan(presets.build("dual-tor", {}))) == 5   # NIC switches
+
+
+def test_the_load_check_against_a_budget():
+    doc = budget.budget_doc(4170, one_hop_pps=80_000, three_hop_pps=60_000, key="k")
+    assert doc["hop_pps"] == 180_000 and doc["faithful_bps_3hop"] == round(60_000 * 4170 * 8)
+    default_mix = [(20e6, 4170, 3)] * 8                         # 160 Mbit/s, 8 % of it
+    fits, msg = budget.check(default_mix, doc)
+    assert fits and "8% of this machine's measured budget" in msg
+    fits, msg = budget.check([(1e9, 4170, 3)] * 8, doc)
+    assert not fits and "expect an emulator-bound result" in msg
+    fits, msg = budget.check(default_mix, None)
+    assert fits and "emulator calibrate" in msg
+    assert budget.hop_pps([(8340, 1042.5, 2)]) == 2.0
+
+
+def test_machine_key_names_what_a_calibration_is_valid_for():
+    a = budget.machine_key("3.1.0", "netdev", 4170, cpu_model="X", ncpu=2)
+    assert a != budget.machine_key("3.1.0", "netdev", 1098, cpu_model="X", ncpu=2)
+    assert a != budget.machine_key("3.2.0", "netdev", 4170, cpu_model="X", ncpu=2)
+    assert "netdev" in a and "4170" in a
