@@ -19,8 +19,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from emulator import runstate  # noqa: E402
-from emulator.cleanup import our_bridges, our_interfaces  # noqa: E402
+from emulator.dataplane import runstate  # noqa: E402
+from emulator.dataplane.cleanup import our_bridges, our_interfaces  # noqa: E402
 
 SMALL = ["-P", "spines=1", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
 NOTHING = {"bridges": [], "interfaces": [], "processes": [], "state": []}

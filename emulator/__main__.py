@@ -9,7 +9,9 @@ import argparse
 import json
 import sys
 
-from emulator import addressing, presets, spec
+from emulator.fabric import addressing
+from emulator.fabric import presets
+from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
 from emulator.experiments.options import add_fidelity_args
 from traffic.frames import ROCE_MTUS
@@ -106,19 +108,19 @@ def build_parser():
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
     p.add_argument("--results", default="results", metavar="DIR")
 
-    from emulator import drill
+    from emulator.experiments import drill
     p = sub.add_parser("drill", help="failover drill: inject faults under probe traffic, "
                                      "measure loss windows and recovery")
     add_fabric_args(p)
     drill.add_arguments(p)
 
-    from emulator import check
+    from emulator.experiments import check
     p = sub.add_parser("check", help="hold a controller (app) to checks: reachability, "
                                      "a flow's path, loss under a link cut; PASS/FAIL")
     add_fabric_args(p)
     check.add_arguments(p)
 
-    from emulator import compare
+    from emulator.experiments import compare
     p = sub.add_parser("compare", help="load-balancing modes (ecmp, flowlet, dlb, spray) "
                                        "on the same collective: busbw, uplink spread; "
                                        "--planes: dual-plane vs single-plane fabric")
@@ -156,45 +158,46 @@ def main(argv=None):
                 print(f"{name}:\n{presets.describe(name)}")
             return 0
         if args.command == "show":
-            from emulator import report
+            from emulator.report import summary as report
             fabric = load_fabric(args)
             if args.yaml:
                 sys.stdout.write(spec.dump(fabric))
             elif args.json:
                 print(json.dumps(addressing.plan(fabric), indent=2))
             elif args.picture:
-                from emulator import reports
+                from emulator.report import files as reports
                 reports.fabric_png(addressing.plan(fabric), args.picture)
                 print(f"{args.picture}: {fabric.name}, {len(fabric.nodes)} nodes")
             else:
                 print(report.describe_fabric(fabric, addressing.plan(fabric)))
             return 0
         if args.command == "clean":
-            from emulator import cleanup, runner
-            runner.require_root()
+            from emulator.dataplane import cleanup
+            from emulator.dataplane import session
+            session.require_root()
             cleanup.clean(force=args.force)
             return 0
         if args.command == "calibrate":
-            from emulator import runner
+            from emulator.dataplane import session
             from emulator.experiments import calibrate
-            runner.require_root()
-            runner.check_dependencies()
+            session.require_root()
+            session.check_dependencies()
             calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath)
             return 0
         if args.command == "run":
-            from emulator import runner
+            from emulator.experiments import run
             fabric = load_fabric(args)
-            return runner.run(fabric, args)
+            return run.run(fabric, args)
         if args.command in ("check", "compare", "drill"):
             import importlib
 
-            from emulator import runner
-            command = importlib.import_module(f"emulator.{args.command}")
+            from emulator.dataplane import session
+            command = importlib.import_module(f"emulator.experiments.{args.command}")
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)
-            runner.require_root()
-            runner.check_dependencies()
+            session.require_root()
+            session.check_dependencies()
             return command.main(fabric, args)
     except FabricError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -206,7 +209,7 @@ def main(argv=None):
         print("interrupted; everything this run created was removed", file=sys.stderr)
         return 130
     except BaseException as e:
-        from emulator.runner import Interrupted
+        from emulator.dataplane.session import Interrupted
         if isinstance(e, Interrupted):
             print(f"stopped by {e}; everything this run created was removed",
                   file=sys.stderr)

@@ -26,8 +26,8 @@ import re
 import socket
 import time
 
-from emulator import proc
-from emulator.shaping import QdiscReader
+from emulator.dataplane import proc
+from emulator.dataplane.shaping import QdiscReader
 from traffic.netns import entered
 
 _SS_PORT = re.compile(r"\*:(\S+)\s")

@@ -28,13 +28,13 @@ LATENCY_LIMIT_MS = 5.0
 
 
 def calibration_fabric():
-    from emulator import presets
+    from emulator.fabric import presets
     return presets.build("leaf-spine", {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
                                         "host_rate": "10Gbps", "uplink_rate": "10Gbps"})
 
 
 def ovs_version():
-    from emulator import proc
+    from emulator.dataplane import proc
     first = proc.run(["ovs-vswitchd", "--version"], timeout=10).splitlines()[0]
     return first.split()[-1]
 
@@ -89,7 +89,7 @@ def _trial(session, src, dst, rate, frame_len, log):
 def calibrate(mtu=4096, results="results", datapath="auto", out=print,
               max_bps=20e9, cache=CACHE):
     """Measure and cache this machine's budget; returns the budget document."""
-    from emulator.runner import Session
+    from emulator.dataplane.session import Session
     frame_len = frame_len_for_mtu(mtu)
     fabric = calibration_fabric()
     with Session(fabric, results_base=results, datapath_request=datapath,

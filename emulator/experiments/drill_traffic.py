@@ -13,7 +13,7 @@ emulator's.
 import os
 import time
 
-from emulator import scenario
+from emulator.experiments import scenario
 from emulator.experiments.mix import EngineProcess, child_env, lost_frames, netns_of
 from emulator.experiments.watch import Watch
 

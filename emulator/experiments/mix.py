@@ -17,11 +17,11 @@ import sys
 import time
 
 from emulator.dataplane import counters
+from emulator.dataplane.session import REPO
 from emulator.errors import RunFailed
 from emulator.experiments import fidelity
 from traffic.frames import frame_len_for_mtu
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def netns_of(net, host):
@@ -169,7 +169,7 @@ def child_env(session):
 
 def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
     """Run the mix for ``duration`` s at ``load`` x host link rate; return results."""
-    from emulator import workload
+    from emulator.experiments import workload
     net, topo = session.net, session.topo
     pairs = workload.mix_pairs(topo, load)
     if not pairs:
@@ -203,7 +203,7 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
                       "longest_disruption_ms": got.get("longest_disruption_ms", 0),
                       "latency_us": got.get("latency_us"),
                       "cross_plane": key in cross})
-    from emulator.units import format_rate
+    from emulator.fabric.units import format_rate
     per_conn = f"{format_rate(int(pairs[0][1]['rate_bps'] * pairs[0][4]))} each"
     offered = sum(s["rate_bps"] for s in plan["streams"])
     return {

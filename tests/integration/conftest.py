@@ -2,23 +2,23 @@
 
 A Session records, when it closes, the controller's handler exceptions /
 OpenFlow errors / tracebacks and the ERR/EMER lines ovs-vswitchd wrote about
-its bridges (``emulator.logs``; deliberately downed ports are allowed).  Any
+its bridges (``emulator.dataplane.logs``; deliberately downed ports are allowed).  Any
 such line fails the test that closed the session -- or, for module-scoped
 fabrics, the whole run at its end.
 """
 
 import pytest
 
-from emulator import runner
+from emulator.dataplane import session
 
 
 def _new_problems(start):
-    return [(tag, p) for tag, probs in runner.CLOSED[start:] for p in probs]
+    return [(tag, p) for tag, probs in session.CLOSED[start:] for p in probs]
 
 
 @pytest.fixture(autouse=True)
 def clean_logs():
-    start = len(runner.CLOSED)
+    start = len(session.CLOSED)
     yield
     bad = _new_problems(start)
     assert not bad, "problems in the logs of the fabrics this test built:\n" + "\n".join(

@@ -3,7 +3,7 @@
 Model.  A test notes ``offset = ovs_log_offset()`` before it builds a fabric;
 afterwards ``problems(session, offset)`` returns every line that should fail
 it: the controller's handler exceptions, OpenFlow errors and tracebacks
-(``runner.controller_problems``) and the ``|ERR|``/``|EMER|`` lines that
+(``session.controller_problems``) and the ``|ERR|``/``|EMER|`` lines that
 ovs-vswitchd wrote since ``offset`` about this run's bridges and ports (every
 one carries ``fl<run tag>``).  Some ERR lines are the expected echo of a fault
 a test injected on purpose; they are allowed explicitly, by pattern, below.
@@ -11,9 +11,9 @@ a test injected on purpose; they are allowed explicitly, by pattern, below.
 
 import os
 
-from emulator.runner import controller_problems
+from emulator.dataplane.session import controller_problems
 
-from emulator.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
+from emulator.dataplane.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
 
 
 def problems(session, offset, allow=()):

@@ -12,8 +12,10 @@ import textwrap
 
 import pytest
 
-from emulator import check, presets, proc
-from emulator.runner import Session
+from emulator.experiments import check
+from emulator.fabric import presets
+from emulator.dataplane import proc
+from emulator.dataplane.session import Session
 from tests.conftest import REPO
 from tests.integration import logcheck
 

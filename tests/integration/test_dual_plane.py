@@ -19,7 +19,7 @@ import argparse
 
 import pytest
 
-from emulator import planes
+from emulator.experiments import planes
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
 

@@ -9,14 +9,16 @@ import textwrap
 
 import pytest
 
-from emulator import presets, proc, runstate
-from emulator.runner import Session
+from emulator.fabric import presets
+from emulator.dataplane import proc
+from emulator.dataplane import runstate
+from emulator.dataplane.session import Session
 from tests.conftest import REPO
 
 
 def leftovers(tag=None):
     """This project's bridges, interfaces, processes and state dirs (of one run)."""
-    from emulator.cleanup import our_bridges, our_interfaces
+    from emulator.dataplane.cleanup import our_bridges, our_interfaces
     pick = (lambda t: t == tag) if tag else (lambda t: True)
     return {
         "bridges": sorted(b for b, t in our_bridges().items() if pick(t)),
@@ -42,7 +44,7 @@ def test_every_host_pair_reaches_every_other(fabric):
     reach = fabric.results["reachability"]
     assert reach["pairs"] == 56 and reach["reachable"] == 56
     # and again, now that it has converged: one round, nothing lost
-    from emulator.reach import ping_round
+    from emulator.dataplane.reach import ping_round
     names = [h["name"] for h in fabric.topo["hosts"]]
     pairs = [(a, b) for a in names for b in names if a != b]
     assert ping_round(fabric.net, pairs) == set(pairs)
@@ -153,7 +155,7 @@ def test_not_root_gets_one_clear_message(tmp_path):
 
 
 def test_allreduce_completes_with_busbw_within_link_rate(fabric):
-    from emulator.collective import run_collective
+    from emulator.experiments.collective import run_collective
     rep = run_collective(fabric, "allreduce", [256 << 10, 1 << 20], ring="topology")
     assert rep["nranks"] == 8 and len(rep["rows"]) == 2
     for row in rep["rows"]:
@@ -182,8 +184,8 @@ def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
 def test_remote_controller_the_user_runs(tmp_path):
     """--controller remote:HOST:PORT: the user's controller (here ours, started by
     hand from `emulator show --json`) drives a fabric the emulator builds."""
-    from emulator import addressing
-    from emulator.runner import free_port, listening, wait_until
+    from emulator.fabric import addressing
+    from emulator.dataplane.session import free_port, listening, wait_until
     f = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"})
     topo_path = tmp_path / "topology.json"
     topo_path.write_text(json.dumps(addressing.plan(f)))
@@ -202,7 +204,7 @@ def test_remote_controller_the_user_runs(tmp_path):
 
 
 def test_background_iperf_flows_fold_into_results(fabric):
-    from emulator.background import Background, parse_spec
+    from emulator.experiments.background import Background, parse_spec
     hosts = set(fabric.net.hosts)
     specs = [parse_spec("h1:h5", hosts), parse_spec("h2:h6:udp:5Mbps", hosts)]
     with Background(fabric, specs, 2.0) as bg:

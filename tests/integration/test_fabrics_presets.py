@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from emulator import presets
-from emulator.faults import Injector
-from emulator.runner import Session
+from emulator.fabric import presets
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.session import Session
 
 CASES = [
     ("three-tier", {}, "leaf1-spine1"),

@@ -13,11 +13,13 @@ import subprocess
 
 import pytest
 
-from emulator import drill, presets, scenario
+from emulator.experiments import drill
+from emulator.fabric import presets
+from emulator.experiments import scenario
 from emulator.experiments import drill_traffic
-from emulator.faults import Injector
-from emulator.reach import wait_all_pairs
-from emulator.runner import Session
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.reach import wait_all_pairs
+from emulator.dataplane.session import Session
 
 ARGS = argparse.Namespace(pps=2000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
 LINK = "leaf1-spine1"

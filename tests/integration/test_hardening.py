@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from emulator import runstate
+from emulator.dataplane import runstate
 from tests.conftest import REPO
 from tests.integration import logcheck
 
@@ -52,7 +52,7 @@ def test_repeated_runs_leak_nothing(tmp_path):
 
 
 def runner_problems(d):
-    from emulator.runner import controller_problems
+    from emulator.dataplane.session import controller_problems
     return controller_problems(os.path.join(d, "controller.log"))
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from emulator import proc
+from emulator.dataplane import proc
 from tests.conftest import REPO
 from tests.integration.test_fabric import NOTHING, leftovers
 

@@ -15,7 +15,8 @@ import subprocess
 
 import pytest
 
-from emulator import compare, presets
+from emulator.experiments import compare
+from emulator.fabric import presets
 
 SEED = 1
 RATE = "5Mbps"

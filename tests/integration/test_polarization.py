@@ -3,8 +3,8 @@ spine->super-spine uplinks of a three-tier fabric; per-switch seeds use them all
 
 import pytest
 
-from emulator import presets
-from emulator.runner import Session
+from emulator.fabric import presets
+from emulator.dataplane.session import Session
 from emulator.experiments.mix import default_mix
 
 FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_leaf": "1",

@@ -8,8 +8,9 @@ source ports, the RoCEv2 entropy) leave on the two uplinks about 2:1.
 import re
 import sys
 
-from emulator import presets, proc
-from emulator.runner import Session
+from emulator.fabric import presets
+from emulator.dataplane import proc
+from emulator.dataplane.session import Session
 from tests.integration.test_fabric import SENDER
 
 

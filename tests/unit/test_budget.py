@@ -1,8 +1,8 @@
 """The machine's budget: the rate search, the hop arithmetic and the load check."""
 
 from emulator.experiments import budget
-from emulator import presets
-from emulator.addressing import plan
+from emulator.fabric import presets
+from emulator.fabric.addressing import plan
 
 
 def test_search_doubles_then_bisects_to_the_largest_faithful_rate():

@@ -2,7 +2,9 @@
 
 import types
 
-from emulator import addressing, presets, reports
+from emulator.fabric import addressing
+from emulator.fabric import presets
+from emulator.report import files as reports
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

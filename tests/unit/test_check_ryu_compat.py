@@ -7,7 +7,8 @@ import sys
 import textwrap
 
 from controller import ryu_compat
-from emulator import addressing, presets
+from emulator.fabric import addressing
+from emulator.fabric import presets
 from tests.conftest import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "ryu_static_routes.py")

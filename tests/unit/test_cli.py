@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator import spec
+from emulator.fabric import spec
 from emulator.__main__ import main
 from emulator.errors import ConfigError
 from tests.conftest import REPO
@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 def test_validate_ok(tmp_path, capsys):
     path = tmp_path / "f.yaml"
-    path.write_text(spec.dump(__import__("emulator.presets").presets.build("leaf-spine")))
+    path.write_text(spec.dump(__import__("emulator.fabric.presets").fabric.presets.build("leaf-spine")))
     assert main(["validate", str(path)]) == 0
     assert "ok: 8 hosts, 8 switches, 24 links" in capsys.readouterr().out
 

@@ -15,7 +15,8 @@ import pytest
 from controller import osken_app as oa
 from controller import policy, topology
 from controller.messages import Bucket, GroupMod, Output, Selection
-from emulator import addressing, presets
+from emulator.fabric import addressing
+from emulator.fabric import presets
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 

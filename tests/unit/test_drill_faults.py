@@ -8,9 +8,12 @@ fault can take and ``faults.surviving_pairs`` which host pairs keep a path.
 
 import pytest
 
-from emulator import addressing, drill, presets, scenario
+from emulator.fabric import addressing
+from emulator.experiments import drill
+from emulator.fabric import presets
+from emulator.experiments import scenario
 from emulator.errors import ConfigError
-from emulator.faults import fault_links, parse_link, surviving_pairs
+from emulator.dataplane.faults import fault_links, parse_link, surviving_pairs
 
 
 def plan(name, **params):

@@ -13,7 +13,8 @@ from controller.fakeswitch import live_hops
 from controller.fakeswitch import fabric_with_policy as fabric_for
 from controller.fakeswitch import udp_packet as udp
 from controller.messages import DecNwTtl, Output
-from emulator import addressing, presets
+from emulator.fabric import addressing
+from emulator.fabric import presets
 
 
 def leaf_spine(**params):

@@ -1,7 +1,7 @@
 """The fidelity verdict: network drops vs emulation drops, latency vs the queue bound."""
 
 from emulator.experiments import fidelity
-from emulator.report import fidelity_lines
+from emulator.report.summary import fidelity_lines
 
 
 def counters(**kw):

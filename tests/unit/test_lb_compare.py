@@ -1,9 +1,11 @@
-"""Unit tests of emulator.compare's pure parts: fairness, ring orders, the ECMP
+"""Unit tests of emulator.experiments.compare's pure parts: fairness, ring orders, the ECMP
 balls-into-bins expectation, uplink series and the table (no root)."""
 
 import pytest
 
-from emulator import addressing, compare, presets
+from emulator.fabric import addressing
+from emulator.experiments import compare
+from emulator.fabric import presets
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import pytest
 from controller import lb, policy, topology
 from controller.fakeswitch import FakeFabric
 from controller.messages import ETH_TYPE_IPV4, Group, Output
-from emulator import addressing, presets
+from emulator.fabric import addressing
+from emulator.fabric import presets
 from traffic.frames import FrameTemplate
 
 

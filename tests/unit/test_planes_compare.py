@@ -1,11 +1,13 @@
-"""Unit tests of ``compare --planes``' pure parts (emulator/planes.py) and of the
-netlink qdisc-dump decoder it samples with (emulator/shaping.py)."""
+"""Unit tests of ``compare --planes``' pure parts (emulator/experiments/planes.py) and of the
+netlink qdisc-dump decoder it samples with (emulator/dataplane/shaping.py)."""
 
 import struct
 
 import pytest
 
-from emulator import addressing, planes, shaping
+from emulator.fabric import addressing
+from emulator.experiments import planes
+from emulator.dataplane import shaping
 from emulator.__main__ import build_parser
 from emulator.errors import ConfigError
 

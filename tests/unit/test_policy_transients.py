@@ -17,8 +17,9 @@ import pytest
 
 from controller import policy, topology
 from controller.messages import Group, Output
-from emulator import addressing, presets
-from emulator.faults import parse_link
+from emulator.fabric import addressing
+from emulator.fabric import presets
+from emulator.dataplane.faults import parse_link
 
 
 def first_ports(group):

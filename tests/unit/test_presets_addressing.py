@@ -2,9 +2,10 @@
 
 import pytest
 
-from emulator import addressing, presets
+from emulator.fabric import addressing
+from emulator.fabric import presets
 from emulator.errors import ConfigError
-from emulator.units import format_rate, parse_rate
+from emulator.fabric.units import format_rate, parse_rate
 
 
 def test_leaf_spine_counts_and_ports():

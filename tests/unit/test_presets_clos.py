@@ -2,7 +2,9 @@
 
 import pytest
 
-from emulator import addressing, presets, spec
+from emulator.fabric import addressing
+from emulator.fabric import presets
+from emulator.fabric import spec
 from emulator.errors import ConfigError
 
 

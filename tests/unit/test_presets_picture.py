@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator import spec
+from emulator.fabric import spec
 from emulator.__main__ import main
 
 

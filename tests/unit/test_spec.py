@@ -2,7 +2,8 @@
 
 import pytest
 
-from emulator import presets, spec
+from emulator.fabric import presets
+from emulator.fabric import spec
 from emulator.errors import ConfigError
 
 GOOD = """

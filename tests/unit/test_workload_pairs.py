@@ -1,7 +1,8 @@
 """The default traffic mix's pairs (pure): cross-leaf, rail-aligned, cross-plane."""
 
-from emulator import addressing, presets
-from emulator.workload import cross_leaf_pairs, mix_pairs
+from emulator.fabric import addressing
+from emulator.fabric import presets
+from emulator.experiments.workload import cross_leaf_pairs, mix_pairs
 
 
 def plan(name, params=None):

@@ -40,7 +40,8 @@ import statistics
 import sys
 import time
 
-from emulator import proc, scenario
+from emulator.dataplane import proc
+from emulator.experiments import scenario
 from emulator.errors import ConfigError, RunFailed
 
 MODES = ("none", "controller", "fast-failover")
@@ -186,7 +187,7 @@ def probe_pairs(topo, qps, rails=None):
     from 1, restricts them), each host to the host at its position on the
     next leaf of that rail; the views carry the rail's port.
     """
-    from emulator.workload import rail_pairs
+    from emulator.experiments.workload import rail_pairs
     n_rails = max(len(h["ports"]) for h in topo["hosts"])
     if rails is not None and max(rails) > n_rails:
         raise ConfigError("--rails", f"rail {max(rails)}: the hosts have {n_rails} port(s)")
@@ -235,7 +236,7 @@ def flow_paths(s, pairs, qps):
 
 def link_ends(target, topo):
     """{(node, port name)}: both ends of the link a fault names (``faults.parse_link``)."""
-    from emulator.faults import parse_link
+    from emulator.dataplane.faults import parse_link
     (a, port), b = parse_link(target, topo) if isinstance(target, str) else target
     peer = port["peer_port"]
     return {(a, port["name"]), (b, peer if port["peer_kind"] == "host" else f"eth{peer}")}
@@ -281,14 +282,13 @@ def wait_restored(s, mode, t_restore_ns, timeout=20):
     wait_for(done, timeout, "the controller to converge on the restore")
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESTORES = ("restore", "recover", "loss_stop")
 
 
 def run_mode(fabric, mode, events, args, base, out):
     from emulator.experiments import drill_traffic
-    from emulator.faults import Injector
-    from emulator.runner import Session
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.session import Session
     old = os.environ.get("FABRIC_FAILOVER")
     os.environ["FABRIC_FAILOVER"] = mode
     try:

@@ -9,7 +9,7 @@ the run's results under ``background``.
 import threading
 
 from emulator.errors import ConfigError
-from emulator.units import parse_rate
+from emulator.fabric.units import parse_rate
 
 
 def parse_spec(text, hosts):

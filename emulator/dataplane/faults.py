@@ -37,7 +37,7 @@ import time
 
 from pyroute2 import IPRoute
 
-from emulator import proc
+from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
 
 

@@ -33,7 +33,7 @@ Everything goes to ``<results>/compare-<time>/``: compare.json, compare.png.
 
 ``--planes`` compares fabrics instead of modes: HPN dual-plane against the
 single-plane fabric on the same hosts and workload, with one shared hash seed
-and with per-switch seeds (emulator/planes.py).
+and with per-switch seeds (emulator/experiments/planes.py).
 """
 
 import json
@@ -42,7 +42,7 @@ import random
 import threading
 import time
 
-from emulator.addressing import home_leaf
+from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
 from emulator.experiments.options import add_fidelity_args
 
@@ -253,8 +253,8 @@ def rank_totals(coll_dir, key="reordered_packets"):
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     """One Session with FABRIC_LB=mode; returns the run's measurements."""
-    from emulator import collective
-    from emulator.runner import Session
+    from emulator.experiments import collective
+    from emulator.dataplane.session import Session
     old = os.environ.get("FABRIC_LB")
     os.environ["FABRIC_LB"] = mode          # the controller child reads it at start
     try:
@@ -324,7 +324,7 @@ def add_arguments(p):
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
-                        "queue backlog per tier (emulator/planes.py)")
+                        "queue backlog per tier (emulator/experiments/planes.py)")
     p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
     p.add_argument("--workload", default=None,
                    choices=("allreduce", "allgather", "reducescatter", "alltoall"),
@@ -360,10 +360,10 @@ def add_arguments(p):
 
 def main(fabric, args, out=print):
     """``emulator compare``: returns the exit status."""
-    from emulator.collective import parse_sizes
-    from emulator.runner import make_results_dir, write_json
+    from emulator.experiments.collective import parse_sizes
+    from emulator.dataplane.session import make_results_dir, write_json
     if getattr(args, "planes", False):
-        from emulator import planes
+        from emulator.experiments import planes
         args.workload = args.workload or "alltoall"
         args.sizes = args.sizes or "2M"
         args.qps = args.qps or 8

@@ -8,7 +8,7 @@ ovs-vswitchd thread, and hosts must turn TX checksum offload off.
 
 import os
 
-from emulator import proc
+from emulator.dataplane import proc
 from emulator.errors import EnvironmentProblem, RunFailed
 
 

@@ -1,7 +1,9 @@
-"""One run: plan -> controller -> fabric -> reachability -> traffic -> report -> teardown.
+"""One running fabric: plan -> controller -> fabric -> reachability, torn down in ``finally``.
 
-The order of a run, and what undoes each step (all in ``finally``, with
-SIGINT/SIGTERM turned into an orderly exit and masked during teardown):
+``Session`` owns one running fabric and its controller; the experiments
+(``emulator.experiments``) run on it.  The order of its set-up, and what
+undoes each step (all in ``finally``, with SIGINT/SIGTERM turned into an
+orderly exit and masked during teardown):
 
   1. validate the fabric and plan addresses (nothing created yet; errors exit 2)
   2. create the run's state directory and results directory, write
@@ -10,8 +12,6 @@ SIGINT/SIGTERM turned into an orderly exit and masked during teardown):
      ``remote:HOST:PORT``                                  -> terminate it
   4. build hosts, links, shapers and bridges               -> ``FabricNet.teardown``
   5. wait until every host pair reaches every other (pings, with a deadline)
-  6. run the traffic mix and measure per-uplink load
-  7. print the summary, write ``results.json``
 """
 
 import json
@@ -23,12 +23,15 @@ import sys
 import time
 from contextlib import contextmanager
 
-from emulator import addressing, datapath, logs, spec
-from emulator.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
+from emulator.fabric import addressing
+from emulator.dataplane import datapath
+from emulator.dataplane import logs
+from emulator.fabric import spec
+from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, FabricError, RunFailed
-from emulator.runstate import RUN_ENV, RunState
+from emulator.dataplane.runstate import RUN_ENV, RunState
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Interrupted(BaseException):
@@ -254,7 +257,7 @@ class Session:
         return False
 
     def _setup(self):
-        from emulator.net import FabricNet
+        from emulator.dataplane.net import FabricNet
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
         dp_type, dp_reason = datapath.detect(self.datapath_request)
@@ -285,7 +288,7 @@ class Session:
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.progress("waiting for every host pair to reach every other")
         t1 = time.monotonic()
-        from emulator.reach import wait_all_pairs
+        from emulator.dataplane.reach import wait_all_pairs
         seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
                                          progress=self.progress)
         n = len(self.topo["hosts"])
@@ -333,8 +336,8 @@ class Session:
                 self.results["ovs_problems"] = problems
                 CLOSED.append((self.state.tag, problems
                                + self.results.get("controller", {}).get("problems", [])))
-                from emulator.cleanup import kill_processes
-                from emulator.runstate import processes_of
+                from emulator.dataplane.cleanup import kill_processes
+                from emulator.dataplane.runstate import processes_of
                 leftovers = processes_of(self.state.tag)
                 if leftovers:
                     kill_processes(list(leftovers))
@@ -348,105 +351,4 @@ class Session:
             self.net = None
 
 
-def run(fabric, args, out=print):
-    """``emulator run``: the whole default scenario; returns the exit status."""
-    from emulator import background as bg
-    from emulator import collective, report
-    # Every argument is checked before anything is created.
-    sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
-        else None
-    host_names = {h.name for h in fabric.hosts}
-    background = [bg.parse_spec(b, host_names) for b in args.background]
-    require_root()
-    check_dependencies()
-    status = 0
-    warn_load(fabric, args, sizes, out)
-    with signals_as_exceptions():
-        session = Session(fabric, results_base=args.results, controller=args.controller,
-                          datapath_request=args.datapath, seed=args.hash_seed,
-                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
-                          mtu=args.mtu)
-        try:
-            with session:
-                if args.cli:
-                    from mininet.cli import CLI
-                    from mininet.log import setLogLevel
-                    out(report.cli_banner(session))
-                    setLogLevel("output")       # the CLI prints through Mininet's log
-                    CLI(session.net.mn)
-                    setLogLevel("error")
-                else:
-                    with bg.Background(session, background,
-                                       _workload_seconds(session, args, sizes)) as bgr:
-                        status = _workload(session, args, sizes, out)
-                    if background:
-                        session.results["background"] = bgr.results
-        finally:
-            if session.results.get("reachability"):
-                from emulator import reports
-                out("... writing the report (versions, pictures, report.md)")
-                reports.write(session)
-                write_json(os.path.join(session.dir, "results.json"), session.results)
-                out(report.summary(session.results, session.topo))
-    problems = session.results.get("controller", {}).get("problems")
-    if problems:
-        out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
-        status = 1
-    fid = (session.results.get("traffic") or session.results.get("collective") or {}) \
-        .get("fidelity")
-    if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
-        out("--strict: the measurement is emulator-bound; exit status 3")
-        status = 3
-    return status
-
-
-def warn_load(fabric, args, sizes, out):
-    """Before anything is built: does the load fit this machine's measured budget?"""
-    from emulator import workload
-    from emulator.experiments import budget, calibrate
-    from traffic.frames import frame_len_for_mtu
-    topo = addressing.plan(fabric)
-    frame_len = frame_len_for_mtu(args.mtu)
-    if sizes:
-        hops = budget.longest_path_hops(topo)
-        streams = [(h["ports"][0]["rate_bps"], frame_len, hops) for h in topo["hosts"]]
-    elif args.workload == "mix":
-        streams = [(sp["rate_bps"] * share, frame_len, budget.path_hops(topo, s, d))
-                   for s, sp, d, _, share, _ in workload.mix_pairs(topo, 0.5)]
-    else:
-        return
-    dp_type, _ = datapath.detect(args.datapath)
-    fits, message = budget.check(streams, calibrate.cached_budget(dp_type, frame_len))
-    out(f"... load: {message}" if fits else f"warning: {message}")
-
-
-def _workload_seconds(session, args, sizes):
-    """How long background flows should run: about as long as the workload."""
-    from emulator import collective
-    if not sizes:
-        return max(1.0, args.duration)
-    rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
-    return max(1.0, collective.expected_seconds(args.workload, len(session.topo["hosts"]),
-                                                sizes, rate))
-
-
-def _workload(session, args, sizes, out):
-    """The workload part of ``run``; returns the exit status."""
-    from emulator import collective
-    from emulator.experiments import mix
-    if args.workload == "mix" and args.duration > 0:
-        out(f"... traffic: {args.duration:g}s across leaves")
-        session.results["traffic"] = mix.default_mix(
-            session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
-    elif sizes:
-        hosts = args.hosts.split(",") if args.hosts else None
-        rep = collective.run_collective(
-            session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
-            ring=args.ring, progress=lambda m: out(f"... {m}"))
-        session.results["collective"] = rep
-        if any(r["wrong"] for r in rep["rows"]):
-            return 1
-    return 0
-
-
-__all__ = ["Session", "run", "require_root", "FabricError"]
+__all__ = ["Session", "Controller", "require_root", "check_dependencies", "Interrupted"]

@@ -24,8 +24,8 @@ import re
 import yaml
 
 from emulator.errors import ConfigError
-from emulator.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
-from emulator.units import parse_rate
+from emulator.fabric.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
+from emulator.fabric.units import parse_rate
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PORT_RE = re.compile(r"^eth([0-9]{1,5})$")

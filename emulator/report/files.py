@@ -26,7 +26,7 @@ import shlex
 import subprocess
 import sys
 from importlib import metadata
-from emulator.report import fidelity_lines
+from emulator.report.summary import fidelity_lines
 
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 

@@ -102,7 +102,7 @@ def fabric_params(given):
 
 def build_fabrics(given):
     """{'dual-plane': Fabric, 'single-plane': Fabric} from the user's parameters."""
-    from emulator import presets
+    from emulator.fabric import presets
     params = fabric_params(given)
     return {"dual-plane": presets.build(PRESET, dict(params, planes="2")),
             "single-plane": presets.build(PRESET, dict(params, planes="1"))}
@@ -122,7 +122,7 @@ def reseed(fabric, switch_seeds):
 
 def nic_seeds(fabric):
     """{NIC switch: seed} of the hosts' bonds (the addressing plan's own seeds)."""
-    from emulator import addressing
+    from emulator.fabric import addressing
     return {sw["name"]: sw["hash_seed"] for sw in addressing.plan(fabric)["switches"]
             if sw["kind"] == "nic"}
 
@@ -318,7 +318,7 @@ class QueueSampler(threading.Thread):
 
     def __init__(self, ports, interval):
         super().__init__(daemon=True)
-        from emulator.shaping import QdiscReader
+        from emulator.dataplane.shaping import QdiscReader
         self.ports, self.interval = ports, interval
         self.index = [socket.if_nametoindex(p["intf"]) for p in ports]
         self.reader = QdiscReader()
@@ -363,7 +363,7 @@ class QueueSampler(threading.Thread):
 def ovs_drops(intfs):
     """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``."""
     import json
-    from emulator import proc
+    from emulator.dataplane import proc
     doc = json.loads(proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
                                     "interface", timeout=20))
     want, out = set(intfs), {}
@@ -397,8 +397,9 @@ def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
 
 def run_one(fabric, label, seeding, seed, args, progress=print):
     """One Session of ``fabric`` running the collective; returns its measurements."""
-    from emulator import collective, compare
-    from emulator.runner import Session
+    from emulator.experiments import collective
+    from emulator.experiments import compare
+    from emulator.dataplane.session import Session
     old = os.environ.get(LB_ENV)
     os.environ[LB_ENV] = "ecmp"           # the controller child reads it at start
     try:
@@ -513,9 +514,9 @@ def plot(runs, path):
 
 def main(args, out=print):
     """``emulator compare --planes``: returns the exit status."""
-    from emulator import presets
-    from emulator.collective import parse_sizes
-    from emulator.runner import make_results_dir, write_json
+    from emulator.fabric import presets
+    from emulator.experiments.collective import parse_sizes
+    from emulator.dataplane.session import make_results_dir, write_json
     if getattr(args, "fabric", None):
         raise ConfigError("--planes", "builds the dual-plane preset and its single-plane "
                           "counterpart; give -P parameters, not a fabric file")

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import time
 
-from emulator.addressing import home_leaf
+from emulator.fabric.addressing import home_leaf
+from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.watch import Watch
 
@@ -86,7 +87,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     """Run the collective on ``session``'s fabric; return the report dict.
 
     ``rank_extra``: more rank config keys for every rank (e.g. the NIC's
-    ``entropy`` mode for load-balancing comparisons, emulator/compare.py).
+    ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare.py).
     """
     from traffic.report import combine, table
     if collective not in COLLECTIVES:
@@ -106,7 +107,6 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
         progress(f"{collective} over {n} ranks, sizes {sizes[0]}..{sizes[-1]} bytes, "
                  f"ideal {ideal:.1f}s at {configs[0]['rate_bps'] / 1e6:g} Mbit/s")
     procs = []
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     watch = Watch(session).start()
     for cfg in configs:
         path = os.path.join(out_dir, f"rank{cfg['rank']}.config.json")
@@ -116,7 +116,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
         log = open(os.path.join(out_dir, f"rank{cfg['rank']}.log"), "w")
         p = session.net.popen_in(name, [sys.executable, "-m", "traffic", "rank",
                                         "--config", path],
-                                 cwd=repo, stdout=log, stderr=subprocess.STDOUT)
+                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         procs.append((name, p, log))
     t0 = time.monotonic()
     failed = []

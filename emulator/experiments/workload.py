@@ -8,7 +8,7 @@ read before and after, give the per-uplink load: the ECMP spread.
 ``experiments.mix`` sends the mix with the traffic engine.
 """
 
-from emulator.addressing import home_leaf
+from emulator.fabric.addressing import home_leaf
 
 
 def cross_leaf_pairs(topo):

@@ -12,11 +12,11 @@ The other Clos presets (three-tier, dual-link, dual-plane, multi-plane) live
 in ``presets_clos``; all are listed in ``PRESETS``.
 """
 
-from emulator import presets_clos
+from emulator.fabric import presets_clos
 from emulator.errors import ConfigError
-from emulator.model import Endpoint, Fabric, Link, Node
-from emulator.params import Param, rate_for_ratio, resolve_params
-from emulator.units import format_rate
+from emulator.fabric.model import Endpoint, Fabric, Link, Node
+from emulator.fabric.params import Param, rate_for_ratio, resolve_params
+from emulator.fabric.units import format_rate
 
 
 LEAF_SPINE = (

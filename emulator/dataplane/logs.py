@@ -1,6 +1,6 @@
 """What a run's logs say went wrong: the controller's and Open vSwitch's.
 
-``controller_problems`` lives in runner (handler exceptions, OpenFlow errors,
+``controller_problems`` lives in session (handler exceptions, OpenFlow errors,
 tracebacks).  Here: the ``|ERR|``/``|EMER|`` lines ovs-vswitchd wrote about one
 run's bridges and ports (every one carries ``fl<run tag>``) since an offset in
 its log.  Some ERR lines are the expected echo of a fault injected on purpose

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from emulator.addressing import home_leaf
+from emulator.fabric.addressing import home_leaf
+from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.watch import Watch
-from emulator.reach import ping_round
+from emulator.dataplane.reach import ping_round
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROCE_PORT = 4791
 
 # A UDP sink: prints "ready" once bound, then the number of datagrams it got
@@ -191,7 +191,7 @@ def flow_path(session, src, dst, sport, packets=200, dport=ROCE_PORT):
 
 def parse_link(text, topo):
     """``leaf1-spine1`` (or ``leaf1:spine1``) -> [(switch, port entry) per switch end]."""
-    from emulator.faults import nic_of
+    from emulator.dataplane.faults import nic_of
     sep = ":" if ":" in text else "-"
     a, _, b = text.partition(sep)
     nic = nic_of(topo)
@@ -394,8 +394,8 @@ def run_checks(session, args):
 
 def main(fabric, args, out=print):
     """``emulator check``: build, check, print PASS/FAIL lines; 0 if all passed."""
-    from emulator import addressing
-    from emulator.runner import Session, write_json
+    from emulator.fabric import addressing
+    from emulator.dataplane.session import Session, write_json
     # Bad arguments fail before anything is built.
     plan = addressing.plan(fabric)
     for text in args.path:
@@ -423,7 +423,7 @@ def main(fabric, args, out=print):
         if getattr(session, "dir", None):
             session.results["checks"] = [r.as_dict() for r in results]
             if session.results.get("reachability"):
-                from emulator import reports
+                from emulator.report import files as reports
                 reports.write(session)
             write_json(os.path.join(session.dir, "results.json"), session.results)
     problems = session.results.get("controller", {}).get("problems")

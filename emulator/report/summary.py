@@ -1,7 +1,7 @@
 """Human-readable text: the fabric (``show``) and a run's summary."""
 
-from emulator.presets import oversubscription
-from emulator.units import format_rate
+from emulator.fabric.presets import oversubscription
+from emulator.fabric.units import format_rate
 
 
 def _table(rows, header):

@@ -24,7 +24,7 @@ ends), ``leaf1-spine1:cut:a`` (one end), ``leaf1-spine1:flap:5:200ms``,
 [inject at ``at``, restore at ``at + hold``].
 
 Every problem raises one ``ConfigError`` naming its place
-(``scenario.yaml: faults[2].period: ...``), exit status 2, like emulator.spec.
+(``scenario.yaml: faults[2].period: ...``), exit status 2, like emulator.fabric.spec.
 Names of links and switches are checked against the topology by the
 injector (``faults.parse_link``) before the first fault.
 """
@@ -186,7 +186,7 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
 
 def check_targets(events, topo):
     """Raise ConfigError if a link or switch of ``events`` is not in the topology."""
-    from emulator.faults import parse_link
+    from emulator.dataplane.faults import parse_link
     switches = {s["name"] for s in topo["switches"]}
     for ev in events:
         if ev.action in ("crash", "recover"):

@@ -13,9 +13,10 @@ import shutil
 import signal
 import time
 
-from emulator import proc, runstate
+from emulator.dataplane import proc
+from emulator.dataplane import runstate
 from emulator.errors import RunFailed
-from emulator.net import delete_interfaces
+from emulator.dataplane.net import delete_interfaces
 
 
 def our_bridges():

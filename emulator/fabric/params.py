@@ -8,7 +8,7 @@ defaults and raises one ``ConfigError`` naming the preset and parameter.
 from dataclasses import dataclass
 
 from emulator.errors import ConfigError
-from emulator.units import parse_rate
+from emulator.fabric.units import parse_rate
 
 
 @dataclass(frozen=True)

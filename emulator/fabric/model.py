@@ -133,7 +133,7 @@ class Fabric:
                 if getattr(n, key) is not None:
                     entry[key] = getattr(n, key)
             nodes[n.name] = entry
-        from emulator.units import format_rate
+        from emulator.fabric.units import format_rate
         links = []
         for lk in self.links:
             entry = {"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}

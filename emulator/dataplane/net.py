@@ -28,10 +28,11 @@ from mininet.node import Host, OVSSwitch
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from emulator import proc, shaping
-from emulator.shaping import DEFAULT_QUEUE_MS
+from emulator.dataplane import proc
+from emulator.dataplane import shaping
+from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
-from emulator.runstate import RUN_ENV
+from emulator.dataplane.runstate import RUN_ENV
 
 
 # The userspace datapath reads each port through an AF_PACKET socket whose
@@ -326,7 +327,7 @@ def quiet_ipv6(ifname):
 
 def delete_interfaces(tag):
     """Delete every root-namespace interface named for run ``tag``."""
-    from emulator.runstate import tag_of_name
+    from emulator.dataplane.runstate import tag_of_name
     errors = []
     with IPRoute() as ipr:
         for link in ipr.get_links():

@@ -1,0 +1,116 @@
+"""``emulator run``: a Session, then the workload, the fidelity verdict and the report.
+
+Every argument is checked before anything is created; the load the run will
+offer is held against this machine's measured budget (``budget``) before the
+fabric is built; the workload is the default mix (``mix``) or a collective
+(``collective``); ``--strict`` turns an emulator-bound verdict into exit 3.
+"""
+
+import os
+
+from emulator.dataplane import datapath
+from emulator.dataplane.session import (Session, check_dependencies, require_root,
+                                        signals_as_exceptions, write_json)
+from emulator.fabric import addressing
+
+
+def run(fabric, args, out=print):
+    """``emulator run``: the whole default scenario; returns the exit status."""
+    from emulator.experiments import background as bg
+    from emulator.experiments import collective
+    from emulator.report import summary as report
+    # Every argument is checked before anything is created.
+    sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
+        else None
+    host_names = {h.name for h in fabric.hosts}
+    background = [bg.parse_spec(b, host_names) for b in args.background]
+    require_root()
+    check_dependencies()
+    status = 0
+    warn_load(fabric, args, sizes, out)
+    with signals_as_exceptions():
+        session = Session(fabric, results_base=args.results, controller=args.controller,
+                          datapath_request=args.datapath, seed=args.hash_seed,
+                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
+                          mtu=args.mtu)
+        try:
+            with session:
+                if args.cli:
+                    from mininet.cli import CLI
+                    from mininet.log import setLogLevel
+                    out(report.cli_banner(session))
+                    setLogLevel("output")       # the CLI prints through Mininet's log
+                    CLI(session.net.mn)
+                    setLogLevel("error")
+                else:
+                    with bg.Background(session, background,
+                                       _workload_seconds(session, args, sizes)) as bgr:
+                        status = _workload(session, args, sizes, out)
+                    if background:
+                        session.results["background"] = bgr.results
+        finally:
+            if session.results.get("reachability"):
+                from emulator.report import files as reports
+                out("... writing the report (versions, pictures, report.md)")
+                reports.write(session)
+                write_json(os.path.join(session.dir, "results.json"), session.results)
+                out(report.summary(session.results, session.topo))
+    problems = session.results.get("controller", {}).get("problems")
+    if problems:
+        out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
+        status = 1
+    fid = (session.results.get("traffic") or session.results.get("collective") or {}) \
+        .get("fidelity")
+    if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
+        out("--strict: the measurement is emulator-bound; exit status 3")
+        status = 3
+    return status
+
+
+def warn_load(fabric, args, sizes, out):
+    """Before anything is built: does the load fit this machine's measured budget?"""
+    from emulator.experiments import workload
+    from emulator.experiments import budget, calibrate
+    from traffic.frames import frame_len_for_mtu
+    topo = addressing.plan(fabric)
+    frame_len = frame_len_for_mtu(args.mtu)
+    if sizes:
+        hops = budget.longest_path_hops(topo)
+        streams = [(h["ports"][0]["rate_bps"], frame_len, hops) for h in topo["hosts"]]
+    elif args.workload == "mix":
+        streams = [(sp["rate_bps"] * share, frame_len, budget.path_hops(topo, s, d))
+                   for s, sp, d, _, share, _ in workload.mix_pairs(topo, 0.5)]
+    else:
+        return
+    dp_type, _ = datapath.detect(args.datapath)
+    fits, message = budget.check(streams, calibrate.cached_budget(dp_type, frame_len))
+    out(f"... load: {message}" if fits else f"warning: {message}")
+
+
+def _workload_seconds(session, args, sizes):
+    """How long background flows should run: about as long as the workload."""
+    from emulator.experiments import collective
+    if not sizes:
+        return max(1.0, args.duration)
+    rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
+    return max(1.0, collective.expected_seconds(args.workload, len(session.topo["hosts"]),
+                                                sizes, rate))
+
+
+def _workload(session, args, sizes, out):
+    """The workload part of ``run``; returns the exit status."""
+    from emulator.experiments import collective
+    from emulator.experiments import mix
+    if args.workload == "mix" and args.duration > 0:
+        out(f"... traffic: {args.duration:g}s across leaves")
+        session.results["traffic"] = mix.default_mix(
+            session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
+    elif sizes:
+        hosts = args.hosts.split(",") if args.hosts else None
+        rep = collective.run_collective(
+            session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
+            ring=args.ring, progress=lambda m: out(f"... {m}"))
+        session.results["collective"] = rep
+        if any(r["wrong"] for r in rep["rows"]):
+            return 1
+    return 0
