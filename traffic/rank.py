@@ -415,8 +415,7 @@ class Rank:
                 for q in range(self.cfg["qps"]):
                     for op in ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"):
                         self._template(t.peer, q, op, self.cfg["mtu"])
-        # scapy's objects make a full GC pass stall the event loop for tens of ms:
-        # collect once and exempt everything that exists now from later passes
+        # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported

@@ -162,3 +162,13 @@ def collective_fidelity(watch, ranks):
     lost = sum(t.get("dropped_packets", 0) for t in rx)
     return watch.verdict(sent, lost=lost, timing=True,
                          engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)})
+
+
+def rank_totals(coll_dir, key="reordered_packets"):
+    """Sum of one receive counter (``rx_flows[key]``) over the rank result files of a run."""
+    total = 0
+    for name in os.listdir(coll_dir):
+        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
+            with open(os.path.join(coll_dir, name)) as f:
+                total += json.load(f)["rx_flows"][key]
+    return total

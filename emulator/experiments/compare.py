@@ -241,16 +241,6 @@ class Sampler(threading.Thread):
         self.samples.append((time.monotonic(), self.net.intf_counters()))
 
 
-def rank_totals(coll_dir, key="reordered_packets"):
-    """Sum of one receive counter (``rx_flows[key]``) over the rank result files of a run."""
-    total = 0
-    for name in os.listdir(coll_dir):
-        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
-            with open(os.path.join(coll_dir, name)) as f:
-                total += json.load(f)["rx_flows"][key]
-    return total
-
-
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     """One Session with FABRIC_LB=mode; returns the run's measurements."""
     from emulator.experiments import collective
@@ -274,7 +264,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
             out = {"mode": mode, "seed": seed, "ring": ring, "qps": qps, "dir": s.dir,
                    "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                    "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
-                   "reordered": rank_totals(os.path.join(s.dir, "collective")),
+                   "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
                    "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
             out.update({k: v for k, v in spread(series).items()})
             out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))

@@ -20,6 +20,7 @@ import argparse
 import pytest
 
 from emulator.experiments import planes
+from emulator.experiments import planes_stats
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
 
@@ -28,7 +29,7 @@ SEED = 101         # the compare --planes default; the bonds hash with 1..4
 def runs(tmp_path_factory):
     args = argparse.Namespace(results=str(tmp_path_factory.mktemp("planes")), queue_ms=2000.0,
                               sample_ms=20.0, workload="alltoall", size_list=[2 << 20], qps=8)
-    fabrics = planes.build_fabrics({})
+    fabrics = planes_stats.build_fabrics({})
     out = {}
     for label, fabric, seeding, seed in planes.plan_runs(fabrics, ["shared"], 1, SEED):
         # a run that lost packets outside the switch queues (a starved datapath on a
@@ -52,7 +53,7 @@ def test_single_plane_polarizes_spine_downlinks(runs):
     r = runs["single-plane"]
     down = {k: v["bytes"] for k, v in r["per_link"].items() if v["tier"] == "spine_tor"}
     mean = sum(down.values()) / len(down)
-    idle = {k for k, b in down.items() if b < planes.IDLE_FRACTION * mean}
+    idle = {k for k, b in down.items() if b < planes_stats.IDLE_FRACTION * mean}
     assert len(down) == 16
     assert idle == {"spine1->leaf2", "spine1->leaf4", "spine2->leaf1", "spine2->leaf3"}
     assert r["links"]["spine_tor"]["idle"] == 4

@@ -7,6 +7,7 @@ import pytest
 
 from emulator.fabric import addressing
 from emulator.experiments import planes
+from emulator.experiments import planes_stats
 from emulator.dataplane import shaping
 from emulator.__main__ import build_parser
 from emulator.errors import ConfigError
@@ -54,7 +55,7 @@ def test_dump_decoder_raises_netlink_errors():
 # ---- fabrics and seeds ------------------------------------------------------------
 
 def test_both_fabrics_have_equal_tor_uplink_capacity():
-    fabs = planes.build_fabrics({})
+    fabs = planes_stats.build_fabrics({})
     dual, single = fabs["dual-plane"], fabs["single-plane"]
     assert [h.name for h in dual.hosts] == [h.name for h in single.hosts]
     for leaf in ("leaf1", "leaf2", "leaf4"):
@@ -68,21 +69,21 @@ def test_both_fabrics_have_equal_tor_uplink_capacity():
 
 
 def test_fabric_params_defaults_and_errors():
-    assert planes.fabric_params({}) == {"host_rate": "10Mbps", "oversubscription": "1"}
-    assert planes.fabric_params({"uplink_rate": "5Mbps"}) == {"host_rate": "10Mbps",
+    assert planes_stats.fabric_params({}) == {"host_rate": "10Mbps", "oversubscription": "1"}
+    assert planes_stats.fabric_params({"uplink_rate": "5Mbps"}) == {"host_rate": "10Mbps",
                                                               "uplink_rate": "5Mbps"}
-    assert planes.fabric_params({"host_rate": "4Mbps", "oversubscription": "2"}) == {
+    assert planes_stats.fabric_params({"host_rate": "4Mbps", "oversubscription": "2"}) == {
         "host_rate": "4Mbps", "oversubscription": "2"}
     with pytest.raises(ConfigError, match="planes"):
-        planes.fabric_params({"planes": "1"})
+        planes_stats.fabric_params({"planes": "1"})
 
 
 def test_seeds_are_the_same_in_both_fabrics_and_change_per_repetition():
-    fabs = planes.build_fabrics({"tor_pairs": "3"})
+    fabs = planes_stats.build_fabrics({"tor_pairs": "3"})
     plan = planes.plan_runs(fabs, ["shared", "per-switch"], reps=2, seed0=105)
     assert [(lab, seeding, seed) for lab, _, seeding, seed in plan] == [
         (f, s, 105 + rep) for rep in range(2) for s in ("shared", "per-switch")
-        for f in planes.FABRICS]
+        for f in planes_stats.FABRICS]
     topo = [addressing.plan(f, seed=seed if seeding == "shared" else None)
             for _, f, seeding, seed in plan]
 
@@ -93,7 +94,7 @@ def test_seeds_are_the_same_in_both_fabrics_and_change_per_repetition():
     assert len(nics) == 6
     # the bonds keep their own seeds everywhere: the NIC stage is the same in every run
     assert all(d0[n] == s0[n] == dp0[n] == sp0[n] == d1[n] == dp1[n] for n in nics)
-    assert planes.nic_seeds(fabs["dual-plane"]) == {n: d0[n] for n in nics}
+    assert planes_stats.nic_seeds(fabs["dual-plane"]) == {n: d0[n] for n in nics}
     # shared: every fabric switch has the repetition's seed
     assert {v for k, v in d0.items() if k not in nics} == {105}
     assert {v for k, v in s1.items() if k not in nics} == {106}
@@ -105,23 +106,23 @@ def test_seeds_are_the_same_in_both_fabrics_and_change_per_repetition():
 
 
 def test_a_shared_seed_equal_to_a_bond_seed_is_refused():
-    fabs = planes.build_fabrics({})
+    fabs = planes_stats.build_fabrics({})
     with pytest.raises(ConfigError, match="bond hash seed of h3.nic"):
         planes.plan_runs(fabs, ["shared"], reps=3, seed0=3)
     assert len(planes.plan_runs(fabs, ["per-switch"], reps=3, seed0=1)) == 6
 
 
 def test_shaped_ports_by_tier():
-    fabs = planes.build_fabrics({})
+    fabs = planes_stats.build_fabrics({})
     count = {}
     for label, f in fabs.items():
-        for p in planes.shaped_ports(addressing.plan(f)):
+        for p in planes_stats.shaped_ports(addressing.plan(f)):
             count[(label, p["tier"])] = count.get((label, p["tier"]), 0) + 1
     assert count == {("dual-plane", "nic_tor"): 8, ("dual-plane", "tor_spine"): 8,
                      ("dual-plane", "spine_tor"): 8, ("dual-plane", "tor_nic"): 8,
                      ("single-plane", "nic_tor"): 8, ("single-plane", "tor_spine"): 16,
                      ("single-plane", "spine_tor"): 16, ("single-plane", "tor_nic"): 8}
-    assert planes.tier_of("nic", "host") is None
+    assert planes_stats.tier_of("nic", "host") is None
 
 
 # ---- statistics -------------------------------------------------------------------
@@ -129,27 +130,27 @@ def test_shaped_ports_by_tier():
 def test_busy_window_skips_idle_edges():
     times = [0, 1, 2, 3, 4, 5]
     totals = [0, 1, 101, 201, 202, 202]       # rates 1, 100, 100, 1, 0
-    assert planes.busy_window(times, totals) == (1, 3)
-    assert planes.busy_window(times, [0] * 6) is None
+    assert planes_stats.busy_window(times, totals) == (1, 3)
+    assert planes_stats.busy_window(times, [0] * 6) is None
 
 
 def test_spread_counts_idle_links():
-    s = planes.spread([100, 100, 0, 200])
+    s = planes_stats.spread([100, 100, 0, 200])
     assert s["links"] == 4 and s["idle"] == 1 and s["max_over_mean"] == 2.0
     assert s["jain"] == pytest.approx(160000 / (4 * 60000), abs=1e-4)
-    assert planes.spread([])["max_over_mean"] is None
-    assert planes.spread([0, 0])["idle"] == 2
+    assert planes_stats.spread([])["max_over_mean"] is None
+    assert planes_stats.spread([0, 0])["idle"] == 2
 
 
 def test_percentile_and_queue_stats():
-    assert planes.percentile([3, 1, 2, 4, 5], 0.5) == 3
-    assert planes.percentile([0, 10], 0.95) == pytest.approx(9.5)
-    assert planes.percentile([], 0.5) is None
+    assert planes_stats.percentile([3, 1, 2, 4, 5], 0.5) == 3
+    assert planes_stats.percentile([0, 10], 0.95) == pytest.approx(9.5)
+    assert planes_stats.percentile([], 0.5) is None
     # 1250 bytes at 10 Mbit/s = 1 ms; at 5 Mbit/s = 2 ms
-    q = planes.queue_stats([[0, 1250], [2500, 0]], [10e6, 5e6])
+    q = planes_stats.queue_stats([[0, 1250], [2500, 0]], [10e6, 5e6])
     assert q["max_bytes"] == 2500 and q["max_ms"] == 4.0
     assert q["mean_ms"] == pytest.approx(1.25) and q["p95_ms"] == pytest.approx(3.55)
-    assert planes.queue_stats([], [])["max_ms"] is None
+    assert planes_stats.queue_stats([], [])["max_ms"] is None
 
 
 def test_analyse_one_run():
@@ -160,7 +161,7 @@ def test_analyse_one_run():
     sent = [[0, 0, 5000, 10000], [0, 0, 0, 0], [0, 0, 5000, 10000]]
     backlog = [[9999, 0, 1000, 2000], [0, 0, 0, 0], [0, 0, 0, 0]]
     drops = [[0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
-    a = planes.analyse(ports, times, backlog, sent, drops)
+    a = planes_stats.analyse(ports, times, backlog, sent, drops)
     assert a["links"]["spine_tor"] == {"links": 2, "max_over_mean": 2.0, "jain": 0.5,
                                        "idle": 1}
     # the busy window (intervals 1..2) leaves the sample at t=0 out
@@ -171,15 +172,15 @@ def test_analyse_one_run():
     assert a["drops"] == 1 and a["window_s"] == pytest.approx(0.2)
     assert a["total_backlog_max_bytes"] == 2000
     assert a["queues"]["nic_tor"]["max_ms"] is None
-    w = planes.worst_series(ports, times, backlog)
+    w = planes_stats.worst_series(ports, times, backlog)
     assert w["t"] == times and w["spine_tor"] == [10.0, 0.0, 1.0, 2.0]
 
 
 def _run(fabric, seeding, busbw, idle, qmax):
     tiers = {k: {"links": 8, "max_over_mean": 1.0 + idle / 4, "jain": 0.9, "idle": idle}
-             for k, _, _ in planes.TIERS}
+             for k, _, _ in planes_stats.TIERS}
     queues = {k: {"max_bytes": qmax * 1000, "max_ms": qmax, "p95_ms": qmax / 2,
-                  "mean_ms": qmax / 4} for k, _, _ in planes.TIERS}
+                  "mean_ms": qmax / 4} for k, _, _ in planes_stats.TIERS}
     return {"fabric": fabric, "seeding": seeding, "busbw_Mbps": busbw,
             "efficiency": busbw / 20, "time_s": 1.0, "links": tiers, "queues": queues,
             "total_backlog_max_bytes": 4 * qmax * 1000, "drops": 0, "lost": 0, "wrong": 0}
@@ -188,7 +189,7 @@ def _run(fabric, seeding, busbw, idle, qmax):
 def test_summarize_medians_and_ratio():
     runs = [_run("dual-plane", "shared", b, 0, 10) for b in (9, 10, 11)]
     runs += [_run("single-plane", "shared", b, 4, q) for b, q in ((5, 30), (6, 40), (7, 80))]
-    s = planes.summarize(runs)
+    s = planes_stats.summarize(runs)
     assert set(s) == {"shared"} and s["shared"]["reps"] == 3
     row = s["shared"]["rows"]["busbw Mb/s"]
     assert row == {"dual-plane": 10, "single-plane": 6, "ratio": 0.6}
@@ -196,13 +197,13 @@ def test_summarize_medians_and_ratio():
     assert q["ratio"] == 4.0
     idle = s["shared"]["rows"]["spine->ToR idle links"]
     assert idle["dual-plane"] == 0 and idle["single-plane"] == 4 and idle["ratio"] is None
-    text = planes.table(s)
+    text = planes_stats.table(s)
     assert "shared seed (3 reps)" in text and "per-switch" not in text
     line = next(ln for ln in text.splitlines() if ln.startswith("busbw"))
     assert line.split()[-3:] == ["10.00", "6.00", "0.60"]
     runs[-1]["wrong"] = 2
     runs[-2]["wrong"] = 1                          # losses are summed, not their median
-    assert planes.summarize(runs)["shared"]["rows"]["#wrong, sum of reps"]["single-plane"] == 3
+    assert planes_stats.summarize(runs)["shared"]["rows"]["#wrong, sum of reps"]["single-plane"] == 3
 
 
 def test_disturbed_means_lost_outside_the_queues():
