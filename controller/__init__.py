@@ -4,7 +4,8 @@
 * ``messages``   — abstract, hashable OpenFlow state (FlowMod, GroupMod, actions);
 * ``policy``     — pure routing policy: desired per-switch state and diffs;
 * ``fakeswitch`` — a fake flow/group table for unit tests;
-* ``osken_app``  — the only module importing os_ken: the event shim and launcher.
+* ``osken_app``  — the event shim and launcher; with ``ofcodec`` (messages <-> os-ken
+  OpenFlow 1.5 objects) the only modules importing os_ken.
 
 Run it with ``python -m controller --topology PATH``.
 """

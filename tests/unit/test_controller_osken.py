@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller import osken_app as oa
+from controller import ofcodec as oa
 from controller import policy, topology
 from controller.messages import Bucket, GroupMod, Output, Selection
 from emulator.fabric import addressing
