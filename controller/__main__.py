@@ -1,5 +1,6 @@
 """Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
-[--log-file PATH] [--failover none|controller|fast-failover] [--app PATH.py ...]``.
+[--log-file PATH] [--failover none|controller|fast-failover]
+[--lb ecmp|flowlet|dlb|spray] [--app PATH.py ...]``.
 
 Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
 (the ready signal), exits 0 on SIGTERM, exits 1 on a handler exception
@@ -52,10 +53,16 @@ def main(argv=None):
     ap.add_argument("--failover", choices=("none", "controller", "fast-failover"),
                     default=os.environ.get("FABRIC_FAILOVER") or "fast-failover",
                     help="repair mode (default: $FABRIC_FAILOVER, else fast-failover)")
+    ap.add_argument("--lb", default=os.environ.get("FABRIC_LB") or "ecmp",
+                    help="load balancing: ecmp, flowlet, dlb or spray "
+                         "(default: $FABRIC_LB, else ecmp)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
     if args.failover not in ("none", "controller", "fast-failover"):   # a bad $FABRIC_FAILOVER
         ap.error(f"--failover {args.failover!r}: use none, controller or fast-failover")
+    from .lb import MODES
+    if args.lb not in MODES:
+        ap.error(f"--lb {args.lb!r}: use {', '.join(MODES)}")
 
     handlers = [logging.StreamHandler(sys.stderr)]
     if args.log_file:
@@ -67,7 +74,11 @@ def main(argv=None):
     except TopologyError as e:
         logging.getLogger("controller").error("bad topology: %s", e)
         return 2
-    os.environ["FABRIC_FAILOVER"] = args.failover     # the app reads it there
+    # Process start-up: the os-ken app (ours, or a user's) is instantiated by
+    # os-ken's app manager and reads its configuration here.
+    os.environ["FABRIC_TOPOLOGY"] = os.path.abspath(args.topology)
+    os.environ["FABRIC_FAILOVER"] = args.failover
+    os.environ["FABRIC_LB"] = args.lb
     if args.app:
         problems = app_problems(args.app)
         if problems:

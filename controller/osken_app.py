@@ -336,7 +336,6 @@ def _fatal_handlers(cls):
 def run(topology_path, host="127.0.0.1", port=6653, apps=None):
     """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
     topology_mod.load(topology_path)          # fail before listening if it is bad
-    os.environ[TOPOLOGY_ENV] = os.path.abspath(topology_path)
     hub.patch(thread=False)
     cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
              project="os_ken")

@@ -98,6 +98,12 @@ def build_parser():
                    help="results go to DIR/<time>-<run tag>/")
     p.add_argument("--cli", action="store_true",
                    help="drop into the Mininet CLI instead of running traffic")
+    p.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
+                   help="load balancing (default ecmp): the controller's mode, and for "
+                        "collectives the NIC's entropy (per packet for spray, per flowlet "
+                        "for flowlet); the mix keeps one UDP source port per QP")
+    p.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+                   default="fast-failover", help="repair mode (default fast-failover)")
     add_fidelity_args(p)
 
     p = sub.add_parser("calibrate", help="measure how much traffic this machine emulates "

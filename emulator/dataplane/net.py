@@ -32,7 +32,7 @@ from emulator.dataplane import proc
 from emulator.dataplane import shaping
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
-from emulator.dataplane.runstate import RUN_ENV
+from emulator.dataplane.runstate import child_env
 
 
 # The userspace datapath reads each port through an AF_PACKET socket whose
@@ -61,7 +61,28 @@ def socket_buffers(size):
             f.write(old)
 
 
-class FabricSwitch(OVSSwitch):
+class _Tagged:
+    """A Mininet node whose processes (its shell, ``popen``) carry the run's tag.
+
+    Mininet starts them with ``Popen`` and our environment; ``env`` given to
+    the node is passed to each instead (the tag lets ``emulator clean`` find them).
+    """
+
+    def __init__(self, name, env=None, **params):
+        self._env = env
+        super().__init__(name, **params)
+
+    def _popen(self, cmd, **params):
+        if self._env is not None:
+            params.setdefault("env", self._env)
+        return super()._popen(cmd, **params)
+
+
+class FabricHost(_Tagged, Host):
+    """A Mininet host whose processes carry the run's tag."""
+
+
+class FabricSwitch(_Tagged, OVSSwitch):
     """An OVS bridge configured by ``FabricNet`` in one checked transaction.
 
     Mininet's own start/stop run unchecked ovs-vsctl commands per switch; here
@@ -116,7 +137,6 @@ class FabricNet:
 
     def build(self):
         t0 = time.monotonic()
-        os.environ[RUN_ENV] = self.state.tag    # inherited by every process we start
         setLogLevel("error")
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                           autoStaticArp=False, inNamespace=False)
@@ -137,11 +157,13 @@ class FabricNet:
     def _start_nodes(self):
         self.progress(f"starting {len(self.topo['hosts'])} host namespaces")
         for h in self.topo["hosts"]:
-            host = self.mn.addHost(h["name"], cls=Host, ip=None)
+            host = self.mn.addHost(h["name"], cls=FabricHost, ip=None,
+                                   env=child_env(self.state.tag))
             self.state.record("process", {"pid": host.pid, "node": h["name"]})
             self.hosts[h["name"]] = host
         for sw in self.topo["switches"]:
             node = self.mn.addSwitch(sw["name"], cls=FabricSwitch, bridge=sw["bridge"],
+                                     env=child_env(self.state.tag),
                                      dpid=sw["dpid_hex"], failMode="secure",
                                      datapath="user" if self.datapath_type == "netdev"
                                      else "kernel")

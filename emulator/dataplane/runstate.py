@@ -117,3 +117,13 @@ def processes_of(tag=None):
                     found[int(entry)] = value
                 break
     return found
+
+
+def child_env(tag):
+    """The environment of a process a run starts: ours plus the run tag.
+
+    Passed explicitly (``env=``) to every child, so ``processes_of`` and
+    ``emulator clean`` find them; the emulator's own environment is never
+    changed.
+    """
+    return dict(os.environ, **{RUN_ENV: tag})

@@ -29,7 +29,7 @@ from emulator.dataplane import logs
 from emulator.fabric import spec
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, FabricError, RunFailed
-from emulator.dataplane.runstate import RUN_ENV, RunState
+from emulator.dataplane.runstate import RunState, child_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -135,14 +135,17 @@ def wait_until(cond, timeout, what, interval=0.02):
 class Controller:
     """The project's controller as a child process on 127.0.0.1."""
 
-    def __init__(self, topology_path, log_path, app=None):
+    def __init__(self, topology_path, log_path, app=None, lb="ecmp",
+                 failover="fast-failover", env=None):
         self.port = free_port()
         self.log_path = log_path
         argv = [sys.executable, "-m", "controller", "--topology", topology_path,
-                "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path]
+                "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path,
+                "--lb", lb, "--failover", failover]
         if app:
             argv += ["--app", app]
         self.argv = argv
+        self.env = env
         self.proc = None
 
     @property
@@ -151,7 +154,7 @@ class Controller:
 
     def start(self, timeout=30):
         self.log = open(self.log_path + ".stdout", "a")   # a restart appends
-        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log,
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log, env=self.env,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
         def ready():
@@ -220,8 +223,11 @@ class Session:
 
     def __init__(self, fabric, results_base="results", controller="builtin",
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
-                 reach_timeout=90.0, progress=None, mtu=ROCE_MTU):
+                 reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
+                 failover="fast-failover"):
         self.fabric = fabric
+        self.lb = lb                     # the controller's load balancing (controller/lb.py)
+        self.failover = failover         # none | controller | fast-failover
         self.results_base = results_base
         self.controller_spec = controller
         self.datapath_request = datapath_request
@@ -264,8 +270,6 @@ class Session:
         if dp_type == "netdev" and self.shape:
             datapath.check_send_buffer()
         self.state = RunState.create()
-        self._old_env = os.environ.get(RUN_ENV)
-        os.environ[RUN_ENV] = self.state.tag
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         self.dir = make_results_dir(self.results_base, self.state.tag)
         self.state.record("results", self.dir)
@@ -299,6 +303,10 @@ class Session:
         self.results["timings"]["reachable_after_build_s"] = round(time.monotonic() - t1, 3)
         self.results["timings"]["time_to_reachable_s"] = round(time.monotonic() - t0, 3)
 
+    def child_env(self):
+        """The environment every process of this run starts with (it carries the tag)."""
+        return child_env(self.state.tag)
+
     def _start_controller(self):
         spec_ = self.controller_spec
         if spec_.startswith("remote:"):
@@ -310,7 +318,8 @@ class Session:
             return f"tcp:{host}:{port}"
         app = os.path.abspath(spec_[len("app:"):]) if spec_.startswith("app:") else None
         self.controller = Controller(self.topology_path,
-                                     os.path.join(self.dir, "controller.log"), app=app)
+                                     os.path.join(self.dir, "controller.log"), app=app,
+                                     lb=self.lb, failover=self.failover, env=self.child_env())
         self.state.record("controller", self.controller.argv)
         self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
         self.controller.start()
@@ -343,11 +352,6 @@ class Session:
                     kill_processes(list(leftovers))
                 self.state.release()
                 self.state = None
-                # Children started after the run must not look like the run's.
-                if self._old_env is None:
-                    os.environ.pop(RUN_ENV, None)
-                else:
-                    os.environ[RUN_ENV] = self._old_env
             self.net = None
 
 

@@ -1,8 +1,8 @@
 """``emulator compare``: one collective, one fabric, every load-balancing mode.
 
 Model.  For each mode (``ecmp|flowlet|dlb|spray``, controller/lb.py) and each
-repetition, a fresh Session is built with ``FABRIC_LB=<mode>`` in the
-environment (the controller reads it) and one hash seed for every switch
+repetition, a fresh Session is built with ``Session(lb=mode)`` (the
+controller is told on its command line) and one hash seed for every switch
 (``seed0 + repetition``: another draw of ECMP's hash), the collective runs
 with the NIC entropy the mode needs (traffic.entropy: ``spray`` for spray,
 ``flowlet`` for flowlet, the QP's port otherwise), and a sampler reads the
@@ -242,43 +242,35 @@ class Sampler(threading.Thread):
 
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
-    """One Session with FABRIC_LB=mode; returns the run's measurements."""
+    """One Session whose controller balances with ``mode``; returns the run's measurements."""
     from emulator.experiments import collective
     from emulator.dataplane.session import Session
-    old = os.environ.get("FABRIC_LB")
-    os.environ["FABRIC_LB"] = mode          # the controller child reads it at start
-    try:
-        with Session(fabric, results_base=args.results, seed=seed,
-                     queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096)) as s:
-            order = ring_indices(s.topo, ring)
-            extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
-            sampler = Sampler(s.net)
-            sampler.start()
-            try:
-                rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
-                                                rank_extra=extra)
-            finally:
-                sampler.stop()
-            series = uplink_series(s.topo, sampler.samples)
-            row = rep["rows"][-1]
-            out = {"mode": mode, "seed": seed, "ring": ring, "qps": qps, "dir": s.dir,
-                   "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
-                   "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
-                   "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
-                   "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
-            out.update({k: v for k, v in spread(series).items()})
-            out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
-            spines = len({p[3] for p in uplinks(s.topo)})
-            if mode == "ecmp":
-                out["expected"] = round(ecmp_expectation(
-                    ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
-        # set when the session closed: handler exceptions or OpenFlow errors
-        out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
-    finally:
-        if old is None:
-            os.environ.pop("FABRIC_LB", None)
-        else:
-            os.environ["FABRIC_LB"] = old
+    with Session(fabric, results_base=args.results, seed=seed, lb=mode,
+                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096)) as s:
+        order = ring_indices(s.topo, ring)
+        extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
+        sampler = Sampler(s.net)
+        sampler.start()
+        try:
+            rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
+                                            rank_extra=extra)
+        finally:
+            sampler.stop()
+        series = uplink_series(s.topo, sampler.samples)
+        row = rep["rows"][-1]
+        out = {"mode": mode, "seed": seed, "ring": ring, "qps": qps, "dir": s.dir,
+               "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
+               "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
+               "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
+               "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
+        out.update({k: v for k, v in spread(series).items()})
+        out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
+        spines = len({p[3] for p in uplinks(s.topo)})
+        if mode == "ecmp":
+            out["expected"] = round(ecmp_expectation(
+                ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
+    # set when the session closed: handler exceptions or OpenFlow errors
+    out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
     progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed}: busbw "
              f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
              f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "

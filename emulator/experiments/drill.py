@@ -1,8 +1,8 @@
 """Failover drills (``python -m emulator drill``): faults under probe traffic, measured.
 
 Model.  For each failover mode (``--failover none,controller,fast-failover``)
-one fabric is built (``Session``, the controller told the mode through
-FABRIC_FAILOVER) and reused for every repeat.  A repeat:
+one fabric is built (``Session(failover=mode)``: the controller is told the
+mode on its command line) and reused for every repeat.  A repeat:
 
   1. starts one traffic engine (``experiments.drill_traffic``) that sends
      paced RoCEv2 probes (``--pps`` per flow, small frames) from each host to
@@ -289,53 +289,45 @@ def run_mode(fabric, mode, events, args, base, out):
     from emulator.experiments import drill_traffic
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
-    old = os.environ.get("FABRIC_FAILOVER")
-    os.environ["FABRIC_FAILOVER"] = mode
-    try:
-        with Session(fabric, results_base=base, datapath_request=args.datapath,
-                     progress=lambda m: out(f"... [{mode}] {m}")) as s:
-            scenario.check_targets(events, s.topo)
-            pairs = probe_pairs(s.topo, args.qps, parse_rails(getattr(args, "rails", None)))
-            if not pairs:
-                raise ConfigError("drill", "the fabric needs hosts on two leaves")
-            paths = flow_paths(s, pairs, args.qps)
-            crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
-            inj = Injector(s)
-            repeats = []
-            try:
-                for r in range(args.repeat):
-                    n0 = len(inj.events)
-                    sent, recv, timelines, dur, fid = drill_traffic.repeat(
-                        s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
-                    evs = inj.events[n0:]
-                    t_fault = evs[0]["t_ns"]
-                    t_rest = next((e["t_ns"] for e in evs if e["kind"] in
-                                   ("link_up", "switch_recover", "loss_stop",
-                                    "controller_restart")), None)
-                    flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
-                                     crosses=crossing.get(k), path=paths.get(k))
-                             for k, n in sorted(sent.items())}
-                    with open(s.controller.log_path, errors="replace") as f:
-                        conv = controller_convergence(f.read(), t_fault, t_rest)
-                    repeats.append({"repeat": r, "events": evs, "flows": flows,
-                                    "controller": conv, "fidelity": fid})
-                    if r == 0:
-                        plot(timelines, t_fault, t_rest, crossing,
-                             os.path.join(base, f"throughput-{mode}.png"), mode)
-                    wait_restored(s, mode, t_rest)
-                    out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
-                        + summary_line(repeats[-1]))
-            finally:
-                inj.close()
-        problems = s.results.get("controller", {}).get("problems", [])
-        return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
-                "repeats": repeats,
-                "summary": summarise(repeats), "controller_problems": problems}
-    finally:
-        if old is None:
-            os.environ.pop("FABRIC_FAILOVER", None)
-        else:
-            os.environ["FABRIC_FAILOVER"] = old
+    with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
+                 progress=lambda m: out(f"... [{mode}] {m}")) as s:
+        scenario.check_targets(events, s.topo)
+        pairs = probe_pairs(s.topo, args.qps, parse_rails(getattr(args, "rails", None)))
+        if not pairs:
+            raise ConfigError("drill", "the fabric needs hosts on two leaves")
+        paths = flow_paths(s, pairs, args.qps)
+        crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
+        inj = Injector(s)
+        repeats = []
+        try:
+            for r in range(args.repeat):
+                n0 = len(inj.events)
+                sent, recv, timelines, dur, fid = drill_traffic.repeat(
+                    s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
+                evs = inj.events[n0:]
+                t_fault = evs[0]["t_ns"]
+                t_rest = next((e["t_ns"] for e in evs if e["kind"] in
+                               ("link_up", "switch_recover", "loss_stop",
+                                "controller_restart")), None)
+                flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
+                                 crosses=crossing.get(k), path=paths.get(k))
+                         for k, n in sorted(sent.items())}
+                with open(s.controller.log_path, errors="replace") as f:
+                    conv = controller_convergence(f.read(), t_fault, t_rest)
+                repeats.append({"repeat": r, "events": evs, "flows": flows,
+                                "controller": conv, "fidelity": fid})
+                if r == 0:
+                    plot(timelines, t_fault, t_rest, crossing,
+                         os.path.join(base, f"throughput-{mode}.png"), mode)
+                wait_restored(s, mode, t_rest)
+                out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
+                    + summary_line(repeats[-1]))
+        finally:
+            inj.close()
+    problems = s.results.get("controller", {}).get("problems", [])
+    return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
+            "repeats": repeats,
+            "summary": summarise(repeats), "controller_problems": problems}
 
 
 def summary_line(rep):

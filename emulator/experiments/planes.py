@@ -27,7 +27,7 @@ The NIC switches (the hosts' bonds) keep their own seeds (the addressing
 plan's, ``h<k>.nic``: k) in every run, so the NIC stage is the same in both
 fabrics and every repetition; a shared seed equal to one of them would
 correlate that bond with the fabric and is refused (the default shared seeds
-are 101, 102, ...).  Each run is a fresh Session with ECMP (``FABRIC_LB=ecmp``),
+are 101, 102, ...).  Each run is a fresh Session with ECMP (``Session(lb="ecmp")``),
 deep egress queues (``--queue-ms 2000``, the lossless stand-in for PFC of
 ``compare``) and a many-QP collective (default AlltoAll, 8 QPs per
 connection).  While it runs a thread reads every switch port's TBF shaper
@@ -65,7 +65,6 @@ from emulator.experiments.planes_stats import (
     FABRICS, SEEDINGS, TIERS, PRESET, fabric_params, build_fabrics, draw_seeds, reseed,
     nic_seeds, shaped_ports, analyse, worst_series, summarize, table)
 
-LB_ENV = "FABRIC_LB"
 
 
 class QueueSampler(threading.Thread):
@@ -154,42 +153,34 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
     """One Session of ``fabric`` running the collective; returns its measurements."""
     from emulator.experiments import collective
     from emulator.dataplane.session import Session
-    old = os.environ.get(LB_ENV)
-    os.environ[LB_ENV] = "ecmp"           # the controller child reads it at start
-    try:
-        with Session(fabric, results_base=args.results,
-                     seed=seed if seeding == "shared" else None,
-                     queue_ms=args.queue_ms) as s:
-            ports = shaped_ports(s.topo)
-            sampler = QueueSampler(ports, args.sample_ms / 1000.0)
-            sampler.start()
-            try:
-                rep = collective.run_collective(s, args.workload, args.size_list,
-                                                qps=args.qps, rank_extra={"entropy": "qp"})
-            finally:
-                sampler.stop()
-            row = rep["rows"][-1]
-            out = {"fabric": label, "seeding": seeding, "seed": seed, "dir": s.dir,
-                   "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
-                   "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
-                   "samples": len(sampler.times),
-                   "sampler_read_ms_per_sample": round(
-                       1000 * sampler.read_s / max(1, len(sampler.times)), 3),
-                   "table": rep["table"],
-                   "hash_seeds": {sw["name"]: sw["hash_seed"] for sw in s.topo["switches"]}}
-            out.update(analyse(ports, sampler.times, sampler.backlog, sampler.sent,
-                               sampler.drops))
-            # packets the receivers counted lost (PSN gaps), warm-up call included
-            out["lost"] = collective.rank_totals(os.path.join(s.dir, "collective"), "dropped_packets")
-            out["ovs_drops"] = ovs_drops([p["intf"] for sw in s.topo["switches"]
-                                          for p in sw["ports"]])
-            out["series"] = worst_series(ports, sampler.times, sampler.backlog)
-        out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
-    finally:
-        if old is None:
-            os.environ.pop(LB_ENV, None)
-        else:
-            os.environ[LB_ENV] = old
+    with Session(fabric, results_base=args.results, lb="ecmp",
+                 seed=seed if seeding == "shared" else None,
+                 queue_ms=args.queue_ms) as s:
+        ports = shaped_ports(s.topo)
+        sampler = QueueSampler(ports, args.sample_ms / 1000.0)
+        sampler.start()
+        try:
+            rep = collective.run_collective(s, args.workload, args.size_list,
+                                            qps=args.qps, rank_extra={"entropy": "qp"})
+        finally:
+            sampler.stop()
+        row = rep["rows"][-1]
+        out = {"fabric": label, "seeding": seeding, "seed": seed, "dir": s.dir,
+               "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
+               "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
+               "samples": len(sampler.times),
+               "sampler_read_ms_per_sample": round(
+                   1000 * sampler.read_s / max(1, len(sampler.times)), 3),
+               "table": rep["table"],
+               "hash_seeds": {sw["name"]: sw["hash_seed"] for sw in s.topo["switches"]}}
+        out.update(analyse(ports, sampler.times, sampler.backlog, sampler.sent,
+                           sampler.drops))
+        # packets the receivers counted lost (PSN gaps), warm-up call included
+        out["lost"] = collective.rank_totals(os.path.join(s.dir, "collective"), "dropped_packets")
+        out["ovs_drops"] = ovs_drops([p["intf"] for sw in s.topo["switches"]
+                                      for p in sw["ports"]])
+        out["series"] = worst_series(ports, sampler.times, sampler.backlog)
+    out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
     lk, q = out["links"], out["queues"]
     progress(f"... {label:12s} {seeding:10s} seed {seed}: busbw {out['busbw_Mbps']:.2f} Mb/s "
              f"(eff {out['efficiency']:.3f}), spine->ToR max/mean "

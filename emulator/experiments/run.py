@@ -32,7 +32,7 @@ def run(fabric, args, out=print):
         session = Session(fabric, results_base=args.results, controller=args.controller,
                           datapath_request=args.datapath, seed=args.hash_seed,
                           queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
-                          mtu=args.mtu)
+                          mtu=args.mtu, lb=args.lb, failover=args.failover)
         try:
             with session:
                 if args.cli:
@@ -107,9 +107,11 @@ def _workload(session, args, sizes, out):
             session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
+        from emulator.experiments.compare import ENTROPY
         rep = collective.run_collective(
             session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
-            ring=args.ring, progress=lambda m: out(f"... {m}"))
+            ring=args.ring, progress=lambda m: out(f"... {m}"),
+            rank_extra={"entropy": ENTROPY[args.lb]})
         session.results["collective"] = rep
         if any(r["wrong"] for r in rep["rows"]):
             return 1

@@ -7,7 +7,6 @@ ofproto/trace, so at least one flow each way must use spine1.
 """
 
 import argparse
-import os
 import re
 import subprocess
 
@@ -31,23 +30,16 @@ def fabric():
 
 @pytest.fixture(scope="module", params=["fast-failover", "none"])
 def session(request, tmp_path_factory):
-    old = os.environ.get("FABRIC_FAILOVER")
-    os.environ["FABRIC_FAILOVER"] = request.param
-    s = Session(fabric(), results_base=str(tmp_path_factory.mktemp("failover")))
-    try:
-        with s:
-            pairs = drill.probe_pairs(s.topo, ARGS.qps)
-            paths = drill.flow_paths(s, pairs, ARGS.qps)
-            inj = Injector(s)
-            try:
-                yield request.param, s, inj, pairs, paths
-            finally:
-                inj.close()
-    finally:
-        if old is None:
-            os.environ.pop("FABRIC_FAILOVER", None)
-        else:
-            os.environ["FABRIC_FAILOVER"] = old
+    s = Session(fabric(), results_base=str(tmp_path_factory.mktemp("failover")),
+                failover=request.param)
+    with s:
+        pairs = drill.probe_pairs(s.topo, ARGS.qps)
+        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        inj = Injector(s)
+        try:
+            yield request.param, s, inj, pairs, paths
+        finally:
+            inj.close()
     # after teardown: no handler exception, no OpenFlow error in the whole module
     assert s.results["controller"]["problems"] == [], s.results["controller"]["problems"]
 
