@@ -85,7 +85,9 @@ def check(streams, budget):
                        "emulator-bound result; lower the rates, use fewer hosts or "
                        "bigger frames")
     return True, (f"offered {gbps:.3g} Gbit/s, {share:.0%} of this machine's "
-                  "measured budget")
+                  "measured budget"
+                  + (f" (measured with {budget['frame_len']}-byte frames)"
+                     if streams and budget["frame_len"] != streams[0][1] else ""))
 
 
 def machine_key(ovs_version, datapath, frame_len, cpu_model=None, ncpu=None):
@@ -132,6 +134,12 @@ def path_hops(topo, src, dst):
                     nxt.append(m)
         frontier, depth = nxt, depth + 1
     return 0
+
+
+def collective_streams(topo, frame_len):
+    """A collective's load: every host sending at its link rate over the longest path."""
+    hops = longest_path_hops(topo)
+    return [(h["ports"][0]["rate_bps"], frame_len, hops) for h in topo["hosts"]]
 
 
 def longest_path_hops(topo):

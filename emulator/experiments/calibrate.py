@@ -48,12 +48,18 @@ def load_cache(path=CACHE):
 
 
 def cached_budget(datapath, frame_len, path=CACHE):
-    """The calibration of this machine for ``frame_len``, or None."""
+    """The calibration of this machine for ``frame_len``, or for another frame size
+    (a budget in packets carries over roughly: per-packet costs dominate), or None."""
     try:
         key = budget.machine_key(ovs_version(), datapath, frame_len)
     except Exception:          # no OVS: no budget (the run itself will say why)
         return None
-    return load_cache(path).get(key)
+    cache = load_cache(path)
+    if key in cache:
+        return cache[key]
+    machine = key.rsplit("|", 1)[0] + "|"
+    others = [doc for k, doc in cache.items() if k.startswith(machine)]
+    return max(others, key=lambda d: d["frame_len"]) if others else None
 
 
 def save(doc, path=CACHE):
@@ -116,3 +122,11 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
         f"stays faithful up to {doc['faithful_bps_3hop'] / 1e9:.2f} Gbit/s in all "
         f"(runs warn above {budget.SAFETY:.0%} of it); cached in {cache}")
     return doc
+
+
+def say_load(streams, frame_len, datapath_request, out):
+    """Print the share of this machine's cached budget ``streams`` will use, or a warning."""
+    from emulator.dataplane import datapath
+    dp_type, _ = datapath.detect(datapath_request)
+    fits, message = budget.check(streams, cached_budget(dp_type, frame_len))
+    out(f"... load: {message}" if fits else f"warning: {message}")

@@ -370,6 +370,12 @@ def main(fabric, args, out=print):
              and ("ecmp", args.ring, int(q)) not in plan]
     plan += [("ecmp", r.strip(), args.qps) for r in args.sweep_rings.split(",") if r.strip()
              and ("ecmp", r.strip(), args.qps) not in plan]
+    from emulator.experiments import budget, calibrate
+    from emulator.fabric import addressing
+    from traffic.frames import frame_len_for_mtu
+    frame_len = frame_len_for_mtu(args.mtu)
+    calibrate.say_load(budget.collective_streams(addressing.plan(fabric), frame_len), frame_len,
+                 "auto", out)
     base = make_results_dir(args.results, "compare")
     args.results = base                     # every session's directory goes inside
     runs = []

@@ -416,6 +416,14 @@ def main(fabric, args, out=print):
     parse_rails(getattr(args, "rails", None))
     if args.repeat < 1:
         raise ConfigError("--repeat", "at least 1")
+    from emulator.experiments import budget, calibrate
+    from emulator.fabric import addressing
+    topo = addressing.plan(fabric)
+    calibrate.say_load([(args.pps * args.qps * args.frame_len * 8, args.frame_len,
+                   budget.path_hops(topo, s, d))
+                  for s, d, _, _ in probe_pairs(topo, args.qps,
+                                                parse_rails(getattr(args, "rails", None)))],
+                 args.frame_len, args.datapath, out)
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     results = [run_mode(fabric, m, events, args, base, out) for m in modes]

@@ -69,22 +69,19 @@ def run(fabric, args, out=print):
 
 def warn_load(fabric, args, sizes, out):
     """Before anything is built: does the load fit this machine's measured budget?"""
-    from emulator.experiments import workload
-    from emulator.experiments import budget, calibrate
+    from emulator.experiments import budget, workload
     from traffic.frames import frame_len_for_mtu
     topo = addressing.plan(fabric)
     frame_len = frame_len_for_mtu(args.mtu)
     if sizes:
-        hops = budget.longest_path_hops(topo)
-        streams = [(h["ports"][0]["rate_bps"], frame_len, hops) for h in topo["hosts"]]
+        streams = budget.collective_streams(topo, frame_len)
     elif args.workload == "mix":
         streams = [(sp["rate_bps"] * share, frame_len, budget.path_hops(topo, s, d))
                    for s, sp, d, _, share, _ in workload.mix_pairs(topo, 0.5)]
     else:
         return
-    dp_type, _ = datapath.detect(args.datapath)
-    fits, message = budget.check(streams, calibrate.cached_budget(dp_type, frame_len))
-    out(f"... load: {message}" if fits else f"warning: {message}")
+    from emulator.experiments import calibrate
+    calibrate.say_load(streams, frame_len, args.datapath, out)
 
 
 def _workload_seconds(session, args, sizes):
