@@ -174,13 +174,20 @@ def surviving_pairs(topo, dead_links=(), dead_switches=()):
 class Injector:
     """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
 
-    def __init__(self, session, log_path=None, clock=time.monotonic_ns):
+    def __init__(self, session, log_path=None, clock=time.monotonic_ns, detect=None):
+        """``detect``: None (OVS notices carrier loss itself) or the modeled
+        loss-of-signal delay in seconds (``dataplane.detect``)."""
         self.s = session
         self.clock = clock
         self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
         self.events = []
         self._ipr = {}                 # netns path or None -> IPRoute
         self._nft_table = None
+        self._ifindex = {}
+        self.detector = None
+        if detect is not None:
+            from emulator.dataplane.detect import Detector
+            self.detector = Detector(session, detect, clock=clock)
 
     # ---- plumbing --------------------------------------------------------
 
@@ -197,6 +204,9 @@ class Injector:
             for ipr in self._ipr.values():
                 ipr.close()
             self._ipr.clear()
+            if self.detector is not None:
+                self.detector.close()
+                self.detector = None
 
     def _log(self, kind, target, t_ns, **extra):
         ev = {"t_ns": t_ns, "t_done_ns": self.clock(), "kind": kind, "target": target, **extra}
@@ -220,20 +230,47 @@ class Injector:
             a, b = b, a
         return {"a": [a], "b": [b], "both": [a, b]}[side]
 
-    def _set(self, ends, state):
-        for netns, ifname in ends:
-            ipr = self._ipr_for(netns)
-            idx = ipr.link_lookup(ifname=ifname)
+    def _index(self, netns, ifname):
+        """The interface's index (looked up once: a lookup is a netlink dump)."""
+        key = (netns, ifname)
+        if key not in self._ifindex:
+            idx = self._ipr_for(netns).link_lookup(ifname=ifname)
             if not idx:
                 raise RunFailed(f"interface {ifname} not found")
-            ipr.link("set", index=idx[0], state=state)
+            self._ifindex[key] = idx[0]
+        return self._ifindex[key]
+
+    def _set(self, ends, state):
+        """Set each end down/up; returns the clock once the last one has changed."""
+        for netns, ifname in ends:
+            self._ipr_for(netns).link("set", index=self._index(netns, ifname), state=state)
+        return self.clock()
 
     # ---- faults ----------------------------------------------------------
 
+    def switch_ports(self, link):
+        """[(switch, port number)]: the switch ends of ``link`` (one or two)."""
+        (sw_name, port), other = parse_link(link, self.s.topo) if isinstance(link, str) else link
+        out = [(sw_name, port["port"])]
+        if port["peer_kind"] != "host":
+            out.append((other, port["peer_port"]))
+        return out
+
+    def _signal(self, ports, down, t_cut):
+        """Modeled detection: tell the switches ``detect`` after the carrier went
+        (``dataplane.detect``); {} without it."""
+        if self.detector is None or not ports:
+            return {}
+        return {"detect": self.detector.notify(ports, down, t_cut)}
+
     def link_down(self, link, side="both"):
+        ends = self.ends(link, side)
+        for netns, ifname in ends:
+            self._index(netns, ifname)
         t = self.clock()
-        self._set(self.ends(link, side), "down")
-        return self._log("link_down", link, t, side=side)
+        t_cut = self._set(ends, "down")
+        return self._log("link_down", link, t, side=side, t_cut_ns=t_cut,
+                         **self._signal(self.switch_ports(link), True, t_cut))
 
     def link_up(self, link, side="both"):
         t = self.clock()
@@ -242,7 +279,8 @@ class Injector:
         for netns, ifname in ends:
             if netns:
                 self._restore_routes(netns, ifname)
-        return self._log("link_up", link, t, side=side)
+        return self._log("link_up", link, t, side=side,
+                         **self._signal(self.switch_ports(link), False, t))
 
     def _restore_routes(self, netns, ifname):
         """Put back the host routes through ``ifname`` that setting it down removed.
@@ -254,7 +292,7 @@ class Injector:
         host = next(h for h in self.s.topo["hosts"]
                     if f"/proc/{self.s.net.hosts[h['name']].pid}/ns/net" == netns)
         ipr = self._ipr_for(netns)
-        idx = ipr.link_lookup(ifname=ifname)[0]
+        idx = self._index(netns, ifname)
         for r in host.get("routes", ()):
             if r["dev"] == ifname:
                 ipr.route("replace", dst=r["dst"], prefsrc=r["src"], oif=idx)
@@ -273,15 +311,25 @@ class Injector:
             raise ConfigError("fault", f"unknown switch {name!r}")
         return [(None, p["intf"]) for p in sw["ports"]]
 
+    def _neighbour_ports(self, name):
+        """[(switch, port)] of the switches facing ``name``: they lose its signal."""
+        sw = next(s for s in self.s.topo["switches"] if s["name"] == name)
+        return [(p["peer"], p["peer_port"]) for p in sw["ports"] if p["peer_kind"] != "host"]
+
     def switch_crash(self, name):
+        intfs = self._switch_intfs(name)
+        for netns, ifname in intfs:
+            self._index(netns, ifname)
         t = self.clock()
-        self._set(self._switch_intfs(name), "down")
-        return self._log("switch_crash", name, t)
+        t_cut = self._set(intfs, "down")
+        return self._log("switch_crash", name, t, t_cut_ns=t_cut,
+                         **self._signal(self._neighbour_ports(name), True, t_cut))
 
     def switch_recover(self, name):
         t = self.clock()
         self._set(self._switch_intfs(name), "up")
-        return self._log("switch_recover", name, t)
+        return self._log("switch_recover", name, t,
+                         **self._signal(self._neighbour_ports(name), False, t))
 
     def controller_kill(self):
         ctl = self.s.controller

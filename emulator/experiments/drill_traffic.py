@@ -47,7 +47,9 @@ def probe_plan(net, pairs, args, duration):
             seen.add(key)
             receivers.append({"name": f"{dst['name']}:{dp['port']}",
                               "netns": netns_of(net, dst["name"]), "intf": dp["port"]})
+    # wake at least twice per probe interval, so arrivals are not bunched by the tick
     return {"duration": duration, "frame_len": args.frame_len, "idle": 1.0,
+            "tick_ms": min(2.0, 500.0 / args.pps),
             "gap_ms": args.gap_ms, "timeline_ms": 1.0,
             "expect_flows": len(pairs) * args.qps,
             "streams": streams, "receivers": receivers}

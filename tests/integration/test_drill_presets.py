@@ -40,6 +40,9 @@ CASES = [
     ("dual-plane", DUAL_TOR + ["-P", "spines=2"], "h1-leaf1"),
     ("multi-plane", ["-P", "hosts_per_leaf=1"], "leaf3-spine3"),
     ("multi-plane", ["-P", "hosts_per_leaf=1"], "spine3:crash"),
+    # Open vSwitch's own carrier polling instead of the modeled 1 ms detection
+    ("leaf-spine", ["-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1",
+                    "--detect", "os"], "leaf1-spine1"),
 ]
 
 
@@ -56,7 +59,7 @@ def run_drill(preset, params, fault, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("preset,params,fault", CASES,
-                         ids=[f"{p}-{'-'.join(a.split('=')[1] for a in ps[1::2])}-{f}"
+                         ids=[f"{p}-{'-'.join(a.split('=')[-1] for a in ps[1::2])}-{f}"
                               for p, ps, f in CASES])
 def test_drill_on_a_dual_homed_or_multi_rail_fabric(preset, params, fault, tmp_path, capsys):
     doc, printed = run_drill(preset, params, fault, tmp_path, capsys)
@@ -70,6 +73,8 @@ def test_drill_on_a_dual_homed_or_multi_rail_fabric(preset, params, fault, tmp_p
     # the fault hit the flows said to cross it, and only those
     assert sum(f["fault_lost_packets"] for f in crossing.values()) > 0, crossing
     assert {k: f["fault_lost_packets"] for k, f in others.items()} == {k: 0 for k in others}
+    # the switches were told of the fault by the modeled detection, unless --detect os
+    assert ("detect" in rep["events"][0]) == ("os" not in params), rep["events"][0]
     hold_ms = (rep["events"][1]["t_ns"] - rep["events"][0]["t_ns"]) / 1e6
     assert hold_ms >= HOLD_S * 1000 * 0.9
     for k, f in crossing.items():

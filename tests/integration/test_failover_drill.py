@@ -122,3 +122,81 @@ def test_flap_storm_ends_fully_reachable(session, tmp_path):
     assert s.controller.alive()
     # the controller ends with every port live again: the full state, exactly
     drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+
+
+def port_config_down(s, switch, port):
+    """True if ``switch``'s port is config-down in OVS (``dump-ports-desc``)."""
+    br = next(x["bridge"] for x in s.topo["switches"] if x["name"] == switch)
+    r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports-desc", br],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    block = re.search(rf"^ {port}\(.*?(?=^ \d+\(|\Z)", r.stdout, re.S | re.M).group(0)
+    return bool(re.search(r"config:\s+PORT_DOWN", block))
+
+
+@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
+def test_modeled_detection_tells_both_switches_on_time(session, tmp_path):
+    mode, s, _, pairs, paths = session
+    before = dump(s)
+    inj = Injector(s, detect=0.001)        # the drill's default: 1 ms loss-of-signal
+    try:
+        events = scenario.fault_spec(LINK, at_s=0.3, hold_s=1.0)
+        flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
+        down, up = inj.events[-2], inj.events[-1]
+    finally:
+        inj.close()
+    ports = inj.switch_ports(LINK)
+    # both ends were told, no earlier than the modeled delay after the carrier went,
+    # and the switches acknowledged (barrier) the port-mods
+    d = down["detect"]
+    assert d["ports"] == [f"{sw}:{p}" for sw, p in ports]
+    assert 1.0 <= (d["t_notify_ns"] - down["t_cut_ns"]) / 1e6 < 50, down
+    assert d["t_acked_ns"] >= d["t_notify_ns"]
+    # only the flows through the cut lost anything, and the switches repaired them
+    crossing = [f for f in flows.values() if f["crosses"]]
+    others = [f for f in flows.values() if not f["crosses"]]
+    assert all(f["fault_lost_packets"] == 0 for f in others), others
+    hold_ms = (t_rest - t_fault) / 1e6
+    assert all(f["recovery_ms"] < hold_ms / 2 for f in crossing), crossing
+    # the controller saw the config-down ports as dead and converged on them
+    with open(s.controller.log_path) as f:
+        conv = drill.controller_convergence(f.read(), t_fault, t_rest)
+    assert conv is not None and conv["port_events"] >= 1, conv
+    # the restore cleared the config bit on both ends, and the tables came back
+    assert "detect" in up
+    assert not any(port_config_down(s, sw, p) for sw, p in ports)
+    drill.wait_restored(s, mode, t_rest)
+    drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+
+
+@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
+def test_the_controller_treats_a_config_down_port_as_dead(session):
+    mode, s, _, _, _ = session
+    from emulator.dataplane.detect import Detector
+    before = dump(s)
+    leaf1 = next(x for x in s.topo["switches"] if x["name"] == "leaf1")
+    uplink = next(p for p in leaf1["ports"] if p["peer"] == "spine1")
+    det = Detector(s, 0.0)
+    log = s.controller.log_path
+
+    def pushed(up):
+        for line in open(log).read().splitlines():
+            if '"event": "port"' in line and f'"port": {uplink["port"]}' in line \
+                    and f'"up": {"true" if up else "false"}' in line:
+                return True
+        return False
+    try:
+        n0 = open(log).read().count('"event": "port"')
+        det.notify([("leaf1", uplink["port"])], True)       # config only: no cut of ours
+        assert port_config_down(s, "leaf1", uplink["port"])
+        drill.wait_for(lambda: pushed(False), 20, "the controller to act on PORT_DOWN")
+        after = dump(s)
+        # leaf1 no longer hashes onto the dead uplink: no group bucket outputs to it
+        groups = " ".join(after[("leaf1", "dump-groups")])
+        assert not re.search(rf"output:{uplink['port']}\b", groups), groups
+        det.notify([("leaf1", uplink["port"])], False)
+        drill.wait_for(lambda: open(log).read().count('"event": "port"') >= n0 + 2, 20,
+                       "the controller to act on the port coming back")
+        drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+    finally:
+        det.close()

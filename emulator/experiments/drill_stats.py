@@ -1,0 +1,144 @@
+"""The drill's figures from what the probes saw (pure: no fabric, no processes).
+
+Per flow (``flow_result``): lost packets, the loss window (lost sequences /
+pps), recovery, the longest arrival gap; per repeat the controller's
+convergence from its log; over the repeats (``summarise``) median / p95 /
+max of the crossing flows' figures, the lost packets of the others (must be
+0) and the *stall*: the longest gap of flows that do not cross the fault.
+They lose nothing, so their gap is the emulator pausing every flow while it
+handles the link change; it is part of every crossing flow's gap too.
+"""
+
+import json
+import re
+import statistics
+
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    v = sorted(values)
+    return v[max(0, min(len(v) - 1, -(-len(v) * q // 100) - 1))]
+
+
+def stats(values):
+    if not values:
+        return None
+    return {"n": len(values), "median": round(statistics.median(values), 3),
+            "p95": round(percentile(values, 95), 3), "max": round(max(values), 3)}
+
+
+def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None):
+    """One flow's drill figures from its receiver summary and sent count.
+
+    ``loss_window_ms`` is the sender-time span of the sequences lost in the
+    gaps around the fault (skipped PSNs / pps): the userspace OVS thread and
+    the Python receiver both stall for tens of ms under load, which delays
+    packets without losing them, so arrival gaps (``longest_gap_ms``) measure
+    the stall, lost sequences measure the failover.
+    """
+    if duration_s:
+        # the sender's achieved rate: on a loaded machine it falls short of --pps
+        pps = min(pps, sent / duration_s) if sent else pps
+    gaps = recv.get("disruptions", []) if recv else []
+    end = t_restore if t_restore is not None else float("inf")
+    fault_gaps = [g for g in gaps if g["end_ns"] > t_fault and g["start_ns"] < end]
+    lossy = [g for g in fault_gaps if g["skipped"] > 0]
+    skipped = sum(g["skipped"] for g in lossy)
+    received = recv["received_packets"] if recv else 0
+    dup = recv["duplicated_packets"] if recv else 0
+    return {
+        "sent_packets": sent, "received_packets": received,
+        "lost_packets": max(sent - (received - dup), 0),
+        "fault_lost_packets": skipped,
+        "duplicated_packets": dup,
+        "reordered_packets": recv["reordered_packets"] if recv else 0,
+        "total_disruptions": recv["total_disruptions"] if recv else 0,
+        "longest_disruption": recv["longest_disruption"] if recv else None,
+        "loss_window_ms": round(skipped / pps * 1e3, 3),
+        "longest_gap_ms": round(max((g["ms"] for g in fault_gaps), default=0.0), 3),
+        "recovery_ms": round((max(g["end_ns"] for g in lossy) - t_fault) / 1e6, 3)
+        if lossy else 0.0,
+        "restore_lost_packets": sum(g["skipped"] for g in gaps if t_restore is not None
+                                    and g["start_ns"] >= t_restore),
+    }
+
+
+def controller_convergence(log_text, t_fault, t_restore):
+    """ms from the fault to the last port-down push acknowledged, and to the first event."""
+    t0 = t_fault / 1e9
+    end = t_restore / 1e9 if t_restore is not None else float("inf")
+    done, first = [], []
+    for m in re.finditer(r"CONVERGED (\{.*\})", log_text):
+        ev = json.loads(m.group(1))
+        if ev.get("event") == "port" and not ev.get("up") and t0 <= ev["t_event"] < end:
+            done.append(ev["t_done"])
+            first.append(ev["t_event"])
+    if not done:
+        return None
+    return {"convergence_ms": round((max(done) - t0) * 1e3, 3),
+            "first_port_status_ms": round((min(first) - t0) * 1e3, 3),
+            "port_events": len(done)}
+
+
+def summary_line(rep):
+    cross = [f["loss_window_ms"] for f in rep["flows"].values() if f["crosses"]]
+    conv = rep["controller"]["convergence_ms"] if rep["controller"] else None
+    return (f"worst loss window {max(cross, default=0):.1f} ms over {len(cross)} crossing flows, "
+            f"controller {conv} ms, {rep['fidelity']['verdict']}")
+
+
+def summarise(repeats):
+    win = [f["loss_window_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    rec = [f["recovery_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    lost = [f["fault_lost_packets"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    other = [f["fault_lost_packets"] for r in repeats for f in r["flows"].values()
+             if not f["crosses"]]
+    gap = [f["longest_gap_ms"] for r in repeats for f in r["flows"].values() if f["crosses"]]
+    # flows that do not cross lose nothing; their longest gap is the fabric's own pause
+    stall = [max(f["longest_gap_ms"] for f in r["flows"].values() if not f["crosses"])
+             for r in repeats if any(not f["crosses"] for f in r["flows"].values())]
+    conv = [r["controller"]["convergence_ms"] for r in repeats if r["controller"]]
+    return {"loss_window_ms": stats(win), "recovery_ms": stats(rec), "longest_gap_ms": stats(gap),
+            "stall_ms": stats(stall),
+            "lost_packets_crossing": stats(lost),
+            "controller_convergence_ms": stats(conv),
+            "non_crossing_flows": len(other), "non_crossing_lost_packets": sum(other),
+            "duplicated_packets": sum(f["duplicated_packets"] for r in repeats
+                                      for f in r["flows"].values()),
+            "reordered_packets": sum(f["reordered_packets"] for r in repeats
+                                     for f in r["flows"].values()),
+            "emulator_bound_repeats": sum(1 for r in repeats
+                                          if r.get("fidelity", {}).get("verdict",
+                                                                       "faithful") != "faithful")}
+
+
+def table(results):
+    """Per mode: the longest arrival gap of crossing flows (the headline, SONiC's
+    longest disruption), lost sequences / pps, controller convergence, fidelity."""
+    def fmt(st):
+        return "-" if not st else f"{st['median']:>8.2f} {st['p95']:>8.2f} {st['max']:>8.2f}"
+    lines = [f"{'mode':<14} {'longest gap ms':>26} {'lost / pps ms':>26} "
+             f"{'controller conv ms':>26} {'stall ms':>8} {'others lost':>11} {'dup':>5} "
+             f"{'reord':>5}  fidelity",
+             f"{'':<14} {'median      p95      max':>26} {'median      p95      max':>26} "
+             f"{'median      p95      max':>26} {'median':>8}"]
+    for res in results:
+        sm = res["summary"]
+        n = len(res["repeats"])
+        bound = sm.get("emulator_bound_repeats", 0)
+        lines.append(f"{res['mode']:<14} {fmt(sm['longest_gap_ms']):>26} "
+                     f"{fmt(sm['loss_window_ms']):>26} "
+                     f"{fmt(sm['controller_convergence_ms']):>26} "
+                     f"{sm['stall_ms']['median'] if sm.get('stall_ms') else '-':>8} "
+                     f"{sm['non_crossing_lost_packets']:>11} {sm['duplicated_packets']:>5} "
+                     f"{sm['reordered_packets']:>5}  "
+                     + (f"EMULATOR-BOUND in {bound}/{n}" if bound else "faithful"))
+    lines.append("longest gap: the longest arrival gap of a flow crossing the fault (what an "
+                 "application sees); lost / pps: its lost sequences over its packet rate;\n"
+                 "stall: the longest gap of the flows that do NOT cross it, which lose nothing: "
+                 "Open vSwitch pausing the whole fabric while it handles the link change "
+                 "(an emulator artefact, part of every longest gap; docs/failover.md)")
+    if any(r["summary"].get("emulator_bound_repeats") for r in results):
+        lines.append("EMULATOR-BOUND repeats measured this machine's limits: see each "
+                     "repeat's fidelity in drill.json")
+    return "\n".join(lines)

@@ -1,0 +1,130 @@
+"""Modeled loss-of-signal detection and the drill's stall figure (pure, no root).
+
+``detect.parse_detect`` reads ``--detect``; ``Injector.switch_ports`` and
+``_neighbour_ports`` decide which switch ports a cut or a crash signals;
+the port-mod the Detector sends is os-ken's encoding, checked field by
+field against the OpenFlow 1.3 layout; ``drill_stats.summarise`` reports the stall (the longest gap of the
+flows that do not cross the fault) apart from the crossing flows' gap;
+``ofcodec.port_is_live`` treats a config-down port as dead.
+"""
+
+import struct
+import types
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp13
+from os_ken.ofproto import ofproto_v1_3_parser as parser13
+from os_ken.ofproto import ofproto_v1_5 as ofp15
+from os_ken.ofproto import ofproto_v1_5_parser as parser15
+
+from controller.ofcodec import port_is_live
+from emulator.dataplane import detect
+from emulator.dataplane.faults import Injector
+from emulator.errors import ConfigError
+from emulator.experiments import drill_stats
+from emulator.fabric import addressing, presets
+
+
+@pytest.mark.parametrize("text,seconds", [("os", None), ("OS", None), ("1ms", 0.001),
+                                          ("500us", 0.0005), ("0.002s", 0.002), ("3", 0.003),
+                                          ("0", 0.0), ("0ms", 0.0)])
+def test_parse_detect(text, seconds):
+    assert detect.parse_detect(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "fast", "-1ms", "11s", "1 parsec", "ms"])
+def test_parse_detect_rejects_what_is_not_a_delay(text):
+    with pytest.raises(ConfigError) as e:
+        detect.parse_detect(text)
+    assert "--detect" in str(e.value) and "1ms" in str(e.value)
+
+
+def injector(topo, tmp_path):
+    session = types.SimpleNamespace(topo=topo, dir=str(tmp_path))
+    return Injector(session, log_path=str(tmp_path / "faults.jsonl"))
+
+
+def test_a_cut_signals_both_switch_ends_and_a_host_link_only_the_switch(tmp_path):
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                        "hosts_per_leaf": "1"}))
+    inj = injector(topo, tmp_path)
+    leaf1 = next(s for s in topo["switches"] if s["name"] == "leaf1")
+    up = next(p for p in leaf1["ports"] if p["peer"] == "spine1")
+    ports = inj.switch_ports("leaf1-spine1")
+    assert ports == [("leaf1", up["port"]), ("spine1", up["peer_port"])]
+    assert inj.switch_ports("spine1-leaf1") == [("spine1", up["peer_port"]),
+                                                ("leaf1", up["port"])]
+    down = next(p for p in leaf1["ports"] if p["peer"] == "h1")
+    assert inj.switch_ports("h1-leaf1") == [("leaf1", down["port"])]
+
+
+def test_a_crash_signals_every_switch_facing_it(tmp_path):
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "3",
+                                                        "hosts_per_leaf": "1"}))
+    inj = injector(topo, tmp_path)
+    faced = inj._neighbour_ports("spine1")
+    assert sorted(sw for sw, _ in faced) == ["leaf1", "leaf2", "leaf3"]
+    for sw, port in faced:
+        entry = next(p for s in topo["switches"] if s["name"] == sw
+                     for p in s["ports"] if p["port"] == port)
+        assert entry["peer"] == "spine1"
+    # a leaf's crash: its spines, never its hosts (a host has no switch port to tell)
+    assert sorted(sw for sw, _ in inj._neighbour_ports("leaf1")) == ["spine1", "spine2"]
+
+
+@pytest.mark.parametrize("down", [True, False])
+def test_the_port_mod_sets_or_clears_port_down_only(down):
+    msg = parser13.OFPPortMod(detect._Datapath(), port_no=3, hw_addr="aa:bb:cc:00:00:03",
+                              config=ofp13.OFPPC_PORT_DOWN if down else 0,
+                              mask=ofp13.OFPPC_PORT_DOWN)
+    msg.xid = 7
+    msg.serialize()
+    version, msg_type, length, xid = detect.ofproto_parser.header(bytes(msg.buf))
+    assert (version, msg_type, length, xid) == (ofp13.OFP_VERSION, ofp13.OFPT_PORT_MOD,
+                                                ofp13.OFP_PORT_MOD_SIZE, 7)
+    # port_no, hw_addr, config, mask, advertise (ofp_port_mod, OpenFlow 1.3)
+    port_no, hw, config, mask, _ = struct.unpack_from("!I4x6s2xIII", bytes(msg.buf), 8)
+    assert port_no == 3 and hw == bytes.fromhex("aabbcc000003")
+    assert mask == ofp13.OFPPC_PORT_DOWN
+    assert config == (ofp13.OFPPC_PORT_DOWN if down else 0)
+
+
+def port(config=0, state=0):
+    return parser15.OFPPort(port_no=1, length=0, hw_addr="00:00:00:00:00:01", name=b"p",
+                            config=config, state=state, properties=[])
+
+
+def test_a_config_down_port_is_dead_to_the_controller():
+    assert port_is_live(port())
+    assert not port_is_live(port(config=ofp15.OFPPC_PORT_DOWN))
+    assert not port_is_live(port(state=ofp15.OFPPS_LINK_DOWN))
+    assert not port_is_live(port(config=ofp15.OFPPC_PORT_DOWN, state=ofp15.OFPPS_LINK_DOWN))
+
+
+def flow(crosses, gap, lost=0):
+    return {"crosses": crosses, "longest_gap_ms": gap, "loss_window_ms": lost,
+            "recovery_ms": gap, "fault_lost_packets": lost, "duplicated_packets": 0,
+            "reordered_packets": 0}
+
+
+def test_the_stall_is_the_longest_gap_of_flows_that_do_not_cross():
+    repeats = [{"flows": {"a": flow(True, 12.0, 5), "b": flow(False, 6.0), "c": flow(False, 2.5)},
+                "controller": None},
+               {"flows": {"a": flow(True, 9.0, 4), "b": flow(False, 4.0), "c": flow(False, 8.0)},
+                "controller": None}]
+    sm = drill_stats.summarise(repeats)
+    assert sm["stall_ms"] == {"n": 2, "median": 7.0, "p95": 8.0, "max": 8.0}
+    assert sm["longest_gap_ms"]["max"] == 12.0
+    assert sm["non_crossing_lost_packets"] == 0
+    text = drill_stats.table([{"mode": "fast-failover", "summary": sm, "repeats": repeats}])
+    row = next(line for line in text.splitlines() if line.startswith("fast-failover"))
+    assert "7.0" in row.split()
+    assert "stall" in text
+
+
+def test_no_stall_figure_when_every_flow_crosses():
+    sm = drill_stats.summarise([{"flows": {"a": flow(True, 3.0, 1)}, "controller": None}])
+    assert sm["stall_ms"] is None
+    text = drill_stats.table([{"mode": "controller", "summary": sm, "repeats": [{}]}])
+    # mode, gap x3, lost/pps x3, then no controller convergence and no stall
+    assert text.splitlines()[2].split()[7:9] == ["-", "-"]
