@@ -231,4 +231,7 @@ def from_group_desc(gd):
 
 
 def port_is_live(p):
-    return not (p.state & ofp.OFPPS_LINK_DOWN) and not (p.config & ofp.OFPPC_PORT_DOWN)
+    """Link up, not config-down, and LIVE: Open vSwitch clears LIVE when a port's
+    liveness (carrier AND BFD, if configured) fails, e.g. a BFD session down."""
+    return (not (p.state & ofp.OFPPS_LINK_DOWN) and not (p.config & ofp.OFPPC_PORT_DOWN)
+            and bool(p.state & ofp.OFPPS_LIVE))

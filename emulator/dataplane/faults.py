@@ -171,6 +171,17 @@ def surviving_pairs(topo, dead_links=(), dead_switches=()):
     return out
 
 
+def loss_rule(percent):
+    """The nftables rule dropping ``percent`` % of frames (0.01 % steps; 100 drops all).
+
+    ``numgen random mod N < K`` needs K < N, so 100 % is a plain drop.
+    """
+    basis_points = round(percent * 100)
+    if basis_points >= 10000:
+        return "counter drop"
+    return f"numgen random mod 10000 < {basis_points} counter drop"
+
+
 class Injector:
     """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
 
@@ -369,7 +380,7 @@ class Injector:
         for i, (_, ifname) in enumerate(ends):
             lines += [f"  chain c{i} {{",
                       f"    type filter hook egress device \"{ifname}\" priority 0;",
-                      f"    numgen random mod 100 < {int(percent)} counter drop",
+                      f"    {loss_rule(percent)}",
                       "  }"]
         lines.append("}")
         t = self.clock()

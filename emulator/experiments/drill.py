@@ -54,7 +54,8 @@ def add_arguments(p):
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="leaf1-spine1 (cut both ends), leaf1-spine1:cut:a, "
                         "leaf1-spine1:flap:5:200ms, leaf1-spine1:loss:5, spine1:crash, "
-                        "controller:kill; each is injected then restored")
+                        "controller:kill; each is injected then restored (default: cut "
+                        "the first uplink of the first leaf)")
     p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
     p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
     p.add_argument("--failover", default="fast-failover", metavar="MODE[,MODE...]",
@@ -63,6 +64,10 @@ def add_arguments(p):
                    help="modeled loss-of-signal detection: the switches at a cut link's ends "
                         "are told this long after the cut (default 1ms, typical of hardware); "
                         "'os' leaves it to Open vSwitch's own carrier polling (13-85 ms here)")
+    p.add_argument("--bfd", default=None, metavar="MS",
+                   help="run BFD on every inter-switch link at this interval (2-1000 ms): "
+                        "detects gray failures (--fault LINK:loss:P) and feeds port liveness "
+                        "to fast-failover and the controller; default off")
     p.add_argument("--pps", type=float, default=1000,
                    help="packets/s per probe flow (default 1000: 1 ms resolution; all probe "
                         "flows share one engine process, about 50 kpps at most)")
@@ -90,13 +95,32 @@ def parse_modes(text):
     return modes
 
 
-def schedule_from(args):
-    if bool(args.fault) == bool(args.scenario):
-        raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE")
+def default_fault(topo):
+    """The first uplink of the first leaf (``leaf1-spine1`` on the presets)."""
+    for sw in topo["switches"]:
+        if sw["kind"] != "leaf":
+            continue
+        for p in sw["ports"]:
+            if p["peer_kind"] not in ("host", "nic", "leaf"):
+                return f"{sw['name']}-{p['peer']}"
+    raise ConfigError("drill", "the fabric has no leaf uplink to cut by default: "
+                               "give --fault SPEC or --scenario FILE")
+
+
+def schedule_from(args, topo=None, out=print):
+    """The fault schedule; with neither --fault nor --scenario, the first leaf uplink."""
+    if args.fault and args.scenario:
+        raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE, not both")
     if args.scenario:
         return scenario.load_scenario(args.scenario)
+    faults = args.fault
+    if not faults:
+        if topo is None:
+            raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE")
+        faults = [default_fault(topo)]
+        out(f"... no --fault given: cutting {faults[0]}, the first uplink of the first leaf")
     events, at = [], args.at
-    for spec in args.fault:
+    for spec in faults:
         evs = scenario.fault_spec(spec, at_s=at, hold_s=args.hold)
         events += evs
         at = evs[-1].at_s + args.hold
@@ -230,6 +254,10 @@ def run_mode(fabric, mode, events, args, base, out):
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo)
+        if args.bfd:
+            from emulator.dataplane import bfd
+            bfd.enable(s.topo, bfd.parse_interval(args.bfd),
+                       progress=lambda m: out(f"... [{mode}] {m}"))
         pairs = probe_pairs(s.topo, args.qps, parse_rails(getattr(args, "rails", None)))
         if not pairs:
             raise ConfigError("drill", "the fabric needs hosts on two leaves")
@@ -296,13 +324,16 @@ def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
 def main(fabric, args, out=print):
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
-    events = schedule_from(args)
-    parse_rails(getattr(args, "rails", None))
-    if args.repeat < 1:
-        raise ConfigError("--repeat", "at least 1")
+    if args.bfd:
+        from emulator.dataplane.bfd import parse_interval
+        parse_interval(args.bfd)
     from emulator.experiments import budget, calibrate
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)
+    events = schedule_from(args, topo, out)
+    parse_rails(getattr(args, "rails", None))
+    if args.repeat < 1:
+        raise ConfigError("--repeat", "at least 1")
     calibrate.say_load([(args.pps * args.qps * args.frame_len * 8, args.frame_len,
                    budget.path_hops(topo, s, d))
                   for s, d, _, _ in probe_pairs(topo, args.qps,

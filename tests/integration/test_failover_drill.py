@@ -200,3 +200,29 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
         drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
     finally:
         det.close()
+
+
+# Last of the fast-failover tests: BFD stays on for the rest of this fabric's life.
+@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
+def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
+    mode, s, inj, pairs, paths = session
+    from emulator.dataplane import bfd
+    bfd.enable(s.topo, 10)
+    assert all(v["forwarding"] and v["tx_ms"] == 10 for i, v in bfd.show().items()
+               if i in bfd.interfaces(s.topo))
+    # every frame leaving leaf1 towards spine1 is lost; the carrier stays up
+    events = scenario.fault_spec(f"{LINK}:loss:100", at_s=0.3, hold_s=1.0)
+    flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
+    # flows that leave leaf1 by its port to spine1 (ofproto/trace, before the fault)
+    toward_spine1 = [f for k, f in flows.items() if f["crosses"]
+                     and any(h.startswith("leaf1:") and paths[k][i + 1].startswith("spine1:")
+                             for i, h in enumerate(paths[k][:-1]))]
+    assert toward_spine1 and all(f["fault_lost_packets"] > 0 for f in toward_spine1)
+    hold_ms = (t_rest - t_fault) / 1e6
+    # BFD (3 x 10 ms) took the port out of the groups long before the loss stopped
+    assert all(f["recovery_ms"] < hold_ms / 2 for f in toward_spine1), toward_spine1
+    assert all(f["fault_lost_packets"] == 0 for f in flows.values() if not f["crosses"])
+    # and the controller saw the port lose LIVE and converged on it
+    with open(s.controller.log_path) as f:
+        conv = drill.controller_convergence(f.read(), t_fault, t_rest)
+    assert conv is not None and conv["first_port_status_ms"] < hold_ms / 2, conv

@@ -89,7 +89,7 @@ def test_the_port_mod_sets_or_clears_port_down_only(down):
     assert config == (ofp13.OFPPC_PORT_DOWN if down else 0)
 
 
-def port(config=0, state=0):
+def port(config=0, state=ofp15.OFPPS_LIVE):
     return parser15.OFPPort(port_no=1, length=0, hw_addr="00:00:00:00:00:01", name=b"p",
                             config=config, state=state, properties=[])
 
@@ -99,6 +99,52 @@ def test_a_config_down_port_is_dead_to_the_controller():
     assert not port_is_live(port(config=ofp15.OFPPC_PORT_DOWN))
     assert not port_is_live(port(state=ofp15.OFPPS_LINK_DOWN))
     assert not port_is_live(port(config=ofp15.OFPPC_PORT_DOWN, state=ofp15.OFPPS_LINK_DOWN))
+
+
+def test_a_port_whose_bfd_session_is_down_is_dead_to_the_controller():
+    # carrier up, not config-down, but Open vSwitch cleared LIVE (BFD forwarding false)
+    assert not port_is_live(port(state=0))
+
+
+SHOW = """---- fl1234l1-e3 ----
+\tForwarding: true
+\tDetect Multiplier: 3
+\tConcatenated Path Down: false
+\tTX Interval: Approx 5ms
+\tRX Interval: Approx 5ms
+\tDetect Time: now +14ms
+\tNext TX Time: now +3ms
+\tLast TX Time: now -1ms
+
+\tLocal Flags: none
+\tLocal Session State: up
+---- fl1234l1-e4 ----
+\tForwarding: false
+\tTX Interval: Approx 1000ms
+\tLocal Session State: down
+"""
+
+
+def test_bfd_show_is_read_per_interface():
+    from emulator.dataplane import bfd
+    got = bfd.parse_show(SHOW)
+    assert got == {"fl1234l1-e3": {"forwarding": True, "state": "up", "tx_ms": 5, "rx_ms": 5},
+                   "fl1234l1-e4": {"forwarding": False, "state": "down", "tx_ms": 1000,
+                                   "rx_ms": None}}
+
+
+@pytest.mark.parametrize("text,ms", [("5", 5), ("5ms", 5), ("2ms", 2), ("1000", 1000)])
+def test_parse_bfd_interval(text, ms):
+    from emulator.dataplane import bfd
+    assert bfd.parse_interval(text) == ms
+
+
+@pytest.mark.parametrize("text", ["1ms", "0", "fast", "2s", ""])
+def test_parse_bfd_interval_rejects(text):
+    from emulator.dataplane import bfd
+    with pytest.raises(ConfigError) as e:
+        bfd.parse_interval(text)
+    assert "--bfd" in str(e.value)
 
 
 def flow(crosses, gap, lost=0):
@@ -128,3 +174,14 @@ def test_no_stall_figure_when_every_flow_crosses():
     text = drill_stats.table([{"mode": "controller", "summary": sm, "repeats": [{}]}])
     # mode, gap x3, lost/pps x3, then no controller convergence and no stall
     assert text.splitlines()[2].split()[7:9] == ["-", "-"]
+
+
+@pytest.mark.parametrize("percent,rule", [
+    (50, "numgen random mod 10000 < 5000 counter drop"),
+    (5, "numgen random mod 10000 < 500 counter drop"),
+    (0.5, "numgen random mod 10000 < 50 counter drop"),
+    (100, "counter drop"),
+])
+def test_gray_loss_rules_cover_1_to_100_percent(percent, rule):
+    from emulator.dataplane.faults import loss_rule
+    assert loss_rule(percent) == rule

@@ -186,3 +186,37 @@ def test_dual_plane_survives_a_whole_plane():
     assert surviving_pairs(topo, dead_switches={"spine1"}) == every
     assert surviving_pairs(topo, dead_switches={"spine1", "spine2"}) == set()
     assert pairs_to(topo, "h1") == every
+
+
+@pytest.mark.parametrize("preset,params,link", [
+    ("leaf-spine", {}, "leaf1-spine1"),
+    ("dual-tor", {"tor_pairs": 2}, "leaf1-spine1"),
+    ("three-tier", {}, "leaf1-spine1"),
+])
+def test_a_drill_without_a_fault_cuts_the_first_uplink_of_the_first_leaf(preset, params, link):
+    import argparse
+    topo = plan(preset, **params)
+    assert drill.default_fault(topo) == link
+    p = argparse.ArgumentParser()
+    drill.add_arguments(p)
+    said = []
+    events = drill.schedule_from(p.parse_args([]), topo, said.append)
+    assert [(e.action, e.target) for e in events] == [("cut", link), ("restore", link)]
+    assert link in said[0] and "first uplink" in said[0]
+
+
+def test_a_drill_takes_a_fault_or_a_scenario_not_both():
+    import argparse
+    p = argparse.ArgumentParser()
+    drill.add_arguments(p)
+    with pytest.raises(ConfigError) as e:
+        drill.schedule_from(p.parse_args(["--fault", "leaf1-spine1", "--scenario", "x.yaml"]),
+                            plan("leaf-spine"))
+    assert "not both" in str(e.value)
+
+
+def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
+    topo = {"switches": [{"name": "s1", "kind": "spine", "ports": []}]}
+    with pytest.raises(ConfigError) as e:
+        drill.default_fault(topo)
+    assert "--fault" in str(e.value)

@@ -1,0 +1,92 @@
+"""BFD on every inter-switch link of a running fabric (Open vSwitch's own BFD).
+
+Model.  Each end of a switch-to-switch link runs a BFD session (RFC 5880,
+asynchronous mode, detect multiplier 3) at ``interval_ms``: a session that
+misses three intervals of its peer's packets goes down, tells the peer, and
+the port's liveness follows it in Open vSwitch (``may_enable`` = carrier AND
+BFD forwarding), so fast-failover buckets and select buckets that watch the
+port skip it, and the port's PORT_STATUS loses its LIVE bit, which the
+controller treats as dead.  That is how a *gray* failure (frames lost without
+carrier loss, ``--fault LINK:loss:P``) is detected and routed around.
+
+BFD packets are slow-pathed in ovs-vswitchd's main thread (one upcall each):
+two per link per interval, so a short interval costs forwarding capacity.
+Sessions start at one-second intervals and only then negotiate the
+configured one, so ``enable`` waits until every session forwards at the
+requested interval, both ways (TX and RX: until the poll sequence has
+finished, a session still detects on the slow intervals and misses a loss
+for seconds).  Bridges are deleted at teardown with their BFD state.
+"""
+
+import re
+import time
+
+from emulator.dataplane import proc
+from emulator.errors import ConfigError, RunFailed
+
+
+def parse_interval(text):
+    """``--bfd``: milliseconds (``5``, ``5ms``), 2..1000; 1 ms flaps on this platform."""
+    t = str(text).strip().lower()
+    t = t[:-2] if t.endswith("ms") else t
+    try:
+        ms = int(t)
+    except ValueError:
+        ms = 0
+    if not 2 <= ms <= 1000:
+        raise ConfigError("--bfd", f"{text!r}: an interval of 2 to 1000 ms, e.g. 5ms "
+                                   "(1 ms sessions flap on this platform)")
+    return ms
+
+
+def interfaces(topo):
+    """Every switch interface facing another switch (both ends of every such link)."""
+    return [p["intf"] for sw in topo["switches"] for p in sw["ports"]
+            if p["peer_kind"] != "host"]
+
+
+def parse_show(text):
+    """``ovs-appctl bfd/show`` -> {interface: {"forwarding", "state", "tx_ms"}}."""
+    out = {}
+    for block in re.split(r"^---- ", text, flags=re.M)[1:]:
+        name = block.split(" ----", 1)[0].strip()
+        fwd = re.search(r"Forwarding:\s*(\w+)", block)
+        state = re.search(r"Local Session State:\s*(\w+)", block)
+        tx = re.search(r"TX Interval:\s*Approx\s*(\d+)ms", block)
+        rx = re.search(r"RX Interval:\s*Approx\s*(\d+)ms", block)
+        out[name] = {"forwarding": bool(fwd and fwd.group(1) == "true"),
+                     "state": state.group(1) if state else None,
+                     "tx_ms": int(tx.group(1)) if tx else None,
+                     "rx_ms": int(rx.group(1)) if rx else None}
+    return out
+
+
+def show():
+    return parse_show(proc.run(["ovs-appctl", "bfd/show"], timeout=10))
+
+
+def enable(topo, interval_ms, timeout=30.0, progress=lambda m: None):
+    """Turn BFD on for every inter-switch interface; wait until all forward at
+    ``interval_ms``.  Returns the seconds it took."""
+    intfs = interfaces(topo)
+    if not intfs:
+        return 0.0
+    args = []
+    for intf in intfs:
+        args += ["--", "set", "interface", intf, "bfd:enable=true",
+                 f"bfd:min_tx={interval_ms}", f"bfd:min_rx={interval_ms}"]
+    progress(f"BFD on {len(intfs)} switch ports at {interval_ms} ms")
+    t0 = time.monotonic()
+    proc.ovs_vsctl(*args[1:], timeout=60)
+    pending = intfs
+    while pending:
+        sessions = show()
+        pending = [i for i in intfs if not (sessions.get(i, {}).get("forwarding")
+                                            and sessions[i]["tx_ms"] == interval_ms
+                                            and sessions[i]["rx_ms"] == interval_ms)]
+        if pending and time.monotonic() - t0 > timeout:
+            raise RunFailed(f"BFD sessions not up at {interval_ms} ms after {timeout:.0f}s: "
+                            + ", ".join(pending[:6]))
+        if pending:
+            time.sleep(0.05)
+    return time.monotonic() - t0
