@@ -275,7 +275,9 @@ def run_mode(fabric, mode, events, args, base, out):
                 t_rest = next((e["t_ns"] for e in evs if e["kind"] in
                                ("link_up", "switch_recover", "loss_stop",
                                 "controller_restart")), None)
-                flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
+                calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
+                flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur,
+                                             calm_from),
                                  crosses=crossing.get(k), path=paths.get(k))
                          for k, n in sorted(sent.items())}
                 with open(s.controller.log_path, errors="replace") as f:

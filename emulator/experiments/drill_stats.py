@@ -4,9 +4,11 @@ Per flow (``flow_result``): lost packets, the loss window (lost sequences /
 pps), recovery, the longest arrival gap; per repeat the controller's
 convergence from its log; over the repeats (``summarise``) median / p95 /
 max of the crossing flows' figures, the lost packets of the others (must be
-0) and the *stall*: the longest gap of flows that do not cross the fault.
-They lose nothing, so their gap is the emulator pausing every flow while it
-handles the link change; it is part of every crossing flow's gap too.
+0), the *stall*: the longest gap of flows that do not cross the fault, and
+*calm*: the same flows' longest gap before the fault.  They lose nothing, so
+their gaps are the emulator's: its arrival jitter (calm) plus any pause the
+fault itself causes it (stall - calm).  Both are part of every crossing
+flow's gap too.
 """
 
 import json
@@ -27,8 +29,12 @@ def stats(values):
             "p95": round(percentile(values, 95), 3), "max": round(max(values), 3)}
 
 
-def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None):
+def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=None):
     """One flow's drill figures from its receiver summary and sent count.
+
+    ``calm_gap_ms`` is the flow's longest gap between ``calm_from`` and the
+    fault (ns; None: not measured): what the emulator's arrival jitter alone
+    produces, the floor under every gap measured during the fault.
 
     ``loss_window_ms`` is the sender-time span of the sequences lost in the
     gaps around the fault (skipped PSNs / pps): the userspace OVS thread and
@@ -60,6 +66,9 @@ def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None):
         if lossy else 0.0,
         "restore_lost_packets": sum(g["skipped"] for g in gaps if t_restore is not None
                                     and g["start_ns"] >= t_restore),
+        "calm_gap_ms": None if calm_from is None else round(max(
+            (g["ms"] for g in gaps if g["start_ns"] >= calm_from and g["end_ns"] <= t_fault),
+            default=0.0), 3),
     }
 
 
@@ -97,9 +106,13 @@ def summarise(repeats):
     # flows that do not cross lose nothing; their longest gap is the fabric's own pause
     stall = [max(f["longest_gap_ms"] for f in r["flows"].values() if not f["crosses"])
              for r in repeats if any(not f["crosses"] for f in r["flows"].values())]
+    # the same flows before the fault: the jitter floor the stall stands on
+    calm = [max(f["calm_gap_ms"] for f in r["flows"].values() if not f["crosses"])
+            for r in repeats if any(not f["crosses"] and f.get("calm_gap_ms") is not None
+                                    for f in r["flows"].values())]
     conv = [r["controller"]["convergence_ms"] for r in repeats if r["controller"]]
     return {"loss_window_ms": stats(win), "recovery_ms": stats(rec), "longest_gap_ms": stats(gap),
-            "stall_ms": stats(stall),
+            "stall_ms": stats(stall), "calm_ms": stats(calm),
             "lost_packets_crossing": stats(lost),
             "controller_convergence_ms": stats(conv),
             "non_crossing_flows": len(other), "non_crossing_lost_packets": sum(other),
@@ -118,10 +131,10 @@ def table(results):
     def fmt(st):
         return "-" if not st else f"{st['median']:>8.2f} {st['p95']:>8.2f} {st['max']:>8.2f}"
     lines = [f"{'mode':<14} {'longest gap ms':>26} {'lost / pps ms':>26} "
-             f"{'controller conv ms':>26} {'stall ms':>8} {'others lost':>11} {'dup':>5} "
-             f"{'reord':>5}  fidelity",
+             f"{'controller conv ms':>26} {'stall ms':>8} {'calm ms':>8} {'others lost':>11} "
+             f"{'dup':>5} {'reord':>5}  fidelity",
              f"{'':<14} {'median      p95      max':>26} {'median      p95      max':>26} "
-             f"{'median      p95      max':>26} {'median':>8}"]
+             f"{'median      p95      max':>26} {'median':>8} {'median':>8}"]
     for res in results:
         sm = res["summary"]
         n = len(res["repeats"])
@@ -130,14 +143,15 @@ def table(results):
                      f"{fmt(sm['loss_window_ms']):>26} "
                      f"{fmt(sm['controller_convergence_ms']):>26} "
                      f"{sm['stall_ms']['median'] if sm.get('stall_ms') else '-':>8} "
+                     f"{sm['calm_ms']['median'] if sm.get('calm_ms') else '-':>8} "
                      f"{sm['non_crossing_lost_packets']:>11} {sm['duplicated_packets']:>5} "
                      f"{sm['reordered_packets']:>5}  "
                      + (f"EMULATOR-BOUND in {bound}/{n}" if bound else "faithful"))
     lines.append("longest gap: the longest arrival gap of a flow crossing the fault (what an "
                  "application sees); lost / pps: its lost sequences over its packet rate;\n"
-                 "stall: the longest gap of the flows that do NOT cross it, which lose nothing: "
-                 "Open vSwitch pausing the whole fabric while it handles the link change "
-                 "(an emulator artefact, part of every longest gap; docs/failover.md)")
+                 "stall: the longest gap of the flows that do NOT cross it (they lose nothing) "
+                 "during the fault; calm: theirs before it. Both are the emulator's, part of "
+                 "every longest gap: no gap shorter than them can be resolved (docs/failover.md)")
     if any(r["summary"].get("emulator_bound_repeats") for r in results):
         lines.append("EMULATOR-BOUND repeats measured this machine's limits: see each "
                      "repeat's fidelity in drill.json")

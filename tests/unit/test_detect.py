@@ -185,3 +185,25 @@ def test_no_stall_figure_when_every_flow_crosses():
 def test_gray_loss_rules_cover_1_to_100_percent(percent, rule):
     from emulator.dataplane.faults import loss_rule
     assert loss_rule(percent) == rule
+
+
+def test_calm_is_the_longest_gap_before_the_fault_of_flows_that_do_not_cross():
+    ms = 1_000_000
+    recv = {"received_packets": 100, "duplicated_packets": 0, "reordered_packets": 0,
+            "total_disruptions": 3, "longest_disruption": None,
+            "disruptions": [
+                {"start_ns": 10 * ms, "end_ns": 40 * ms, "ms": 30.0, "skipped": 0},  # start-up
+                {"start_ns": 200 * ms, "end_ns": 204 * ms, "ms": 4.0, "skipped": 0},  # calm
+                {"start_ns": 499 * ms, "end_ns": 508 * ms, "ms": 9.0, "skipped": 0},  # spans it
+            ]}
+    f = drill_stats.flow_result(recv, 100, 500 * ms, 1500 * ms, 1000, calm_from=100 * ms)
+    assert f["calm_gap_ms"] == 4.0          # neither the start-up gap nor the fault's
+    assert f["longest_gap_ms"] == 9.0
+    assert drill_stats.flow_result(recv, 100, 500 * ms, None, 1000)["calm_gap_ms"] is None
+    repeats = [{"flows": {"a": dict(flow(True, 12.0, 5), calm_gap_ms=3.0),
+                          "b": dict(flow(False, 6.0), calm_gap_ms=f["calm_gap_ms"]),
+                          "c": dict(flow(False, 2.5), calm_gap_ms=2.0)}, "controller": None}]
+    sm = drill_stats.summarise(repeats)
+    assert sm["calm_ms"]["median"] == 4.0 and sm["stall_ms"]["median"] == 6.0
+    row = drill_stats.table([{"mode": "m", "summary": sm, "repeats": repeats}]).splitlines()[2]
+    assert row.split()[8:10] == ["6.0", "4.0"]
