@@ -11,7 +11,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${FABRIC_LAB_VENV:-$HERE/.venv}"
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 ethtool
-              iputils-ping iproute2 tcpdump tshark nftables procps psmisc
+              iputils-ping iproute2 tcpdump tshark nftables procps psmisc curl
               python3 python3-venv python3-pip)
 
 say() { printf '[setup] %s\n' "$*"; }

@@ -13,7 +13,7 @@ from emulator.fabric import addressing
 from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
-from emulator.experiments.options import add_fidelity_args
+from emulator.experiments.options import add_capture_arg, add_fidelity_args
 from traffic.frames import ROCE_MTUS
 
 
@@ -105,6 +105,11 @@ def build_parser():
     p.add_argument("--failover", choices=("none", "controller", "fast-failover"),
                    default="fast-failover", help="repair mode (default fast-failover)")
     add_fidelity_args(p)
+    add_capture_arg(p)
+    p.add_argument("--telemetry", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics (per-link bytes, drops, queue backlog, "
+                        "flow/group counts, fidelity) on http://127.0.0.1:PORT/metrics "
+                        "while the fabric runs")
 
     p = sub.add_parser("calibrate", help="measure how much traffic this machine emulates "
                                          "faithfully (1 and 3 switch hops); cached for "

@@ -224,7 +224,7 @@ class Session:
     def __init__(self, fabric, results_base="results", controller="builtin",
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
-                 failover="fast-failover"):
+                 failover="fast-failover", capture=None, telemetry=None):
         self.fabric = fabric
         self.lb = lb                     # the controller's load balancing (controller/lb.py)
         self.failover = failover         # none | controller | fast-failover
@@ -235,6 +235,10 @@ class Session:
         self.queue_ms = queue_ms
         self.mtu = mtu                   # RoCE path MTU; interfaces get shaping.link_mtu
         self.shape = shape
+        self.capture_text = capture       # --capture NODE[:PORT][,...] (dataplane.capture)
+        self.capture = None
+        self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (dataplane.telemetry)
+        self.telemetry = None
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
@@ -271,6 +275,8 @@ class Session:
             datapath.check_send_buffer()
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
+        from emulator.dataplane import capture
+        captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
         self.state.record("results", self.dir)
         self.topology_path = os.path.join(self.dir, "topology.json")
@@ -302,6 +308,14 @@ class Session:
         self.results["timings"] = dict(self.net.timings)
         self.results["timings"]["reachable_after_build_s"] = round(time.monotonic() - t1, 3)
         self.results["timings"]["time_to_reachable_s"] = round(time.monotonic() - t0, 3)
+        if captures:
+            self.progress(f"capturing on {len(captures)} interface(s) into {self.dir}")
+            self.capture = capture.Capture(self, captures, frame_len=self.net.mtu)
+            self.capture.start()
+        if self.telemetry_port:
+            from emulator.dataplane.telemetry import Telemetry
+            self.telemetry = Telemetry(self, self.telemetry_port).start()
+            self.progress(f"telemetry: {self.telemetry.url}")
 
     def child_env(self):
         """The environment every process of this run starts with (it carries the tag)."""
@@ -329,6 +343,12 @@ class Session:
 
     def close(self):
         with signals_masked():
+            if self.telemetry is not None:
+                self.telemetry.stop()
+                self.telemetry = None
+            if self.capture is not None:
+                self.results["captures"] = self.capture.stop()
+                self.capture = None
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()

@@ -44,7 +44,7 @@ import time
 
 from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
-from emulator.experiments.options import add_fidelity_args
+from emulator.experiments.options import add_capture_arg, add_fidelity_args
 
 MODES = ("ecmp", "flowlet", "dlb", "spray")
 ENTROPY = {"ecmp": "qp", "dlb": "qp", "flowlet": "flowlet", "spray": "spray"}
@@ -246,7 +246,8 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     from emulator.experiments import collective
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
-                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096)) as s:
+                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
+                 capture=getattr(args, "capture", None)) as s:
         order = ring_indices(s.topo, ring)
         extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
         sampler = Sampler(s.net)
@@ -271,6 +272,9 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
                 ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
     # set when the session closed: handler exceptions or OpenFlow errors
     out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
+    if s.results.get("captures"):
+        out["captures"] = s.results["captures"]
+        progress(f"... {mode}: captures in {s.dir}: " + ", ".join(sorted(out["captures"])))
     progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed}: busbw "
              f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
              f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
@@ -338,6 +342,7 @@ def add_arguments(p):
                         "lossless stand-in for PFC, so collisions slow flows, not drop them)")
     p.add_argument("--results", default="results", metavar="DIR")
     add_fidelity_args(p)
+    add_capture_arg(p)
 
 
 def main(fabric, args, out=print):
@@ -351,6 +356,8 @@ def main(fabric, args, out=print):
         args.qps = args.qps or 8
         args.seed = 101 if args.seed is None else args.seed
         return planes.main(args, out)
+    from emulator.experiments.options import check_capture
+    check_capture(args, fabric)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:

@@ -82,6 +82,8 @@ def add_arguments(p):
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
     p.add_argument("--results", default="results", metavar="DIR")
+    from emulator.experiments.options import add_capture_arg
+    add_capture_arg(p)
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
                         "fabric, limited the probes)")
@@ -252,6 +254,7 @@ def run_mode(fabric, mode, events, args, base, out):
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
+                 capture=getattr(args, "capture", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo)
         if args.bfd:
@@ -294,6 +297,7 @@ def run_mode(fabric, mode, events, args, base, out):
             inj.close()
     problems = s.results.get("controller", {}).get("problems", [])
     return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
+            "captures": s.results.get("captures"),
             "repeats": repeats,
             "summary": summarise(repeats), "controller_problems": problems}
 
@@ -332,6 +336,8 @@ def main(fabric, args, out=print):
     from emulator.experiments import budget, calibrate
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)
+    from emulator.experiments.options import check_capture
+    check_capture(args, fabric)
     events = schedule_from(args, topo, out)
     parse_rails(getattr(args, "rails", None))
     if args.repeat < 1:
@@ -350,6 +356,9 @@ def main(fabric, args, out=print):
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
+    for r in results:
+        for name, n in sorted((r.get("captures") or {}).items()):
+            out(f"capture [{r['mode']}]: {os.path.join(r['results_dir'], name)} ({n} packets)")
     out(f"results: {base}/drill.json, plots throughput-<mode>.png")
     bad = [r["mode"] for r in results if r["controller_problems"]]
     if bad:

@@ -24,6 +24,9 @@ def run(fabric, args, out=print):
         else None
     host_names = {h.name for h in fabric.hosts}
     background = [bg.parse_spec(b, host_names) for b in args.background]
+    from emulator.experiments.options import check_capture, check_telemetry
+    check_capture(args, fabric)
+    check_telemetry(args)
     require_root()
     check_dependencies()
     status = 0
@@ -32,15 +35,16 @@ def run(fabric, args, out=print):
         session = Session(fabric, results_base=args.results, controller=args.controller,
                           datapath_request=args.datapath, seed=args.hash_seed,
                           queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
-                          mtu=args.mtu, lb=args.lb, failover=args.failover)
+                          mtu=args.mtu, lb=args.lb, failover=args.failover,
+                          capture=args.capture, telemetry=args.telemetry)
         try:
             with session:
                 if args.cli:
-                    from mininet.cli import CLI
                     from mininet.log import setLogLevel
+                    from emulator.experiments.cli import FabricCLI
                     out(report.cli_banner(session))
                     setLogLevel("output")       # the CLI prints through Mininet's log
-                    CLI(session.net.mn)
+                    FabricCLI(session)
                     setLogLevel("error")
                 else:
                     with bg.Background(session, background,

@@ -190,6 +190,10 @@ def markdown(results, topo, pictures, summary_text=None):
     if checks:
         out += ["", "## Checks", "", _md_table(("check", "result", "detail"), [
             (c["check"], "PASS" if c["ok"] else "FAIL", c["detail"]) for c in checks])]
+    caps = r.get("captures")
+    if caps:
+        out += ["", "## Captures", "", _md_table(("file", "packets"), [
+            (f"[{name}]({name})", "?" if n is None else n) for name, n in sorted(caps.items())])]
     problems = r.get("controller", {}).get("problems")
     if problems:
         out += ["", "## Controller problems", "", "```", *problems[:20], "```"]

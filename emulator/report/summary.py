@@ -114,6 +114,10 @@ def summary(results, topo):
                      else f", {b.get('retransmits', 0)} retransmits")
             out.append(f"background {b['src']}->{b['dst']} {b['protocol']}: "
                        f"{b['bps'] / 1e6:.2f} Mbit/s{extra}")
+    caps = r.get("captures")
+    if caps:
+        out.append("\ncaptures (pcap per interface, in the results directory):")
+        out += [f"  {name}: {'?' if n is None else n} packets" for name, n in sorted(caps.items())]
     if "teardown_s" in t:
         out.append(f"\nteardown: {t['teardown_s']:.2f}s")
     out.append(f"results: {r['results_dir']}")
@@ -166,5 +170,8 @@ def cli_banner(session):
         lines.append(f"  {sw['name']:<10} bridge {sw['bridge']}  "
                      f"(ovs-ofctl -O OpenFlow15 dump-flows {sw['bridge']})")
     lines.append(f"topology: {session.topology_path}")
+    lines.append("fabric commands: cut LINK, restore [LINK], flap LINK COUNT PERIOD, "
+                 "loss LINK PERCENT, links [SECONDS], capture NODE[:PORT] | capture stop "
+                 "('help cut' for more)")
     lines.append("type 'exit' or Ctrl-D to tear the fabric down")
     return "\n".join(lines)
