@@ -48,13 +48,16 @@ def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=
     gaps = recv.get("disruptions", []) if recv else []
     end = t_restore if t_restore is not None else float("inf")
     fault_gaps = [g for g in gaps if g["end_ns"] > t_fault and g["start_ns"] < end]
-    lossy = [g for g in fault_gaps if g["skipped"] > 0]
-    skipped = sum(g["skipped"] for g in lossy)
     received = recv["received_packets"] if recv else 0
     dup = recv["duplicated_packets"] if recv else 0
+    lost = max(sent - (received - dup), 0)
+    # A gap skips sequences; if they arrive later they were reordered, not lost:
+    # what the fault lost is at most what the flow lost in all.
+    lossy = [g for g in fault_gaps if g["skipped"] > 0] if lost else []
+    skipped = min(sum(g["skipped"] for g in lossy), lost)
     return {
         "sent_packets": sent, "received_packets": received,
-        "lost_packets": max(sent - (received - dup), 0),
+        "lost_packets": lost,
         "fault_lost_packets": skipped,
         "duplicated_packets": dup,
         "reordered_packets": recv["reordered_packets"] if recv else 0,

@@ -207,3 +207,34 @@ def test_calm_is_the_longest_gap_before_the_fault_of_flows_that_do_not_cross():
     assert sm["calm_ms"]["median"] == 4.0 and sm["stall_ms"]["median"] == 6.0
     row = drill_stats.table([{"mode": "m", "summary": sm, "repeats": repeats}]).splitlines()[2]
     assert row.split()[8:10] == ["6.0", "4.0"]
+
+
+def test_sequences_skipped_by_a_gap_and_arriving_later_are_not_lost():
+    ms = 1_000_000
+    gap = {"start_ns": 510 * ms, "end_ns": 513 * ms, "ms": 3.0, "skipped": 8}
+    recv = {"received_packets": 4200, "duplicated_packets": 0, "reordered_packets": 8,
+            "total_disruptions": 1, "longest_disruption": None, "disruptions": [gap]}
+    f = drill_stats.flow_result(recv, 4200, 500 * ms, 1500 * ms, 1000)
+    assert f["fault_lost_packets"] == 0 and f["loss_window_ms"] == 0.0
+    assert f["recovery_ms"] == 0.0 and f["longest_gap_ms"] == 3.0
+    # 5 of them really lost: the fault lost 5, not 8
+    f = drill_stats.flow_result(dict(recv, received_packets=4195), 4200, 500 * ms,
+                                1500 * ms, 1000)
+    assert f["fault_lost_packets"] == 5 and f["loss_window_ms"] == 5.0
+
+
+def test_select_buckets_are_numbered_by_their_port_so_hashing_survives_regrouping():
+    from controller.messages import Bucket, GroupMod, Output, Selection
+    from controller.ofcodec import bucket_ids, to_osken
+
+    def group(ports):
+        return GroupMod(7, "select", tuple(Bucket((Output(p),), 1, p) for p in ports),
+                        Selection(("ipv4_src", "ipv4_dst", "udp_src", "udp_dst"), 1))
+    assert bucket_ids(group((3, 4, 5, 6)).buckets) == [3, 4, 5, 6]
+    assert bucket_ids(group((4, 5, 6)).buckets) == [4, 5, 6]
+    # no watch port, or two buckets on one port: positions
+    assert bucket_ids((Bucket((Output(3),)), Bucket((Output(4),)))) == [0, 1]
+    assert bucket_ids((Bucket((Output(3),), 1, 3), Bucket((Output(3),), 1, 3))) == [0, 1]
+    dp = types.SimpleNamespace(ofproto=ofp15, ofproto_parser=parser15)
+    msg = to_osken(dp, group((4, 5, 6)))
+    assert [b.bucket_id for b in msg.buckets] == [4, 5, 6]
