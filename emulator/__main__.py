@@ -13,7 +13,7 @@ from emulator.fabric import addressing
 from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
-from emulator.experiments.options import add_capture_arg, add_fidelity_args
+from emulator.experiments.options import add_capture_arg, add_fidelity_args, parse_seed
 from traffic.frames import ROCE_MTUS
 
 
@@ -34,18 +34,6 @@ def load_fabric(args):
     return presets.build(args.preset or "leaf-spine", presets.parse_assignments(args.param))
 
 
-def parse_seed(text):
-    if text in (None, "per-switch"):
-        return None
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'per-switch' or an integer")
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError("seed must be in 0..2^32-1")
-    return value
-
-
 def parse_controller(text):
     if text == "builtin" or text.startswith("app:"):
         return text
@@ -64,52 +52,58 @@ def build_parser():
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="build the fabric, check it, run traffic, tear down")
-    add_fabric_args(p)
-    p.add_argument("--controller", type=parse_controller, default="builtin",
-                   help="builtin (default), remote:HOST:PORT, or app:PATH.py")
-    p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto",
+    g = p.add_argument_group("fabric")
+    add_fabric_args(g)
+    g.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto",
                    help="OVS datapath; auto uses the kernel one when its module loads")
-    p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
+    g.add_argument("--queue-ms", type=float, default=30.0,
+                   help="egress queue of every link, in ms at the link rate (default 30)")
+    g = p.add_argument_group("control plane")
+    g.add_argument("--controller", type=parse_controller, default="builtin",
+                   help="builtin (default), remote:HOST:PORT, or app:PATH.py")
+    g.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
+                   help="load balancing (default ecmp): the controller's mode, and for "
+                        "collectives the NIC's entropy (per packet for spray, per flowlet "
+                        "for flowlet); the mix keeps one UDP source port per QP")
+    g.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+                   default="fast-failover", help="repair mode (default fast-failover)")
+    g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
                         "(shows hash polarization)")
-    p.add_argument("--workload", default="mix",
+    g = p.add_argument_group("traffic")
+    g.add_argument("--workload", default="mix",
                    choices=("mix", "allreduce", "allgather", "reducescatter", "alltoall",
                             "none"),
                    help="mix: RoCEv2 flows across leaves (default); a collective: "
                         "nccl-tests-style run over all hosts (or --hosts)")
-    p.add_argument("--duration", type=float, default=5.0,
+    g.add_argument("--duration", type=float, default=5.0,
                    help="seconds of the traffic mix")
-    p.add_argument("--sizes", default="1M:4M",
+    g.add_argument("--sizes", default="1M:4M",
                    help="collective message sizes, nccl-tests style: 1M:64M, 1M:64M:4, 1M,8M")
-    p.add_argument("--qps", type=int, default=None,
+    g.add_argument("--qps", type=int, default=None,
                    help="queue pairs per connection (UDP source ports); default 4 for "
                         "the mix, 1 for collectives")
-    p.add_argument("--ring", choices=("naive", "topology"), default="naive",
+    g.add_argument("--ring", choices=("naive", "topology"), default="naive",
                    help="ring order: host order, or same-leaf neighbours first")
-    p.add_argument("--hosts", default=None,
+    g.add_argument("--hosts", default=None,
                    help="comma-separated hosts taking part in the collective (default all)")
-    p.add_argument("--background", action="append", default=[],
+    g.add_argument("--background", action="append", default=[],
                    metavar="SRC:DST[:tcp|udp[:RATE]]",
                    help="iperf3 flow running alongside the workload, repeatable "
                         "(e.g. h1:h5:udp:10Mbps); results go into results.json")
-    p.add_argument("--queue-ms", type=float, default=30.0,
-                   help="egress queue of every link, in ms at the link rate (default 30)")
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="results go to DIR/<time>-<run tag>/")
-    p.add_argument("--cli", action="store_true",
-                   help="drop into the Mininet CLI instead of running traffic")
-    p.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
-                   help="load balancing (default ecmp): the controller's mode, and for "
-                        "collectives the NIC's entropy (per packet for spray, per flowlet "
-                        "for flowlet); the mix keeps one UDP source port per QP")
-    p.add_argument("--failover", choices=("none", "controller", "fast-failover"),
-                   default="fast-failover", help="repair mode (default fast-failover)")
-    add_fidelity_args(p)
-    add_capture_arg(p)
-    p.add_argument("--telemetry", type=int, default=None, metavar="PORT",
+    g = p.add_argument_group("fidelity")
+    add_fidelity_args(g)
+    g = p.add_argument_group("observe and interact")
+    g.add_argument("--cli", action="store_true",
+                   help="the Mininet CLI with fabric commands (cut, restore, flap, loss, "
+                        "links, capture) instead of running traffic")
+    add_capture_arg(g)
+    g.add_argument("--telemetry", type=int, default=None, metavar="PORT",
                    help="serve Prometheus metrics (per-link bytes, drops, queue backlog, "
                         "flow/group counts, fidelity) on http://127.0.0.1:PORT/metrics "
                         "while the fabric runs")
+    g.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<time>-<run tag>/")
 
     p = sub.add_parser("calibrate", help="measure how much traffic this machine emulates "
                                          "faithfully (1 and 3 switch hops); cached for "

@@ -247,6 +247,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
+                 failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
         order = ring_indices(s.topo, ring)
         extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
@@ -318,9 +319,11 @@ def add_arguments(p):
     p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
                                                 "default 2M)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="hash seed of the first repetition (default 1; 101 with --planes, "
-                        "above the hosts' bond seeds)")
+    p.add_argument("--seed", "--hash-seed", dest="seed", type=int, default=None,
+                   help="ECMP hash seed of the first repetition, one for every switch "
+                        "(default 1; 101 with --planes, above the hosts' bond seeds)")
+    p.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+                   default="fast-failover", help="repair mode (default fast-failover)")
     p.add_argument("--ring", default="strided", choices=RINGS,
                    help="ring order of the mode comparison (default strided: every hop "
                         "crosses the spines)")

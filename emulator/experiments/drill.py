@@ -81,6 +81,16 @@ def add_arguments(p):
                    help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    from emulator.experiments.options import parse_seed
+    p.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
+                   help="the controller's load balancing (default ecmp)")
+    p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
+                   help="ECMP hash seed: per-switch (default) or one N for every switch")
+    p.add_argument("--queue-ms", type=float, default=30.0,
+                   help="egress queue of every link, in ms at the link rate (default 30)")
+    p.add_argument("--mtu", type=int, choices=(1024, 2048, 4096), default=4096,
+                   help="RoCE path MTU the interfaces carry (default 4096; probes are "
+                        "--frame-len bytes)")
     p.add_argument("--results", default="results", metavar="DIR")
     from emulator.experiments.options import add_capture_arg
     add_capture_arg(p)
@@ -254,7 +264,9 @@ def run_mode(fabric, mode, events, args, base, out):
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
-                 capture=getattr(args, "capture", None),
+                 capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
+                 queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
+                 mtu=getattr(args, "mtu", 4096),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo)
         if args.bfd:

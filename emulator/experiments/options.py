@@ -1,5 +1,7 @@
 """Command-line options that mean the same on every command that measures traffic."""
 
+import argparse
+
 from traffic.frames import ROCE_MTUS
 
 
@@ -45,3 +47,15 @@ def check_telemetry(args):
         except OSError as e:
             raise ConfigError("--telemetry", f"127.0.0.1:{port} is not free ({e.strerror}): "
                                              "choose another port")
+
+
+def parse_seed(text):
+    if text in (None, "per-switch"):
+        return None
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'per-switch' or an integer")
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError("seed must be in 0..2^32-1")
+    return value

@@ -94,3 +94,29 @@ def test_fuzz_yaml_text_only_raises_config_error(text):
         spec.load_text(text)
     except ConfigError:
         pass
+
+
+def test_the_fabric_options_mean_the_same_on_every_command_that_builds_a_fabric():
+    from emulator.__main__ import build_parser
+    ap = build_parser()
+    common = ["--failover", "controller", "--hash-seed", "7", "--mtu", "2048",
+              "--queue-ms", "10", "--capture", "h1,leaf1:eth3"]
+    for cmd, extra in (("run", ["--lb", "dlb"]), ("drill", ["--lb", "dlb"]), ("compare", [])):
+        a = ap.parse_args([cmd, *common, *extra])
+        seed = a.hash_seed if cmd != "compare" else a.seed
+        assert (a.failover, seed, a.mtu, a.queue_ms, a.capture) == \
+            ("controller", 7, 2048, 10.0, "h1,leaf1:eth3"), cmd
+        if extra:
+            assert a.lb == "dlb"
+    # compare --modes stays a list of --lb values
+    assert ap.parse_args(["compare", "--modes", "ecmp,spray"]).modes == "ecmp,spray"
+
+
+def test_run_help_groups_its_options_by_topic(capsys):
+    from emulator.__main__ import build_parser
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    text = capsys.readouterr().out
+    heads = [h for h in ("fabric:", "control plane:", "traffic:", "fidelity:",
+                         "observe and interact:") if h in text]
+    assert len(heads) == 5 and text.index("fabric:") < text.index("traffic:")
