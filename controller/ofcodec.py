@@ -145,7 +145,7 @@ def to_osken(dp, msg):
             match=parser.OFPMatch(**dict(msg.match)), instructions=inst)
     if isinstance(msg, GroupMod):
         buckets = []
-        for i, b in zip(bucket_ids(msg.buckets), msg.buckets):
+        for i, b in enumerate(msg.buckets):
             props = []
             if msg.type == "select":
                 props.append(parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=b.weight))
@@ -159,24 +159,6 @@ def to_osken(dp, msg):
         return parser.OFPGroupMod(dp, GROUP_COMMANDS[msg.command], GROUP_TYPES[msg.type],
                                   msg.group_id, ofp.OFPG_BUCKET_ALL, buckets, props)
     raise TypeError(f"no OpenFlow translation for {msg!r}")
-
-
-def bucket_ids(buckets):
-    """Each bucket's id: its watch port when every bucket has a distinct one, else its
-    position.
-
-    OVS's hash select scores a live bucket by hash(bucket_id, basis), the
-    highest wins (highest random weight).  Ids taken from the port keep a
-    flow's score for a port the same in every group that contains it, so when
-    the controller re-points a destination from the group over {3, 4, 5, 6}
-    to the one over {4, 5, 6}, only the flows of the dead port 3 move.  With
-    positional ids port 6 was bucket 3 in one group and bucket 2 in the
-    other: flows on live uplinks changed spine and were reordered.
-    """
-    ports = [b.watch_port for b in buckets]
-    if None not in ports and len(set(ports)) == len(ports):
-        return ports
-    return list(range(len(buckets)))
 
 
 # ---- os-ken replies -> abstract state ---------------------------------------

@@ -1,7 +1,7 @@
 """``python -m emulator clean``: remove what dead runs of this project left.
 
 Only this project's leftovers, found by name and by environment (see
-``runstate``): bridges and interfaces named ``fl<tag>...``, processes whose
+``runstate``): bridges, interfaces and nftables tables named ``fl<tag>...``, processes whose
 environment has ``FABRIC_LAB_RUN=<tag>``, and the runs' state directories.
 Runs that are still alive (their lock is held) are left alone unless
 ``force``.  Other bridges, interfaces and processes are never touched, so
@@ -9,6 +9,7 @@ there is no ``mn -c`` here.
 """
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -35,6 +36,21 @@ def our_interfaces():
     with IPRoute() as ipr:
         names = [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
     return {n: runstate.tag_of_name(n) for n in names if runstate.tag_of_name(n)}
+
+
+NFT_TABLE_RE = re.compile(r"^table netdev (fl([0-9a-f]{4})(?:loss|impair))$")
+
+
+def our_nft_tables():
+    """{table: tag} for nftables netdev tables named like this project's (random loss)."""
+    if shutil.which("nft") is None:
+        return {}
+    out = {}
+    for line in proc.run(["nft", "list", "tables", "netdev"], timeout=20).splitlines():
+        m = NFT_TABLE_RE.match(line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 def kill_processes(pids, grace=3.0):
@@ -72,8 +88,9 @@ def clean(force=False, log=print):
     bridges = our_bridges()
     procs = runstate.processes_of()
     intfs = our_interfaces()
+    tables = our_nft_tables()
     tags = set(bridges.values()) | set(procs.values()) | set(intfs.values()) \
-        | set(runstate.known_tags())
+        | set(tables.values()) | set(runstate.known_tags())
     live = {t for t in tags if runstate.is_live(t)} if not force else set()
     summary = {"runs": [], "skipped_live": sorted(live), "bridges": [], "processes": [],
                "interfaces": [], "errors": []}
@@ -94,6 +111,11 @@ def clean(force=False, log=print):
         before = {n for n, t in intfs.items() if t == tag}
         summary["errors"] += delete_interfaces(tag)
         summary["interfaces"] += sorted(before)
+        for table in sorted(t for t, owner in tables.items() if owner == tag):
+            try:
+                proc.run(["nft", "delete", "table", "netdev", table], timeout=20)
+            except RunFailed as e:
+                summary["errors"].append(str(e))
         shutil.rmtree(os.path.join(runstate.STATE_ROOT, tag), ignore_errors=True)
     for key in ("bridges", "processes", "interfaces"):
         log(f"removed {len(summary[key])} {key}")

@@ -185,9 +185,13 @@ def loss_rule(percent):
 class Injector:
     """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
 
-    def __init__(self, session, log_path=None, clock=time.monotonic_ns, detect=None):
+    def __init__(self, session, log_path=None, clock=time.monotonic_ns, detect=None,
+                 nft_name="loss"):
         """``detect``: None (OVS notices carrier loss itself) or the modeled
-        loss-of-signal delay in seconds (``dataplane.detect``)."""
+        loss-of-signal delay in seconds (``dataplane.detect``); ``nft_name``:
+        the run's nftables table for random loss is ``fl<tag><nft_name>``."""
+        self.nft_name = nft_name
+        self._losses = {}              # interface -> percent
         self.s = session
         self.clock = clock
         self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
@@ -366,8 +370,12 @@ class Injector:
 
     # ---- gray failure ----------------------------------------------------
 
-    def loss_start(self, link, percent, side="a"):
-        """Drop ``percent``% of frames leaving the chosen end(s) of ``link`` (nftables)."""
+    def loss_start(self, link, percent, side="a", keep=False):
+        """Drop ``percent``% of frames leaving the chosen end(s) of ``link`` (nftables).
+
+        ``keep``: add to the links already lossy (a fabric file's ``loss:``
+        on several links) instead of replacing them.
+        """
         if not 0 < percent <= 100:
             raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
         if shutil.which("nft") is None:
@@ -375,17 +383,22 @@ class Injector:
         ends = self.ends(link, side)
         if any(netns for netns, _ in ends):
             raise ConfigError("fault", "loss is injected on switch ends only")
-        table = f"fl{self.s.state.tag}loss"
-        lines = [f"table netdev {table} {{"]
-        for i, (_, ifname) in enumerate(ends):
+        t = self.clock()
+        if not keep:
+            self.loss_stop()
+        for _, ifname in ends:
+            self._losses[ifname] = percent
+        table = f"fl{self.s.state.tag}{self.nft_name}"
+        lines = [f"table netdev {table}", f"delete table netdev {table}",
+                 f"table netdev {table} {{"]
+        for i, (ifname, pct) in enumerate(sorted(self._losses.items())):
             lines += [f"  chain c{i} {{",
                       f"    type filter hook egress device \"{ifname}\" priority 0;",
-                      f"    {loss_rule(percent)}",
+                      f"    {loss_rule(pct)}",
                       "  }"]
         lines.append("}")
-        t = self.clock()
-        self.loss_stop()
         self._nft_table = table
+        # one transaction: the table is replaced whole, never half-written
         proc.run(["nft", "-f", "-"], input="\n".join(lines) + "\n", timeout=10)
         return self._log("loss_start", link, t, percent=percent, side=side)
 
@@ -394,5 +407,6 @@ class Injector:
             return None
         t = self.clock()
         table, self._nft_table = self._nft_table, None
+        self._losses.clear()
         proc.run(["nft", "delete", "table", "netdev", table], timeout=10)
         return self._log("loss_stop", table, t)

@@ -16,6 +16,7 @@ orderly exit and masked during teardown):
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -239,6 +240,7 @@ class Session:
         self.capture = None
         self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (dataplane.telemetry)
         self.telemetry = None
+        self.impairer = None              # the fabric file's loss:/state: (dataplane.impair)
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
@@ -271,6 +273,8 @@ class Session:
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
         dp_type, dp_reason = datapath.detect(self.datapath_request)
+        from emulator.dataplane import impair
+        impair.require_netem(self.fabric)
         if dp_type == "netdev" and self.shape:
             datapath.check_send_buffer()
         self.state = RunState.create()
@@ -308,6 +312,8 @@ class Session:
         self.results["timings"] = dict(self.net.timings)
         self.results["timings"]["reachable_after_build_s"] = round(time.monotonic() - t1, 3)
         self.results["timings"]["time_to_reachable_s"] = round(time.monotonic() - t0, 3)
+        if impair.impaired(self.topo):
+            self._impair()
         if captures:
             self.progress(f"capturing on {len(captures)} interface(s) into {self.dir}")
             self.capture = capture.Capture(self, captures, frame_len=self.net.mtu)
@@ -316,6 +322,25 @@ class Session:
             from emulator.dataplane.telemetry import Telemetry
             self.telemetry = Telemetry(self, self.telemetry_port).start()
             self.progress(f"telemetry: {self.telemetry.url}")
+
+    def _impair(self):
+        """The fabric file's impairments, once the whole fabric was seen reachable."""
+        from emulator.dataplane import impair
+        from emulator.dataplane.faults import Injector
+        self.impairer = Injector(self, nft_name="impair",
+                                 log_path=os.path.join(self.dir, "impairments.jsonl"))
+        t0 = time.monotonic()
+        self.results["impairments"] = impair.apply(self, self.impairer, self.progress)
+        downs = sum(1 for _, lk in impair.impaired(self.topo)
+                    if lk["impair"].get("state") == "down")
+        if downs and self.controller is not None and self.failover != "none":
+            def converged():
+                with open(self.controller.log_path, errors="replace") as f:
+                    text = f.read()
+                events = [json.loads(m) for m in re.findall(r"CONVERGED (\{.*\})", text)]
+                return sum(1 for e in events if e.get("event") == "port" and not e.get("up")
+                           and e.get("t_event", 0) >= t0) >= downs
+            wait_until(converged, 20, "the controller to route around the links set down")
 
     def child_env(self):
         """The environment every process of this run starts with (it carries the tag)."""
@@ -343,6 +368,9 @@ class Session:
 
     def close(self):
         with signals_masked():
+            if self.impairer is not None:
+                self.impairer.close()
+                self.impairer = None
             if self.telemetry is not None:
                 self.telemetry.stop()
                 self.telemetry = None

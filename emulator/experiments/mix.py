@@ -144,10 +144,11 @@ def measure(session, plan, name="engine"):
     e = dict(res["engine"], cpu_share=round(res["engine"]["cpu_s"] / max(res["window_s"], 1e-9),
                                             3))
     lost = lost_frames(res)
+    from emulator.dataplane.impair import fault_names
     doc = fidelity.verdict(e["sent_packets"], delta, engine=e, latency=res["latency_ms"],
                            lost=lost,
                            bound_ms=fidelity.queue_bound_ms(topo, session.queue_ms),
-                           frame_len=plan["frame_len"])
+                           frame_len=plan["frame_len"], faulted=fault_names(topo))
     return res, doc
 
 

@@ -194,6 +194,9 @@ def plan_links(fabric):
         links.append({"a": ends[0], "b": ends[1], "rate_bps": lk.rate_bps})
         if lk.role is not None:
             links[-1]["role"] = lk.role
+        if lk.impaired:
+            links[-1]["impair"] = {"loss_pct": lk.loss_pct, "state": lk.state,
+                                   "delay_s": lk.delay_s, "jitter_s": lk.jitter_s}
     return links
 
 

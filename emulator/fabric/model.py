@@ -54,6 +54,16 @@ class Link:
     b: Endpoint
     rate_bps: int
     role: Optional[str] = None     # None (active) or "standby"
+    # impairments from the start of the run (``loss: 2%``, ``state: down``,
+    # ``delay: 5ms`` / ``jitter: 1ms`` where the kernel has netem)
+    loss_pct: Optional[float] = None
+    state: str = "up"
+    delay_s: Optional[float] = None
+    jitter_s: Optional[float] = None
+
+    @property
+    def impaired(self):
+        return (self.loss_pct is not None or self.state != "up" or self.delay_s is not None)
 
     def other(self, node):
         """The endpoint facing ``node``'s end of the link."""
@@ -139,5 +149,12 @@ class Fabric:
             entry = {"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}
             if lk.role is not None:
                 entry["role"] = lk.role
+            if lk.loss_pct is not None:
+                entry["loss"] = f"{lk.loss_pct:g}%"
+            if lk.state != "up":
+                entry["state"] = lk.state
+            for key, value in (("delay", lk.delay_s), ("jitter", lk.jitter_s)):
+                if value is not None:
+                    entry[key] = f"{value * 1e3:g}ms"
             links.append(entry)
         return {"name": self.name, "topology": {"nodes": nodes, "links": links}}

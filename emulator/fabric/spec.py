@@ -35,7 +35,8 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
-LINK_KEYS = {"endpoints", "rate", "role"}
+LINK_KEYS = {"endpoints", "rate", "role", "loss", "state", "delay", "jitter"}
+DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(us|ms|s)\s*$")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -229,8 +230,38 @@ def _parse_links(raw, by_name, default_rate, fail):
             if host is not None and host.bond != "active-standby":
                 fail(f"{where}.role", "only switch-to-switch links and the links of a host "
                                       "with bond: active-standby can be standby")
-        links.append(Link(a=a, b=b, rate_bps=rate, role=role))
+        links.append(Link(a=a, b=b, rate_bps=rate, role=role,
+                          **_impairments(entry, where, fail)))
     return links
+
+
+def _impairments(entry, where, fail):
+    """``loss: 2%``, ``state: up|down``, ``delay: 5ms``, ``jitter: 1ms`` of one link."""
+    out = {}
+    if "loss" in entry:
+        raw = entry["loss"]
+        text = str(raw).strip()
+        try:
+            pct = float(text[:-1] if text.endswith("%") else text)
+        except ValueError:
+            pct = None
+        if isinstance(raw, bool) or pct is None or not 0 < pct <= 100:
+            fail(f"{where}.loss", f"{raw!r}: a share of frames lost, 0 < loss <= 100 %, "
+                                  "e.g. 2%")
+        out["loss_pct"] = pct
+    if "state" in entry:
+        if entry["state"] not in ("up", "down"):
+            fail(f"{where}.state", f"{entry['state']!r}: up or down")
+        out["state"] = entry["state"]
+    for key in ("delay", "jitter"):
+        if key in entry:
+            m = DURATION_RE.match(str(entry[key]))
+            if isinstance(entry[key], bool) or not m:
+                fail(f"{where}.{key}", f"{entry[key]!r}: a duration with its unit, e.g. 5ms")
+            out[f"{key}_s"] = float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
+    if "jitter_s" in out and "delay_s" not in out:
+        fail(f"{where}.jitter", "jitter needs a delay on the same link")
+    return out
 
 
 def _check_attachment(nodes, links, fail):

@@ -65,6 +65,9 @@ def summary(results, topo):
     if reach:
         out.append(f"reachability: {reach['reachable']}/{reach['pairs']} host pairs "
                    f"(all-pairs ping, {reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
+    if r.get("impairments"):
+        out.append("impairments from the fabric file, on after the reachability check: "
+                   + "; ".join(r["impairments"]))
     traffic = r.get("traffic")
     if traffic:
         fid = traffic.get("fidelity")

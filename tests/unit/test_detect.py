@@ -221,20 +221,3 @@ def test_sequences_skipped_by_a_gap_and_arriving_later_are_not_lost():
     f = drill_stats.flow_result(dict(recv, received_packets=4195), 4200, 500 * ms,
                                 1500 * ms, 1000)
     assert f["fault_lost_packets"] == 5 and f["loss_window_ms"] == 5.0
-
-
-def test_select_buckets_are_numbered_by_their_port_so_hashing_survives_regrouping():
-    from controller.messages import Bucket, GroupMod, Output, Selection
-    from controller.ofcodec import bucket_ids, to_osken
-
-    def group(ports):
-        return GroupMod(7, "select", tuple(Bucket((Output(p),), 1, p) for p in ports),
-                        Selection(("ipv4_src", "ipv4_dst", "udp_src", "udp_dst"), 1))
-    assert bucket_ids(group((3, 4, 5, 6)).buckets) == [3, 4, 5, 6]
-    assert bucket_ids(group((4, 5, 6)).buckets) == [4, 5, 6]
-    # no watch port, or two buckets on one port: positions
-    assert bucket_ids((Bucket((Output(3),)), Bucket((Output(4),)))) == [0, 1]
-    assert bucket_ids((Bucket((Output(3),), 1, 3), Bucket((Output(3),), 1, 3))) == [0, 1]
-    dp = types.SimpleNamespace(ofproto=ofp15, ofproto_parser=parser15)
-    msg = to_osken(dp, group((4, 5, 6)))
-    assert [b.bucket_id for b in msg.buckets] == [4, 5, 6]

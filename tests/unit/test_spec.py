@@ -110,3 +110,46 @@ def test_dump_round_trips_a_preset():
     f = presets.build("leaf-spine", {"spines": "2", "leaves": "3"})
     again = spec.load_text(spec.dump(f))
     assert again.nodes == f.nodes and again.links == f.links and again.name == f.name
+
+
+def _one_link_fabric(**extra):
+    link = {"endpoints": ["h1:eth0", "leaf1:eth1"], "rate": "10Mbps", **extra}
+    return {"name": "t", "topology": {"nodes": {"h1": {"kind": "host"}, "leaf1": {"kind": "leaf"}},
+                                      "links": [link]}}
+
+
+def test_link_impairments_parse_and_round_trip():
+    from emulator.fabric import spec
+    f = spec.parse(_one_link_fabric(loss="2.5%", state="down", delay="5ms", jitter="500us"))
+    (lk,) = f.links
+    assert (lk.loss_pct, lk.state, lk.delay_s, lk.jitter_s) == (2.5, "down", 0.005, 0.0005)
+    assert lk.impaired
+    again = spec.load_text(spec.dump(f))
+    assert again.links == f.links
+    plain = spec.parse(_one_link_fabric()).links[0]
+    assert not plain.impaired and plain.state == "up"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("extra,where", [
+    ({"loss": "0%"}, "links[0].loss"), ({"loss": "101"}, "links[0].loss"),
+    ({"loss": "lots"}, "links[0].loss"), ({"loss": True}, "links[0].loss"),
+    ({"state": "flapping"}, "links[0].state"), ({"delay": "5"}, "links[0].delay"),
+    ({"jitter": "1ms"}, "links[0].jitter"),
+])
+def test_bad_link_impairments_name_their_place(extra, where):
+    from emulator.errors import ConfigError
+    from emulator.fabric import spec
+    with pytest.raises(ConfigError) as e:
+        spec.parse(_one_link_fabric(**extra))
+    assert where in str(e.value)
+
+
+def test_impaired_links_and_their_fault_directions():
+    from emulator.dataplane import impair
+    from emulator.fabric import addressing, spec
+    topo = addressing.plan(spec.parse(_one_link_fabric(loss="5%")))
+    assert [name for name, _ in impair.impaired(topo)] == ["h1:leaf1"]
+    assert impair.fault_names(topo) == {"h1->leaf1", "leaf1->h1"}
