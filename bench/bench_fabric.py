@@ -10,6 +10,7 @@ For each repeat, in one process and one after the other:
 Prints medians and the ratios.  Run as root:
 
     sudo .venv/bin/python bench/bench_fabric.py [--repeats 5] [-P spines=4 ...]
+    sudo .venv/bin/python bench/bench_fabric.py --hosts 8,32,64,128,256 --repeats 1
 """
 
 import argparse
@@ -87,12 +88,44 @@ def plain_mininet(fabric):
         os.environ.pop(RUN_ENV, None)
 
 
+def shape(hosts):
+    """leaf-spine parameters for a fabric of ``hosts`` hosts (the default one for 8)."""
+    if hosts <= 8:
+        return {}
+    leaves = max(2, hosts // 4)
+    return {"hosts_per_leaf": "4", "leaves": str(leaves), "spines": str(min(8, leaves))}
+
+
+def curve(sizes, mininet_max, repeats):
+    """Build, reachable and teardown times per fabric size: the cost curve."""
+    print(f"{'hosts':>5} {'switches':>8} {'build s':>8} {'reachable s':>11} "
+          f"{'teardown s':>10} {'mininet build s':>15}")
+    with tempfile.TemporaryDirectory() as results:
+        for n in sizes:
+            fabric = presets.build("leaf-spine", shape(n))
+            rows = [ours(fabric, results) for _ in range(repeats)]
+            mn = (statistics.median(plain_mininet(fabric)["build_s"] for _ in range(repeats))
+                  if len(fabric.hosts) <= mininet_max else None)
+            med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            print(f"{len(fabric.hosts):>5} {len(fabric.switches):>8} {med['build_s']:>8.2f} "
+                  f"{med['reachable_s']:>11.2f} {med['teardown_s']:>10.2f} "
+                  f"{'-' if mn is None else f'{mn:.2f}':>15}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("-P", "--param", action="append", default=[])
+    ap.add_argument("--hosts", default=None, metavar="N[,N...]",
+                    help="the cost curve instead: fabrics of these many hosts (4 per leaf, "
+                         "up to 8 spines), e.g. 8,32,64,128,256")
+    ap.add_argument("--mininet-max", type=int, default=64,
+                    help="with --hosts: build plain Mininet up to this many hosts")
     args = ap.parse_args()
     require_root()
+    if args.hosts:
+        curve([int(x) for x in args.hosts.split(",")], args.mininet_max, args.repeats)
+        return
     fabric = presets.build("leaf-spine", presets.parse_assignments(args.param))
     print(f"fabric {fabric.name}: {len(fabric.hosts)} hosts, {len(fabric.switches)} switches, "
           f"{len(fabric.links)} links; {args.repeats} repeats, alternating")

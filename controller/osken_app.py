@@ -113,6 +113,7 @@ class FabricController(app_manager.OSKenApp):
         self.failover = policy.check_mode(os.environ.get(FAILOVER_ENV) or DEFAULT_FAILOVER)
         self.all_ports = self.topo.all_ports()
         self.down = set()          # (dpid, port) a switch reported down
+        self._desired_for = None   # (live, desired state): the last computed
         self.dps = {}              # dpid -> connected datapath
         self.installed = {}        # dpid -> SwitchState last confirmed by barrier
         self.ofp_errors = 0
@@ -130,8 +131,13 @@ class FabricController(app_manager.OSKenApp):
         return self.all_ports - self.down
 
     def desired(self, live):
-        return lb.augment(self.topo, policy.desired_state(self.topo, live, self.failover),
-                          self.lb.mode)
+        """The policy's state for ``live``; the last one is kept, since 40 switches
+        connecting in a row ask for the same liveness 40 times."""
+        live = frozenset(live)
+        if self._desired_for is None or self._desired_for[0] != live:
+            self._desired_for = (live, lb.augment(
+                self.topo, policy.desired_state(self.topo, live, self.failover), self.lb.mode))
+        return self._desired_for[1]
 
     def _request(self, msg, reply_cls, multi=True):
         return ofctl_api.send_msg(self, msg, reply_cls=reply_cls, reply_multi=multi)

@@ -231,7 +231,7 @@ class FabricNet:
             if self.controller_url:
                 args += ["--", "set-controller", br, self.controller_url,
                          "--", "set", "controller", br, "max_backoff=1000",
-                         "inactivity_probe=5000"]
+                         "inactivity_probe=15000"]
         # set-controller creates the Controller row; the 'set controller <br>' form
         # addresses a bridge's controller by bridge name.
         with socket_buffers(OVS_PORT_RCVBUF):
