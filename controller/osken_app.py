@@ -77,6 +77,7 @@ logging.getLogger("OfctlService").addFilter(_OfctlStrayReplies())
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
 FAILOVER_ENV = "FABRIC_FAILOVER"
 DEFAULT_FAILOVER = "fast-failover"
+EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
 
 
 def _die(what):
@@ -106,6 +107,14 @@ class FabricController(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # os-ken gives every app a queue of 128 events.  A handler of this app
+        # waits for barrier replies (resync, push); meanwhile a large fabric's
+        # PORT_STATUS and connect events fill the queue, the switch's receive
+        # loop blocks putting the next one, and the barrier reply behind it is
+        # never delivered: with 40 switches the controller stopped after 2-3.
+        # A queue as deep as any fabric's burst of events keeps replies moving.
+        self.events = hub.Queue(EVENT_QUEUE)
+        self._events_sem = hub.BoundedSemaphore(EVENT_QUEUE)
         path = os.environ.get(TOPOLOGY_ENV)
         if not path:
             raise RuntimeError(f"{TOPOLOGY_ENV} is not set: no topology to load")
