@@ -13,7 +13,8 @@ from emulator.fabric import addressing
 from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
-from emulator.experiments.options import add_capture_arg, add_fidelity_args, parse_seed
+from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
+                                          add_fidelity_args, parse_seed)
 from traffic.frames import ROCE_MTUS
 
 
@@ -61,11 +62,11 @@ def build_parser():
     g = p.add_argument_group("control plane")
     g.add_argument("--controller", type=parse_controller, default="builtin",
                    help="builtin (default), remote:HOST:PORT, or app:PATH.py")
-    g.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
+    g.add_argument("--lb", choices=LB_MODES, default="ecmp",
                    help="load balancing (default ecmp): the controller's mode, and for "
                         "collectives the NIC's entropy (per packet for spray, per flowlet "
                         "for flowlet); the mix keeps one UDP source port per QP")
-    g.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+    g.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
     g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "

@@ -23,20 +23,20 @@ import time
 
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
+from emulator.fabric.units import parse_duration
 
 
 def parse_interval(text):
     """``--bfd``: milliseconds (``5``, ``5ms``), 2..1000; 1 ms flaps on this platform."""
     t = str(text).strip().lower()
-    t = t[:-2] if t.endswith("ms") else t
     try:
-        ms = int(t)
+        ms = round(parse_duration(t + "ms" if t.isdigit() else t) * 1e3, 6)
     except ValueError:
         ms = 0
-    if not 2 <= ms <= 1000:
+    if ms != int(ms) or not 2 <= ms <= 1000:
         raise ConfigError("--bfd", f"{text!r}: an interval of 2 to 1000 ms, e.g. 5ms "
                                    "(1 ms sessions flap on this platform)")
-    return ms
+    return int(ms)
 
 
 def interfaces(topo):

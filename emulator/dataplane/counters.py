@@ -86,11 +86,14 @@ def machine_cpu():
     return sum(values) - idle, sum(values)
 
 
+OVS_RUNDIRS = ("/run/openvswitch", "/var/run/openvswitch")
+
+
 def ovs_pid():
     """ovs-vswitchd's pid from its pidfile, or None."""
-    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+    for d in OVS_RUNDIRS:
         try:
-            with open(path) as f:
+            with open(os.path.join(d, "ovs-vswitchd.pid")) as f:
                 return int(f.read().strip())
         except (OSError, ValueError):
             continue

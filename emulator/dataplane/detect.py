@@ -41,9 +41,9 @@ from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from emulator.dataplane.counters import OVS_RUNDIRS
 from emulator.errors import ConfigError, RunFailed
-
-RUNDIRS = ("/var/run/openvswitch", "/run/openvswitch")
+from emulator.fabric.units import parse_duration
 
 
 def parse_detect(text):
@@ -55,25 +55,22 @@ def parse_detect(text):
     t = str(text).strip().lower()
     if t == "os":
         return None
-    for unit, scale in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0), ("", 1e-3)):
-        if t.endswith(unit):
-            try:
-                v = float(t[:len(t) - len(unit)] if unit else t) * scale
-            except ValueError:
-                break
-            if 0 <= v <= 10:
-                return v
-            break
+    try:
+        v = parse_duration(t + "ms" if t.replace(".", "", 1).isdigit() else t)
+    except ValueError:
+        v = None
+    if v is not None and v <= 10:
+        return v
     raise ConfigError("--detect", f"{text!r}: use os, or a delay such as 1ms, 500us "
                                   "(0 to 10 s)")
 
 
 def rundir():
-    for d in RUNDIRS:
+    for d in OVS_RUNDIRS:
         if os.path.exists(os.path.join(d, "ovs-vswitchd.pid")):
             return d
     raise RunFailed("ovs-vswitchd's run directory (its pid file) was not found in "
-                    + " or ".join(RUNDIRS))
+                    + " or ".join(OVS_RUNDIRS))
 
 
 class _Datapath:

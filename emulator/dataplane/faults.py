@@ -255,10 +255,14 @@ class Injector:
             self._ifindex[key] = idx[0]
         return self._ifindex[key]
 
-    def _set(self, ends, state):
-        """Set each end down/up; returns the clock once the last one has changed."""
-        for netns, ifname in ends:
-            self._ipr_for(netns).link("set", index=self._index(netns, ifname), state=state)
+    def _resolved(self, ends):
+        """[(netlink socket, index)] of ``ends``, looked up before any change is timed."""
+        return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
+
+    def _set(self, targets, state):
+        """Set each ``_resolved`` end down/up; returns the clock once the last has changed."""
+        for ipr, index in targets:
+            ipr.link("set", index=index, state=state)
         return self.clock()
 
     # ---- faults ----------------------------------------------------------
@@ -279,18 +283,16 @@ class Injector:
         return {"detect": self.detector.notify(ports, down, t_cut)}
 
     def link_down(self, link, side="both"):
-        ends = self.ends(link, side)
-        for netns, ifname in ends:
-            self._index(netns, ifname)
+        targets = self._resolved(self.ends(link, side))
         t = self.clock()
-        t_cut = self._set(ends, "down")
+        t_cut = self._set(targets, "down")
         return self._log("link_down", link, t, side=side, t_cut_ns=t_cut,
                          **self._signal(self.switch_ports(link), True, t_cut))
 
     def link_up(self, link, side="both"):
         t = self.clock()
         ends = self.ends(link, side)
-        self._set(ends, "up")
+        self._set(self._resolved(ends), "up")
         for netns, ifname in ends:
             if netns:
                 self._restore_routes(netns, ifname)
@@ -332,17 +334,15 @@ class Injector:
         return [(p["peer"], p["peer_port"]) for p in sw["ports"] if p["peer_kind"] != "host"]
 
     def switch_crash(self, name):
-        intfs = self._switch_intfs(name)
-        for netns, ifname in intfs:
-            self._index(netns, ifname)
+        targets = self._resolved(self._switch_intfs(name))
         t = self.clock()
-        t_cut = self._set(intfs, "down")
+        t_cut = self._set(targets, "down")
         return self._log("switch_crash", name, t, t_cut_ns=t_cut,
                          **self._signal(self._neighbour_ports(name), True, t_cut))
 
     def switch_recover(self, name):
         t = self.clock()
-        self._set(self._switch_intfs(name), "up")
+        self._set(self._resolved(self._switch_intfs(name)), "up")
         return self._log("switch_recover", name, t,
                          **self._signal(self._neighbour_ports(name), False, t))
 

@@ -125,6 +125,11 @@ def listening(port):
     return False
 
 
+def converged_events(text):
+    """The controller's ``CONVERGED {json}`` log lines (its monotonic timings), parsed."""
+    return [json.loads(m) for m in re.findall(r"CONVERGED (\{.*\})", text)]
+
+
 def wait_until(cond, timeout, what, interval=0.02):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -164,6 +169,11 @@ class Controller:
                                 f"at start; see {self.log_path}")
             return listening(self.port)
         wait_until(ready, timeout, f"the controller to listen on 127.0.0.1:{self.port}")
+
+    def converged(self):
+        """Every ``CONVERGED`` event in the controller's log so far."""
+        with open(self.log_path, errors="replace") as f:
+            return converged_events(f.read())
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -335,10 +345,8 @@ class Session:
         self.progress(f"waiting for the controller to install {n} switches")
 
         def installed():
-            with open(self.controller.log_path, errors="replace") as f:
-                text = f.read()
-            done = {json.loads(m).get("dpid") for m in re.findall(r"CONVERGED (\{.*\})", text)
-                    if '"event": "connect"' in m}
+            done = {e.get("dpid") for e in self.controller.converged()
+                    if e.get("event") == "connect"}
             return len(done) >= n
         wait_until(installed, self.reach_timeout, "the controller to install every switch",
                    interval=0.1)
@@ -353,12 +361,11 @@ class Session:
         self.results["impairments"] = impair.apply(self, self.impairer, self.progress)
         downs = sum(1 for _, lk in impair.impaired(self.topo)
                     if lk["impair"].get("state") == "down")
-        if downs and self.controller is not None and self.failover != "none":
+        # only the builtin controller logs its convergence; an app's is not known
+        if downs and self.controller_spec == "builtin" and self.failover != "none":
             def converged():
-                with open(self.controller.log_path, errors="replace") as f:
-                    text = f.read()
-                events = [json.loads(m) for m in re.findall(r"CONVERGED (\{.*\})", text)]
-                return sum(1 for e in events if e.get("event") == "port" and not e.get("up")
+                return sum(1 for e in self.controller.converged()
+                           if e.get("event") == "port" and not e.get("up")
                            and e.get("t_event", 0) >= t0) >= downs
             wait_until(converged, 20, "the controller to route around the links set down")
 
@@ -395,7 +402,7 @@ class Session:
                 self.telemetry.stop()
                 self.telemetry = None
             if self.capture is not None:
-                self.results["captures"] = self.capture.stop()
+                self.results.setdefault("captures", {}).update(self.capture.stop())
                 self.capture = None
             if self.net is not None:
                 self.progress("tearing down")

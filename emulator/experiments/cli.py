@@ -43,11 +43,17 @@ class FabricCLI(CLI):
             self.close()
 
     def close(self):
-        if self.capture is not None:
-            files = self.capture.stop()
-            self.session.results.setdefault("captures", {}).update(files)
-            self.capture = None
+        self._stop_capture()
         self.inj.close()
+
+    def _stop_capture(self):
+        """Stop the CLI's capture, if any; its files join the run's captures."""
+        if self.capture is None:
+            return {}
+        files = self.capture.stop()
+        self.session.results.setdefault("captures", {}).update(files)
+        self.capture = None
+        return files
 
     def _guard(self, fn, line):
         try:
@@ -118,12 +124,8 @@ class FabricCLI(CLI):
         """capture NODE[:PORT][,...] | capture stop: pcap per interface, in the results dir"""
         def capture(args):
             from emulator.dataplane import capture as cap
-            if self.capture is not None:
-                files = self.capture.stop()
-                self.session.results.setdefault("captures", {}).update(files)
-                self.capture = None
-                for name, n in sorted(files.items()):
-                    output(f"{self.session.dir}/{name}: {n} packets\n")
+            for name, n in sorted(self._stop_capture().items()):
+                output(f"{self.session.dir}/{name}: {n} packets\n")
             if args and args[0] != "stop":
                 specs = cap.parse(args[0], self.session.topo)
                 self.capture = cap.Capture(self.session, specs,

@@ -44,9 +44,10 @@ import time
 
 from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
-from emulator.experiments.options import add_capture_arg, add_fidelity_args
+from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
+                                          add_fidelity_args)
 
-MODES = ("ecmp", "flowlet", "dlb", "spray")
+MODES = LB_MODES
 ENTROPY = {"ecmp": "qp", "dlb": "qp", "flowlet": "flowlet", "spray": "spray"}
 SAMPLE_S = 0.1
 RINGS = ("naive", "topology", "strided")
@@ -322,7 +323,7 @@ def add_arguments(p):
     p.add_argument("--seed", "--hash-seed", dest="seed", type=int, default=None,
                    help="ECMP hash seed of the first repetition, one for every switch "
                         "(default 1; 101 with --planes, above the hosts' bond seeds)")
-    p.add_argument("--failover", choices=("none", "controller", "fast-failover"),
+    p.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
     p.add_argument("--ring", default="strided", choices=RINGS,
                    help="ring order of the mode comparison (default strided: every hop "

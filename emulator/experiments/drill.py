@@ -44,9 +44,11 @@ from emulator.experiments.drill_stats import (controller_convergence, flow_resul
                                               percentile, stats, summarise, summary_line,
                                               table)
 from emulator.experiments import scenario
+from emulator.experiments.options import FAILOVER_MODES, LB_MODES, parse_seed
 from emulator.errors import ConfigError, RunFailed
+from traffic.frames import ROCE_MTUS
 
-MODES = ("none", "controller", "fast-failover")
+MODES = FAILOVER_MODES
 
 
 def add_arguments(p):
@@ -81,14 +83,13 @@ def add_arguments(p):
                    help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
-    from emulator.experiments.options import parse_seed
-    p.add_argument("--lb", choices=("ecmp", "flowlet", "dlb", "spray"), default="ecmp",
+    p.add_argument("--lb", choices=LB_MODES, default="ecmp",
                    help="the controller's load balancing (default ecmp)")
     p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch")
     p.add_argument("--queue-ms", type=float, default=30.0,
                    help="egress queue of every link, in ms at the link rate (default 30)")
-    p.add_argument("--mtu", type=int, choices=(1024, 2048, 4096), default=4096,
+    p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
                    help="RoCE path MTU the interfaces carry (default 4096; probes are "
                         "--frame-len bytes)")
     p.add_argument("--results", default="results", metavar="DIR")
@@ -249,10 +250,8 @@ def wait_restored(s, mode, t_restore_ns, timeout=20):
     t0 = t_restore_ns / 1e9
 
     def done():
-        with open(s.controller.log_path, errors="replace") as f:
-            text = f.read()
         return any(ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
-                   for ev in map(json.loads, re.findall(r"CONVERGED (\{.*\})", text)))
+                   for ev in s.controller.converged())
     wait_for(done, timeout, "the controller to converge on the restore")
 
 

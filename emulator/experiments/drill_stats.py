@@ -11,8 +11,6 @@ fault itself causes it (stall - calm).  Both are part of every crossing
 flow's gap too.
 """
 
-import json
-import re
 import statistics
 
 
@@ -80,8 +78,8 @@ def controller_convergence(log_text, t_fault, t_restore):
     t0 = t_fault / 1e9
     end = t_restore / 1e9 if t_restore is not None else float("inf")
     done, first = [], []
-    for m in re.finditer(r"CONVERGED (\{.*\})", log_text):
-        ev = json.loads(m.group(1))
+    from emulator.dataplane.session import converged_events
+    for ev in converged_events(log_text):
         if ev.get("event") == "port" and not ev.get("up") and t0 <= ev["t_event"] < end:
             done.append(ev["t_done"])
             first.append(ev["t_event"])

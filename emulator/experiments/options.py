@@ -4,6 +4,9 @@ import argparse
 
 from traffic.frames import ROCE_MTUS
 
+LB_MODES = ("ecmp", "flowlet", "dlb", "spray")               # --lb, compare --modes
+FAILOVER_MODES = ("none", "controller", "fast-failover")     # --failover
+
 
 def add_fidelity_args(p):
     """``--mtu`` (RoCE path MTU of the traffic) and ``--strict`` (exit 3 if emulator-bound)."""

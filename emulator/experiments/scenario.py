@@ -29,14 +29,13 @@ Names of links and switches are checked against the topology by the
 injector (``faults.parse_link``) before the first fault.
 """
 
-import re
 from dataclasses import dataclass, field
 
 import yaml
 
 from emulator.errors import ConfigError
+from emulator.fabric import units
 
-DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
 SIDES = ("a", "b", "both")
 # action -> (target key, {optional param: parser name})
 ACTIONS = {
@@ -57,12 +56,10 @@ class Event:
 
 
 def parse_duration(value, where):
-    if isinstance(value, bool) or not isinstance(value, str):
+    try:
+        return units.parse_duration(value)
+    except ValueError:
         raise ConfigError(where, f"{value!r}: a duration needs a unit, e.g. 2s or 200ms")
-    m = DURATION_RE.match(value.strip())
-    if not m:
-        raise ConfigError(where, f"{value!r}: a duration needs a unit, e.g. 2s or 200ms")
-    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
 
 
 def _param(kind, value, where):

@@ -25,7 +25,7 @@ import yaml
 
 from emulator.errors import ConfigError
 from emulator.fabric.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
-from emulator.fabric.units import parse_rate
+from emulator.fabric.units import parse_duration, parse_rate
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PORT_RE = re.compile(r"^eth([0-9]{1,5})$")
@@ -36,7 +36,6 @@ TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
 LINK_KEYS = {"endpoints", "rate", "role", "loss", "state", "delay", "jitter"}
-DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(us|ms|s)\s*$")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -255,10 +254,10 @@ def _impairments(entry, where, fail):
         out["state"] = entry["state"]
     for key in ("delay", "jitter"):
         if key in entry:
-            m = DURATION_RE.match(str(entry[key]))
-            if isinstance(entry[key], bool) or not m:
+            try:
+                out[f"{key}_s"] = parse_duration(str(entry[key]))
+            except ValueError:
                 fail(f"{where}.{key}", f"{entry[key]!r}: a duration with its unit, e.g. 5ms")
-            out[f"{key}_s"] = float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
     if "jitter_s" in out and "delay_s" not in out:
         fail(f"{where}.jitter", "jitter needs a delay on the same link")
     return out

@@ -1,4 +1,4 @@
-"""Rates with explicit units: ``"50Mbps"``, ``"1Gbps"``, ``"2.5 Gbit"``.
+"""Rates and durations with explicit units: ``"50Mbps"``, ``"1Gbps"``, ``"5ms"``.
 
 A bare number is rejected on purpose: ``rate: 50`` could mean bits, bytes,
 Mbit or Gbit, and a wrong guess makes every result wrong.
@@ -49,3 +49,15 @@ def format_rate(bps):
             if float(text) * scale == bps:
                 return f"{text}{unit}"
     return f"{int(bps)}bps"
+
+
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(us|ms|s)\s*$")
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def parse_duration(text):
+    """Seconds of ``"500us"``, ``"5ms"``, ``"2s"``; ValueError without a unit."""
+    m = _DURATION_RE.match(text) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r}: a duration needs a unit, e.g. 2s, 200ms or 500us")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
