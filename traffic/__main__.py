@@ -82,7 +82,7 @@ def emit(doc, out):
 
 
 def cmd_send(a):
-    from .rank import read_mac, resolve_mac
+    from .barrier import read_mac, resolve_mac
     from .sender import Sender, make_flows
     dst_mac = a.dst_mac or resolve_mac(a.dst_ip, a.intf, trigger=True)
     if not dst_mac:

@@ -163,7 +163,7 @@ class FrameTemplate:
 
     def __init__(self, src_mac, dst_mac, src_ip, dst_ip, dst_qpn, src_qpn=None,
                  opcode="WRITE_ONLY", frame_len=1078, dscp=26, ecn=0,
-                 sport=None, rkey=0x1234, vaddr=0):
+                 sport=None, rkey=0x1234, vaddr=0, ackreq=False):
         # Imported here: only template construction needs scapy.
         from scapy.layers.inet import IP, UDP
         from scapy.layers.l2 import Ether
@@ -188,10 +188,12 @@ class FrameTemplate:
                / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, ttl=64,
                     flags="DF", id=0)
                / UDP(sport=self.sport, dport=ROCE_PORT, chksum=0)
-               / BTH(opcode=self.opcode, dqpn=dst_qpn, psn=0, ackreq=0)
+               / BTH(opcode=self.opcode, dqpn=dst_qpn, psn=0, ackreq=int(ackreq))
                / Raw(reth + probe + pad))
         self.raw = bytes(pkt)
         self.len = len(self.raw)
+        # the BTH AckReq bit shares the PSN's 32-bit word (its top bit)
+        self.psn_flags = 0x80000000 if ackreq else 0
         # CRC state after the constant masked prefix: continued per packet.
         self._crc_prefix = zlib.crc32(_masked_prefix(self.raw))
         self._buf = bytearray(self.raw)
@@ -209,7 +211,7 @@ class FrameTemplate:
         """
         n = self.len
         buf[:n] = self.raw
-        struct.pack_into("!I", buf, PSN_OFF, psn & PSN_MASK)
+        struct.pack_into("!I", buf, PSN_OFF, (psn & PSN_MASK) | self.psn_flags)
         PROBE.pack_into(buf, self.probe_off, PROBE_MAGIC, flow,
                         tx_ns, tag, chunk, index, count)
         crc = zlib.crc32(memoryview(buf)[PSN_OFF:n - ICRC_LEN], self._crc_prefix)
@@ -229,7 +231,7 @@ class FrameTemplate:
             buf[:n] = self.raw
         else:
             buf[:head] = self.raw[:head]
-        _PSN.pack_into(buf, PSN_OFF, psn & PSN_MASK)
+        _PSN.pack_into(buf, PSN_OFF, (psn & PSN_MASK) | self.psn_flags)
         _PROBE_HEAD.pack_into(buf, self.probe_off, PROBE_MAGIC, flow, tx_ns)
         crc = self._tail.combine(zlib.crc32(memoryview(buf)[PSN_OFF:head], self._crc_prefix))
         _ICRC.pack_into(buf, n - ICRC_LEN, crc)
@@ -260,7 +262,7 @@ class FrameTemplate:
 class Parsed:
     """The fields of a received frame the accounting needs."""
 
-    __slots__ = ("src_ip", "dst_ip", "sport", "dscp", "opcode", "dqpn", "psn",
+    __slots__ = ("src_ip", "dst_ip", "sport", "dscp", "ecn", "opcode", "dqpn", "psn", "ackreq",
                  "flow", "tx_ns", "tag", "chunk", "index", "count", "length",
                  "icrc_ok")
 
@@ -284,6 +286,8 @@ def parse(frame, verify=True):
     p.dst_ip = bytes(frame[30:34])
     p.sport = (frame[34] << 8) | frame[35]
     p.dscp = frame[15] >> 2
+    p.ecn = frame[15] & 3
+    p.ackreq = frame[PSN_OFF] >> 7
     p.opcode = op
     p.dqpn = int.from_bytes(frame[BTH_OFF + 5:BTH_OFF + 8], "big")
     p.psn = int.from_bytes(frame[PSN_OFF + 1:PSN_OFF + 4], "big")

@@ -5,11 +5,10 @@ config (validated by ``load_config``) lists every rank's IP, MAC and
 interface; this rank's index; the collective, the message sizes, the pacing
 rate (about the host link rate), QPs per connection and timeouts.
 
-1. Barrier: each rank sends a small UDP "hello" (port 4792) to every peer
-   every 50 ms until it has heard every peer and every peer has said it heard
-   everyone (or 1 s after it heard everyone).  The hellos also make the kernel
-   resolve ARP, so the next-hop MAC of each peer is then read from the
-   neighbour table (falling back to the config's ``next_hop_mac`` or ``mac``).
+1. Barrier (``barrier``): UDP hellos until every rank heard every other;
+   they also make the kernel resolve ARP, so the next-hop MAC of each peer
+   is then read from the neighbour table (falling back to the config's
+   ``next_hop_mac`` or ``mac``).
 2. Optional ``start_time`` (Unix time) is awaited, then ``warmup`` calls of
    the first size run unreported (they absorb the ranks' start skew).
 3. Per size (``tag`` = its index), the ``collectives.schedule`` steps run in
@@ -18,8 +17,18 @@ rate (about the host link rate), QPs per connection and timeouts.
    arriving packets are marked per (tag, step).  A receive not complete
    ``step_timeout_s`` after its step was released unblocks its dependents
    anyway, so a lost packet costs a timeout instead of a hang (details in
-   ``Rank.run_size``).  There is no retransmission: a chunk still incomplete
-   at the end is missing and reported in ``#wrong``.
+   ``Rank.run_size``).  A chunk still incomplete at the end is missing and
+   reported in ``#wrong``.
+
+Transport (``transport``): ``rc`` (the default) runs the RoCE reliable
+connection of every QP (``traffic.transport``, ``traffic.qps``): ACKs,
+NAKs, go-back-N and a retransmission timer with NCCL's knobs
+``timeout_exp`` (NCCL_IB_TIMEOUT) and ``retry_cnt`` (NCCL_IB_RETRY_CNT).
+Losses then cost time, not data; a QP out of retries is reported in
+``failed_qps`` (the job would have died) and its chunks are #wrong.  A call
+ends at a rank once it has received everything and every packet it sent
+is acknowledged (an RDMA WRITE completes at its ACK).  ``none`` sends
+every packet once and never answers (the lab's earlier, lossy model).
 
 A chunk of B bytes is cut into ceil(B/mtu) packets spread round-robin over
 the connection's QPs (one PSN space and one UDP source port each, hence one
@@ -30,117 +39,21 @@ import gc
 import json
 import select
 import socket
-import struct
 import sys
 import time
 
 from .accounting import Accounting
-from .entropy import MODES as ENTROPY_MODES, EntropyPolicy, sport as entropy_sport
-from .collectives import COLLECTIVES, ring_order, schedule
-from .frames import (HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate,
-                     opcode_for, parse)
+from .barrier import Barrier, read_mac, resolve_mac
+from .collectives import schedule
+from .entropy import EntropyPolicy, sport as entropy_sport
+from .frames import HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate, opcode_for, parse
 from .pacing import TokenBucket
+from .qps import RankQPs
+from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, flow_id,  # noqa: F401
+                          load_config, qpn)
+from .rcframes import parse_control
 from .receiver import PACKET_OUTGOING, open_capture, open_sink, socket_drops
 from .sender import Sender
-
-BARRIER_PORT = 4792
-HELLO = struct.Struct("!4sIB")
-
-DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
-            "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
-            "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
-            "output": None, "gap_threshold_ms": 10.0, "warmup": 0,
-            # NIC path entropy (traffic.entropy): qp | spray | flowlet, and the
-            # idle gap that starts a new flowlet
-            "entropy": "qp", "flowlet_gap_ms": 1.0}
-RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
-
-
-class ConfigError(ValueError):
-    """The rank config is invalid; the message names the key."""
-
-
-def load_config(doc):
-    """Validate a config dict (or a path); return it with defaults filled."""
-    if isinstance(doc, str):
-        with open(doc) as f:
-            doc = json.load(f)
-    unknown = set(doc) - set(DEFAULTS) - {"rank", "ranks"}
-    if unknown:
-        raise ConfigError(f"unknown keys {sorted(unknown)}")
-    cfg = dict(DEFAULTS, **doc)
-    ranks = cfg.get("ranks")
-    if not isinstance(ranks, list) or len(ranks) < 1:
-        raise ConfigError("ranks: a non-empty list is required")
-    for i, r in enumerate(ranks):
-        missing = {"ip", "intf"} - set(r)
-        if missing or set(r) - RANK_KEYS:
-            raise ConfigError(f"ranks[{i}]: needs ip and intf; allowed keys {sorted(RANK_KEYS)}")
-    if not isinstance(cfg.get("rank"), int) or not 0 <= cfg["rank"] < len(ranks):
-        raise ConfigError(f"rank: an index in 0..{len(ranks) - 1} is required")
-    if cfg["collective"] not in COLLECTIVES:
-        raise ConfigError(f"collective: one of {COLLECTIVES}")
-    if not cfg["sizes"] or any(not isinstance(s, int) or s <= 0 for s in cfg["sizes"]):
-        raise ConfigError("sizes: positive integers (bytes)")
-    if not isinstance(cfg["warmup"], int) or cfg["warmup"] < 0:
-        raise ConfigError("warmup: a count of calls >= 0")
-    if cfg["qps"] < 1 or cfg["rate_bps"] <= 0 or not PROBE.size <= cfg["mtu"] <= 8192:
-        raise ConfigError("qps >= 1, rate_bps > 0 and 36 <= mtu <= 8192 required")
-    if cfg["entropy"] not in ENTROPY_MODES or not cfg["flowlet_gap_ms"] > 0:
-        raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
-    ring = cfg["ring"]
-    if ring == "naive":
-        cfg["ring_order"] = list(range(len(ranks)))
-    elif ring == "topology":
-        if any("leaf" not in r for r in ranks):
-            raise ConfigError("ring 'topology' needs a 'leaf' for every rank")
-        cfg["ring_order"] = ring_order(range(len(ranks)),
-                                       {i: r["leaf"] for i, r in enumerate(ranks)})
-    elif isinstance(ring, list) and sorted(ring) == list(range(len(ranks))):
-        cfg["ring_order"] = list(ring)
-    else:
-        raise ConfigError("ring: 'naive', 'topology' or a permutation of rank indices")
-    return cfg
-
-
-def flow_id(src, dst, qp):
-    return (src << 20) | (dst << 8) | qp
-
-
-def qpn(src, dst, qp):
-    """A QP number unique per (src, dst, qp): distinct UDP sports per QP."""
-    return ((src + 1) << 14 | dst << 4 | qp) & PSN_MASK
-
-
-def resolve_mac(ip, intf, trigger=False, timeout=3.0):
-    """Next-hop MAC of ``ip`` from the kernel's route and neighbour tables.
-
-    With ``trigger``, a datagram to the discard port makes the kernel ARP
-    first, and the neighbour table is polled until ``timeout``.
-    """
-    from pyroute2 import IPRoute
-    end = time.monotonic() + timeout
-    with IPRoute() as ipr:
-        route = ipr.route("get", dst=ip)[0]
-        hop = route.get("RTA_GATEWAY") or ip
-        while True:
-            for n in ipr.neigh("dump", dst=hop):
-                mac = n.get("NDA_LLADDR")
-                if mac and n["state"] not in (0x01, 0x20):   # INCOMPLETE, FAILED
-                    return mac
-            if not trigger or time.monotonic() > end:
-                return None
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                try:
-                    s.sendto(b"arp", (ip, 9))
-                except OSError:
-                    pass
-            time.sleep(0.05)      # poll interval while the kernel ARPs
-
-
-def read_mac(intf):
-    with open(f"/sys/class/net/{intf}/address") as f:
-        return f.read().strip()
 
 
 class Rank:
@@ -156,15 +69,18 @@ class Rank:
         self.intf = mine["intf"]
         self.mac = mine.get("mac") or read_mac(self.intf)
         self._my_ip = socket.inet_aton(mine["ip"])   # frames for others are ignored
+        self.peer_of_ip = {socket.inet_aton(r["ip"]): i for i, r in enumerate(self.ranks)}
         self.rx = open_capture(self.intf)
         self.rx.setblocking(False)
         socket_drops(self.rx)            # reset the kernel's counter
         self.sink = open_sink()
-        self.hello = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.hello.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.hello.bind((mine["ip"], BARRIER_PORT))
-        self.hello.setblocking(False)
+        self.hello = Barrier(self.me, [r["ip"] for r in self.ranks])
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
+        self.qps = None
+        self.retx_bytes = 0
+        if cfg["transport"] == "rc":
+            self.qps = RankQPs(cfg["rc_params"], self.sender.sock.send, self.mac, mine["ip"],
+                               cfg["dscp"])
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
         self.variants = {}     # (template id, entropy index) -> template with that sport
@@ -173,7 +89,6 @@ class Rank:
         self.psn = {}
         self.templates = {}
         self.peer_mac = {}
-        self.heard, self.heard_all = set(), set()
         self.bytes_rx = {}
         self.last_rx = {}      # tag -> last arrival of that call's packets
         # scapy's import takes ~0.5 s: pay it now, not inside the first timed call
@@ -185,55 +100,8 @@ class Rank:
                 s.close()
         self.sender.close()
 
-    # -- barrier -----------------------------------------------------------
-    def _hello_send(self, flag):
-        for i, r in enumerate(self.ranks):
-            if i != self.me:
-                try:
-                    self.hello.sendto(HELLO.pack(b"FLTB", self.me, flag),
-                                      (r["ip"], BARRIER_PORT))
-                except OSError:
-                    pass        # no route/ARP yet: the next round retries
-
-    def _hello_recv(self):
-        peers = set(range(self.n)) - {self.me}
-        while True:
-            try:
-                data, addr = self.hello.recvfrom(64)
-            except BlockingIOError:
-                return
-            if len(data) != HELLO.size:
-                continue
-            magic, who, flag = HELLO.unpack(data)
-            if magic != b"FLTB" or who >= self.n or who == self.me:
-                continue
-            self.heard.add(who)
-            if flag & 1:                  # bit 0: the sender heard everyone
-                self.heard_all.add(who)
-            if not flag & 2:              # bit 1: an answer, not answered again
-                # so a peer still in its barrier hears us after we left ours
-                done = 1 if self.heard >= peers else 0
-                try:
-                    self.hello.sendto(HELLO.pack(b"FLTB", self.me, 2 | done), addr)
-                except OSError:
-                    pass
-
     def barrier(self):
-        peers = set(range(self.n)) - {self.me}
-        deadline = time.monotonic() + self.cfg["barrier_timeout_s"]
-        all_since = None
-        while True:
-            now = time.monotonic()
-            done = self.heard >= peers
-            if done and all_since is None:
-                all_since = now
-            if done and (self.heard_all >= peers or now - all_since > 1.0):
-                break
-            if now > deadline:
-                raise TimeoutError(f"barrier: heard {sorted(self.heard)} of {sorted(peers)}")
-            self._hello_send(1 if done else 0)
-            select.select([self.hello], [], [], 0.05)
-            self._hello_recv()
+        self.hello.wait(self.cfg["barrier_timeout_s"])
         for i, r in enumerate(self.ranks):
             if i != self.me:
                 mac = r.get("next_hop_mac")
@@ -253,10 +121,14 @@ class Rank:
         if t is None:
             q = qpn(self.me, peer, qp)
             extra = RETH_LEN if opcode in ("WRITE_FIRST", "WRITE_ONLY") else 0
+            # the last packet of a message asks for an ACK (an RDMA WRITE completes there)
             t = self.templates[key] = FrameTemplate(
                 self.mac, self.peer_mac[peer], self.ranks[self.me]["ip"],
                 self.ranks[peer]["ip"], dst_qpn=q, src_qpn=q, opcode=opcode,
-                frame_len=HEADERS_LEN + extra + payload, dscp=self.cfg["dscp"])
+                frame_len=HEADERS_LEN + extra + payload, dscp=self.cfg["dscp"],
+                ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))
+            if self.qps:
+                self.qps.add_qp((peer, qp), q)
         return t
 
     def _packets(self, tag, step, transfer):
@@ -289,6 +161,7 @@ class Rank:
         return (v,) + packet[1:]
 
     def _drain(self, buf, mv):
+        qps = self.qps
         for _ in range(256):
             try:
                 n, addr = self.rx.recvfrom_into(buf)
@@ -297,7 +170,13 @@ class Rank:
             if addr[2] == PACKET_OUTGOING:
                 continue
             p = parse(mv[:n])
-            if p is None or p.dst_ip != self._my_ip:
+            if p is None:
+                if qps:
+                    c = parse_control(mv[:n])
+                    if c is not None and c.dst_ip == self._my_ip:
+                        qps.control(c, self.clock())
+                continue
+            if p.dst_ip != self._my_ip:
                 continue
             now = self.clock()
             key = (p.tag, p.chunk)
@@ -305,6 +184,12 @@ class Rank:
                 self.corrupt[key] = self.corrupt.get(key, 0) + 1
                 continue
             self.acct.add(p.flow, p.psn, now, n, p.tx_ns)
+            if qps:
+                peer = self.peer_of_ip.get(p.src_ip)
+                if peer is None or not qps.arrived(
+                        p.src_ip, self.peer_mac.get(peer) or self.ranks[peer].get("mac"),
+                        self.ranks[peer]["ip"], p.dqpn, p.psn, p.ackreq, now):
+                    continue          # out of sequence or a duplicate: not placed
             entry = self.chunks.get(key)
             if entry is None:
                 entry = self.chunks[key] = [p.count, set()]
@@ -316,7 +201,41 @@ class Rank:
         t = self.cfg["step_timeout_s"]
         if t is None:   # 4x the chunk's time at the paced rate, at least 1 s
             t = max(1.0, 4 * nbytes * 8 * 1.1 / self.cfg["rate_bps"])
+            if self.qps:   # and never before the transport would have given up
+                t += self.cfg["rc_params"].give_up_ns() / 1e9
         return int(t * 1e9)
+
+    def _next_batch(self, queue, qpos, limit, now):
+        """(packets to send now, how many of ``queue`` they used): resends first."""
+        qps = self.qps
+        batch, again = [], []
+        if qps and qps.retx:
+            for _key, _psn, pkt in qps.resends(limit):
+                batch.append(pkt)
+                again.append(True)
+        used = 0
+        while len(batch) < limit and qpos + used < len(queue):
+            pkt = queue[qpos + used]
+            used += 1
+            if qps and not qps.usable(_qp_key(pkt)):
+                continue               # its QP failed: the NIC flushes its work
+            batch.append(pkt)
+            again.append(False)
+        return batch, again, used
+
+    def _emit(self, batch, again, now):
+        """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
+        wire = batch
+        if self.entropy.active:
+            wire = [self._with_entropy(p, now) for p in batch]
+        sent = self.sender.emit(wire, self.clock)
+        if self.qps:
+            now = self.clock()
+            for pkt, a in zip(batch, again):
+                self.qps.sent(_qp_key(pkt), pkt[1], pkt, now, a)
+                if a:
+                    self.retx_bytes += pkt[0].len
+        return sent
 
     def run_size(self, tag, size):
         """One collective call of ``size`` bytes; returns its result row.
@@ -325,11 +244,12 @@ class Rank:
         *times out*: the steps depending on it are released anyway, so a lost
         chunk delays the ring by one timeout instead of stopping it.  A chunk
         completing later still counts as received.  The call ends when every
-        receive is complete, or when all sends are done, every pending
-        deadline has passed and nothing of this call arrived for two step
-        timeouts (what is still incomplete then is missing: ``#wrong``).
+        receive is complete (and, with the RC transport, every packet sent
+        is acknowledged or its QP failed), or when all sends are done, every
+        pending deadline has passed and nothing of this call arrived for two
+        step timeouts (what is still incomplete then is missing: ``#wrong``).
         """
-        cfg = self.cfg
+        cfg, qps = self.cfg, self.qps
         steps = schedule(cfg["collective"], self.n, self.me, size, cfg["ring_order"])
         cost = (cfg["mtu"] + 100) * 8
         bucket = TokenBucket(cfg["rate_bps"], cfg["burst"] * cost, self.clock())
@@ -338,6 +258,8 @@ class Rank:
         queue, qpos, released = [], 0, 0
         deadline, unblocked, ok = {}, set(), set()
         sent_bytes = 0
+        before = qps.counters() if qps else {}
+        retx0 = self.retx_bytes
         start = self.clock()
         last_event = start
         end_idle = 2 * max((self._step_timeout_ns(t.nbytes) for st in steps
@@ -346,6 +268,8 @@ class Rank:
         while True:
             self._drain(buf, mv)
             now = self.clock()
+            if qps:
+                qps.poll(now)
             for k in range(released):
                 if k in ok:
                     continue
@@ -363,22 +287,24 @@ class Rank:
                 deadline[released] = now + self._step_timeout_ns(
                     max(t.nbytes for t in st.recvs))
                 released += 1
-            if qpos < len(queue):
+            if qpos < len(queue) or (qps and qps.retx):
                 bucket.refill(now)
-                n = min(self.sender.batch, len(queue) - qpos, int(bucket.tokens // cost))
+                n = min(self.sender.batch, int(bucket.tokens // cost))
                 if n > 0:
-                    batch = queue[qpos:qpos + n]
-                    if self.entropy.active:
-                        batch = [self._with_entropy(p, now) for p in batch]
-                    sent = self.sender.emit(batch, self.clock)
-                    bucket.consume(sent * 8)
-                    sent_bytes += sent
-                    qpos += n
-                    last_event = self.clock()
+                    batch, again, used = self._next_batch(queue, qpos, n, now)
+                    qpos += used
+                    if batch:
+                        sent = self._emit(batch, again, now)
+                        bucket.consume(sent * 8)
+                        sent_bytes += sent
+                        last_event = self.clock()
                     continue
                 wait = bucket.wait_ns(cost)
             elif released == len(steps):
-                if len(ok) == len(steps):
+                acked = not (qps and qps.busy())
+                if len(ok) == len(steps) and acked:
+                    if qps:
+                        last_event = now          # the last ACK completed the sends
                     break
                 give_up = max([self.last_rx[tag] + end_idle]
                               + [deadline[k] for k in range(released) if k not in ok])
@@ -389,18 +315,25 @@ class Rank:
             else:
                 wait = None
             pending = [deadline[k] - now for k in range(released) if k not in unblocked]
-            waits = [w for w in [wait] + pending if w is not None]
+            timer = qps.next_deadline() if qps else None
+            waits = [w for w in [wait, None if timer is None else timer - now] + pending
+                     if w is not None]
             timeout = max(min(waits), 0) / 1e9 if waits else 0.05
             r, _, _ = select.select([self.rx, self.hello], [], [], min(timeout, 0.05))
             if self.hello in r:
-                self._hello_recv()
+                self.hello.serve()
         bad = [k for k in range(len(steps)) if k not in ok]
         corrupted = sum(1 for k in range(len(steps)) if self.corrupt.get((tag, k)))
         missing = sum(1 for k in bad if not self.corrupt.get((tag, k)))
-        return {"size": size, "time_s": (last_event - start) / 1e9,
-                "bytes_sent": sent_bytes, "bytes_received": self.bytes_rx.get(tag, 0),
-                "steps": len(steps), "chunks_missing": missing,
-                "chunks_corrupted": corrupted}
+        row = {"size": size, "time_s": (last_event - start) / 1e9,
+               "bytes_sent": sent_bytes, "bytes_received": self.bytes_rx.get(tag, 0),
+               "steps": len(steps), "chunks_missing": missing,
+               "chunks_corrupted": corrupted}
+        if qps:
+            after = qps.counters()
+            row["transport"] = {k: after[k] - before.get(k, 0) for k in after}
+            row["retransmitted_bytes"] = self.retx_bytes - retx0
+        return row
 
     def run(self):
         self.barrier()
@@ -422,13 +355,44 @@ class Rank:
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
         results = [self.run_size(tag, size) for tag, size in enumerate(calls)]
         results = results[self.cfg["warmup"]:]
+        self._linger()
         flows = self.acct.summary(timeline=False)
-        return {"rank": self.me, "name": self.ranks[self.me].get("name"),
+        extra = {}
+        if self.qps:
+            extra["transport"] = dict(self.qps.counters(), kind="rc",
+                                      timeout_exp=self.cfg["timeout_exp"],
+                                      retry_cnt=self.cfg["retry_cnt"])
+            extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
+                                   for peer, q in self.qps.failed()]
+        return dict({"rank": self.me, "name": self.ranks[self.me].get("name"),
                 "collective": self.cfg["collective"], "nranks": self.n,
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],
                 "qps": self.cfg["qps"], "results": results,
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
-                "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx)}
+                "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx)}, **extra)
+
+    def _linger(self):
+        """Keep answering after the last call until peers fall quiet.
+
+        A peer whose last ACK was lost sends again after its timer: a rank
+        that had exited would leave it to run out of retries.  The rank
+        stays until nothing arrived for three timeouts.
+        """
+        if not self.qps:
+            return
+        quiet = 3 * self.cfg["rc_params"].timeout_ns
+        buf = bytearray(9216)
+        mv = memoryview(buf)
+        last = self.clock()
+        while self.clock() - last < quiet:
+            r, _, _ = select.select([self.rx, self.hello], [], [], quiet / 1e9)
+            if self.rx in r:
+                before = self.qps.counters()["duplicates_received"]
+                self._drain(buf, mv)
+                if self.qps.counters()["duplicates_received"] != before:
+                    last = self.clock()
+            if self.hello in r:
+                self.hello.serve()
 
 
 def main(config_path, output=None):
@@ -447,4 +411,9 @@ def main(config_path, output=None):
     else:
         sys.stdout.write(text + "\n")
     wrong = sum(r["chunks_missing"] + r["chunks_corrupted"] for r in doc["results"])
-    return 1 if wrong else 0
+    return 1 if wrong or doc.get("failed_qps") else 0
+
+
+def _qp_key(packet):
+    """(peer, qp) of one of this rank's packets, from its flow id (``flow_id``)."""
+    return (packet[2] >> 8) & 0xFFF, packet[2] & 0xFF

@@ -46,8 +46,21 @@ def combine(rank_results):
                "redop": REDOP[coll], "root": -1, "time_s": t, "wrong": wrong,
                "ranks_reporting": len(per)}
         row.update(bandwidths(coll, n, r0["size"], t, link))
+        if all("transport" in p for p in per):
+            row["transport"] = {k: sum(p["transport"][k] for p in per)
+                                for k in per[0]["transport"]}
+            # the share of what the NICs sent that went again: goodput lost to the transport
+            row["retransmitted_share"] = (sum(p.get("retransmitted_bytes", 0) for p in per)
+                                          / max(1, sum(p["bytes_sent"] for p in per)))
         rows.append(row)
-    return {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
+    out = {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
+    if all("transport" in r for r in rank_results):
+        out["transport"] = {k: sum(r["transport"][k] for r in rank_results)
+                            for k, v in first["transport"].items() if isinstance(v, int)}
+        out["transport"]["kind"] = first["transport"].get("kind")
+        out["failed_qps"] = [dict(q, rank=r.get("name") or r["rank"])
+                             for r in rank_results for q in r.get("failed_qps", [])]
+    return out
 
 
 def table(report):
@@ -61,6 +74,13 @@ def table(report):
             f" {r['root']:5d} {r['time_s'] * 1e6:10.1f} {r['algbw_GBps']:12.4f}"
             f" {r['busbw_GBps']:12.4f} {r['algbw_Mbps']:12.2f} {r['busbw_Mbps']:12.2f}"
             f" {eff} {r['wrong']:7d}")
+    tr = report.get("transport")
+    if tr:
+        failed = ", ".join(f"{q['rank']}->{q['peer']} qp{q['qp']}"
+                           for q in report.get("failed_qps", [])) or "none"
+        lines.append(f"# transport {tr['kind']}: {tr['retransmitted_packets']} packets "
+                     f"retransmitted, {tr['naks_sent']} NAKs, {tr['timeouts']} timeouts "
+                     f"(all calls, warm-up included); QPs out of retries: {failed}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,117 @@
+"""The ranks' start barrier and next-hop MAC resolution (``python -m traffic rank``).
+
+Each rank sends a small UDP "hello" (port 4792) to every peer every 50 ms
+until it has heard every peer and every peer has said it heard everyone
+(or 1 s after it heard everyone).  The hellos also make the kernel resolve
+ARP, so the next-hop MAC of each peer can then be read from the neighbour
+table.  A rank keeps answering hellos after it left the barrier (``serve``),
+so a peer still inside it hears everyone.
+"""
+
+import select
+import socket
+import struct
+import time
+
+BARRIER_PORT = 4792
+HELLO = struct.Struct("!4sIB")
+MAGIC = b"FLTB"
+
+
+class Barrier:
+    """The hello socket of rank ``me`` of ``ips`` (every rank's IP, in order)."""
+
+    def __init__(self, me, ips):
+        self.me, self.ips = me, list(ips)
+        self.n = len(self.ips)
+        self.heard, self.heard_all = set(), set()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.ips[me], BARRIER_PORT))
+        self.sock.setblocking(False)
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def close(self):
+        self.sock.close()
+
+    def _send(self, flag):
+        for i, ip in enumerate(self.ips):
+            if i != self.me:
+                try:
+                    self.sock.sendto(HELLO.pack(MAGIC, self.me, flag), (ip, BARRIER_PORT))
+                except OSError:
+                    pass        # no route/ARP yet: the next round retries
+
+    def serve(self):
+        """Read the hellos waiting; answer each (bit 1 of the flag: an answer)."""
+        peers = set(range(self.n)) - {self.me}
+        while True:
+            try:
+                data, addr = self.sock.recvfrom(64)
+            except BlockingIOError:
+                return
+            if len(data) != HELLO.size:
+                continue
+            magic, who, flag = HELLO.unpack(data)
+            if magic != MAGIC or who >= self.n or who == self.me:
+                continue
+            self.heard.add(who)
+            if flag & 1:                  # bit 0: the sender heard everyone
+                self.heard_all.add(who)
+            if not flag & 2:              # bit 1: an answer, not answered again
+                done = 1 if self.heard >= peers else 0
+                try:
+                    self.sock.sendto(HELLO.pack(MAGIC, self.me, 2 | done), addr)
+                except OSError:
+                    pass
+
+    def wait(self, timeout_s):
+        """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError."""
+        peers = set(range(self.n)) - {self.me}
+        deadline = time.monotonic() + timeout_s
+        all_since = None
+        while True:
+            now = time.monotonic()
+            done = self.heard >= peers
+            if done and all_since is None:
+                all_since = now
+            if done and (self.heard_all >= peers or now - all_since > 1.0):
+                return
+            if now > deadline:
+                raise TimeoutError(f"barrier: heard {sorted(self.heard)} of {sorted(peers)}")
+            self._send(1 if done else 0)
+            select.select([self.sock], [], [], 0.05)
+            self.serve()
+
+
+def resolve_mac(ip, intf, trigger=False, timeout=3.0):
+    """Next-hop MAC of ``ip`` from the kernel's route and neighbour tables.
+
+    With ``trigger``, a datagram to the discard port makes the kernel ARP
+    first, and the neighbour table is polled until ``timeout``.
+    """
+    from pyroute2 import IPRoute
+    end = time.monotonic() + timeout
+    with IPRoute() as ipr:
+        route = ipr.route("get", dst=ip)[0]
+        hop = route.get("RTA_GATEWAY") or ip
+        while True:
+            for n in ipr.neigh("dump", dst=hop):
+                mac = n.get("NDA_LLADDR")
+                if mac and n["state"] not in (0x01, 0x20):   # INCOMPLETE, FAILED
+                    return mac
+            if not trigger or time.monotonic() > end:
+                return None
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                try:
+                    s.sendto(b"arp", (ip, 9))
+                except OSError:
+                    pass
+            time.sleep(0.05)      # poll interval while the kernel ARPs
+
+
+def read_mac(intf):
+    with open(f"/sys/class/net/{intf}/address") as f:
+        return f.read().strip()

@@ -1,0 +1,143 @@
+"""The RC transport of one rank: a requester and a responder per QP, ACK/NAK frames.
+
+``RankQPs`` glues ``transport`` (pure state machines) to a rank:
+
+- data the rank sends goes through ``sent``; what must go again comes from
+  ``resends`` (before any new packet: go-back-N keeps each QP in PSN order);
+- data that arrives goes through ``arrived``, which says whether the
+  packet is accepted (in order) and sends the ACK or NAK it calls for;
+- ACKs and NAKs that arrive go to ``control``;
+- ``poll`` runs the timers (retransmission, coalesced ACKs), and
+  ``next_deadline`` says when the next one is due.
+
+Packets are the rank's tuples ``(template, psn, flow, tag, step, index,
+count)``.  A QP is keyed ``(peer, qp)`` on the sending side; incoming
+ACKs name it by its QP number.  A QP that ran out of retries is *failed*:
+its packets are dropped and ``failed`` lists it, as the NIC would report
+"transport retry counter exceeded".
+"""
+
+from .rcframes import ACKNOWLEDGE, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
+from .transport import Requester, Responder
+
+
+class RankQPs:
+    """Every QP of one rank; ``send_frame(bytes)`` puts an ACK/NAK on the wire."""
+
+    def __init__(self, params, send_frame, my_mac, my_ip, dscp=26):
+        self.p = params
+        self.send_frame = send_frame
+        self.my_mac, self.my_ip, self.dscp = my_mac, my_ip, dscp
+        self.req = {}            # (peer, qp) -> Requester
+        self.by_qpn = {}         # my QP number -> (peer, qp)
+        self.resp = {}           # (peer ip bytes, dqpn) -> [Responder, ACK template, msn]
+        self.retx = []           # keys with packets to send again (round-robin)
+        self.acks_sent = self.naks_sent = self.acks_received = 0
+        self.control_corrupted = self.control_unknown = 0
+
+    # -- requester side --------------------------------------------------------
+    def add_qp(self, key, qpn):
+        if key not in self.req:
+            self.req[key] = Requester(self.p)
+            self.by_qpn[qpn] = key
+
+    def usable(self, key):
+        return not self.req[key].failed
+
+    def sent(self, key, psn, packet, now, again=False):
+        self.req[key].sent(psn, packet, now, again)
+
+    def resends(self, limit):
+        """Up to ``limit`` (key, psn, packet) to send again, round-robin over QPs."""
+        out = []
+        while self.retx and len(out) < limit:
+            for key in list(self.retx):
+                item = self.req[key].next_resend()
+                if item is None:
+                    self.retx.remove(key)
+                    continue
+                out.append((key,) + item)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def control(self, c, now):
+        """An ACK or NAK for one of this rank's QPs."""
+        if not c.icrc_ok:
+            self.control_corrupted += 1
+            return
+        key = self.by_qpn.get(c.dqpn)
+        if key is None or c.opcode != ACKNOWLEDGE:
+            self.control_unknown += key is None
+            return
+        r = self.req[key]
+        if c.is_nak:
+            r.nak(c.psn, now)
+            self._queue(key)
+        elif c.is_ack:
+            self.acks_received += 1
+            r.ack(c.psn, now)
+
+    def _queue(self, key):
+        if self.req[key].resend and key not in self.retx:
+            self.retx.append(key)
+
+    # -- responder side ------------------------------------------------------------
+    def arrived(self, peer_ip, peer_mac, ip_text, dqpn, psn, ackreq, now):
+        """True if the data packet is accepted (the next in order of its QP)."""
+        st = self.resp.get((peer_ip, dqpn))
+        if st is None:
+            st = self.resp[(peer_ip, dqpn)] = [
+                Responder(self.p),
+                ControlTemplate(ACKNOWLEDGE, self.my_mac, peer_mac, self.my_ip, ip_text,
+                                dqpn, self.dscp), 0]
+        verdict, reply = st[0].data(psn, now, ackreq)
+        if verdict == Responder.ACCEPT and ackreq:
+            st[2] += 1                    # one more message completed (MSN)
+        if reply:
+            self._reply(st, reply)
+        return verdict == Responder.ACCEPT
+
+    def _reply(self, st, reply):
+        kind, psn = reply
+        if kind == "nak":
+            self.naks_sent += 1
+        else:
+            self.acks_sent += 1
+        self.send_frame(st[1].frame(psn, SYN_NAK_SEQ if kind == "nak" else SYN_ACK, st[2]))
+
+    # -- timers -----------------------------------------------------------------------
+    def poll(self, now):
+        for key, r in self.req.items():
+            if r.deadline is not None and now >= r.deadline and r.poll(now):
+                self._queue(key)
+        for st in self.resp.values():
+            if st[0].first_unacked is not None:
+                reply = st[0].poll(now)
+                if reply:
+                    self._reply(st, reply)
+
+    def next_deadline(self):
+        due = [r.deadline for r in self.req.values() if r.deadline is not None]
+        due += [st[0].deadline() for st in self.resp.values()
+                if st[0].first_unacked is not None]
+        return min(due, default=None)
+
+    def busy(self):
+        """Some QP still has packets outstanding (and has not failed)."""
+        return any(r.busy and not r.failed for r in self.req.values())
+
+    def failed(self):
+        return sorted(k for k, r in self.req.items() if r.failed)
+
+    def counters(self):
+        req, resp = self.req.values(), [st[0] for st in self.resp.values()]
+        return {"retransmitted_packets": sum(r.retransmitted for r in req),
+                "naks_received": sum(r.naks for r in req),
+                "timeouts": sum(r.timeouts for r in req),
+                "acks_sent": self.acks_sent, "naks_sent": self.naks_sent,
+                "duplicates_received": sum(r.duplicates for r in resp),
+                "out_of_sequence_received": sum(r.out_of_sequence for r in resp),
+                "acks_received": self.acks_received,
+                "control_corrupted": self.control_corrupted,
+                "control_unknown_qp": self.control_unknown}

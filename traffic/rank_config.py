@@ -1,0 +1,88 @@
+"""The configuration of one collective rank (``python -m traffic rank --config``).
+
+``load_config`` validates a config document and fills in the defaults;
+``flow_id`` and ``qpn`` name a rank's QPs the same way on both ends.
+"""
+
+import json
+
+from .collectives import COLLECTIVES, ring_order
+from .entropy import MODES as ENTROPY_MODES
+from .frames import PROBE, PSN_MASK
+from .transport import RcParams
+
+TRANSPORTS = ("rc", "none")
+
+DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
+            "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
+            "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
+            "output": None, "gap_threshold_ms": 10.0, "warmup": 0,
+            # NIC path entropy (traffic.entropy): qp | spray | flowlet, and the
+            # idle gap that starts a new flowlet
+            "entropy": "qp", "flowlet_gap_ms": 1.0,
+            # RC transport (traffic.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
+            "transport": "rc", "timeout_exp": RcParams.timeout_exp,
+            "retry_cnt": RcParams.retry_cnt}
+RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
+
+
+class ConfigError(ValueError):
+    """The rank config is invalid; the message names the key."""
+
+
+def load_config(doc):
+    """Validate a config dict (or a path); return it with defaults filled."""
+    if isinstance(doc, str):
+        with open(doc) as f:
+            doc = json.load(f)
+    unknown = set(doc) - set(DEFAULTS) - {"rank", "ranks"}
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)}")
+    cfg = dict(DEFAULTS, **doc)
+    ranks = cfg.get("ranks")
+    if not isinstance(ranks, list) or len(ranks) < 1:
+        raise ConfigError("ranks: a non-empty list is required")
+    for i, r in enumerate(ranks):
+        missing = {"ip", "intf"} - set(r)
+        if missing or set(r) - RANK_KEYS:
+            raise ConfigError(f"ranks[{i}]: needs ip and intf; allowed keys {sorted(RANK_KEYS)}")
+    if not isinstance(cfg.get("rank"), int) or not 0 <= cfg["rank"] < len(ranks):
+        raise ConfigError(f"rank: an index in 0..{len(ranks) - 1} is required")
+    if cfg["collective"] not in COLLECTIVES:
+        raise ConfigError(f"collective: one of {COLLECTIVES}")
+    if not cfg["sizes"] or any(not isinstance(s, int) or s <= 0 for s in cfg["sizes"]):
+        raise ConfigError("sizes: positive integers (bytes)")
+    if not isinstance(cfg["warmup"], int) or cfg["warmup"] < 0:
+        raise ConfigError("warmup: a count of calls >= 0")
+    if cfg["qps"] < 1 or cfg["rate_bps"] <= 0 or not PROBE.size <= cfg["mtu"] <= 8192:
+        raise ConfigError("qps >= 1, rate_bps > 0 and 36 <= mtu <= 8192 required")
+    if cfg["entropy"] not in ENTROPY_MODES or not cfg["flowlet_gap_ms"] > 0:
+        raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
+    if cfg["transport"] not in TRANSPORTS:
+        raise ConfigError(f"transport: one of {TRANSPORTS}")
+    try:
+        cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"])
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"timeout_exp/retry_cnt: {e}")
+    ring = cfg["ring"]
+    if ring == "naive":
+        cfg["ring_order"] = list(range(len(ranks)))
+    elif ring == "topology":
+        if any("leaf" not in r for r in ranks):
+            raise ConfigError("ring 'topology' needs a 'leaf' for every rank")
+        cfg["ring_order"] = ring_order(range(len(ranks)),
+                                       {i: r["leaf"] for i, r in enumerate(ranks)})
+    elif isinstance(ring, list) and sorted(ring) == list(range(len(ranks))):
+        cfg["ring_order"] = list(ring)
+    else:
+        raise ConfigError("ring: 'naive', 'topology' or a permutation of rank indices")
+    return cfg
+
+
+def flow_id(src, dst, qp):
+    return (src << 20) | (dst << 8) | qp
+
+
+def qpn(src, dst, qp):
+    """A QP number unique per (src, dst, qp): distinct UDP sports per QP."""
+    return ((src + 1) << 14 | dst << 4 | qp) & PSN_MASK
