@@ -14,7 +14,8 @@ from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
 from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
-                                          add_fidelity_args, parse_seed)
+                                          add_fidelity_args, add_transport_args,
+                                          parse_seed)
 from traffic.frames import ROCE_MTUS
 
 
@@ -74,9 +75,10 @@ def build_parser():
     g = p.add_argument_group("traffic")
     g.add_argument("--workload", default="mix",
                    choices=("mix", "allreduce", "allgather", "reducescatter", "alltoall",
-                            "none"),
+                            "incast", "none"),
                    help="mix: RoCEv2 flows across leaves (default); a collective: "
-                        "nccl-tests-style run over all hosts (or --hosts)")
+                        "nccl-tests-style run over all hosts (or --hosts); incast: every "
+                        "host writes --sizes bytes to the first at once")
     g.add_argument("--duration", type=float, default=5.0,
                    help="seconds of the traffic mix")
     g.add_argument("--sizes", default="1M:4M",
@@ -92,6 +94,8 @@ def build_parser():
                    metavar="SRC:DST[:tcp|udp[:RATE]]",
                    help="iperf3 flow running alongside the workload, repeatable "
                         "(e.g. h1:h5:udp:10Mbps); results go into results.json")
+    g = p.add_argument_group("RoCE transport and congestion control")
+    add_transport_args(g)
     g = p.add_argument_group("fidelity")
     add_fidelity_args(g)
     g = p.add_argument_group("observe and interact")

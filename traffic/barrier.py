@@ -5,7 +5,9 @@ until it has heard every peer and every peer has said it heard everyone
 (or 1 s after it heard everyone).  The hellos also make the kernel resolve
 ARP, so the next-hop MAC of each peer can then be read from the neighbour
 table.  A rank keeps answering hellos after it left the barrier (``serve``),
-so a peer still inside it hears everyone.
+so a peer still inside it hears everyone.  A second barrier on the next
+port (``READY_PORT``) lets ranks start together once each has built its
+frames.
 """
 
 import select
@@ -14,6 +16,7 @@ import struct
 import time
 
 BARRIER_PORT = 4792
+READY_PORT = 4793
 HELLO = struct.Struct("!4sIB")
 MAGIC = b"FLTB"
 
@@ -21,13 +24,13 @@ MAGIC = b"FLTB"
 class Barrier:
     """The hello socket of rank ``me`` of ``ips`` (every rank's IP, in order)."""
 
-    def __init__(self, me, ips):
-        self.me, self.ips = me, list(ips)
+    def __init__(self, me, ips, port=BARRIER_PORT):
+        self.me, self.ips, self.port = me, list(ips), port
         self.n = len(self.ips)
         self.heard, self.heard_all = set(), set()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((self.ips[me], BARRIER_PORT))
+        self.sock.bind((self.ips[me], port))
         self.sock.setblocking(False)
 
     def fileno(self):
@@ -40,7 +43,7 @@ class Barrier:
         for i, ip in enumerate(self.ips):
             if i != self.me:
                 try:
-                    self.sock.sendto(HELLO.pack(MAGIC, self.me, flag), (ip, BARRIER_PORT))
+                    self.sock.sendto(HELLO.pack(MAGIC, self.me, flag), (ip, self.port))
                 except OSError:
                     pass        # no route/ARP yet: the next round retries
 
@@ -67,8 +70,10 @@ class Barrier:
                 except OSError:
                     pass
 
-    def wait(self, timeout_s):
-        """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError."""
+    def wait(self, timeout_s, also=()):
+        """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError.
+
+        ``also``: earlier barriers to keep answering meanwhile (peers still in them)."""
         peers = set(range(self.n)) - {self.me}
         deadline = time.monotonic() + timeout_s
         all_since = None
@@ -82,8 +87,10 @@ class Barrier:
             if now > deadline:
                 raise TimeoutError(f"barrier: heard {sorted(self.heard)} of {sorted(peers)}")
             self._send(1 if done else 0)
-            select.select([self.sock], [], [], 0.05)
+            select.select([self.sock] + [b.sock for b in also], [], [], 0.05)
             self.serve()
+            for b in also:
+                b.serve()
 
 
 def resolve_mac(ip, intf, trigger=False, timeout=3.0):

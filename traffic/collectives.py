@@ -12,6 +12,10 @@ output buffer, the ReduceScatter input buffer, and the AlltoAll buffer (each
 peer gets size/n).  Per rank, bytes sent: AllReduce 2(n-1)/n*size, the three
 others (n-1)/n*size -- hence nccl-tests' busbw factors (``BUSBW_FACTOR``).
 
+``incast`` (not an NCCL collective: the congestion-control workload) has
+every rank but 0 write ``size`` bytes to rank 0 in one step; its busbw is
+what rank 0's link carried.
+
 Ring order: ``ring_order`` keeps the given order (naive) or, given a
 host->leaf map, puts the hosts of each leaf next to each other so that the
 ring crosses the spine only once per leaf (the minimum for a ring).
@@ -19,7 +23,7 @@ ring crosses the spine only once per leaf (the minimum for a ring).
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast")
 
 
 def _allreduce(n):
@@ -30,10 +34,15 @@ def _one(n):
     return (n - 1) / n
 
 
+def _incast(n):
+    return n - 1
+
+
+# incast: busbw is what the root's link carries, (n-1) x size / time
 BUSBW_FACTOR = {"allreduce": _allreduce, "allgather": _one,
-                "reducescatter": _one, "alltoall": _one}
+                "reducescatter": _one, "alltoall": _one, "incast": _incast}
 REDOP = {"allreduce": "sum", "reducescatter": "sum", "allgather": "none",
-         "alltoall": "none"}
+         "alltoall": "none", "incast": "none"}
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,11 @@ def schedule(collective, n, rank, size, ring=None):
     if collective == "reducescatter":
         # ends with rank at ring position p holding the reduced chunk p
         return _ring_steps(ring, rank, size, [(-s - 1, -s - 2) for s in range(steps)])
+    if collective == "incast":
+        # N -> 1: every other rank writes ``size`` bytes to rank 0 at once
+        if rank == 0:
+            return [Step(0, (), tuple(Transfer(p, p, size) for p in range(1, n)))]
+        return [Step(0, (Transfer(0, rank, size),), ())]
     # alltoall: in step s exchange with the peers s apart; no dependencies.
     out = []
     for s in range(1, n):

@@ -17,15 +17,27 @@ its packets are dropped and ``failed`` lists it, as the NIC would report
 "transport retry counter exceeded".
 """
 
-from .rcframes import ACKNOWLEDGE, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
+from .dcqcn import CnpPacer, Dcqcn
+from .rcframes import ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
 from .transport import Requester, Responder
 
 
 class RankQPs:
-    """Every QP of one rank; ``send_frame(bytes)`` puts an ACK/NAK on the wire."""
+    """Every QP of one rank; ``send_frame(bytes)`` puts an ACK/NAK/CNP on the wire.
 
-    def __init__(self, params, send_frame, my_mac, my_ip, dscp=26):
+    With ``dcqcn`` (``DcqcnParams``), every QP also has a DCQCN reaction
+    point: ``may_send``/``charge`` pace it at its current rate, a CNP cuts
+    it; and packets arriving CE-marked earn their sender a CNP (paced per QP).
+    """
+
+    def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False):
         self.p = params
+        self.ooo = ooo           # responders place out of order (spraying NICs)
+        self.dcqcn = dcqcn
+        self.rp = {}             # (peer, qp) -> Dcqcn
+        self.next_ok = {}        # (peer, qp) -> earliest next send (ns) at the QP's rate
+        self.pacer = CnpPacer(dcqcn.cnp_interval_ns) if dcqcn else None
+        self.ce_received = self.cnps_sent = self.cnps_received = 0
         self.send_frame = send_frame
         self.my_mac, self.my_ip, self.dscp = my_mac, my_ip, dscp
         self.req = {}            # (peer, qp) -> Requester
@@ -47,16 +59,43 @@ class RankQPs:
     def sent(self, key, psn, packet, now, again=False):
         self.req[key].sent(psn, packet, now, again)
 
-    def resends(self, limit):
-        """Up to ``limit`` (key, psn, packet) to send again, round-robin over QPs."""
+    def may_send(self, key, now):
+        """The QP's rate allows a packet now (always, without DCQCN)."""
+        return now >= self.next_ok.get(key, 0)
+
+    def charge(self, key, nbytes, now):
+        """A packet of ``nbytes`` of QP ``key`` leaves now: pace the next one."""
+        if self.dcqcn is None:
+            return
+        rp = self.rp.get(key)
+        if rp is None:
+            rp = self.rp[key] = Dcqcn(self.dcqcn, now)
+        rp.sent(nbytes)
+        self.next_ok[key] = max(now, self.next_ok.get(key, now)) + int(
+            nbytes * 8e9 / rp.rate_bps)
+
+    def next_send_ns(self, now):
+        """How long until some QP's rate allows a packet (ns, >= 0)."""
+        waits = [t - now for t in self.next_ok.values() if t > now]
+        return min(waits, default=0)
+
+    def resends(self, limit, now=None):
+        """Up to ``limit`` (key, psn, packet) to send again, round-robin over QPs
+        (skipping QPs whose rate does not allow one yet)."""
         out = []
-        while self.retx and len(out) < limit:
+        blocked = set()
+        while self.retx and len(out) < limit and len(blocked) < len(self.retx):
             for key in list(self.retx):
+                if now is not None and not self.may_send(key, now):
+                    blocked.add(key)
+                    continue
                 item = self.req[key].next_resend()
                 if item is None:
                     self.retx.remove(key)
                     continue
                 out.append((key,) + item)
+                if now is not None:
+                    self.charge(key, item[1][0].len, now)
                 if len(out) >= limit:
                     break
         return out
@@ -67,8 +106,16 @@ class RankQPs:
             self.control_corrupted += 1
             return
         key = self.by_qpn.get(c.dqpn)
-        if key is None or c.opcode != ACKNOWLEDGE:
-            self.control_unknown += key is None
+        if key is None:
+            self.control_unknown += 1
+            return
+        if c.opcode == CNP:
+            self.cnps_received += 1
+            if self.dcqcn is not None:
+                rp = self.rp.get(key)
+                if rp is None:
+                    rp = self.rp[key] = Dcqcn(self.dcqcn, now)
+                rp.cnp(now)
             return
         r = self.req[key]
         if c.is_nak:
@@ -83,14 +130,21 @@ class RankQPs:
             self.retx.append(key)
 
     # -- responder side ------------------------------------------------------------
-    def arrived(self, peer_ip, peer_mac, ip_text, dqpn, psn, ackreq, now):
+    def arrived(self, peer_ip, peer_mac, ip_text, dqpn, psn, ackreq, now, ce=False):
         """True if the data packet is accepted (the next in order of its QP)."""
         st = self.resp.get((peer_ip, dqpn))
         if st is None:
             st = self.resp[(peer_ip, dqpn)] = [
-                Responder(self.p),
+                Responder(self.p, ooo=self.ooo),
                 ControlTemplate(ACKNOWLEDGE, self.my_mac, peer_mac, self.my_ip, ip_text,
-                                dqpn, self.dscp), 0]
+                                dqpn, self.dscp), 0,
+                ControlTemplate(CNP, self.my_mac, peer_mac, self.my_ip, ip_text, dqpn,
+                                self.dscp)]
+        if ce:
+            self.ce_received += 1
+            if self.pacer is not None and self.pacer((peer_ip, dqpn), now):
+                self.cnps_sent += 1
+                self.send_frame(st[3].frame())
         verdict, reply = st[0].data(psn, now, ackreq)
         if verdict == Responder.ACCEPT and ackreq:
             st[2] += 1                    # one more message completed (MSN)
@@ -108,6 +162,8 @@ class RankQPs:
 
     # -- timers -----------------------------------------------------------------------
     def poll(self, now):
+        for rp in self.rp.values():
+            rp.advance(now)
         for key, r in self.req.items():
             if r.deadline is not None and now >= r.deadline and r.poll(now):
                 self._queue(key)
@@ -140,4 +196,10 @@ class RankQPs:
                 "out_of_sequence_received": sum(r.out_of_sequence for r in resp),
                 "acks_received": self.acks_received,
                 "control_corrupted": self.control_corrupted,
-                "control_unknown_qp": self.control_unknown}
+                "control_unknown_qp": self.control_unknown,
+                "ce_received": self.ce_received, "cnps_sent": self.cnps_sent,
+                "cnps_received": self.cnps_received}
+
+    def rates(self):
+        """{(peer, qp): current DCQCN rate in bit/s}."""
+        return {k: rp.rate_bps for k, rp in self.rp.items()}

@@ -24,7 +24,9 @@ Transport (``transport``): ``rc`` (the default) runs the RoCE reliable
 connection of every QP (``traffic.transport``, ``traffic.qps``): ACKs,
 NAKs, go-back-N and a retransmission timer with NCCL's knobs
 ``timeout_exp`` (NCCL_IB_TIMEOUT) and ``retry_cnt`` (NCCL_IB_RETRY_CNT).
-Losses then cost time, not data; a QP out of retries is reported in
+A NIC that changes a QP's path entropy (``entropy`` spray or flowlet)
+places packets out of order (``ooo``: no NAK for reordering).  Losses then
+cost time, not data; a QP out of retries is reported in
 ``failed_qps`` (the job would have died) and its chunks are #wrong.  A call
 ends at a rank once it has received everything and every packet it sent
 is acknowledged (an RDMA WRITE completes at its ACK).  ``none`` sends
@@ -43,8 +45,9 @@ import sys
 import time
 
 from .accounting import Accounting
-from .barrier import Barrier, read_mac, resolve_mac
+from .barrier import READY_PORT, Barrier, read_mac, resolve_mac
 from .collectives import schedule
+from .dcqcn import DcqcnParams
 from .entropy import EntropyPolicy, sport as entropy_sport
 from .frames import HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate, opcode_for, parse
 from .pacing import TokenBucket
@@ -75,16 +78,18 @@ class Rank:
         socket_drops(self.rx)            # reset the kernel's counter
         self.sink = open_sink()
         self.hello = Barrier(self.me, [r["ip"] for r in self.ranks])
+        self.ready = None      # the second barrier (READY_PORT), once the frames are built
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
         self.qps = None
         self.retx_bytes = 0
         if cfg["transport"] == "rc":
+            dcqcn = DcqcnParams(cfg["rate_bps"]) if cfg["cc"] == "dcqcn" else None
             self.qps = RankQPs(cfg["rc_params"], self.sender.sock.send, self.mac, mine["ip"],
-                               cfg["dscp"])
+                               cfg["dscp"], dcqcn=dcqcn, ooo=cfg["entropy"] != "qp")
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
         self.variants = {}     # (template id, entropy index) -> template with that sport
-        self.chunks = {}       # (tag, step) -> [packets expected, set of indices]
+        self.chunks = {}       # (tag, step, peer) -> [packets expected, set of indices]
         self.corrupt = {}      # (tag, step) -> corrupted packets
         self.psn = {}
         self.templates = {}
@@ -95,7 +100,7 @@ class Rank:
         import scapy.contrib.roce  # noqa: F401
 
     def close(self):
-        for s in (self.rx, self.hello, self.sink):
+        for s in (self.rx, self.hello, self.ready, self.sink):
             if s:
                 s.close()
         self.sender.close()
@@ -126,7 +131,7 @@ class Rank:
                 self.mac, self.peer_mac[peer], self.ranks[self.me]["ip"],
                 self.ranks[peer]["ip"], dst_qpn=q, src_qpn=q, opcode=opcode,
                 frame_len=HEADERS_LEN + extra + payload, dscp=self.cfg["dscp"],
-                ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))
+                ecn=2, ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))   # ECT(0)
             if self.qps:
                 self.qps.add_qp((peer, qp), q)
         return t
@@ -188,14 +193,19 @@ class Rank:
                 peer = self.peer_of_ip.get(p.src_ip)
                 if peer is None or not qps.arrived(
                         p.src_ip, self.peer_mac.get(peer) or self.ranks[peer].get("mac"),
-                        self.ranks[peer]["ip"], p.dqpn, p.psn, p.ackreq, now):
+                        self.ranks[peer]["ip"], p.dqpn, p.psn, p.ackreq, now, p.ecn == 3):
                     continue          # out of sequence or a duplicate: not placed
-            entry = self.chunks.get(key)
+            whole = (p.tag, p.chunk, self.peer_of_ip.get(p.src_ip))
+            entry = self.chunks.get(whole)
             if entry is None:
-                entry = self.chunks[key] = [p.count, set()]
+                entry = self.chunks[whole] = [p.count, set()]
             entry[1].add(p.index)
             self.bytes_rx[p.tag] = self.bytes_rx.get(p.tag, 0) + n
             self.last_rx[p.tag] = now
+
+    def _complete(self, tag, step, peer):
+        entry = self.chunks.get((tag, step, peer))
+        return entry is not None and len(entry[1]) >= entry[0]
 
     def _step_timeout_ns(self, nbytes):
         t = self.cfg["step_timeout_s"]
@@ -206,22 +216,30 @@ class Rank:
         return int(t * 1e9)
 
     def _next_batch(self, queue, qpos, limit, now):
-        """(packets to send now, how many of ``queue`` they used): resends first."""
+        """(packets to send now, resent?, how many of ``queue`` they used, blocked):
+        resends first; ``blocked``: the next packet waits for its QP's rate (DCQCN)."""
         qps = self.qps
         batch, again = [], []
         if qps and qps.retx:
-            for _key, _psn, pkt in qps.resends(limit):
+            for _key, _psn, pkt in qps.resends(limit, now):
                 batch.append(pkt)
                 again.append(True)
-        used = 0
+        used, blocked = 0, False
         while len(batch) < limit and qpos + used < len(queue):
             pkt = queue[qpos + used]
+            if qps:
+                key = _qp_key(pkt)
+                if not qps.usable(key):
+                    used += 1
+                    continue           # its QP failed: the NIC flushes its work
+                if not qps.may_send(key, now):
+                    blocked = True     # in order: the queue waits for this QP's rate
+                    break
+                qps.charge(key, pkt[0].len, now)
             used += 1
-            if qps and not qps.usable(_qp_key(pkt)):
-                continue               # its QP failed: the NIC flushes its work
             batch.append(pkt)
             again.append(False)
-        return batch, again, used
+        return batch, again, used, blocked
 
     def _emit(self, batch, again, now):
         """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
@@ -273,8 +291,7 @@ class Rank:
             for k in range(released):
                 if k in ok:
                     continue
-                entry = self.chunks.get((tag, k))
-                if entry is not None and len(entry[1]) >= entry[0]:
+                if all(self._complete(tag, k, t.peer) for t in steps[k].recvs):
                     ok.add(k)
                     unblocked.add(k)
                     last_event = now
@@ -285,33 +302,36 @@ class Rank:
                 for t in st.sends:
                     queue.extend(self._packets(tag, released, t))
                 deadline[released] = now + self._step_timeout_ns(
-                    max(t.nbytes for t in st.recvs))
+                    max((t.nbytes for t in st.recvs), default=0))
                 released += 1
             if qpos < len(queue) or (qps and qps.retx):
                 bucket.refill(now)
                 n = min(self.sender.batch, int(bucket.tokens // cost))
                 if n > 0:
-                    batch, again, used = self._next_batch(queue, qpos, n, now)
+                    batch, again, used, _ = self._next_batch(queue, qpos, n, now)
                     qpos += used
                     if batch:
                         sent = self._emit(batch, again, now)
                         bucket.consume(sent * 8)
                         sent_bytes += sent
                         last_event = self.clock()
-                    continue
-                wait = bucket.wait_ns(cost)
+                    if batch or used:
+                        continue
+                # no token yet, or every QP with work waits for its rate (DCQCN)
+                wait = bucket.wait_ns(cost) if n <= 0 else max(qps.next_send_ns(now), 20_000)
             elif released == len(steps):
-                acked = not (qps and qps.busy())
-                if len(ok) == len(steps) and acked:
+                # a QP still sending (again) ends by its ACKs or by running out of retries
+                sending = bool(qps and qps.busy())
+                if len(ok) == len(steps) and not sending:
                     if qps:
                         last_event = now          # the last ACK completed the sends
                     break
                 give_up = max([self.last_rx[tag] + end_idle]
                               + [deadline[k] for k in range(released) if k not in ok])
-                if now >= give_up:
+                if now >= give_up and not sending:
                     last_event = now
                     break
-                wait = give_up - now
+                wait = None if sending else give_up - now
             else:
                 wait = None
             pending = [deadline[k] - now for k in range(released) if k not in unblocked]
@@ -319,12 +339,13 @@ class Rank:
             waits = [w for w in [wait, None if timer is None else timer - now] + pending
                      if w is not None]
             timeout = max(min(waits), 0) / 1e9 if waits else 0.05
-            r, _, _ = select.select([self.rx, self.hello], [], [], min(timeout, 0.05))
-            if self.hello in r:
-                self.hello.serve()
+            r, _, _ = select.select([self.rx, self.hello, self.ready], [], [],
+                                    min(timeout, 0.05))
+            self._serve_barriers(r)
         bad = [k for k in range(len(steps)) if k not in ok]
         corrupted = sum(1 for k in range(len(steps)) if self.corrupt.get((tag, k)))
-        missing = sum(1 for k in bad if not self.corrupt.get((tag, k)))
+        missing = sum(1 for k in bad if not self.corrupt.get((tag, k))
+                      for t in steps[k].recvs if not self._complete(tag, k, t.peer))
         row = {"size": size, "time_s": (last_event - start) / 1e9,
                "bytes_sent": sent_bytes, "bytes_received": self.bytes_rx.get(tag, 0),
                "steps": len(steps), "chunks_missing": missing,
@@ -351,6 +372,10 @@ class Rank:
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()
+        # every rank has its frames: start together (a rank still building them would
+        # not answer yet, and its peers' first packets would time out)
+        self.ready = Barrier(self.me, [r["ip"] for r in self.ranks], port=READY_PORT)
+        self.ready.wait(self.cfg["barrier_timeout_s"], also=(self.hello,))
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
         results = [self.run_size(tag, size) for tag, size in enumerate(calls)]
@@ -371,6 +396,12 @@ class Rank:
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx)}, **extra)
 
+    def _serve_barriers(self, readable):
+        """Answer peers still in a barrier this rank has left."""
+        for b in (self.hello, self.ready):
+            if b in readable:
+                b.serve()
+
     def _linger(self):
         """Keep answering after the last call until peers fall quiet.
 
@@ -385,14 +416,13 @@ class Rank:
         mv = memoryview(buf)
         last = self.clock()
         while self.clock() - last < quiet:
-            r, _, _ = select.select([self.rx, self.hello], [], [], quiet / 1e9)
+            r, _, _ = select.select([self.rx, self.hello, self.ready], [], [], quiet / 1e9)
+            self._serve_barriers(r)
             if self.rx in r:
                 before = self.qps.counters()["duplicates_received"]
                 self._drain(buf, mv)
                 if self.qps.counters()["duplicates_received"] != before:
                     last = self.clock()
-            if self.hello in r:
-                self.hello.serve()
 
 
 def main(config_path, output=None):

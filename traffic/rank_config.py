@@ -12,6 +12,7 @@ from .frames import PROBE, PSN_MASK
 from .transport import RcParams
 
 TRANSPORTS = ("rc", "none")
+CC_MODES = ("none", "dcqcn")
 
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
@@ -22,7 +23,9 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "entropy": "qp", "flowlet_gap_ms": 1.0,
             # RC transport (traffic.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
             "transport": "rc", "timeout_exp": RcParams.timeout_exp,
-            "retry_cnt": RcParams.retry_cnt}
+            "retry_cnt": RcParams.retry_cnt,
+            # congestion control at the sending NIC (traffic.dcqcn); needs transport rc
+            "cc": "none"}
 RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
 
 
@@ -60,6 +63,9 @@ def load_config(doc):
         raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     if cfg["transport"] not in TRANSPORTS:
         raise ConfigError(f"transport: one of {TRANSPORTS}")
+    if cfg["cc"] not in CC_MODES or (cfg["cc"] != "none" and cfg["transport"] != "rc"):
+        raise ConfigError(f"cc: one of {CC_MODES}; dcqcn needs transport rc (CNPs "
+                          "travel on the RC transport's frames)")
     try:
         cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"])
     except (TypeError, ValueError) as e:

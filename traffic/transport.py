@@ -32,6 +32,11 @@ stays in its *window* until the responder acknowledges it.
 - A duplicate (a PSN already accepted, resent by a go-back) is dropped and
   answered with one ACK of the current state, so a requester whose ACK was
   lost stops resending.
+- ``ooo``: a responder that places packets out of order (the NICs that
+  spray one QP over many paths, with direct data placement) accepts any
+  PSN ahead of the expected one once, ACKs only the in-order prefix and
+  never NAKs: reordering is not loss there; a real loss is recovered by
+  the requester's timer.
 
 PSNs are 24-bit and compared in serial-number arithmetic (``psn_diff``).
 Packets are opaque to this module: the requester hands back what it was
@@ -68,6 +73,14 @@ class RcParams:
             raise ValueError("retry_cnt: 0..7 (a 3-bit field in the QP context)")
         if self.backoff_cap < 0 or self.ack_every < 1 or self.ack_delay_ns < 0:
             raise ValueError("backoff_cap >= 0, ack_every >= 1 and ack_delay_ns >= 0 required")
+
+    @staticmethod
+    def exp_for(seconds):
+        """The smallest timeout exponent whose timeout is at least ``seconds``."""
+        exp = 0
+        while 4096e-9 * (1 << exp) < seconds and exp < 31:
+            exp += 1
+        return exp
 
     @property
     def timeout_ns(self):
@@ -182,8 +195,10 @@ class Responder:
 
     ACCEPT, DUPLICATE, OUT_OF_SEQUENCE = "accept", "duplicate", "out_of_sequence"
 
-    def __init__(self, params=RcParams(), first_psn=0):
+    def __init__(self, params=RcParams(), first_psn=0, ooo=False):
         self.p = params
+        self.ooo = ooo
+        self.ahead = set()          # ooo: PSNs accepted beyond the expected one
         self.expected = first_psn & PSN_MASK
         self.nak_sent = False
         self.dup_acked = False
@@ -196,6 +211,9 @@ class Responder:
         d = psn_diff(psn, self.expected)
         if d == 0:
             self.expected = (self.expected + 1) & PSN_MASK
+            while self.ahead and self.expected in self.ahead:
+                self.ahead.discard(self.expected)
+                self.expected = (self.expected + 1) & PSN_MASK
             self.nak_sent = self.dup_acked = False
             self.unacked += 1
             if self.first_unacked is None:
@@ -210,6 +228,12 @@ class Responder:
             self.dup_acked = True
             return self.DUPLICATE, self._ack()
         self.out_of_sequence += 1
+        if self.ooo:
+            if psn in self.ahead:
+                self.duplicates += 1
+                return self.DUPLICATE, None
+            self.ahead.add(psn)
+            return self.ACCEPT, None
         if self.nak_sent:
             return self.OUT_OF_SEQUENCE, None
         self.nak_sent = True

@@ -38,7 +38,7 @@ def our_interfaces():
     return {n: runstate.tag_of_name(n) for n in names if runstate.tag_of_name(n)}
 
 
-NFT_TABLE_RE = re.compile(r"^table netdev (fl([0-9a-f]{4})(?:loss|impair))$")
+NFT_TABLE_RE = re.compile(r"^table netdev (fl([0-9a-f]{4})(?:loss|impair|ecn))$")
 
 
 def our_nft_tables():

@@ -235,7 +235,7 @@ class Session:
     def __init__(self, fabric, results_base="results", controller="builtin",
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
-                 failover="fast-failover", capture=None, telemetry=None):
+                 failover="fast-failover", capture=None, telemetry=None, ecn=None):
         self.fabric = fabric
         self.lb = lb                     # the controller's load balancing (controller/lb.py)
         self.failover = failover         # none | controller | fast-failover
@@ -251,6 +251,8 @@ class Session:
         self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (dataplane.telemetry)
         self.telemetry = None
         self.impairer = None              # the fabric file's loss:/state: (dataplane.impair)
+        self.ecn = ecn                    # marking thresholds (dataplane.ecn.Ecn) or None
+        self.marker = None
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
@@ -310,6 +312,9 @@ class Session:
                              shape=self.shape, progress=self.progress, roce_mtu=self.mtu)
         self.net.build()
         self.results["mtu"]["interfaces"] = self.net.mtu
+        if self.ecn is not None:
+            from emulator.dataplane.ecn import Marker
+            self.marker = Marker.for_session(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()
@@ -404,6 +409,9 @@ class Session:
             if self.capture is not None:
                 self.results.setdefault("captures", {}).update(self.capture.stop())
                 self.capture = None
+            if self.marker is not None:
+                self.marker.close(self)
+                self.marker = None
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()

@@ -22,7 +22,7 @@ from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.watch import Watch
 
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -78,7 +78,8 @@ def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
 
 
 def expected_seconds(collective, n, sizes, rate_bps):
-    factor = 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
+    from traffic.collectives import BUSBW_FACTOR
+    factor = BUSBW_FACTOR[collective](n)
     return sum(s * factor * 8 / rate_bps for s in sizes)
 
 
@@ -97,8 +98,14 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     configs = rank_configs(session.topo, collective, list(sizes), hosts, qps, ring,
                            rate_bps, out_dir, warmup=warmup,
                            mtu=getattr(session, "mtu", 4096))
+    # the retransmission timer must outlast the deepest queueing a packet and its ACK
+    # can meet (full queues on the way): deep "lossless" queues need a long one, as
+    # NCCL_IB_TIMEOUT is set far above a PFC fabric's delays
+    from traffic.transport import RcParams
+    queue_s = getattr(session, "queue_ms", 30.0) / 1e3
     for cfg in configs:
-        cfg.update(rank_extra or {})
+        cfg["timeout_exp"] = RcParams.exp_for(4 * queue_s)
+        cfg.update({k: v for k, v in (rank_extra or {}).items() if v is not None})
     n = len(configs)
     ideal = expected_seconds(collective, n, list(sizes) + list(sizes[:warmup]),
                              configs[0]["rate_bps"])

@@ -26,6 +26,44 @@ def add_capture_arg(p):
                         "20 MB each; RoCEv2 decodes in tshark/Wireshark")
 
 
+def add_transport_args(p):
+    """``--transport``, ``--rc-timeout``, ``--rc-retry``, ``--cc`` and ``--ecn``: how the
+    collectives' RoCE behaves (traffic.transport, traffic.dcqcn, dataplane.ecn)."""
+    p.add_argument("--transport", choices=("rc", "none"), default="rc",
+                   help="collectives: rc (default) = RoCE reliable connection (ACK/NAK, "
+                        "go-back-N, retransmission timer); none = every packet once, "
+                        "a loss is a wrong chunk")
+    p.add_argument("--rc-timeout", type=int, default=None, metavar="EXP",
+                   help="local ACK timeout 4.096 us x 2^EXP, as NCCL_IB_TIMEOUT (default: "
+                        "the first above 4 full queues, --queue-ms 30 -> 15: 134 ms)")
+    p.add_argument("--rc-retry", type=int, default=7, choices=range(8), metavar="N",
+                   help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
+    p.add_argument("--cc", choices=("none", "dcqcn"), default="none",
+                   help="congestion control at the sending NICs (collectives): DCQCN "
+                        "reacts to CNPs for ECN-marked packets (use with --ecn)")
+    p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
+                   help="ECN marking at every switch port's egress: a step at K bytes "
+                        "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (20KB:80KB:0.2)")
+
+
+def rank_transport(args):
+    """The rank config keys of ``add_transport_args``'s options."""
+    return {"transport": args.transport, "timeout_exp": args.rc_timeout,
+            "retry_cnt": args.rc_retry, "cc": args.cc}
+
+
+def check_transport(args):
+    """Validate the transport options before anything is built (exit 2); returns the
+    parsed ECN thresholds (or None)."""
+    from emulator.dataplane import ecn
+    from emulator.errors import ConfigError
+    if args.cc != "none" and args.transport != "rc":
+        raise ConfigError("--cc", "dcqcn needs --transport rc (CNPs are RC transport frames)")
+    if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
+        raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
+    return ecn.parse(args.ecn)
+
+
 def check_capture(args, fabric):
     """Validate ``--capture`` against the fabric before anything is built (exit 2)."""
     if getattr(args, "capture", None):

@@ -27,6 +27,8 @@ def run(fabric, args, out=print):
     from emulator.experiments.options import check_capture, check_telemetry
     check_capture(args, fabric)
     check_telemetry(args)
+    from emulator.experiments.options import check_transport, rank_transport
+    ecn = check_transport(args)
     require_root()
     check_dependencies()
     status = 0
@@ -36,7 +38,7 @@ def run(fabric, args, out=print):
                           datapath_request=args.datapath, seed=args.hash_seed,
                           queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
                           mtu=args.mtu, lb=args.lb, failover=args.failover,
-                          capture=args.capture, telemetry=args.telemetry)
+                          capture=args.capture, telemetry=args.telemetry, ecn=ecn)
         try:
             with session:
                 if args.cli:
@@ -109,10 +111,11 @@ def _workload(session, args, sizes, out):
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
         from emulator.experiments.compare import ENTROPY
+        from emulator.experiments.options import rank_transport
         rep = collective.run_collective(
             session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
             ring=args.ring, progress=lambda m: out(f"... {m}"),
-            rank_extra={"entropy": ENTROPY[args.lb]})
+            rank_extra=dict(rank_transport(args), entropy=ENTROPY[args.lb]))
         session.results["collective"] = rep
         if any(r["wrong"] for r in rep["rows"]):
             return 1

@@ -226,7 +226,7 @@ def test_rc_transport_recovers_random_loss(lab):
         drop_roce_ingress(hosts[1][0], hosts[1][1], tmp, share=5)
         statuses, docs = run_ranks(hosts, tmp, "allreduce", [96 * 1024], warmup=0,
                                    timeout_exp=12)
-    assert statuses == [0, 0, 0]
+    assert statuses == [0, 0, 0], json.dumps([(d["failed_qps"], d["results"]) for d in docs])
     assert combine(docs)["rows"][0]["wrong"] == 0
     retx = sum(d["transport"]["retransmitted_packets"] for d in docs)
     naks = sum(d["transport"]["naks_sent"] for d in docs)

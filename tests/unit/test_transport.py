@@ -230,3 +230,12 @@ def test_rank_qps_answer_a_gap_with_a_nak_frame():
     q.control(parse_control(ControlTemplate(ACKNOWLEDGE, "02:00:00:00:00:02", "02:00:00:00:00:01",
                                             "10.0.0.2", "10.0.0.1", 0x66).frame(2)), 12)
     assert not q.busy()
+
+
+def test_out_of_order_responder_places_ahead_and_acks_the_prefix():
+    s = Responder(params(ack_every=100), ooo=True)
+    assert s.data(1, 0) == (Responder.ACCEPT, None)        # ahead: placed, no NAK
+    assert s.data(2, 0) == (Responder.ACCEPT, None)
+    assert s.data(2, 0) == (Responder.DUPLICATE, None)
+    assert s.data(0, 0, ackreq=True) == (Responder.ACCEPT, ("ack", 2))   # prefix 0..2
+    assert s.naks == 0 and s.expected == 3

@@ -1,0 +1,64 @@
+"""DCQCN's reaction point against the paper's equations; CNP pacing; ECN thresholds."""
+
+import pytest
+
+from emulator.dataplane import ecn
+from emulator.errors import ConfigError
+from traffic.dcqcn import MS, CnpPacer, Dcqcn, DcqcnParams
+
+LINE = 40e6
+
+
+def test_cnp_cuts_by_half_alpha_and_raises_alpha():
+    p = DcqcnParams(LINE, g=1 / 16)
+    r = Dcqcn(p, 0)
+    r.cnp(0)                                  # alpha = 1: RC = RC (1 - 1/2)
+    assert r.rt == LINE and r.rc == LINE / 2
+    assert r.alpha == pytest.approx(1.0)      # (1 - g) * 1 + g
+    r.advance(p.alpha_timer_ns)               # no CNP for one alpha period
+    assert r.alpha == pytest.approx(15 / 16)
+
+
+def test_fast_recovery_then_additive_increase():
+    p = DcqcnParams(LINE, increase_timer_ns=MS, byte_counter=10 ** 9)
+    r = Dcqcn(p, 0)
+    r.cnp(0)
+    rt, rc = r.rt, r.rc
+    for k in range(1, 5):                     # T < F: RC halves the distance to RT
+        r.advance(k * MS)
+        rc = (rt + rc) / 2
+        assert r.rc == pytest.approx(rc) and r.rt == rt
+    r.advance(5 * MS)                         # T = F: additive increase of RT by Rai
+    assert r.rt == pytest.approx(min(LINE, rt + p.rai_bps))
+
+
+def test_rate_never_exceeds_line_nor_falls_below_min():
+    p = DcqcnParams(LINE)
+    r = Dcqcn(p, 0)
+    for _ in range(50):
+        r.cnp(0)
+    assert r.rc == p.min_bps
+    r.advance(10 ** 10)
+    assert r.rc <= LINE
+
+
+def test_cnp_pacer_one_per_interval_per_qp():
+    pace = CnpPacer(MS)
+    assert pace("a", 0) and not pace("a", MS - 1) and pace("b", 1) and pace("a", MS)
+    assert pace.sent == 3
+
+
+def test_ecn_thresholds_parse_and_rules():
+    step = ecn.parse("30KB")
+    assert step.step and step.levels() == [(30000, 1.0)]
+    red = ecn.parse("20KB:80KB:0.2")
+    levels = red.levels()
+    assert levels[0] == (20000, pytest.approx(0.05)) and levels[-1] == (80000, 1.0)
+    rules = ecn.chain_rules(red, 40e6)
+    assert rules[0] == rules[-1] == "ip ecn ce counter"
+    assert "burst 80000 bytes" in rules[-2] and "numgen" not in rules[-2]
+    assert "limit rate over 5000000 bytes/second" in rules[1]
+    assert ecn.parse("off") is None
+    for bad in ("30XB", "80KB:20KB:0.2", "20KB:80KB:2", "1:2"):
+        with pytest.raises(ConfigError):
+            ecn.parse(bad)

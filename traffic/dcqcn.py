@@ -1,0 +1,128 @@
+"""DCQCN rate control of one QP (Zhu et al., SIGCOMM 2015), pure: the caller passes the time.
+
+Reaction point (the sender's NIC), per QP, with the paper's names:
+
+- current rate RC and target rate RT start at the line rate; alpha at 1;
+- on a CNP: RT = RC, RC = RC (1 - alpha/2), alpha = (1 - g) alpha + g, and
+  the increase state restarts (timer, byte counter, both stage counts);
+- every ``alpha_timer`` without a CNP: alpha = (1 - g) alpha;
+- a rate-increase event happens every ``increase_timer`` (count T) and
+  every ``byte_counter`` bytes sent (count BC).  Each event sets
+  RC = (RT + RC) / 2 after moving RT: not at all while max(T, BC) < F
+  (fast recovery), by Rai while one of them is past F (additive increase),
+  by i x Rhai once both are (hyper increase, i = min(T, BC) - F + 1).
+
+Notification point (the receiver's NIC): at most one CNP per QP per
+``cnp_interval`` for packets arriving with ECN CE (``CnpPacer``).
+
+The paper's constants are for 40 Gbit/s and microsecond RTTs; the lab's
+links run at tens of Mbit/s with millisecond queues, so the timers are
+scaled to milliseconds and Rai/Rhai to fractions of the line rate
+(``DcqcnParams.for_line``).  Its g is raised from 1/256 to 1/16: at these
+rates a QP sees a few hundred packets per second, not millions.
+"""
+
+from dataclasses import dataclass
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True)
+class DcqcnParams:
+    line_bps: float
+    g: float = 1 / 16
+    alpha_timer_ns: int = 2 * MS
+    increase_timer_ns: int = 2 * MS
+    byte_counter: int = 64 * 1024
+    fast_recovery_steps: int = 5             # F
+    rai_bps: float = None                    # default line / 40
+    rhai_bps: float = None                   # default line / 8
+    min_bps: float = None                    # default line / 100
+    cnp_interval_ns: int = 1 * MS
+
+    def __post_init__(self):
+        if self.line_bps <= 0 or not 0 < self.g < 1:
+            raise ValueError("line_bps > 0 and 0 < g < 1 required")
+        for name, frac in (("rai_bps", 40), ("rhai_bps", 8), ("min_bps", 100)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.line_bps / frac)
+
+
+class Dcqcn:
+    """The reaction point of one QP; ``rate_bps`` is what it may send at now."""
+
+    def __init__(self, params, now):
+        self.p = params
+        self.rc = self.rt = params.line_bps
+        self.alpha = 1.0
+        self.t = self.b = 0
+        self.bytes = 0
+        self.next_alpha = now + params.alpha_timer_ns
+        self.next_increase = now + params.increase_timer_ns
+        self.cnps = 0
+
+    @property
+    def rate_bps(self):
+        return self.rc
+
+    def cnp(self, now):
+        p = self.p
+        self.cnps += 1
+        self.rt = self.rc
+        self.rc = max(p.min_bps, self.rc * (1 - self.alpha / 2))
+        self.alpha = (1 - p.g) * self.alpha + p.g
+        self.t = self.b = 0
+        self.bytes = 0
+        self.next_alpha = now + p.alpha_timer_ns
+        self.next_increase = now + p.increase_timer_ns
+
+    def sent(self, nbytes):
+        self.bytes += nbytes
+        while self.bytes >= self.p.byte_counter:
+            self.bytes -= self.p.byte_counter
+            self.b += 1
+            self._increase()
+
+    def advance(self, now):
+        """Run the alpha and rate-increase timers up to ``now``."""
+        p = self.p
+        if now >= self.next_alpha:
+            k = (now - self.next_alpha) // p.alpha_timer_ns + 1
+            self.alpha *= (1 - p.g) ** k
+            self.next_alpha += k * p.alpha_timer_ns
+        events = 0
+        while now >= self.next_increase:
+            self.next_increase += p.increase_timer_ns
+            if events < 64:                 # after a long idle the rate is at line anyway
+                self.t += 1
+                self._increase()
+                events += 1
+
+    def _increase(self):
+        p = self.p
+        f = p.fast_recovery_steps
+        if max(self.t, self.b) < f:
+            pass                                    # fast recovery: toward RT
+        elif min(self.t, self.b) < f:
+            self.rt += p.rai_bps                    # additive increase
+        else:
+            self.rt += (min(self.t, self.b) - f + 1) * p.rhai_bps   # hyper increase
+        self.rt = min(self.rt, p.line_bps)
+        self.rc = min((self.rt + self.rc) / 2, p.line_bps)
+
+
+class CnpPacer:
+    """The notification point: whether a CE-marked arrival on a QP earns a CNP now."""
+
+    def __init__(self, interval_ns):
+        self.interval = interval_ns
+        self.last = {}
+        self.sent = 0
+
+    def __call__(self, qp, now):
+        last = self.last.get(qp)
+        if last is not None and now - last < self.interval:
+            return False
+        self.last[qp] = now
+        self.sent += 1
+        return True
