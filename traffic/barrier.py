@@ -7,7 +7,8 @@ ARP, so the next-hop MAC of each peer can then be read from the neighbour
 table.  A rank keeps answering hellos after it left the barrier (``serve``),
 so a peer still inside it hears everyone.  A second barrier on the next
 port (``READY_PORT``) lets ranks start together once each has built its
-frames.
+frames, and a third (``DONE_PORT``) lets them leave together once all are
+done, each still answering its peers' late retransmissions meanwhile.
 """
 
 import select
@@ -17,6 +18,7 @@ import time
 
 BARRIER_PORT = 4792
 READY_PORT = 4793
+DONE_PORT = 4794
 HELLO = struct.Struct("!4sIB")
 MAGIC = b"FLTB"
 
@@ -70,10 +72,11 @@ class Barrier:
                 except OSError:
                     pass
 
-    def wait(self, timeout_s, also=()):
+    def wait(self, timeout_s, also=(), socks=(), tick=None):
         """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError.
 
-        ``also``: earlier barriers to keep answering meanwhile (peers still in them)."""
+        ``also``: earlier barriers to keep answering meanwhile (peers still in them);
+        ``tick`` is called after each wake-up, which ``socks`` readable also causes."""
         peers = set(range(self.n)) - {self.me}
         deadline = time.monotonic() + timeout_s
         all_since = None
@@ -87,10 +90,12 @@ class Barrier:
             if now > deadline:
                 raise TimeoutError(f"barrier: heard {sorted(self.heard)} of {sorted(peers)}")
             self._send(1 if done else 0)
-            select.select([self.sock] + [b.sock for b in also], [], [], 0.05)
+            select.select([self.sock] + [b.sock for b in also] + list(socks), [], [], 0.05)
             self.serve()
             for b in also:
                 b.serve()
+            if tick is not None:
+                tick()
 
 
 def resolve_mac(ip, intf, trigger=False, timeout=3.0):

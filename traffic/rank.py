@@ -45,7 +45,7 @@ import sys
 import time
 
 from .accounting import Accounting
-from .barrier import READY_PORT, Barrier, read_mac, resolve_mac
+from .barrier import DONE_PORT, READY_PORT, Barrier, read_mac, resolve_mac
 from .collectives import schedule
 from .dcqcn import DcqcnParams
 from .entropy import EntropyPolicy, sport as entropy_sport
@@ -403,26 +403,24 @@ class Rank:
                 b.serve()
 
     def _linger(self):
-        """Keep answering after the last call until peers fall quiet.
+        """Stay until every rank is done, answering meanwhile.
 
         A peer whose last ACK was lost sends again after its timer: a rank
-        that had exited would leave it to run out of retries.  The rank
-        stays until nothing arrived for three timeouts.
+        that had exited would leave it to run out of retries.  So ranks meet
+        in a last barrier, draining (and ACKing) what arrives while they wait.
         """
         if not self.qps:
             return
-        quiet = 3 * self.cfg["rc_params"].timeout_ns
         buf = bytearray(9216)
         mv = memoryview(buf)
-        last = self.clock()
-        while self.clock() - last < quiet:
-            r, _, _ = select.select([self.rx, self.hello, self.ready], [], [], quiet / 1e9)
-            self._serve_barriers(r)
-            if self.rx in r:
-                before = self.qps.counters()["duplicates_received"]
-                self._drain(buf, mv)
-                if self.qps.counters()["duplicates_received"] != before:
-                    last = self.clock()
+        done = Barrier(self.me, [r["ip"] for r in self.ranks], port=DONE_PORT)
+        try:
+            done.wait(self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
+                      socks=(self.rx,), tick=lambda: self._drain(buf, mv))
+        except TimeoutError:
+            pass        # a peer is still stuck (its own result says why): leave anyway
+        finally:
+            done.close()
 
 
 def main(config_path, output=None):
