@@ -31,9 +31,9 @@ MS = 1_000_000
 class DcqcnParams:
     line_bps: float
     g: float = 1 / 16
-    alpha_timer_ns: int = 2 * MS
-    increase_timer_ns: int = 2 * MS
-    byte_counter: int = 64 * 1024
+    alpha_timer_ns: int = 20 * MS
+    increase_timer_ns: int = 20 * MS
+    byte_counter: int = 256 * 1024
     fast_recovery_steps: int = 5             # F
     rai_bps: float = None                    # default line / 40
     rhai_bps: float = None                   # default line / 8

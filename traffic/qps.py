@@ -25,9 +25,10 @@ from .transport import Requester, Responder
 class RankQPs:
     """Every QP of one rank; ``send_frame(bytes)`` puts an ACK/NAK/CNP on the wire.
 
-    With ``dcqcn`` (``DcqcnParams``), every QP also has a DCQCN reaction
-    point: ``may_send``/``charge`` pace it at its current rate, a CNP cuts
-    it; and packets arriving CE-marked earn their sender a CNP (paced per QP).
+    With ``dcqcn`` (``DcqcnParams``), a QP gets a DCQCN reaction point at
+    its first CNP (as NICs allocate a rate limiter then, with alpha = 1):
+    ``may_send``/``charge`` pace it at its current rate, each CNP cuts it;
+    and packets arriving CE-marked earn their sender a CNP (paced per QP).
     """
 
     def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False):
@@ -38,6 +39,7 @@ class RankQPs:
         self.next_ok = {}        # (peer, qp) -> earliest next send (ns) at the QP's rate
         self.pacer = CnpPacer(dcqcn.cnp_interval_ns) if dcqcn else None
         self.ce_received = self.cnps_sent = self.cnps_received = 0
+        self.trace = []          # (ns, peer, rate after the cut) of the first CNPs
         self.send_frame = send_frame
         self.my_mac, self.my_ip, self.dscp = my_mac, my_ip, dscp
         self.req = {}            # (peer, qp) -> Requester
@@ -65,11 +67,9 @@ class RankQPs:
 
     def charge(self, key, nbytes, now):
         """A packet of ``nbytes`` of QP ``key`` leaves now: pace the next one."""
-        if self.dcqcn is None:
-            return
         rp = self.rp.get(key)
-        if rp is None:
-            rp = self.rp[key] = Dcqcn(self.dcqcn, now)
+        if rp is None:        # no CNP yet: the QP runs at line rate (no rate limiter)
+            return
         rp.sent(nbytes)
         self.next_ok[key] = max(now, self.next_ok.get(key, now)) + int(
             nbytes * 8e9 / rp.rate_bps)
@@ -116,6 +116,8 @@ class RankQPs:
                 if rp is None:
                     rp = self.rp[key] = Dcqcn(self.dcqcn, now)
                 rp.cnp(now)
+                if len(self.trace) < 500:
+                    self.trace.append((now, key[0], round(rp.rate_bps)))
             return
         r = self.req[key]
         if c.is_nak:
@@ -130,8 +132,9 @@ class RankQPs:
             self.retx.append(key)
 
     # -- responder side ------------------------------------------------------------
-    def arrived(self, peer_ip, peer_mac, ip_text, dqpn, psn, ackreq, now, ce=False):
-        """True if the data packet is accepted (the next in order of its QP)."""
+    def prepare(self, peer_ip, peer_mac, ip_text, dqpn):
+        """Build the responder and its ACK/CNP frames of one incoming QP now (scapy
+        takes ms per frame: not while the first packets wait for an answer)."""
         st = self.resp.get((peer_ip, dqpn))
         if st is None:
             st = self.resp[(peer_ip, dqpn)] = [
@@ -140,6 +143,11 @@ class RankQPs:
                                 dqpn, self.dscp), 0,
                 ControlTemplate(CNP, self.my_mac, peer_mac, self.my_ip, ip_text, dqpn,
                                 self.dscp)]
+        return st
+
+    def arrived(self, peer_ip, peer_mac, ip_text, dqpn, psn, ackreq, now, ce=False):
+        """True if the data packet is accepted (the next in order of its QP)."""
+        st = self.resp.get((peer_ip, dqpn)) or self.prepare(peer_ip, peer_mac, ip_text, dqpn)
         if ce:
             self.ce_received += 1
             if self.pacer is not None and self.pacer((peer_ip, dqpn), now):

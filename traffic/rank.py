@@ -82,6 +82,7 @@ class Rank:
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
         self.qps = None
         self.retx_bytes = 0
+        self.packets_sent = 0  # data frames put on the wire, every (re)transmission
         if cfg["transport"] == "rc":
             dcqcn = DcqcnParams(cfg["rate_bps"]) if cfg["cc"] == "dcqcn" else None
             self.qps = RankQPs(cfg["rc_params"], self.sender.sock.send, self.mac, mine["ip"],
@@ -247,6 +248,7 @@ class Rank:
         if self.entropy.active:
             wire = [self._with_entropy(p, now) for p in batch]
         sent = self.sender.emit(wire, self.clock)
+        self.packets_sent += len(wire)
         if self.qps:
             now = self.clock()
             for pkt, a in zip(batch, again):
@@ -369,6 +371,11 @@ class Rank:
                 for q in range(self.cfg["qps"]):
                     for op in ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"):
                         self._template(t.peer, q, op, self.cfg["mtu"])
+            for t in st.recvs if self.qps else ():
+                peer = self.ranks[t.peer]
+                for q in range(self.cfg["qps"]):
+                    self.qps.prepare(socket.inet_aton(peer["ip"]), self.peer_mac[t.peer],
+                                     peer["ip"], qpn(t.peer, self.me, q))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()
@@ -387,6 +394,10 @@ class Rank:
             extra["transport"] = dict(self.qps.counters(), kind="rc",
                                       timeout_exp=self.cfg["timeout_exp"],
                                       retry_cnt=self.cfg["retry_cnt"])
+            if self.qps.trace:
+                t0 = self.qps.trace[0][0]
+                extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), peer, rate)
+                                       for t, peer, rate in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]
         return dict({"rank": self.me, "name": self.ranks[self.me].get("name"),
@@ -394,7 +405,8 @@ class Rank:
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],
                 "qps": self.cfg["qps"], "results": results,
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
-                "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx)}, **extra)
+                "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
+                "data_frames_sent": self.packets_sent}, **extra)
 
     def _serve_barriers(self, readable):
         """Answer peers still in a barrier this rank has left."""

@@ -56,8 +56,10 @@ def combine(rank_results):
     out = {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
     if all("transport" in r for r in rank_results):
         out["transport"] = {k: sum(r["transport"][k] for r in rank_results)
-                            for k, v in first["transport"].items() if isinstance(v, int)}
-        out["transport"]["kind"] = first["transport"].get("kind")
+                            for k, v in first["transport"].items()
+                            if isinstance(v, int) and k not in ("timeout_exp", "retry_cnt")}
+        out["transport"].update({k: first["transport"].get(k)
+                                 for k in ("kind", "timeout_exp", "retry_cnt")})
         out["failed_qps"] = [dict(q, rank=r.get("name") or r["rank"])
                              for r in rank_results for q in r.get("failed_qps", [])]
     return out

@@ -5,14 +5,26 @@ more than K bytes (DCQCN's switches: RED with ECN, Kmin/Kmax/Pmax).  This
 kernel has no RED (PLATFORM.md), so each switch port gets an nftables
 netdev *egress* chain that runs before the port's TBF shaper:
 
-    limit rate over <link rate> bytes/second burst <K> bytes ... ip ecn set ce
+    ip length > F/2 limit rate over <link rate in frames>/second burst <K/F> packets
+        ip ecn { ect0, ect1 } ip ecn set ce
 
-The limit is a token bucket at the link rate with depth K: a packet finds
-no credit exactly when more than K bytes arrived beyond what the link has
-drained since (a virtual queue of the same rate as the TBF behind it), so
-it is marked.  ``Ecn`` holds the thresholds:
+The limit is a token bucket that refills at the link's rate in frames of
+the fabric's RoCE MTU (F bytes) and holds K/F of them: a frame finds no
+token exactly when more than K bytes arrived beyond what the link drained
+since (a virtual queue draining at the TBF's rate), and is marked.  The
+bucket counts *packets*, not bytes, on purpose: in bytes mode nftables
+sizes the bucket as one second of rate plus the burst (kernel
+``nft_limit_init``: ``tokens = nsecs * (rate + burst) / rate``), so a
+40 Mbit/s port would start marking only after 5 MB.  Measured on a veth
+with a 40 Mbit/s TBF and K = 30 KB: a back-to-back burst of 40 frames of
+4158 bytes was marked from the 8th frame on (30000 / 4158 = 7 frames of
+credit), the bytes-mode rule marked none, and the same frames paced just
+below the link rate were never marked.  Frames under half the MTU frame
+(ACKs, CNPs, probes) neither count nor get marked.
 
-- ``K`` (step marking): every ECN-capable packet over K is marked;
+``Ecn`` holds the thresholds:
+
+- ``K`` (step marking): every ECN-capable frame over K is marked;
 - ``KMIN:KMAX:PMAX`` (DCQCN/RED-like): four virtual queues between Kmin
   and Kmax mark with probability rising to Pmax, and one at Kmax marks all.
 
@@ -89,14 +101,15 @@ def parse(text, where="--ecn"):
     raise ConfigError(where, f"{text!r} is K (30KB) or Kmin:Kmax:Pmax (20KB:80KB:0.2)")
 
 
-def chain_rules(ecn, rate_bps):
-    """The nftables rules of one port's egress chain."""
-    rate = int(rate_bps // 8)
+def chain_rules(ecn, rate_bps, frame_len):
+    """The nftables rules of one port's egress chain (frames of ``frame_len`` bytes)."""
+    pps = max(1, round(rate_bps / 8 / frame_len))
+    big = f"ip length > {frame_len // 2} "
     rules = ["ip ecn ce counter"]                     # arrived marked already
     for depth, p in ecn.levels():
         coin = "" if p >= 1 else f"numgen random mod 10000 < {max(1, round(p * 10000))} "
-        rules.append(f"limit rate over {rate} bytes/second burst {depth} bytes "
-                     f"ip ecn {{ ect0, ect1 }} {coin}ip ecn set ce")
+        rules.append(f"{big}limit rate over {pps}/second burst {max(1, depth // frame_len)} "
+                     f"packets ip ecn {{ ect0, ect1 }} {coin}ip ecn set ce")
     rules.append("ip ecn ce counter")                 # leaves marked
     return rules
 
@@ -104,9 +117,10 @@ def chain_rules(ecn, rate_bps):
 class Marker:
     """The run's marking table ``fl<tag>ecn`` over ``ports`` [(ifname, rate_bps)]."""
 
-    def __init__(self, tag, ecn, ports):
+    def __init__(self, tag, ecn, ports, frame_len):
         self.table = f"fl{tag}ecn"
         self.ecn = ecn
+        self.frame_len = frame_len
         self.ports = sorted(ports)
         self.chains = {f"e{i}": ifname for i, (ifname, _) in enumerate(self.ports)}
 
@@ -115,7 +129,9 @@ class Marker:
         """Mark on every switch port of ``session``'s fabric; noted in its results."""
         ports = [(p["intf"], p["rate_bps"]) for sw in session.topo["switches"]
                  for p in sw["ports"]]
-        marker = cls(session.state.tag, session.ecn, ports).install()
+        from traffic.frames import frame_len_for_mtu
+        marker = cls(session.state.tag, session.ecn, ports,
+                     frame_len_for_mtu(session.mtu)).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
         session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
         return marker
@@ -136,7 +152,7 @@ class Marker:
         for i, (ifname, rate) in enumerate(self.ports):
             lines += [f"  chain e{i} {{",
                       f"    type filter hook egress device \"{ifname}\" priority -10;"]
-            lines += [f"    {r}" for r in chain_rules(self.ecn, rate)]
+            lines += [f"    {r}" for r in chain_rules(self.ecn, rate, self.frame_len)]
             lines.append("  }")
         lines.append("}")
         try:

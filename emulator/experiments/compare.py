@@ -313,10 +313,19 @@ def add_arguments(p):
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/planes.py)")
+    p.add_argument("--cc", default=None, metavar="none,dcqcn",
+                   help="instead of modes: congestion control at the senders on an incast "
+                        "(or alltoall), ECN marking from --ecn: bottleneck queue, "
+                        "utilisation, Jain fairness, CNPs, marks (experiments/congestion.py)")
+    p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
+                   help="--cc: ECN marking at every switch port (default 20KB:80KB:0.2)")
+    p.add_argument("--hosts", default=None,
+                   help="--cc: comma-separated hosts (incast: the first is the root)")
     p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
     p.add_argument("--workload", default=None,
-                   choices=("allreduce", "allgather", "reducescatter", "alltoall"),
-                   help="collective (default allreduce; alltoall with --planes)")
+                   choices=("allreduce", "allgather", "reducescatter", "alltoall", "incast"),
+                   help="collective (default allreduce; alltoall with --planes; incast "
+                        "with --cc)")
     p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
                                                 "default 2M)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
@@ -333,7 +342,7 @@ def add_arguments(p):
     p.add_argument("--seedings", default="shared,per-switch",
                    help="--planes: hash seedings to run, comma list of shared|per-switch")
     p.add_argument("--sample-ms", type=float, default=20.0,
-                   help="--planes: interval of the egress-queue sampler (ms)")
+                   help="--planes, --cc: interval of the egress-queue sampler (ms)")
     p.add_argument("--retries", type=int, default=1,
                    help="--planes: repeat a run that lost packets outside the switch queues "
                         "(a disturbed platform) up to this many times")
@@ -360,6 +369,9 @@ def main(fabric, args, out=print):
         args.qps = args.qps or 8
         args.seed = 101 if args.seed is None else args.seed
         return planes.main(args, out)
+    if getattr(args, "cc", None):
+        from emulator.experiments import congestion
+        return congestion.main(fabric, args, out)
     from emulator.experiments.options import check_capture
     check_capture(args, fabric)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -224,9 +224,26 @@ def test_rc_transport_recovers_random_loss(lab):
     hosts = bridge_lan(lab, 3)
     with tempfile.TemporaryDirectory() as tmp:
         drop_roce_ingress(hosts[1][0], hosts[1][1], tmp, share=5)
-        statuses, docs = run_ranks(hosts, tmp, "allreduce", [96 * 1024], warmup=0,
-                                   timeout_exp=12)
+        pcap = os.path.join(tmp, "rank1.pcap")
+        cap = subprocess.Popen(["ip", "netns", "exec", hosts[1][0], "tcpdump", "-i",
+                                hosts[1][1], "--immediate-mode", "-U", "-w", pcap,
+                                "udp port 4791"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            assert cap.stderr.readline().startswith(b"tcpdump: listening")
+            statuses, docs = run_ranks(hosts, tmp, "allreduce", [96 * 1024], warmup=0,
+                                       timeout_exp=12)
+        finally:
+            cap.terminate()
+            cap.communicate(timeout=10)
+        # the NAKs the lossy rank sent decode as ACKNOWLEDGE with a NAK syndrome
+        fields = run("tshark", "-r", pcap, "-Y", "infiniband.aeth", "-T", "fields",
+                     "-e", "infiniband.bth.opcode", "-e", "infiniband.aeth.syndrome",
+                     timeout=120)
+    kinds = {tuple(ln.split("\t")) for ln in fields.strip().splitlines()}
     assert statuses == [0, 0, 0], json.dumps([(d["failed_qps"], d["results"]) for d in docs])
+    assert ("17", "31") in kinds                                  # ACK
+    assert ("17", "96") in kinds and docs[1]["transport"]["naks_sent"] > 0   # NAK (0x60)
     assert combine(docs)["rows"][0]["wrong"] == 0
     retx = sum(d["transport"]["retransmitted_packets"] for d in docs)
     naks = sum(d["transport"]["naks_sent"] for d in docs)

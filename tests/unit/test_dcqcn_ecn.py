@@ -54,11 +54,33 @@ def test_ecn_thresholds_parse_and_rules():
     red = ecn.parse("20KB:80KB:0.2")
     levels = red.levels()
     assert levels[0] == (20000, pytest.approx(0.05)) and levels[-1] == (80000, 1.0)
-    rules = ecn.chain_rules(red, 40e6)
+    rules = ecn.chain_rules(red, 40e6, 4000)
     assert rules[0] == rules[-1] == "ip ecn ce counter"
-    assert "burst 80000 bytes" in rules[-2] and "numgen" not in rules[-2]
-    assert "limit rate over 5000000 bytes/second" in rules[1]
+    # a virtual queue of 4000-byte frames at 40 Mbit/s: 1250 frames/s, K/4000 deep
+    assert "burst 20 packets" in rules[-2] and "numgen" not in rules[-2]
+    assert "limit rate over 1250/second burst 5 packets" in rules[1]
+    assert rules[1].startswith("ip length > 2000 ")
     assert ecn.parse("off") is None
     for bad in ("30XB", "80KB:20KB:0.2", "20KB:80KB:2", "1:2"):
         with pytest.raises(ConfigError):
             ecn.parse(bad)
+
+
+def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
+    from emulator.experiments.congestion import analyse, jain, summarize
+    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    ports = [{"name": "leaf1->h1", "rate_bps": 8e6}, {"name": "spine1->leaf1", "rate_bps": 8e6}]
+    # leaf1->h1 sends at its full 1 MB/s from 0.1 to 0.4 s with a queue; the other idles
+    sent = [[0, 0, 100_000, 200_000, 300_000, 300_050], [0, 10, 20, 30, 40, 50]]
+    backlog = [[0, 5000, 40000, 60000, 0, 0], [0, 0, 0, 0, 0, 0]]
+    drops = [[0, 0, 0, 2, 3, 3], [0, 0, 0, 0, 0, 0]]
+    a = analyse(times, ports, backlog, sent, drops)
+    assert a["port"] == "leaf1->h1"
+    assert a["busy_s"] == 0.3 and a["utilisation"] == 1.0      # hellos after 0.4 s ignored
+    assert a["queue_max_bytes"] == 60000 and a["drops"] == 3
+    assert jain([1, 1, 1]) == 1.0 and jain([1, 0]) == 0.5 and jain([]) is None
+    runs = [{"cc": "dcqcn", "rep": 0, "time_s": 1.0, "bottleneck": a, "jain": 1.0,
+             "retransmitted": 0, "timeouts": 0, "cnps": 5, "marks": 7, "wrong": 0,
+             "fidelity": "faithful"}]
+    (row,) = summarize(runs, kmax=30000)
+    assert row["queue_p99_over_kmax"] == 2.0 and row["faithful"] == 1 and row["cnps"] == 5
