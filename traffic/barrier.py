@@ -101,6 +101,29 @@ class Barrier:
                 tick()
 
 
+def leave_together(me, ips, timeout_s, also=(), socks=(), tick=None):
+    """The last barrier (``DONE_PORT``): wait for every rank, calling ``tick`` meanwhile.
+
+    A rank that is done keeps answering its peers' late retransmissions while
+    it waits (``tick`` drains its socket); a peer still stuck after
+    ``timeout_s`` (its own result says why) is not waited for longer.
+    """
+    done = Barrier(me, ips, port=DONE_PORT)
+    try:
+        done.wait(timeout_s, also=also, socks=socks, tick=tick)
+    except TimeoutError:
+        pass
+    finally:
+        done.close()
+
+
+def serve_readable(barriers, readable):
+    """Answer hellos on the barriers (left already) that ``select`` found readable."""
+    for b in barriers:
+        if b is not None and b in readable:
+            b.serve()
+
+
 def resolve_mac(ip, intf, trigger=False, timeout=3.0):
     """Next-hop MAC of ``ip`` from the kernel's route and neighbour tables.
 

@@ -45,7 +45,8 @@ import sys
 import time
 
 from .accounting import Accounting
-from .barrier import DONE_PORT, READY_PORT, Barrier, read_mac, resolve_mac
+from .barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
+                      serve_readable)
 from .collectives import schedule
 from .dcqcn import DcqcnParams
 from .entropy import EntropyPolicy, sport as entropy_sport
@@ -343,7 +344,7 @@ class Rank:
             timeout = max(min(waits), 0) / 1e9 if waits else 0.05
             r, _, _ = select.select([self.rx, self.hello, self.ready], [], [],
                                     min(timeout, 0.05))
-            self._serve_barriers(r)
+            serve_readable((self.hello, self.ready), r)
         bad = [k for k in range(len(steps)) if k not in ok]
         corrupted = sum(1 for k in range(len(steps)) if self.corrupt.get((tag, k)))
         missing = sum(1 for k in bad if not self.corrupt.get((tag, k))
@@ -408,31 +409,16 @@ class Rank:
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
                 "data_frames_sent": self.packets_sent}, **extra)
 
-    def _serve_barriers(self, readable):
-        """Answer peers still in a barrier this rank has left."""
-        for b in (self.hello, self.ready):
-            if b in readable:
-                b.serve()
-
     def _linger(self):
-        """Stay until every rank is done, answering meanwhile.
-
-        A peer whose last ACK was lost sends again after its timer: a rank
-        that had exited would leave it to run out of retries.  So ranks meet
-        in a last barrier, draining (and ACKing) what arrives while they wait.
-        """
-        if not self.qps:
-            return
-        buf = bytearray(9216)
-        mv = memoryview(buf)
-        done = Barrier(self.me, [r["ip"] for r in self.ranks], port=DONE_PORT)
-        try:
-            done.wait(self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
-                      socks=(self.rx,), tick=lambda: self._drain(buf, mv))
-        except TimeoutError:
-            pass        # a peer is still stuck (its own result says why): leave anyway
-        finally:
-            done.close()
+        """Stay until every rank is done, answering (ACKing) late retransmissions:
+        a rank that exited would leave a peer whose last ACK was lost to run out
+        of retries."""
+        if self.qps:
+            buf = bytearray(9216)
+            mv = memoryview(buf)
+            leave_together(self.me, [r["ip"] for r in self.ranks],
+                           self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
+                           socks=(self.rx,), tick=lambda: self._drain(buf, mv))
 
 
 def main(config_path, output=None):

@@ -63,8 +63,8 @@ class RcParams:
     timeout_exp: int = 15          # NCCL_IB_TIMEOUT: local ACK timeout 4.096 us * 2**exp
     retry_cnt: int = 7             # NCCL_IB_RETRY_CNT: retries before the QP fails
     backoff_cap: int = 3           # the timer doubles per timeout, up to 2**cap times
-    ack_every: int = 16            # responder: one ACK per this many in-order packets
-    ack_delay_ns: int = 1_000_000  # ... or this long after the first unacknowledged one
+    ack_every: int = 32            # responder: one ACK per this many in-order packets
+    ack_delay_ns: int = 8_000_000  # ... or this long after the first unacknowledged one
 
     def __post_init__(self):
         if not 0 <= self.timeout_exp <= 31:

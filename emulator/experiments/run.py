@@ -27,7 +27,7 @@ def run(fabric, args, out=print):
     from emulator.experiments.options import check_capture, check_telemetry
     check_capture(args, fabric)
     check_telemetry(args)
-    from emulator.experiments.options import check_transport, rank_transport
+    from emulator.experiments.options import check_transport
     ecn = check_transport(args)
     require_root()
     check_dependencies()
