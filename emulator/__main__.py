@@ -202,7 +202,10 @@ def main(argv=None):
             import importlib
 
             from emulator.dataplane import session
-            command = importlib.import_module(f"emulator.experiments.{args.command}")
+            name = args.command
+            if name == "drill" and getattr(args, "workload", None):
+                name = "drill_collective"       # the same drill, under a collective
+            command = importlib.import_module(f"emulator.experiments.{name}")
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)

@@ -30,6 +30,7 @@ class Barrier:
         self.me, self.ips, self.port = me, list(ips), port
         self.n = len(self.ips)
         self.heard, self.heard_all = set(), set()
+        self.aborted_by = None      # a peer that said the job is over (``abort``)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((self.ips[me], port))
@@ -62,6 +63,9 @@ class Barrier:
             magic, who, flag = HELLO.unpack(data)
             if magic != MAGIC or who >= self.n or who == self.me:
                 continue
+            if flag & 4:                  # bit 2: the sender aborted the job
+                self.aborted_by = who
+                continue
             self.heard.add(who)
             if flag & 1:                  # bit 0: the sender heard everyone
                 self.heard_all.add(who)
@@ -71,6 +75,12 @@ class Barrier:
                     self.sock.sendto(HELLO.pack(MAGIC, self.me, 2 | done), addr)
                 except OSError:
                     pass
+
+    def abort(self):
+        """Tell every peer the job is over (a QP of ours failed), as NCCL aborts a
+        communicator on a fatal transport error; sent three times (UDP)."""
+        for _ in range(3):
+            self._send(4)
 
     def wait(self, timeout_s, also=(), socks=(), tick=None):
         """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError.

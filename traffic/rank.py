@@ -20,17 +20,11 @@ rate (about the host link rate), QPs per connection and timeouts.
    ``Rank.run_size``).  A chunk still incomplete at the end is missing and
    reported in ``#wrong``.
 
-Transport (``transport``): ``rc`` (the default) runs the RoCE reliable
-connection of every QP (``traffic.transport``, ``traffic.qps``): ACKs,
-NAKs, go-back-N and a retransmission timer with NCCL's knobs
-``timeout_exp`` (NCCL_IB_TIMEOUT) and ``retry_cnt`` (NCCL_IB_RETRY_CNT).
-A NIC that changes a QP's path entropy (``entropy`` spray or flowlet)
-places packets out of order (``ooo``: no NAK for reordering).  Losses then
-cost time, not data; a QP out of retries is reported in
-``failed_qps`` (the job would have died) and its chunks are #wrong.  A call
-ends at a rank once it has received everything and every packet it sent
-is acknowledged (an RDMA WRITE completes at its ACK).  ``none`` sends
-every packet once and never answers (the lab's earlier, lossy model).
+Transport (``transport``, docs/transport.md): ``rc`` (the default) runs the
+RoCE reliable connection of every QP (``traffic.transport``, ``traffic.qps``);
+a call ends once everything arrived and everything sent is acknowledged.  A
+QP out of retries aborts the job: the rank tells its peers (``Barrier.abort``),
+every rank stops, ``failed_qps`` says which.  ``none`` sends every packet once.
 
 A chunk of B bytes is cut into ceil(B/mtu) packets spread round-robin over
 the connection's QPs (one PSN space and one UDP source port each, hence one
@@ -98,8 +92,7 @@ class Rank:
         self.peer_mac = {}
         self.bytes_rx = {}
         self.last_rx = {}      # tag -> last arrival of that call's packets
-        # scapy's import takes ~0.5 s: pay it now, not inside the first timed call
-        import scapy.contrib.roce  # noqa: F401
+        import scapy.contrib.roce  # noqa: F401  (0.5 s: paid now, not in a timed call)
 
     def close(self):
         for s in (self.rx, self.hello, self.ready, self.sink):
@@ -205,6 +198,13 @@ class Rank:
             self.bytes_rx[p.tag] = self.bytes_rx.get(p.tag, 0) + n
             self.last_rx[p.tag] = now
 
+    def _aborted(self):
+        """A QP of ours ran out of retries (then tell the peers), or a peer said so."""
+        if self.qps and self.qps.failed() and self.hello.aborted_by is None:
+            self.hello.aborted_by = self.me
+            self.hello.abort()
+        return self.hello.aborted_by is not None
+
     def _complete(self, tag, step, peer):
         entry = self.chunks.get((tag, step, peer))
         return entry is not None and len(entry[1]) >= entry[0]
@@ -291,6 +291,9 @@ class Rank:
             now = self.clock()
             if qps:
                 qps.poll(now)
+                if self._aborted():
+                    last_event = now
+                    break
             for k in range(released):
                 if k in ok:
                     continue
@@ -349,7 +352,7 @@ class Rank:
         corrupted = sum(1 for k in range(len(steps)) if self.corrupt.get((tag, k)))
         missing = sum(1 for k in bad if not self.corrupt.get((tag, k))
                       for t in steps[k].recvs if not self._complete(tag, k, t.peer))
-        row = {"size": size, "time_s": (last_event - start) / 1e9,
+        row = {"size": size, "time_s": (last_event - start) / 1e9, "t_start_ns": start,
                "bytes_sent": sent_bytes, "bytes_received": self.bytes_rx.get(tag, 0),
                "steps": len(steps), "chunks_missing": missing,
                "chunks_corrupted": corrupted}
@@ -386,19 +389,23 @@ class Rank:
         self.ready.wait(self.cfg["barrier_timeout_s"], also=(self.hello,))
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
-        results = [self.run_size(tag, size) for tag, size in enumerate(calls)]
+        print("calls", file=sys.stderr, flush=True)       # a drill times its faults from here
+        results = []
+        for tag, size in enumerate(calls):
+            results.append(self.run_size(tag, size))
+            if self._aborted():
+                results[-1]["aborted"] = True
+                break                    # the job is over: the calls left never run
         results = results[self.cfg["warmup"]:]
         self._linger()
         flows = self.acct.summary(timeline=False)
         extra = {}
-        if self.qps:
+        if self.qps:   # the run's totals and the first DCQCN cuts (t ms, peer, rate)
             extra["transport"] = dict(self.qps.counters(), kind="rc",
                                       timeout_exp=self.cfg["timeout_exp"],
                                       retry_cnt=self.cfg["retry_cnt"])
-            if self.qps.trace:
-                t0 = self.qps.trace[0][0]
-                extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), peer, rate)
-                                       for t, peer, rate in self.qps.trace]
+            t0 = self.qps.trace[0][0] if self.qps.trace else 0
+            extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]
         return dict({"rank": self.me, "name": self.ranks[self.me].get("name"),
@@ -410,9 +417,7 @@ class Rank:
                 "data_frames_sent": self.packets_sent}, **extra)
 
     def _linger(self):
-        """Stay until every rank is done, answering (ACKing) late retransmissions:
-        a rank that exited would leave a peer whose last ACK was lost to run out
-        of retries."""
+        """Stay until every rank is done, ACKing late retransmissions (barrier.leave_together)."""
         if self.qps:
             buf = bytearray(9216)
             mv = memoryview(buf)

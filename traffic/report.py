@@ -38,11 +38,13 @@ def combine(rank_results):
     coll, n = first["collective"], first["nranks"]
     link = first.get("link_bps")
     rows = []
-    for i, r0 in enumerate(first["results"]):
+    calls = min(len(r["results"]) for r in rank_results)    # an aborted job ran fewer
+    for i, r0 in enumerate(first["results"][:calls]):
         per = [r["results"][i] for r in rank_results]
         t = max(p["time_s"] for p in per)
         wrong = sum(p["chunks_missing"] + p["chunks_corrupted"] for p in per)
         row = {"size": r0["size"], "count": r0["size"] // 4, "type": "float",
+               "aborted": any(p.get("aborted") for p in per),
                "redop": REDOP[coll], "root": -1, "time_s": t, "wrong": wrong,
                "ranks_reporting": len(per)}
         row.update(bandwidths(coll, n, r0["size"], t, link))

@@ -75,7 +75,9 @@ def add_arguments(p):
                         "flows share one engine process, about 50 kpps at most)")
     p.add_argument("--qps", type=int, default=4, help="probe flows per host pair")
     p.add_argument("--frame-len", type=int, default=128)
-    p.add_argument("--at", type=float, default=0.5, help="s from flowing to the fault")
+    p.add_argument("--at", type=float, default=None,
+                   help="s from flowing to the fault (default 0.5; under a collective: "
+                        "from its first call, default the middle of the calls)")
     p.add_argument("--hold", type=float, default=1.0, help="s from fault to restore")
     p.add_argument("--post", type=float, default=0.7, help="s of traffic after the last event")
     p.add_argument("--gap-ms", type=float, default=1.0, help="a disruption is a gap > this")
@@ -93,7 +95,16 @@ def add_arguments(p):
                    help="RoCE path MTU the interfaces carry (default 4096; probes are "
                         "--frame-len bytes)")
     p.add_argument("--results", default="results", metavar="DIR")
-    from emulator.experiments.options import add_capture_arg
+    g = p.add_argument_group("under a collective (instead of probes): would the job survive?")
+    g.add_argument("--workload", default=None,
+                   choices=("allreduce", "allgather", "reducescatter", "alltoall"),
+                   help="run this collective while the faults happen: the disturbed "
+                        "iteration against the others, retransmissions, QPs out of retries "
+                        "(experiments/drill_collective.py)")
+    g.add_argument("--sizes", default=None, help="bytes per call (default 1M)")
+    g.add_argument("--iterations", type=int, default=10, help="calls per repeat (default 10)")
+    from emulator.experiments.options import add_capture_arg, add_transport_args
+    add_transport_args(g)
     add_capture_arg(p)
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
@@ -132,7 +143,7 @@ def schedule_from(args, topo=None, out=print):
             raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE")
         faults = [default_fault(topo)]
         out(f"... no --fault given: cutting {faults[0]}, the first uplink of the first leaf")
-    events, at = [], args.at
+    events, at = [], 0.5 if args.at is None else args.at
     for spec in faults:
         evs = scenario.fault_spec(spec, at_s=at, hold_s=args.hold)
         events += evs

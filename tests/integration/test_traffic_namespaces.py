@@ -253,16 +253,21 @@ def test_rc_transport_recovers_random_loss(lab):
 
 
 def test_rc_qp_runs_out_of_retries(lab):
-    """Nothing reaches rank 1: its peers' QPs to it fail after retry_cnt retries."""
+    """Nothing RoCE reaches rank 1 (data or ACKs): a QP between the two fails after
+    retry_cnt retries, its rank aborts the job, and the other rank stops too."""
     hosts = bridge_lan(lab, 2)
     with tempfile.TemporaryDirectory() as tmp:
         drop_roce_ingress(hosts[1][0], hosts[1][1], tmp)
         statuses, docs = run_ranks(hosts, tmp, "allreduce", [64 * 1024], warmup=0,
                                    timeout_exp=10, retry_cnt=2, step_timeout_s=0.5)
     assert statuses == [1, 1]
-    assert docs[0]["failed_qps"] == [{"peer": "h1", "qp": 0}]
-    assert docs[0]["transport"]["timeouts"] == 3          # the first try + 2 retries
-    assert docs[1]["results"][0]["chunks_missing"] == 2
+    failed = [(i, q) for i, d in enumerate(docs) for q in d["failed_qps"]]
+    assert failed, docs
+    i, q = failed[0]
+    assert q == {"peer": f"h{1 - i}", "qp": 0}
+    assert docs[i]["transport"]["timeouts"] == 3          # the first try + 2 retries
+    assert all(d["results"][-1]["aborted"] for d in docs)   # both stopped the job
+    assert docs[1]["results"][0]["chunks_missing"] >= 1
 
 
 def test_lost_chunks_time_out_into_wrong(lab):

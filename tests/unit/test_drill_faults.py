@@ -220,3 +220,45 @@ def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
     with pytest.raises(ConfigError) as e:
         drill.default_fault(topo)
     assert "--fault" in str(e.value)
+
+
+def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
+    from emulator.experiments.drill_collective import disturbed, judge, summarise
+    calls = [{"t_start_ns": 0, "time_s": 1.0}, {"t_start_ns": 1_000_000_000, "time_s": 3.0},
+             {"t_start_ns": 4_000_000_000, "time_s": 1.0}]
+    assert disturbed(calls, 2_500_000_000) == 1
+    assert disturbed(calls, 3_999_999_999 + 2) == 2        # between calls: the next one
+    assert disturbed(calls, 9_000_000_000) is None
+
+    def rank(name, times, retx=(0, 0, 0), failed=()):
+        return {"name": name, "failed_qps": list(failed),
+                "results": [{"t_start_ns": i * 2_000_000_000, "time_s": t,
+                             "chunks_missing": 0, "chunks_corrupted": 0,
+                             "transport": {"retransmitted_packets": r, "timeouts": 0,
+                                           "naks_sent": 0}}
+                            for i, (t, r) in enumerate(zip(times, retx))]}
+    ranks = [rank("h1", [1.0, 1.5, 1.0], (0, 40, 0)), rank("h2", [1.1, 1.2, 0.9])]
+    v = judge(ranks, 2_100_000_000)
+    assert v["disturbed"] == 1 and v["disturbed_s"] == 1.5 and v["undisturbed_s"] == 1.1
+    assert v["slowdown"] == round(1.5 / 1.1, 3) and v["retransmitted"] == 40
+    assert not v["job_died"]
+    dead = judge([rank("h1", [1.0, 9.0, 1.0], failed=[{"peer": "h2", "qp": 0}])],
+                 2_100_000_000)
+    assert dead["job_died"] and dead["failed_qps"][0]["rank"] == "h1"
+    m = summarise([dict(v, fidelity="faithful"), dict(dead, fidelity="faithful")])
+    assert m["jobs_died"] == 1 and m["slowdown_max"] == 9.0 and m["faithful"] == 2
+
+
+def test_collective_drill_cuts_the_first_uplink_the_job_uses():
+    from emulator.experiments.drill_collective import first_uplink
+    from emulator.fabric import addressing, presets
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                        "hosts_per_leaf": "1"}))
+    up = {sw["name"]: [p["name"] for p in sw["ports"] if p["peer_kind"] == "spine"]
+          for sw in topo["switches"] if sw["kind"] == "leaf"}
+    leaf2_port = next(p for p in next(sw for sw in topo["switches"]
+                                      if sw["name"] == "leaf2")["ports"]
+                      if p["peer"] == "spine2")
+    paths = {"a": ["h2:eth0", f"leaf2:{leaf2_port['name']}", "spine2:eth1", "leaf1:eth1", "h1"]}
+    assert up and first_uplink(paths, topo) == "leaf2-spine2"
+    assert first_uplink({"b": ["h1:eth0", "h1"]}, topo) is None
