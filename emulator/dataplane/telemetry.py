@@ -13,6 +13,8 @@ vSwitch afresh (nothing is sampled in between):
   controller installed), and ``fabric_group_bucket_packets_total`` per group
   and bucket: in a fast-failover group, packets on a bucket other than the
   first are switchovers to a backup;
+* with ``--ecn``: ``fabric_link_ecn_marked_packets_total`` per switch end,
+  the frames its queue marked CE (``dataplane.ecn``);
 * ``fabric_fidelity_faithful``: 1 faithful, 0 emulator-bound, -1 not yet
   measured (the run's traffic or collective verdict);
 * ``fabric_run_info{run, fabric}``.
@@ -88,6 +90,14 @@ class FabricCollector:
                 except OSError:
                     continue
         yield pkts
+        if s.marker is not None:            # --ecn: CE marks each switch port added
+            marks = CounterMetricFamily("fabric_link_ecn_marked_packets",
+                                        "ECN-capable frames this link's queue marked CE",
+                                        labels=["link"])
+            for intf, n in sorted(s.marker.marks().items()):
+                if intf in self.links:
+                    marks.add_metric([self.links[intf]], n)
+            yield marks
         flows = GaugeMetricFamily("fabric_switch_flows", "flow entries", labels=["switch"])
         groups = GaugeMetricFamily("fabric_switch_groups", "groups", labels=["switch"])
         buckets = CounterMetricFamily("fabric_group_bucket_packets",

@@ -64,7 +64,8 @@ def summary(results, topo):
     reach = r.get("reachability")
     if reach:
         out.append(f"reachability: {reach['reachable']}/{reach['pairs']} host pairs "
-                   f"(all-pairs ping, {reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
+                   f"({reach.get('checked', 'every host pair')}, ICMP echo, "
+                   f"{reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
     if r.get("impairments"):
         out.append("impairments from the fabric file, on after the reachability check: "
                    + "; ".join(r["impairments"]))

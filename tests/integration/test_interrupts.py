@@ -40,7 +40,7 @@ def run_tag(content):
 
 @pytest.mark.parametrize("sig,moment", [
     (signal.SIGINT, "creating"),            # while building
-    (signal.SIGTERM, "waiting for every host pair"),
+    (signal.SIGTERM, "waiting for the hosts to reach each other"),
     (signal.SIGINT, "traffic:"),            # while traffic runs
 ])
 def test_signal_at_any_moment_leaves_nothing(tmp_path, sig, moment):

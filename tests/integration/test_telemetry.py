@@ -65,3 +65,23 @@ def test_a_busy_telemetry_port_is_one_error_before_anything_is_built(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert "--telemetry" in p.stderr and "not free" in p.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_ecn_marks_are_served_per_link(tmp_path):
+    """With ECN marking on, an incast into h1 shows marks on leaf1->h1 at /metrics."""
+    from emulator.dataplane import ecn
+    from emulator.experiments.collective import run_collective
+    fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "2"})
+    port = free_port()
+    with Session(fabric, results_base=str(tmp_path), telemetry=port,
+                 ecn=ecn.parse("10KB")) as s:
+        url = f"http://127.0.0.1:{port}/metrics"
+        before = scrape(url)
+        rep = run_collective(s, "incast", [256 << 10], warmup=0)
+        after = scrape(url)
+    assert [r["wrong"] for r in rep["rows"]] == [0]
+    assert (metric(before, "fabric_link_ecn_marked_packets_total", link="leaf1->h1") or 0) == 0
+    assert metric(after, "fabric_link_ecn_marked_packets_total", link="leaf1->h1") > 0
+    assert metric(after, "fabric_link_ecn_marked_packets_total", link="leaf1->spine1") == 0
+    assert s.results["ecn"]["marked_total"] >= \
+        metric(after, "fabric_link_ecn_marked_packets_total", link="leaf1->h1")

@@ -27,3 +27,23 @@ def test_replies_are_read_and_everything_else_ignored():
     assert reach.parse_reply(ipv4("10.0.0.9", reach.echo_request(1, 2))) is None  # request
     assert reach.parse_reply(b"\x60" + bytes(40)) is None                        # IPv6
     assert reach.parse_reply(ipv4("10.0.0.9", b"\x00\x00")) is None               # truncated
+
+
+def test_large_fabrics_check_every_host_against_every_leaf():
+    from emulator.fabric import addressing, presets
+    from emulator.fabric.addressing import home_leaf
+    small = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                         "hosts_per_leaf": "2"}))
+    pairs, how = reach.check_pairs(small)
+    assert len(pairs) == 4 * 3 and how == "every host pair"
+    big = addressing.plan(presets.build("leaf-spine", {"spines": "8", "leaves": "32",
+                                                       "hosts_per_leaf": "8"}))
+    pairs, how = reach.check_pairs(big)
+    hosts = {h["name"]: home_leaf(h) for h in big["hosts"]}
+    assert how == "every host to a host on every leaf"
+    assert len(pairs) == 256 * 32 and len(set(pairs)) == len(pairs)
+    assert all(a != b for a, b in pairs)
+    assert {a for a, _ in pairs} == set(hosts) == {b for _, b in pairs}   # all send, all answer
+    covered = {(hosts[a], hosts[b]) for a, b in pairs}
+    leaves = set(hosts.values())
+    assert covered == {(x, y) for x in leaves for y in leaves}           # every leaf pair
