@@ -17,22 +17,30 @@ its packets are dropped and ``failed`` lists it, as the NIC would report
 "transport retry counter exceeded".
 """
 
+from collections import deque
+
 from .dcqcn import CnpPacer, Dcqcn
 from .rcframes import ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
-from .transport import Requester, Responder
+from .timely import Timely
+from .transport import Requester, Responder, psn_diff
 
 
 class RankQPs:
     """Every QP of one rank; ``send_frame(bytes)`` puts an ACK/NAK/CNP on the wire.
 
+    With ``timely`` (``TimelyParams``), every QP is paced at the rate its
+    ACKs' round-trip times set (first transmissions only: Karn's rule).
     With ``dcqcn`` (``DcqcnParams``), a QP gets a DCQCN reaction point at
     its first CNP (as NICs allocate a rate limiter then, with alpha = 1):
     ``may_send``/``charge`` pace it at its current rate, each CNP cuts it;
     and packets arriving CE-marked earn their sender a CNP (paced per QP).
     """
 
-    def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False):
+    def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False,
+                 timely=None):
         self.p = params
+        self.timely = timely     # TimelyParams: every QP paced by its RTT (traffic.timely)
+        self.sent_at = {}        # (peer, qp) -> deque of (psn, ns) of first transmissions
         self.ooo = ooo           # responders place out of order (spraying NICs)
         self.dcqcn = dcqcn
         self.rp = {}             # (peer, qp) -> Dcqcn
@@ -54,12 +62,21 @@ class RankQPs:
         if key not in self.req:
             self.req[key] = Requester(self.p)
             self.by_qpn[qpn] = key
+            if self.timely is not None:
+                self.rp[key] = Timely(self.timely)
+                self.sent_at[key] = deque()
 
     def usable(self, key):
         return not self.req[key].failed
 
     def sent(self, key, psn, packet, now, again=False):
         self.req[key].sent(psn, packet, now, again)
+        times = self.sent_at.get(key)
+        if times is not None:
+            if again:
+                times.clear()     # Karn: no RTT from a range that went twice
+            else:
+                times.append((psn, now))
 
     def may_send(self, key, now):
         """The QP's rate allows a packet now (always, without DCQCN)."""
@@ -126,6 +143,11 @@ class RankQPs:
         elif c.is_ack:
             self.acks_received += 1
             r.ack(c.psn, now)
+            times = self.sent_at.get(key)
+            while times and psn_diff(times[0][0], c.psn) < 0:
+                times.popleft()
+            if times and times[0][0] == c.psn:
+                self.rp[key].rtt(now - times.popleft()[1])
 
     def _queue(self, key):
         if self.req[key].resend and key not in self.retx:

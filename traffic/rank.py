@@ -42,13 +42,12 @@ from .accounting import Accounting
 from .barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
                       serve_readable)
 from .collectives import schedule
-from .dcqcn import DcqcnParams
 from .entropy import EntropyPolicy, sport as entropy_sport
 from .frames import HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate, opcode_for, parse
 from .pacing import TokenBucket
 from .qps import RankQPs
-from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, flow_id,  # noqa: F401
-                          load_config, qpn)
+from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
+                          flow_id, load_config, qpn)
 from .rcframes import parse_control
 from .receiver import PACKET_OUTGOING, open_capture, open_sink, socket_drops
 from .sender import Sender
@@ -79,9 +78,8 @@ class Rank:
         self.retx_bytes = 0
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission
         if cfg["transport"] == "rc":
-            dcqcn = DcqcnParams(cfg["rate_bps"]) if cfg["cc"] == "dcqcn" else None
             self.qps = RankQPs(cfg["rc_params"], self.sender.sock.send, self.mac, mine["ip"],
-                               cfg["dscp"], dcqcn=dcqcn, ooo=cfg["entropy"] != "qp")
+                               cfg["dscp"], ooo=cfg["entropy"] != "qp", **cc_params(cfg))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
         self.variants = {}     # (template id, entropy index) -> template with that sport

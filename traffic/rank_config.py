@@ -12,7 +12,7 @@ from .frames import PROBE, PSN_MASK
 from .transport import RcParams
 
 TRANSPORTS = ("rc", "none")
-CC_MODES = ("none", "dcqcn")
+CC_MODES = ("none", "dcqcn", "timely")
 
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
@@ -64,10 +64,12 @@ def load_config(doc):
     if cfg["transport"] not in TRANSPORTS:
         raise ConfigError(f"transport: one of {TRANSPORTS}")
     if cfg["cc"] not in CC_MODES or (cfg["cc"] != "none" and cfg["transport"] != "rc"):
-        raise ConfigError(f"cc: one of {CC_MODES}; dcqcn needs transport rc (CNPs "
-                          "travel on the RC transport's frames)")
+        raise ConfigError(f"cc: one of {CC_MODES}; dcqcn and timely need transport rc "
+                          "(CNPs and ACKs are the RC transport's frames)")
     try:
-        cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"])
+        # TIMELY needs RTT samples: an ACK per packet (a delayed one would add its delay)
+        cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"],
+                                    **({"ack_every": 1} if cfg["cc"] == "timely" else {}))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"timeout_exp/retry_cnt: {e}")
     ring = cfg["ring"]
@@ -92,3 +94,14 @@ def flow_id(src, dst, qp):
 def qpn(src, dst, qp):
     """A QP number unique per (src, dst, qp): distinct UDP sports per QP."""
     return ((src + 1) << 14 | dst << 4 | qp) & PSN_MASK
+
+
+def cc_params(cfg):
+    """``RankQPs`` keyword for the config's congestion control ({} for none)."""
+    from .dcqcn import DcqcnParams
+    from .timely import TimelyParams
+    if cfg["cc"] == "dcqcn":
+        return {"dcqcn": DcqcnParams(cfg["rate_bps"])}
+    if cfg["cc"] == "timely":
+        return {"timely": TimelyParams(cfg["rate_bps"])}
+    return {}

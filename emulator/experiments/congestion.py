@@ -13,7 +13,8 @@ collective.  Per run (``analyse``, pure):
 - its utilisation: bytes it sent over its link rate x that busy time;
 - fairness: Jain's index over the senders' throughputs (bytes over the
   time each sender's own call took);
-- completion time, retransmissions, timeouts, CNPs and ECN marks.
+- completion time, retransmissions, timeouts, CNPs and ECN marks, and
+  ``died``: runs in which a QP ran out of retries (the job aborted).
 
 ``--queue-ms`` sets the buffers: deep (the default 2000 ms, a lossless
 stand-in for PFC: congestion shows as queueing) or shallow (lossy: the
@@ -25,7 +26,7 @@ import os
 
 from emulator.errors import ConfigError
 
-CC_MODES = ("none", "dcqcn")
+CC_MODES = ("none", "dcqcn", "timely")
 
 
 def jain(xs):
@@ -157,6 +158,7 @@ def summarize(runs, kmax):
                      "timeouts": med(lambda r: r["timeouts"]), "cnps": med(lambda r: r["cnps"]),
                      "marks": med(lambda r: r["marks"]),
                      "wrong": sum(r["wrong"] for r in rs),
+                     "died": sum(bool(r.get("failed_qps")) for r in rs),
                      "faithful": sum(r["fidelity"] == "faithful" for r in rs)})
     return rows
 
@@ -164,7 +166,7 @@ def summarize(runs, kmax):
 def table(rows):
     head = (f"{'cc':6s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
             f"{'p99/Kmax':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
-            f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} faithful")
+            f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
     lines = [head]
     f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for r in rows:
@@ -174,7 +176,7 @@ def table(rows):
                      f"{f(r['jain'], '5.2f')} {f(r['drops'], '6d')} "
                      f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
                      f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "
-                     f"{r['faithful']}/{r['reps']}")
+                     f"{r['died']:4d} {r['faithful']}/{r['reps']}")
     return "\n".join(lines)
 
 

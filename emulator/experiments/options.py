@@ -38,9 +38,10 @@ def add_transport_args(p):
                         "the first above 4 full queues, --queue-ms 30 -> 15: 134 ms)")
     p.add_argument("--rc-retry", type=int, default=7, choices=range(8), metavar="N",
                    help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
-    p.add_argument("--cc", choices=("none", "dcqcn"), default="none",
+    p.add_argument("--cc", choices=("none", "dcqcn", "timely"), default="none",
                    help="congestion control at the sending NICs (collectives): DCQCN "
-                        "reacts to CNPs for ECN-marked packets (use with --ecn)")
+                        "reacts to CNPs for ECN-marked packets (use with --ecn); TIMELY "
+                        "to the round-trip times of its ACKs (no switch support)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
                    help="ECN marking at every switch port's egress: a step at K bytes "
                         "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (20KB:80KB:0.2)")
@@ -58,7 +59,8 @@ def check_transport(args):
     from emulator.dataplane import ecn
     from emulator.errors import ConfigError
     if args.cc != "none" and args.transport != "rc":
-        raise ConfigError("--cc", "dcqcn needs --transport rc (CNPs are RC transport frames)")
+        raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
+                                  "transport's CNPs or ACKs)")
     if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
         raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
     return ecn.parse(args.ecn)

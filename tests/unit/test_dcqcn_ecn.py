@@ -84,3 +84,48 @@ def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
              "fidelity": "faithful"}]
     (row,) = summarize(runs, kmax=30000)
     assert row["queue_p99_over_kmax"] == 2.0 and row["faithful"] == 1 and row["cnps"] == 5
+    assert row["died"] == 0
+
+
+def test_timely_follows_the_rtt_and_its_gradient():
+    from traffic.timely import Timely, TimelyParams
+    p = TimelyParams(LINE, t_low_ns=4 * MS, t_high_ns=25 * MS, min_rtt_ns=2 * MS, beta=0.8)
+    t = Timely(p)
+    t.rtt(10 * MS)                               # the first sample only sets the reference
+    assert t.rate_bps == LINE
+    t.rtt(50 * MS)                               # above t_high: x (1 - beta (1 - 25/50))
+    assert t.rate_bps == pytest.approx(LINE * (1 - 0.8 * 0.5))
+    r = t.rate_bps
+    t.rtt(2 * MS)                                # below t_low: + delta
+    assert t.rate_bps == pytest.approx(r + p.delta_bps)
+    t2 = Timely(p)
+    t2.rate_bps = LINE / 2
+    t2.rtt(10 * MS)
+    t2.rtt(12 * MS)                              # rising inside the band: cut by beta x gradient
+    grad = 0.875 * 2 * MS / p.min_rtt_ns
+    assert t2.rate_bps == pytest.approx(LINE / 2 * (1 - 0.8 * min(grad, 1.0)))
+    t3 = Timely(p)
+    t3.rate_bps = p.min_bps
+    for rtt in (20, 19, 18, 17, 16, 15, 14):     # falling: + delta, 5 delta after five
+        t3.rtt(rtt * MS)
+    assert t3.negative == 6
+    assert t3.rate_bps == pytest.approx(p.min_bps + 4 * p.delta_bps + 2 * 5 * p.delta_bps)
+
+
+def test_timely_samples_first_transmissions_only():
+    from traffic.qps import RankQPs
+    from traffic.rcframes import ACKNOWLEDGE, ControlTemplate, parse_control
+    from traffic.timely import TimelyParams
+    from traffic.transport import RcParams
+    q = RankQPs(RcParams(), lambda f: None, "02:00:00:00:00:01", "10.0.0.1",
+                timely=TimelyParams(LINE))
+    q.add_qp((1, 0), 0x66)
+    ack = ControlTemplate(ACKNOWLEDGE, "02:00:00:00:00:02", "02:00:00:00:00:01", "10.0.0.2",
+                          "10.0.0.1", 0x66)
+    for psn in range(4):
+        q.sent((1, 0), psn, ("pkt", psn), psn * MS)
+    q.control(parse_control(ack.frame(1)), 11 * MS)      # psn 1 sent at 1 ms: 10 ms RTT
+    assert q.rp[(1, 0)].prev == 10 * MS
+    q.sent((1, 0), 2, ("pkt", 2), 12 * MS, again=True)     # went twice: no sample from it
+    q.control(parse_control(ack.frame(3)), 30 * MS)
+    assert q.rp[(1, 0)].samples == 1
