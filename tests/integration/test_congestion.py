@@ -1,8 +1,8 @@
 """Congestion control on a real fabric (root): a 7 -> 1 incast on the default
 fabric with deep (lossless stand-in) queues and ECN marking, ``compare --cc
-none,dcqcn``.  DCQCN holds the bottleneck queue far below what no congestion
-control lets it reach, every chunk arrives, and the root's capture decodes in
-tshark as RoCEv2 ACKs (AETH) and CNPs with valid ICRCs.  About 60 s."""
+none,dcqcn,timely``.  DCQCN and TIMELY hold the bottleneck queue far below
+what no congestion control lets it reach, every chunk arrives, and the root's capture decodes in
+tshark as RoCEv2 ACKs (AETH) and CNPs with valid ICRCs.  About 30 s."""
 
 import json
 import subprocess
@@ -15,7 +15,8 @@ from traffic.rcframes import parse_control
 
 
 def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "emulator", "compare", "--cc", "none,dcqcn",
+    p = subprocess.run([sys.executable, "-m", "emulator", "compare", "--cc",
+                        "none,dcqcn,timely",
                         "--reps", "1", "--sizes", "512K", "--sample-ms", "5",
                         "--capture", "h1", "--results", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -23,11 +24,13 @@ def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):
     (base,) = [d for d in tmp_path.iterdir() if d.is_dir()]
     doc = json.loads((base / "cc.json").read_text())
     rows = {r["cc"]: r for r in doc["rows"]}
-    assert rows["none"]["wrong"] == rows["dcqcn"]["wrong"] == 0
+    assert rows["none"]["wrong"] == rows["dcqcn"]["wrong"] == rows["timely"]["wrong"] == 0
     assert rows["none"]["cnps"] == 0 and rows["none"]["marks"] > 0
     assert rows["dcqcn"]["cnps"] > 0
     assert rows["dcqcn"]["queue_max"] < rows["none"]["queue_max"] / 2, rows
     assert rows["dcqcn"]["queue_mean"] < rows["none"]["queue_mean"] / 2, rows
+    assert rows["timely"]["cnps"] == 0                    # delay, not marks
+    assert rows["timely"]["queue_mean"] < rows["none"]["queue_mean"] / 2, rows
     assert (base / "cc.png").stat().st_size > 0
     run = [r for r in doc["runs"] if r["cc"] == "dcqcn"][0]
     cap = next(d for d in (base.iterdir()) if d.name == run["dir"].rsplit("/", 1)[-1]) \
