@@ -176,11 +176,16 @@ def collective_fidelity(watch, ranks):
                          engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)})
 
 
-def rank_totals(coll_dir, key="reordered_packets"):
-    """Sum of one receive counter (``rx_flows[key]``) over the rank result files of a run."""
-    total = 0
-    for name in os.listdir(coll_dir):
+def rank_results(coll_dir):
+    """The rank result documents a collective left in ``coll_dir``, in file order."""
+    out = []
+    for name in sorted(os.listdir(coll_dir)):
         if name.startswith("rank") and name.endswith(".json") and "config" not in name:
             with open(os.path.join(coll_dir, name)) as f:
-                total += json.load(f)["rx_flows"][key]
-    return total
+                out.append(json.load(f))
+    return out
+
+
+def rank_totals(coll_dir, key="reordered_packets"):
+    """Sum of one receive counter (``rx_flows[key]``) over the rank result files of a run."""
+    return sum(r["rx_flows"][key] for r in rank_results(coll_dir))

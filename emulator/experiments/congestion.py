@@ -21,7 +21,6 @@ stand-in for PFC: congestion shows as queueing) or shallow (lossy: the
 transport's go-back-N repairs the drops, at a price the table shows).
 """
 
-import json
 import os
 
 from emulator.errors import ConfigError
@@ -106,12 +105,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print):
                 rank_extra={"transport": "rc", "cc": cc})
         finally:
             sampler.stop()
-        coll_dir = os.path.join(s.dir, "collective")
-        ranks = []
-        for name in sorted(os.listdir(coll_dir)):
-            if name.startswith("rank") and name.endswith(".json") and "config" not in name:
-                with open(os.path.join(coll_dir, name)) as f:
-                    ranks.append(json.load(f))
+        ranks = collective.rank_results(os.path.join(s.dir, "collective"))
         t0 = sampler.times[0] if sampler.times else 0
         times = [t - t0 for t in sampler.times]
         bott = analyse(times, ports, sampler.backlog, sampler.sent, sampler.drops)

@@ -112,13 +112,8 @@ def repeat(s, inj, events, args, rank_extra, out):
     t.join()
     if "error" in box:
         raise box["error"]
-    coll = os.path.join(s.dir, "collective")
-    ranks = []
-    for name in sorted(os.listdir(coll)):
-        if name.startswith("rank") and name.endswith(".json") and "config" not in name:
-            with open(os.path.join(coll, name)) as f:
-                ranks.append(json.load(f))
-    verdict = judge(ranks, inj.events[n0]["t_ns"])
+    verdict = judge(collective.rank_results(os.path.join(s.dir, "collective")),
+                    inj.events[n0]["t_ns"])
     verdict["events"] = inj.events[n0:]
     verdict["fidelity"] = box["report"]["fidelity"]["verdict"]
     return verdict
