@@ -162,6 +162,9 @@ def test_modeled_detection_tells_both_switches_on_time(session, tmp_path):
     with open(s.controller.log_path) as f:
         conv = drill.controller_convergence(f.read(), t_fault, t_rest)
     assert conv is not None and conv["port_events"] >= 1, conv
+    # where the push's time went: recompute, sends, barriers, and the bytes sent
+    assert conv["bytes"] > 0 and conv["sent"] > 0, conv
+    assert all(conv[k] >= 0 for k in ("compute_ms", "send_ms", "barrier_ms")), conv
     # the restore cleared the config bit on both ends, and the tables came back
     assert "detect" in up
     assert not any(port_config_down(s, sw, p) for sw, p in ports)

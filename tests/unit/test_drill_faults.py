@@ -262,3 +262,20 @@ def test_collective_drill_cuts_the_first_uplink_the_job_uses():
     paths = {"a": ["h2:eth0", f"leaf2:{leaf2_port['name']}", "spine2:eth1", "leaf1:eth1", "h1"]}
     assert up and first_uplink(paths, topo) == "leaf2-spine2"
     assert first_uplink({"b": ["h1:eth0", "h1"]}, topo) is None
+
+
+def test_controller_convergence_breaks_the_last_push_down():
+    from emulator.experiments.drill_stats import controller_convergence
+    log = "\n".join([
+        '2026-11-23 12:00:00,000 INFO controller: CONVERGED {"event": "port", "up": false, '
+        '"t_event": 10.002, "t_done": 10.030, "compute_ms": 8.0, "send_ms": 3.0, '
+        '"barrier_ms": 15.0, "bytes": 4096, "sent": 20}',
+        '2026-11-23 12:00:00,000 INFO controller: CONVERGED {"event": "port", "up": false, '
+        '"t_event": 10.004, "t_done": 10.031, "compute_ms": 1.0, "send_ms": 0.1, '
+        '"barrier_ms": 0.0, "bytes": 0, "sent": 0}',
+        '2026-11-23 12:00:00,000 INFO controller: CONVERGED {"event": "port", "up": true, '
+        '"t_event": 11.5, "t_done": 11.6}'])
+    c = controller_convergence(log, 10.0e9, 11.4e9)
+    assert c["convergence_ms"] == 31.0 and c["first_port_status_ms"] == 2.0
+    assert c["port_events"] == 2
+    assert (c["compute_ms"], c["send_ms"], c["barrier_ms"], c["bytes"]) == (8.0, 3.0, 15.0, 4096)
