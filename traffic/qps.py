@@ -118,7 +118,7 @@ class RankQPs:
         return out
 
     def control(self, c, now):
-        """An ACK or NAK for one of this rank's QPs."""
+        """An ACK, NAK or CNP for one of this rank's QPs."""
         if not c.icrc_ok:
             self.control_corrupted += 1
             return
@@ -229,7 +229,3 @@ class RankQPs:
                 "control_unknown_qp": self.control_unknown,
                 "ce_received": self.ce_received, "cnps_sent": self.cnps_sent,
                 "cnps_received": self.cnps_received}
-
-    def rates(self):
-        """{(peer, qp): current DCQCN rate in bit/s}."""
-        return {k: rp.rate_bps for k, rp in self.rp.items()}

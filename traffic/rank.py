@@ -71,7 +71,8 @@ class Rank:
         self.rx.setblocking(False)
         socket_drops(self.rx)            # reset the kernel's counter
         self.sink = open_sink()
-        self.hello = Barrier(self.me, [r["ip"] for r in self.ranks])
+        self.ips = [r["ip"] for r in self.ranks]
+        self.hello = Barrier(self.me, self.ips)
         self.ready = None      # the second barrier (READY_PORT), once the frames are built
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
         self.qps = None
@@ -216,15 +217,15 @@ class Rank:
         return int(t * 1e9)
 
     def _next_batch(self, queue, qpos, limit, now):
-        """(packets to send now, resent?, how many of ``queue`` they used, blocked):
-        resends first; ``blocked``: the next packet waits for its QP's rate (DCQCN)."""
+        """(packets to send now, resent?, how many of ``queue`` they used): resends
+        first; new packets stop at the first whose QP's rate does not allow it yet."""
         qps = self.qps
         batch, again = [], []
         if qps and qps.retx:
             for _key, _psn, pkt in qps.resends(limit, now):
                 batch.append(pkt)
                 again.append(True)
-        used, blocked = 0, False
+        used = 0
         while len(batch) < limit and qpos + used < len(queue):
             pkt = queue[qpos + used]
             if qps:
@@ -233,13 +234,12 @@ class Rank:
                     used += 1
                     continue           # its QP failed: the NIC flushes its work
                 if not qps.may_send(key, now):
-                    blocked = True     # in order: the queue waits for this QP's rate
-                    break
+                    break              # in order: the queue waits for this QP's rate
                 qps.charge(key, pkt[0].len, now)
             used += 1
             batch.append(pkt)
             again.append(False)
-        return batch, again, used, blocked
+        return batch, again, used
 
     def _emit(self, batch, again, now):
         """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
@@ -312,7 +312,7 @@ class Rank:
                 bucket.refill(now)
                 n = min(self.sender.batch, int(bucket.tokens // cost))
                 if n > 0:
-                    batch, again, used, _ = self._next_batch(queue, qpos, n, now)
+                    batch, again, used = self._next_batch(queue, qpos, n, now)
                     qpos += used
                     if batch:
                         sent = self._emit(batch, again, now)
@@ -383,7 +383,7 @@ class Rank:
         gc.freeze()
         # every rank has its frames: start together (a rank still building them would
         # not answer yet, and its peers' first packets would time out)
-        self.ready = Barrier(self.me, [r["ip"] for r in self.ranks], port=READY_PORT)
+        self.ready = Barrier(self.me, self.ips, port=READY_PORT)
         self.ready.wait(self.cfg["barrier_timeout_s"], also=(self.hello,))
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
@@ -399,9 +399,9 @@ class Rank:
         flows = self.acct.summary(timeline=False)
         extra = {}
         if self.qps:   # the run's totals and the first DCQCN cuts (t ms, peer, rate)
-            extra["transport"] = dict(self.qps.counters(), kind="rc",
-                                      timeout_exp=self.cfg["timeout_exp"],
-                                      retry_cnt=self.cfg["retry_cnt"])
+            extra["transport"] = self.qps.counters()
+            extra["rc"] = {"timeout_exp": self.cfg["timeout_exp"],
+                           "retry_cnt": self.cfg["retry_cnt"]}
             t0 = self.qps.trace[0][0] if self.qps.trace else 0
             extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
@@ -419,7 +419,7 @@ class Rank:
         if self.qps:
             buf = bytearray(9216)
             mv = memoryview(buf)
-            leave_together(self.me, [r["ip"] for r in self.ranks],
+            leave_together(self.me, self.ips,
                            self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
                            socks=(self.rx,), tick=lambda: self._drain(buf, mv))
 

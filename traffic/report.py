@@ -58,10 +58,8 @@ def combine(rank_results):
     out = {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
     if all("transport" in r for r in rank_results):
         out["transport"] = {k: sum(r["transport"][k] for r in rank_results)
-                            for k, v in first["transport"].items()
-                            if isinstance(v, int) and k not in ("timeout_exp", "retry_cnt")}
-        out["transport"].update({k: first["transport"].get(k)
-                                 for k in ("kind", "timeout_exp", "retry_cnt")})
+                            for k in first["transport"]}
+        out["rc"] = first.get("rc")
         out["failed_qps"] = [dict(q, rank=r.get("name") or r["rank"])
                              for r in rank_results for q in r.get("failed_qps", [])]
     return out
@@ -82,7 +80,7 @@ def table(report):
     if tr:
         failed = ", ".join(f"{q['rank']}->{q['peer']} qp{q['qp']}"
                            for q in report.get("failed_qps", [])) or "none"
-        lines.append(f"# transport {tr['kind']}: {tr['retransmitted_packets']} packets "
+        lines.append(f"# transport rc: {tr['retransmitted_packets']} packets "
                      f"retransmitted, {tr['naks_sent']} NAKs, {tr['timeouts']} timeouts "
                      f"(all calls, warm-up included); QPs out of retries: {failed}")
     return "\n".join(lines)

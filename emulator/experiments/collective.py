@@ -77,6 +77,17 @@ def rank_configs(topo, collective, sizes, hosts=None, qps=1, ring="naive",
              "output": os.path.join(out_dir, f"rank{i}.json")} for i in range(len(ranks))]
 
 
+def default_timeout_exp(queue_ms):
+    """The RC retransmission timer's exponent for queues of ``queue_ms``.
+
+    The timer must outlast the deepest queueing a packet and its ACK can meet
+    (four full queues): deep "lossless" queues need a long one, as
+    NCCL_IB_TIMEOUT is set far above a PFC fabric's delays.
+    """
+    from traffic.transport import RcParams
+    return RcParams.exp_for(4 * queue_ms / 1e3)
+
+
 def expected_seconds(collective, n, sizes, rate_bps):
     from traffic.collectives import BUSBW_FACTOR
     factor = BUSBW_FACTOR[collective](n)
@@ -98,13 +109,9 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     configs = rank_configs(session.topo, collective, list(sizes), hosts, qps, ring,
                            rate_bps, out_dir, warmup=warmup,
                            mtu=getattr(session, "mtu", 4096))
-    # the retransmission timer must outlast the deepest queueing a packet and its ACK
-    # can meet (full queues on the way): deep "lossless" queues need a long one, as
-    # NCCL_IB_TIMEOUT is set far above a PFC fabric's delays
-    from traffic.transport import RcParams
-    queue_s = getattr(session, "queue_ms", 30.0) / 1e3
+    timeout_exp = default_timeout_exp(getattr(session, "queue_ms", 30.0))
     for cfg in configs:
-        cfg["timeout_exp"] = RcParams.exp_for(4 * queue_s)
+        cfg["timeout_exp"] = timeout_exp
         cfg.update({k: v for k, v in (rank_extra or {}).items() if v is not None})
     n = len(configs)
     ideal = expected_seconds(collective, n, list(sizes) + list(sizes[:warmup]),

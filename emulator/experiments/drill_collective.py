@@ -79,7 +79,7 @@ def judge(ranks, t_fault_ns):
             "wrong": sum(c["wrong"] for c in calls)}
 
 
-def repeat(s, inj, events, args, rank_extra, out):
+def repeat(s, inj, events, args, rank_extra):
     """One collective with the schedule injected; returns ``judge``'s verdict."""
     from emulator.experiments import collective, scenario
     sizes = [collective.parse_sizes(args.sizes or "1M")[0]] * args.iterations
@@ -123,11 +123,11 @@ def connections(s, collective, hosts):
     """{flow key: path} of every connection of the collective (QP 0 of each)."""
     from emulator.experiments.drill import flow_paths
     from traffic.collectives import schedule
-    from traffic.rank_config import qpn
+    from traffic.rank_config import flow_id, qpn
     n = len(hosts)
     pairs = {(i, t.peer) for i in range(n) for st in schedule(collective, n, i, n * 1024)
              for t in st.sends}
-    return flow_paths(s, [(hosts[i], hosts[j], (i << 20) | (j << 8), qpn(i, j, 0))
+    return flow_paths(s, [(hosts[i], hosts[j], flow_id(i, j, 0), qpn(i, j, 0))
                           for i, j in sorted(pairs)], 1)
 
 
@@ -178,7 +178,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
         reps = []
         try:
             for r in range(args.repeat):
-                v = repeat(s, inj, events, args, rank_transport(args), out)
+                v = repeat(s, inj, events, args, rank_transport(args))
                 reps.append(v)
                 t_rest = next((e["t_ns"] for e in v["events"] if e["kind"] in
                                ("link_up", "switch_recover", "loss_stop",
@@ -207,9 +207,10 @@ def summarise(reps):
 
 
 def table(results, args):
+    from emulator.experiments.collective import default_timeout_exp
     from traffic.transport import RcParams
     exp = args.rc_timeout if args.rc_timeout is not None else \
-        RcParams.exp_for(4 * args.queue_ms / 1e3)          # collective.run_collective's
+        default_timeout_exp(args.queue_ms)
     lines = [f"# {args.workload} x{args.iterations} of {args.sizes or '1M'}, transport "
              f"{args.transport}, ACK timeout 4.096 us x 2^{exp} = "
              f"{RcParams(timeout_exp=exp).timeout_ns / 1e6:.0f} ms, retry {args.rc_retry}",
