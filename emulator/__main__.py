@@ -1,4 +1,5 @@
-"""Command line: ``python -m emulator {run,check,drill,show,validate,clean,presets}``.
+"""Command line: ``python -m emulator {run,check,drill,probe,compare,show,validate,clean,
+presets}``.
 
 Every user error (bad fabric file, unknown preset parameter, not root, a
 missing dependency) prints one ``error:`` line and exits with status 2,
@@ -124,6 +125,13 @@ def build_parser():
     add_fabric_args(p)
     drill.add_arguments(p)
 
+    from emulator.experiments import probe
+    p = sub.add_parser("probe", help="black-box prober: probe every path, find a link that "
+                                     "drops or corrupts silently, isolate it; time to "
+                                     "detect and isolate, false suspects")
+    add_fabric_args(p)
+    probe.add_arguments(p)
+
     from emulator.experiments import check
     p = sub.add_parser("check", help="hold a controller (app) to checks: reachability, "
                                      "a flow's path, loss under a link cut; PASS/FAIL")
@@ -198,7 +206,7 @@ def main(argv=None):
             from emulator.experiments import run
             fabric = load_fabric(args)
             return run.run(fabric, args)
-        if args.command in ("check", "compare", "drill"):
+        if args.command in ("check", "compare", "drill", "probe"):
             import importlib
 
             from emulator.dataplane import session

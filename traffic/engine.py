@@ -33,12 +33,22 @@ limits from the network's (fidelity):
   engine did not read fast enough) and a one-way latency histogram
   (sender and receiver share CLOCK_MONOTONIC: one machine);
 - its own CPU time, wake-ups and CPU per packet.
+
+With ``progress_ms`` the engine also prints, that often, one line
+``progress {json}``: per flow the sequences it spans so far and how many of
+them arrived (``flows``: ``[span, unique]``, so lost = span - unique, the
+tail in flight not counted), the packets each flow sent so far (``sent``:
+a flow whose every packet is lost spans nothing), and the engine's own
+shortfalls so far (``skipped`` sends, receive ``socket_drops``).  A live consumer (the black-box prober)
+reads them while the traffic runs, and may end the sending early with a
+line ``stop`` on stdin.
 """
 
 import gc
 import json
 import os
 import resource
+import select
 import socket
 import struct
 import sys
@@ -68,7 +78,9 @@ PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5
                  # per-flow throughput timelines in bins of this many ms (None: none)
                  "timeline_ms": None,
                  # say "flowing" on stdout once this many flows have arrived
-                 "expect_flows": None}
+                 "expect_flows": None,
+                 # print per-flow progress on stdout this often (None: never)
+                 "progress_ms": None}
 
 
 class PlanError(ValueError):
@@ -152,10 +164,13 @@ class _Rx:
 class Engine:
     """Runs a plan; ``run`` returns the result document."""
 
-    def __init__(self, plan, clock=time.monotonic_ns, on_flowing=lambda: None):
+    def __init__(self, plan, clock=time.monotonic_ns, on_flowing=lambda: None,
+                 on_progress=lambda doc: None, stop_asked=lambda: False):
         self.plan = load_plan(plan)
         self.clock = clock
         self.on_flowing = on_flowing
+        self.on_progress = on_progress
+        self.stop_asked = stop_asked
         self.parse = FastParser(self.plan["verify_icrc"])
         # CLOCK_REALTIME - CLOCK_MONOTONIC: kernel receive stamps -> the senders' clock
         self.rt_offset = time.time_ns() - clock()
@@ -220,8 +235,18 @@ class Engine:
         sending = bool(scheds)
         send_end = None
         prev = None
+        every = int(p["progress_ms"] * 1e6) if p["progress_ms"] else None
+        next_progress = start + every if every else None
         while True:
             now = clock()
+            if every and now >= next_progress:
+                next_progress = now + every
+                self.on_progress(self._progress(now, scheds))
+                if sending and self.stop_asked():
+                    sending = False
+                    send_end = now
+                    for s in scheds:
+                        s[0].end = now
             if prev is not None and now - prev > 10_000_000:
                 stalls.append((round((prev - start) / 1e6, 1), round((now - prev) / 1e6, 1)))
             prev = now
@@ -256,6 +281,19 @@ class Engine:
         doc = self._result(scheds, start, send_end or clock(), cpu, wakeups)
         doc["engine"]["stalls"] = stalls[:50]
         return doc
+
+    def _progress(self, now, scheds):
+        """The ``progress`` document: per flow [span, unique] so far, and shortfalls."""
+        flows = {}
+        for r in self.rx:
+            r.stats()
+            for key, fa in r.acct.flows.items():
+                flows[key] = [fa.expected(), fa.unique]
+        sent = {f"{spec['src_ip']}#{f.flow_id}": f.sent for spec, fl, _ in self.streams
+                for f in fl}
+        return {"t_ns": now, "flows": flows, "sent": sent,
+                "skipped": sum(s[0].skipped for s in scheds),
+                "socket_drops": sum(r.drops for r in self.rx)}
 
     def _send_due(self, s, now):
         """Send what one stream's schedule says is due, round-robin over its QPs."""
@@ -380,7 +418,11 @@ def main(plan_path, out=None, wait_go=True):
     with open(plan_path) as f:
         plan = json.load(f)
     try:
-        engine = Engine(plan, on_flowing=lambda: print("flowing", flush=True))
+        engine = Engine(plan, on_flowing=lambda: print("flowing", flush=True),
+                        on_progress=lambda doc: print("progress " + json.dumps(doc),
+                                                      flush=True),
+                        stop_asked=lambda: bool(select.select([sys.stdin], [], [], 0)[0])
+                        and sys.stdin.readline().strip() == "stop")
     except PlanError as e:
         print(f"engine: bad plan: {e}", file=sys.stderr)
         return 2

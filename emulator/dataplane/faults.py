@@ -182,6 +182,20 @@ def loss_rule(percent):
     return f"numgen random mod 10000 < {basis_points} counter drop"
 
 
+# the 48th byte after the UDP header: RoCEv2 payload (after the 12-byte BTH, and a
+# RETH), covered by the ICRC and by nothing the switches check
+CORRUPT_BIT = 48 * 8
+
+
+def corrupt_rule(percent):
+    """The nftables rule flipping bits of one payload byte in ``percent`` % of the
+    RoCEv2 frames: delivered, but the ICRC fails, so the receiving NIC drops it."""
+    basis_points = round(percent * 100)
+    chance = "" if basis_points >= 10000 else f"numgen random mod 10000 < {basis_points} "
+    return (f"udp dport 4791 {chance}@th,{CORRUPT_BIT},8 set @th,{CORRUPT_BIT},8 ^ 0x5a "
+            "counter")
+
+
 class Injector:
     """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
 
@@ -191,7 +205,7 @@ class Injector:
         loss-of-signal delay in seconds (``dataplane.detect``); ``nft_name``:
         the run's nftables table for random loss is ``fl<tag><nft_name>``."""
         self.nft_name = nft_name
-        self._losses = {}              # interface -> percent
+        self._losses = {}              # interface -> its nftables rule
         self.s = session
         self.clock = clock
         self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
@@ -370,11 +384,12 @@ class Injector:
 
     # ---- gray failure ----------------------------------------------------
 
-    def loss_start(self, link, percent, side="a", keep=False):
+    def loss_start(self, link, percent, side="a", keep=False, corrupt=False):
         """Drop ``percent``% of frames leaving the chosen end(s) of ``link`` (nftables).
 
         ``keep``: add to the links already lossy (a fabric file's ``loss:``
-        on several links) instead of replacing them.
+        on several links) instead of replacing them.  ``corrupt``: corrupt the
+        RoCEv2 payload of that share instead of dropping (``corrupt_rule``).
         """
         if not 0 < percent <= 100:
             raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
@@ -387,20 +402,21 @@ class Injector:
         if not keep:
             self.loss_stop()
         for _, ifname in ends:
-            self._losses[ifname] = percent
+            self._losses[ifname] = (corrupt_rule if corrupt else loss_rule)(percent)
         table = f"fl{self.s.state.tag}{self.nft_name}"
         lines = [f"table netdev {table}", f"delete table netdev {table}",
                  f"table netdev {table} {{"]
-        for i, (ifname, pct) in enumerate(sorted(self._losses.items())):
+        for i, (ifname, rule) in enumerate(sorted(self._losses.items())):
             lines += [f"  chain c{i} {{",
                       f"    type filter hook egress device \"{ifname}\" priority 0;",
-                      f"    {loss_rule(pct)}",
+                      f"    {rule}",
                       "  }"]
         lines.append("}")
         self._nft_table = table
         # one transaction: the table is replaced whole, never half-written
         proc.run(["nft", "-f", "-"], input="\n".join(lines) + "\n", timeout=10)
-        return self._log("loss_start", link, t, percent=percent, side=side)
+        return self._log("corrupt_start" if corrupt else "loss_start", link, t,
+                         percent=percent, side=side)
 
     def loss_stop(self):
         if self._nft_table is None:

@@ -186,6 +186,28 @@ def hop(node, port):
     return f"{node}:{port}"
 
 
+def trace_path(topo, src_name, hp, dp, sport):
+    """The path of one RoCEv2 flow (``hp`` -> ``dp`` host ports, UDP source port
+    ``sport``) by ``ofproto/trace`` hop by hop (see ``flow_paths``)."""
+    sw = {x["name"]: x for x in topo["switches"]}
+    hosts = {h["name"] for h in topo["hosts"]}
+    node, in_port, path = hp["switch"], hp["switch_port"], [hop(src_name, hp["port"])]
+    while node in sw and len(path) <= len(sw):
+        text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
+                         f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
+                         f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
+                         f"udp_src={sport},udp_dst=4791"], timeout=10)
+        outs = re.findall(r"\boutput:(\d+)", text)
+        if not outs:
+            break
+        port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))
+        path.append(hop(node, port["name"]))
+        node, in_port = port["peer"], port["peer_port"]
+    if node in hosts:
+        path.append(node)
+    return path
+
+
 def flow_paths(s, pairs, qps):
     """{flow key: path} by ofproto/trace hop by hop.
 
@@ -195,28 +217,12 @@ def flow_paths(s, pairs, qps):
     reaches (missing if the trace ends in a drop).
     """
     from traffic.frames import udp_sport
-    sw = {x["name"]: x for x in s.topo["switches"]}
-    hosts = {h["name"] for h in s.topo["hosts"]}
     out = {}
     for src, dst, first, qpn0 in pairs:
         hp, dp = src["ports"][0], dst["ports"][0]
         for q in range(qps):
-            sport = udp_sport(qpn0 + q, qpn0 + q)
-            node, in_port, path = hp["switch"], hp["switch_port"], [hop(src["name"], hp["port"])]
-            while node in sw and len(path) <= len(sw):
-                text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
-                                 f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
-                                 f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
-                                 f"udp_src={sport},udp_dst=4791"], timeout=10)
-                outs = re.findall(r"\boutput:(\d+)", text)
-                if not outs:
-                    break
-                port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))
-                path.append(hop(node, port["name"]))
-                node, in_port = port["peer"], port["peer_port"]
-            if node in hosts:
-                path.append(node)
-            out[f"{hp['ip']}#{first + q}"] = path
+            out[f"{hp['ip']}#{first + q}"] = trace_path(
+                s.topo, src["name"], hp, dp, udp_sport(qpn0 + q, qpn0 + q))
     return out
 
 

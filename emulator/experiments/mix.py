@@ -63,6 +63,7 @@ class EngineProcess:
         self.duration = plan["duration"]
         self.env = env
         self.proc = None
+        self._pending = b""
 
     def start(self, timeout=60):
         self._err = open(self.err_path, "w")
@@ -70,9 +71,7 @@ class EngineProcess:
             [sys.executable, "-m", "traffic", "engine", "--plan", self.plan_path,
              "--out", self.out], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._err, env=self.env, text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if line.strip() != "ready":
+        if self.next_line(timeout, "'ready'") != "ready":
             self.kill()
             raise RunFailed(f"traffic engine did not get ready: {self._stderr_tail()}")
 
@@ -80,22 +79,40 @@ class EngineProcess:
         self.proc.stdin.write("go\n")
         self.proc.stdin.flush()
 
+    def next_line(self, timeout, waiting_for="a line"):
+        """The next line the engine prints, stripped; None if none within ``timeout`` s.
+
+        Read unbuffered (``os.read``): a line left in a file object's buffer
+        would wait, unseen by ``select``, until the engine's next write."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                self.kill()
+                raise RunFailed(f"traffic engine exited before {waiting_for}: "
+                                f"{self._stderr_tail()}")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode().strip()
+
     def wait_line(self, word, timeout):
         """Wait until the engine prints ``word`` on a line (e.g. ``flowing``)."""
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            ready = select.select([self.proc.stdout], [], [], max(left, 0))[0]
-            if not ready:
+            line = self.next_line(deadline - time.monotonic(), repr(word))
+            if line is None:
                 self.kill()
                 raise RunFailed(f"traffic engine did not say {word!r} within {timeout:.0f}s")
-            line = self.proc.stdout.readline()
-            if not line:
-                self.kill()
-                raise RunFailed(f"traffic engine exited before {word!r}: "
-                                f"{self._stderr_tail()}")
-            if line.strip() == word:
+            if line == word:
                 return
+
+    def stop(self):
+        """End the sending now (the engine reads this between progress lines)."""
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
 
     def result(self, timeout=None):
         timeout = timeout or self.duration + 60

@@ -1,0 +1,259 @@
+"""Black-box probing: which link drops or corrupts packets silently (pure logic).
+
+Model (in the manner of Pingmesh and NetBouncer: probe every path, then
+explain the lossy ones with as few links as possible).
+
+*Paths.*  Probes are RoCEv2 frames, so the switches hash them as they hash
+RDMA traffic.  On every rail, every host probes one host on every other leaf
+(``probe_pairs``).  For each pair, candidate QPNs (hence UDP source ports,
+``frames.udp_sport``) are traced through the installed flows and groups
+(``ofproto/trace`` hop by hop, by the caller) until the pair has as many
+distinct paths as the topology has shortest paths between its switches
+(``ecmp_width``), or the candidates run out; ``choose`` keeps one QPN per
+distinct path.  A path is its hops ``node:port``: the port a probe leaves
+each node by, so a hop names a *directed* link (``leaf1:eth3`` is
+leaf1->spine1).  ``coverage`` says which directed links no probe crosses.
+
+*Counts.*  The traffic engine reports per probe flow, every ``every`` s, the
+sequences spanned, how many arrived and how many were sent (a corrupted
+probe fails its ICRC and counts as lost, as a NIC drops it).  ``Prober``
+keeps those snapshots and judges the last ``window_s`` of them
+(``Prober.counts``: a path that delivers nothing at all is 100 % lossy).
+
+*Localization* (``localize``), per window:
+
+1. a path is *lossy* when its losses are too many for the emulator's own
+   loss rate (``floor``, measured on the calm baseline, at least 0.1 %): the
+   binomial tail P(X >= lost | probes, floor) < ``alpha`` (1e-6);
+2. a link is *cleared* when the probes of the non-lossy paths through it,
+   pooled, show a loss significantly below ``min_loss`` (the smallest loss
+   the prober is asked to find): P(X <= lost | probes, min_loss) < 1e-3;
+3. the suspects are a smallest set of uncleared links that lies on every
+   lossy path, chosen greedily (the link on most unexplained lossy paths
+   first; ties to the higher pooled loss).  Lossy paths no uncleared link
+   explains are reported as ``unexplained``.
+
+``Prober.feed`` names a suspect only once the same suspects came out of
+``confirm`` consecutive windows.
+"""
+
+import math
+
+MIN_FLOOR = 1e-3
+EDGE = 2                     # packets a flow's sent-based count may be off at the edges
+
+
+def probe_pairs(topo):
+    """[(src view, dst view)]: on every rail, every host to one host on every other
+    leaf (the host at its own position there, modulo the leaf's hosts)."""
+    from emulator.experiments.workload import rail_view
+    pairs = []
+    for r in range(max(len(h["ports"]) for h in topo["hosts"])):
+        views = [rail_view(h, r) for h in topo["hosts"] if len(h["ports"]) > r]
+        by_leaf = {}
+        for v in views:
+            by_leaf.setdefault(v["leaf"], []).append(v)
+        for i, v in enumerate(views):
+            for leaf, members in by_leaf.items():
+                if leaf != v["leaf"]:
+                    pairs.append((v, members[i % len(members)]))
+    return pairs
+
+
+def ecmp_width(topo, a, b):
+    """Shortest paths between switches ``a`` and ``b`` over inter-switch links."""
+    import networkx as nx
+    g = nx.Graph()
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            if p["peer_kind"] != "host":
+                g.add_edge(sw["name"], p["peer"])
+    if a == b:
+        return 1
+    try:
+        return sum(1 for _ in nx.all_shortest_paths(g, a, b))
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        return 0
+
+
+def path_links(path):
+    """The directed links a traced path crosses: its ``node:port`` hops."""
+    return tuple(h for h in path if ":" in h)
+
+
+def choose(traced):
+    """{candidate qpn: path} of one pair -> {qpn: path}, one per distinct complete
+    path (a path that reaches a host), the lowest qpn of each."""
+    out, seen = {}, set()
+    for qpn in sorted(traced):
+        path = tuple(traced[qpn])
+        if path and ":" not in path[-1] and path not in seen:
+            seen.add(path)
+            out[qpn] = list(path)
+    return out
+
+
+def directed_links(topo):
+    """Every directed fabric link as its transmitting hop ``node:port`` -> ``a->b``
+    (a bonded host's link to its own NIC is inside the host: not listed)."""
+    nics = {h["bond"]["nic"] for h in topo["hosts"] if h.get("bond")}
+    out = {}
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            if not (sw["name"] in nics and p["peer_kind"] == "host"):
+                out[f"{sw['name']}:{p['name']}"] = f"{sw['name']}->{p['peer']}"
+    for h in topo["hosts"]:
+        if not h.get("bond"):
+            for p in h["ports"]:
+                out[f"{h['name']}:{p['port']}"] = f"{h['name']}->{p['switch']}"
+    return out
+
+
+def coverage(paths, topo):
+    """(covered directed links, every directed link, the uncovered names)."""
+    every = directed_links(topo)
+    crossed = {h for p in paths.values() for h in path_links(p)}
+    missing = sorted(name for hop, name in every.items() if hop not in crossed)
+    return len(set(every) & crossed), len(every), missing
+
+
+def link_of_hop(hop, topo):
+    """A hop ``node:port`` -> the link as ``faults.parse_link`` returns it:
+    ((switch, its port entry), the other node)."""
+    node, _, port_name = hop.rpartition(":")
+    for sw in topo["switches"]:
+        if sw["name"] == node:
+            p = next(p for p in sw["ports"] if p["name"] == port_name)
+            return (sw["name"], p), p["peer"]
+    host = next(h for h in topo["hosts"] if h["name"] == node)
+    hp = next(p for p in host["ports"] if p["port"] == port_name)
+    sw = next(s for s in topo["switches"] if s["name"] == hp["switch"])
+    return (sw["name"], next(p for p in sw["ports"] if p["port"] == hp["switch_port"])), node
+
+
+# ---- statistics ------------------------------------------------------------------
+
+def _log_pmf(i, n, p):
+    return (math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+            + i * math.log(p) + (n - i) * math.log1p(-p))
+
+
+def binom_cdf(k, n, p):
+    """P(X <= k) for X ~ Binomial(n, p), 0 < p < 1."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    return min(1.0, sum(math.exp(_log_pmf(i, n, p)) for i in range(k + 1)))
+
+
+def binom_sf(k, n, p):
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    return max(0.0, 1.0 - binom_cdf(k - 1, n, p))
+
+
+def localize(paths, counts, floor=MIN_FLOOR, min_loss=0.01, alpha=1e-6, clear=1e-3):
+    """Suspect links from one window (see the module doc; pure).
+
+    ``paths``: {flow: path}; ``counts``: {flow: (probes, lost)}.  Returns
+    {"suspects": [{"hop", "loss", "probes", "lost", "paths"}], "lossy": [flow],
+    "unexplained": [flow]}.
+    """
+    floor = max(floor, MIN_FLOOR)
+    links = {f: path_links(p) for f, p in paths.items()}
+    lossy = {f for f, (n, k) in counts.items()
+             if f in links and n > 0 and k > 0 and binom_sf(k, n, floor) < alpha}
+    pooled, good = {}, {}
+    for f, (n, k) in counts.items():
+        for hop in links.get(f, ()):
+            for acc in (pooled,) + ((good,) if f not in lossy else ()):
+                a = acc.setdefault(hop, [0, 0])
+                a[0] += n
+                a[1] += k
+    cleared = {h for h, (n, k) in good.items() if n and binom_cdf(k, n, min_loss) < clear}
+    candidates = {h for f in lossy for h in links[f]} - cleared
+    left, suspects = set(lossy), []
+
+    def rate(h):
+        n, k = pooled.get(h, (0, 0))
+        return k / n if n else 0.0
+    while left and candidates:
+        best = max(sorted(candidates), key=lambda h: (sum(h in links[f] for f in left), rate(h)))
+        covered = {f for f in left if best in links[f]}
+        if not covered:
+            break
+        n, k = pooled[best]
+        suspects.append({"hop": best, "loss": round(k / n, 4) if n else None, "probes": n,
+                         "lost": k, "paths": len({f for f in lossy if best in links[f]})})
+        left -= covered
+        candidates.discard(best)
+    return {"suspects": suspects, "lossy": sorted(lossy), "unexplained": sorted(left)}
+
+
+class Prober:
+    """Windows of the engine's progress snapshots, judged by ``localize``."""
+
+    def __init__(self, paths, window_s=5.0, confirm=2, min_loss=0.01):
+        self.paths = paths
+        self.window_ns = int(window_s * 1e9)
+        self.confirm = confirm
+        self.min_loss = min_loss
+        self.floor = MIN_FLOOR
+        self.snapshots = []          # (t_ns, {flow: (span, unique, sent)})
+        self.streak = []             # the suspects of the last windows
+        self.last = None
+
+    def counts(self, since_ns=None):
+        """{flow: (probes, lost)} from the snapshot at ``since_ns`` (default: a window
+        before the last) to the last one.
+
+        Two ways to count, the larger wins: the sequences spanned and not arrived
+        (exact, but blind to a flow of which nothing arrives), and the packets
+        sent one snapshot earlier that did not arrive (a snapshot's period to
+        arrive: catches a black hole; less ``EDGE``, the packet or two the
+        window's edges may shift)."""
+        if len(self.snapshots) < 2:
+            return {}
+        t_last = self.snapshots[-1][0]
+        since = t_last - self.window_ns if since_ns is None else since_ns
+        ia = next((i for i, (t, _) in enumerate(self.snapshots) if t >= since),
+                  len(self.snapshots) - 1)
+        ia = max(ia, 1)
+        a, a_sent = self.snapshots[ia][1], self.snapshots[ia - 1][1]
+        b, b_sent = self.snapshots[-1][1], self.snapshots[-2][1]
+        out = {}
+        for f in set(b) | set(b_sent):
+            span, unique, _ = b.get(f, (0, 0, 0))
+            s0, u0, _ = a.get(f, (0, 0, 0))
+            sent = b_sent.get(f, (0, 0, 0))[2] - a_sent.get(f, (0, 0, 0))[2]
+            arrived = unique - u0
+            n = max(span - s0, sent)
+            out[f] = (n, max((span - s0) - arrived, sent - arrived - EDGE, 0))
+        return out
+
+    def set_floor(self, since_ns=None):
+        """The emulator's own loss rate, from the snapshots since ``since_ns`` (the
+        calm baseline): every flow's losses pooled, at least 0.1 %."""
+        c = self.counts(since_ns)
+        n = sum(x for x, _ in c.values())
+        k = sum(y for _, y in c.values())
+        self.floor = max(MIN_FLOOR, k / n if n else 0.0)
+        return self.floor
+
+    def feed(self, doc):
+        """Add one ``progress`` document; returns the confirmed suspect hops ([] if
+        none yet).  ``self.last`` keeps the latest window's ``localize`` result."""
+        sent = doc.get("sent", {})
+        self.snapshots.append((doc["t_ns"], {
+            f: tuple(doc["flows"].get(f, (0, 0))) + (sent.get(f, 0),)
+            for f in set(doc["flows"]) | set(sent)}))
+        t0 = doc["t_ns"] - 2 * self.window_ns
+        while self.snapshots and self.snapshots[0][0] < t0:
+            self.snapshots.pop(0)
+        self.last = localize(self.paths, self.counts(), self.floor, self.min_loss)
+        self.streak.append(tuple(sorted(s["hop"] for s in self.last["suspects"])))
+        self.streak = self.streak[-self.confirm:]
+        if len(self.streak) == self.confirm and self.streak[0] and \
+                len(set(self.streak)) == 1:
+            return list(self.streak[0])
+        return []
