@@ -212,13 +212,17 @@ def repeat(s, inj, isolator, chosen, fault, args, work, hop_names):
         first_named = []
 
         def found(named):
-            if not first_named and true_hop in {x["hop"] for x in prober.last["suspects"]}:
+            if not first_named and true_hop in {h for x in prober.last["suspects"]
+                                                for h in [x["hop"]] + x["alike"]}:
                 first_named.append(w.t_ns)
             return bool(named)
         named = w.until(t_fault + int(args.limit * 1e9), found)
+        alike = {h for x in prober.last["suspects"] if x["hop"] == true_hop
+                 or true_hop in x["alike"] for h in [x["hop"]] + x["alike"]} - {true_hop}
         rep.update({"detected": bool(named), "suspects": [hop_names[h] for h in named],
+                    "alike": sorted(hop_names[h] for h in alike),
                     "false_suspects": sorted(hop_names[h] for h in (set(named) | false_early)
-                                             if h != true_hop),
+                                             if h != true_hop and h not in alike),
                     "unexplained_paths": prober.last["unexplained"],
                     "window_suspects": prober.last["suspects"]})
         if named:
@@ -268,8 +272,10 @@ def summarise(reps, limit):
     det = sorted(r["detect_s"] for r in found)
     iso = sorted(r["isolated_s"] for r in found if "isolated_s" in r)
     return {"repeats": len(reps), "localized": len(found), "limit_s": limit,
-            "detect_s": {"median": percentile(det, 50), "max": max(det, default=None)},
-            "isolated_s": {"median": percentile(iso, 50), "max": max(iso, default=None)},
+            "detect_s": {"median": percentile(det, 50) if det else None,
+                         "max": max(det, default=None)},
+            "isolated_s": {"median": percentile(iso, 50) if iso else None,
+                           "max": max(iso, default=None)},
             "false_suspects": sum(len(r["false_suspects"]) for r in reps),
             "lost_after_isolation": sum(r.get("lost_after", 0) for r in reps),
             "emulator_bound": sum(r["fidelity"]["verdict"] != "faithful" for r in reps)}

@@ -30,8 +30,11 @@ keeps those snapshots and judges the last ``window_s`` of them
    the prober is asked to find): P(X <= lost | probes, min_loss) < 1e-3;
 3. the suspects are a smallest set of uncleared links that lies on every
    lossy path, chosen greedily (the link on most unexplained lossy paths
-   first; ties to the higher pooled loss).  Lossy paths no uncleared link
-   explains are reported as ``unexplained``.
+   first; ties to the higher pooled loss).  Links that lie on exactly the
+   same probed paths as a suspect cannot be told apart from it by any probe
+   (in a plane of two leaves, leaf->spine and spine->other leaf): they are
+   named with it (``alike``).  Lossy paths no uncleared link explains are
+   reported as ``unexplained``.
 
 ``Prober.feed`` names a suspect only once the same suspects came out of
 ``confirm`` consecutive windows.
@@ -156,7 +159,7 @@ def localize(paths, counts, floor=MIN_FLOOR, min_loss=0.01, alpha=1e-6, clear=1e
     """Suspect links from one window (see the module doc; pure).
 
     ``paths``: {flow: path}; ``counts``: {flow: (probes, lost)}.  Returns
-    {"suspects": [{"hop", "loss", "probes", "lost", "paths"}], "lossy": [flow],
+    {"suspects": [{"hop", "loss", "probes", "lost", "paths", "alike"}], "lossy": [flow],
     "unexplained": [flow]}.
     """
     floor = max(floor, MIN_FLOOR)
@@ -177,16 +180,23 @@ def localize(paths, counts, floor=MIN_FLOOR, min_loss=0.01, alpha=1e-6, clear=1e
     def rate(h):
         n, k = pooled.get(h, (0, 0))
         return k / n if n else 0.0
+    on = {}                                     # hop -> the probed paths crossing it
+    for f in counts:
+        for hop in links.get(f, ()):
+            on.setdefault(hop, set()).add(f)
     while left and candidates:
         best = max(sorted(candidates), key=lambda h: (sum(h in links[f] for f in left), rate(h)))
         covered = {f for f in left if best in links[f]}
         if not covered:
             break
+        # links on exactly the same probed paths cannot be told apart by probes
+        alike = sorted(h for h in candidates if h != best and on.get(h) == on.get(best))
         n, k = pooled[best]
         suspects.append({"hop": best, "loss": round(k / n, 4) if n else None, "probes": n,
-                         "lost": k, "paths": len({f for f in lossy if best in links[f]})})
+                         "lost": k, "paths": len({f for f in lossy if best in links[f]}),
+                         "alike": alike})
         left -= covered
-        candidates.discard(best)
+        candidates -= {best, *alike}
     return {"suspects": suspects, "lossy": sorted(lossy), "unexplained": sorted(left)}
 
 
@@ -218,8 +228,8 @@ class Prober:
         since = t_last - self.window_ns if since_ns is None else since_ns
         ia = next((i for i, (t, _) in enumerate(self.snapshots) if t >= since),
                   len(self.snapshots) - 1)
-        ia = max(ia, 1)
-        a, a_sent = self.snapshots[ia][1], self.snapshots[ia - 1][1]
+        # the sent counts one snapshot earlier (the first snapshot has none earlier)
+        a, a_sent = self.snapshots[ia][1], self.snapshots[max(ia - 1, 0)][1]
         b, b_sent = self.snapshots[-1][1], self.snapshots[-2][1]
         out = {}
         for f in set(b) | set(b_sent):
@@ -241,8 +251,8 @@ class Prober:
         return self.floor
 
     def feed(self, doc):
-        """Add one ``progress`` document; returns the confirmed suspect hops ([] if
-        none yet).  ``self.last`` keeps the latest window's ``localize`` result."""
+        """Add one ``progress`` document; returns the confirmed suspect hops, the
+        ``alike`` ones included ([] if none yet).  ``self.last`` keeps the latest window's ``localize`` result."""
         sent = doc.get("sent", {})
         self.snapshots.append((doc["t_ns"], {
             f: tuple(doc["flows"].get(f, (0, 0))) + (sent.get(f, 0),)
@@ -251,7 +261,8 @@ class Prober:
         while self.snapshots and self.snapshots[0][0] < t0:
             self.snapshots.pop(0)
         self.last = localize(self.paths, self.counts(), self.floor, self.min_loss)
-        self.streak.append(tuple(sorted(s["hop"] for s in self.last["suspects"])))
+        self.streak.append(tuple(sorted(h for s in self.last["suspects"]
+                                        for h in [s["hop"]] + s["alike"])))
         self.streak = self.streak[-self.confirm:]
         if len(self.streak) == self.confirm and self.streak[0] and \
                 len(set(self.streak)) == 1:

@@ -214,3 +214,20 @@ def test_a_black_hole_is_seen_by_the_senders_count():
     assert named[-1] == [hop] and not any(named[:3])
     lost = {f: k for f, (n, k) in p.counts().items() if hop in paths[f]}
     assert lost and all(k >= 150 for k in lost.values())
+
+
+def test_links_on_the_same_paths_are_named_together():
+    """With two leaves, leaf1->spine1 and spine1->leaf2 carry exactly the same
+    probes: no probe can tell them apart, so both are named."""
+    t = topo(spines=2, leaves=2)
+    paths = leaf_spine_paths(t)
+    up, down = f"leaf1:{port_to(t, 'leaf1', 'spine1')}", f"spine1:{port_to(t, 'spine1', 'leaf2')}"
+    res = pr.localize(paths, counts_for(paths, {down}, 0.05, 400, random.Random(4)))
+    (s,) = res["suspects"]
+    assert {s["hop"], *s["alike"]} == {up, down}
+    p = pr.Prober(paths, window_s=1.0, confirm=1)
+    doc = progress(1.0, {f: (0, 0) for f in paths})
+    p.feed(doc)
+    totals = {f: (400, 400 - k) for f, (_, k) in
+              counts_for(paths, {down}, 0.05, 400, random.Random(5)).items()}
+    assert sorted(p.feed(progress(2.0, totals))) == sorted([up, down])
