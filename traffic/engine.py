@@ -95,6 +95,8 @@ def load_plan(doc):
     plan = dict(PLAN_DEFAULTS, **doc)
     if plan["duration"] <= 0 or not 0 < plan["tick_ms"] <= 50 or plan["frame_len"] < 128:
         raise PlanError("duration > 0, 0 < tick_ms <= 50 and frame_len >= 128 are required")
+    if plan["progress_ms"] is not None and plan["progress_ms"] <= 0:
+        raise PlanError("progress_ms must be positive (or null: no progress lines)")
     for i, s in enumerate(plan["streams"]):
         missing = {"intf", "src_ip", "dst_ip", "dst_mac"} - set(s)
         bad = set(s) - STREAM_KEYS

@@ -57,6 +57,9 @@ def test_plan_defaults_and_errors():
                                 "rate_bps": 0}]})
     with pytest.raises(PlanError, match=r"receivers\[0\]"):
         load_plan({"receivers": [{"netns": "/x"}]})
+    assert plan["progress_ms"] is None
+    with pytest.raises(PlanError, match="progress_ms"):
+        load_plan({"progress_ms": 0})
 
 
 def test_percentiles_from_a_histogram():
