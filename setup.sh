@@ -66,7 +66,9 @@ make_venv() {
 # socket; frames waiting in a switch port's shaper count against its send buffer,
 # which is net.core.wmem_default when the daemon opens it. 208 kB drops frames
 # silently under any congestion, so raise it (persistently) before OVS starts.
-WMEM=16777216
+# A queued 4 KiB frame holds ~8 kB of it: 64 MB carries ~32 MB of queued frames
+# (16 MB lost frames in an AlltoAll with deep queues).
+WMEM=67108864
 tune_kernel() {
     if [ -d /etc/sysctl.d ]; then
         echo "net.core.wmem_default = $WMEM" > /etc/sysctl.d/60-fabric-lab.conf

@@ -72,4 +72,4 @@ def check_send_buffer():
         raise EnvironmentProblem(
             f"{where} is {size // 1024} kB: on the userspace datapath, frames queued in "
             f"switch-port shapers would be dropped silently; run sudo ./setup.sh, which sets "
-            f"net.core.wmem_default to 16 MB and restarts Open vSwitch if no other bridges exist")
+            f"net.core.wmem_default to 64 MB and restarts Open vSwitch if no other bridges exist")

@@ -95,11 +95,13 @@ def expected_seconds(collective, n, sizes, rate_bps):
 
 
 def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None, qps=1,
-                   ring="naive", rate_bps=None, warmup=1, progress=None, rank_extra=None):
+                   ring="naive", rate_bps=None, warmup=1, progress=None, rank_extra=None,
+                   faulted=()):
     """Run the collective on ``session``'s fabric; return the report dict.
 
     ``rank_extra``: more rank config keys for every rank (e.g. the NIC's
-    ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare.py).
+    ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare.py);
+    ``faulted``: link names ('a->b') that faults take down meanwhile (a drill).
     """
     from traffic.report import combine, table
     if collective not in COLLECTIVES:
@@ -157,7 +159,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
         with open(cfg["output"]) as f:
             ranks.append(json.load(f))
     report = combine(sorted(ranks, key=lambda r: r["rank"]))
-    report["fidelity"] = collective_fidelity(watch, ranks)
+    report["fidelity"] = collective_fidelity(watch, ranks, faulted)
     report["table"] = table(report)
     report["ring"] = ring
     report["qps"] = qps
@@ -165,7 +167,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     return report
 
 
-def collective_fidelity(watch, ranks):
+def collective_fidelity(watch, ranks, faulted=()):
     """The fidelity verdict of a collective: drops outside the links, and CPU.
 
     A collective's figure is a time, so it is also emulator-bound when the
@@ -179,8 +181,10 @@ def collective_fidelity(watch, ranks):
         # every frame put on the wire minus every arrival (duplicates included)
         sent = sum(r["data_frames_sent"] for r in ranks)
         lost = max(0, sent - sum(t.get("received_packets", 0) for t in rx))
+    from emulator.dataplane.impair import fault_names
     return watch.verdict(sent, lost=lost, timing=True,
-                         engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)})
+                         engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)},
+                         faulted=set(faulted) | fault_names(watch.session.topo))
 
 
 def rank_results(coll_dir):

@@ -31,6 +31,7 @@ import threading
 import time
 
 from emulator.errors import RunFailed
+from emulator.experiments.drill_traffic import faulted_links
 
 
 def started(log_path):
@@ -91,7 +92,8 @@ def repeat(s, inj, events, args, rank_extra):
     def work():
         try:
             box["report"] = collective.run_collective(
-                s, args.workload, sizes, qps=1, warmup=1, rank_extra=rank_extra)
+                s, args.workload, sizes, qps=1, warmup=1, rank_extra=rank_extra,
+                faulted=faulted_links(events, s.topo))
         except BaseException as e:       # re-raised in the caller's thread
             box["error"] = e
     t = threading.Thread(target=work, daemon=True)

@@ -9,7 +9,11 @@ Every command that measures traffic ends with one verdict:
   links' queues (OVS's port sockets, its send path, the kernel's backlog,
   the receivers' sockets), a sender fell behind its schedule, or frames
   were delayed beyond what the queues can cause (hidden queueing in socket
-  buffers while a CPU was busy).  The figures of such a run describe this
+  buffers while a CPU was busy).  Frames that vanished where no counter
+  looks, with no fault injected, are the emulator's too (``uncounted``):
+  Open vSwitch drops a frame without counting it when its one send socket is
+  full, which deep queues across the fabric can make it (a frame waiting in
+  a switch port's shaper holds about twice its size of that buffer).  The figures of such a run describe this
   machine, not the fabric: the verdict says why and what to change.
 
 The inputs are the counter deltas of ``dataplane.counters.delta``, the
@@ -100,9 +104,13 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     if lost is not None:     # what the emulator lost on the way is not the links'
         lost_in_net = max(lost - (emu_total - emu["sender_behind_schedule"]), 0)
     net = network_drops(queue_events, lost_in_net)
-    if lost_in_net and not net:              # lost where no queue counts: a fault's drop
-        net = {", ".join(sorted(faulted)) or "unattributed (no link queue counted it)":
-               lost_in_net}
+    emu["uncounted"] = 0
+    if lost_in_net and not net:              # lost where no queue counts ...
+        if faulted:                          # ... a fault's (nftables) drop
+            net = {", ".join(sorted(faulted)): lost_in_net}
+        else:                                # ... or inside Open vSwitch (see below)
+            emu["uncounted"] = lost_in_net
+            emu_total += lost_in_net
     reasons, warnings, remedies = [], [], []
     # the frames the traffic should have carried: sent, plus those a sender skipped
     base = max(sent + emu["sender_behind_schedule"], 1)
@@ -111,6 +119,10 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         reasons.append(f"{emu_total} of {base} frames ({100 * emu_total / base:.2f} %) lost "
                        f"or never sent outside the links' queues ({', '.join(where)})")
         bigger = ", or bigger frames (--mtu 4096)" if frame_len and frame_len < 4000 else ""
+        if emu["uncounted"]:
+            remedies.append("shallower queues (--queue-ms): frames queued across the fabric "
+                            "exceeded Open vSwitch's send buffer (net.core.wmem_default when "
+                            "it started; setup.sh sets it)")
         remedies.append("offer less load: lower the link rates (-P host_rate=..., "
                         f"-P uplink_rate=...) or use fewer hosts{bigger}")
     elif emu_total:

@@ -143,7 +143,7 @@ def fidelity_lines(doc):
                  f"{sum(emu['ovs_port_sockets'].values())}, OVS send "
                  f"{sum(emu['ovs_send'].values())}, kernel backlog {emu['kernel_backlog']}, "
                  f"receivers {emu['receiver_sockets']}, senders behind schedule "
-                 f"{emu['sender_behind_schedule']})")
+                 f"{emu['sender_behind_schedule']}, uncounted {emu.get('uncounted', 0)})")
     lat = doc.get("latency_ms")
     if lat and lat.get("p99") is not None:
         lines.append(f"  one-way latency p50/p99/max {lat.get('p50')}/{lat.get('p99')}/"

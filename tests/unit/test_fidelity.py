@@ -107,6 +107,22 @@ def test_drops_on_a_faulted_link_are_the_faults_not_the_emulators():
     assert fidelity.verdict(1000, c, lost=40)["emulation_drops"]["total"] == 43
 
 
+def test_frames_lost_where_nothing_counts_are_the_emulators_unless_a_fault_took_them():
+    """No queue, socket or send counter saw them: with no fault injected they were
+    lost inside Open vSwitch (its send buffer full), not by the links."""
+    d = fidelity.verdict(30_000, counters(), lost=600)
+    assert d["verdict"] == "emulator-bound"
+    assert d["emulation_drops"]["uncounted"] == 600 and d["emulation_drops"]["total"] == 600
+    assert d["network_drops"]["total"] == 0
+    assert "uncounted" in d["reasons"][0]
+    faulted = fidelity.verdict(30_000, counters(), lost=600, faulted={"leaf1->spine1"})
+    assert faulted["verdict"] == "faithful"
+    assert faulted["network_drops"]["by_link"] == {"leaf1->spine1": 600}
+    # queue drops explain them: the network's, as before
+    queued = fidelity.verdict(30_000, counters(network_drops={"leaf1->h1": 10}), lost=600)
+    assert queued["verdict"] == "faithful" and queued["emulation_drops"]["uncounted"] == 0
+
+
 def test_a_completion_time_on_a_saturated_machine_is_emulator_bound():
     busy = counters(machine_busy=0.97)
     assert fidelity.verdict(1000, busy, timing=True)["verdict"] == "emulator-bound"
