@@ -13,7 +13,9 @@ rate (about the host link rate), QPs per connection and timeouts.
    the first size run unreported (they absorb the ranks' start skew).
 3. Per size (``tag`` = its index), the ``collectives.schedule`` steps run in
    one event loop: a step's sends are queued once the receives it depends on
-   are complete (or timed out); queued packets leave paced by a token bucket;
+   are complete (or timed out); queued packets wait in per-QP send queues
+   served round-robin (``sendq``, as a NIC's QP scheduler) and leave paced
+   by a token bucket;
    arriving packets are marked per (tag, step).  A receive not complete
    ``step_timeout_s`` after its step was released unblocks its dependents
    anyway, so a lost packet costs a timeout instead of a hang (details in
@@ -51,6 +53,7 @@ from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa:
 from .rcframes import parse_control
 from .receiver import PACKET_OUTGOING, open_capture, open_sink, socket_drops
 from .sender import Sender
+from .sendq import SendQueues
 
 
 class Rank:
@@ -216,30 +219,25 @@ class Rank:
                 t += self.cfg["rc_params"].give_up_ns() / 1e9
         return int(t * 1e9)
 
-    def _next_batch(self, queue, qpos, limit, now):
-        """(packets to send now, resent?, how many of ``queue`` they used): resends
-        first; new packets stop at the first whose QP's rate does not allow it yet."""
+    def _next_batch(self, queue, limit, now):
+        """(packets to send now, resent?): resends first, then new packets from the
+        per-QP send queues (``sendq``: a QP its rate holds back waits alone)."""
         qps = self.qps
         batch, again = [], []
         if qps and qps.retx:
             for _key, _psn, pkt in qps.resends(limit, now):
                 batch.append(pkt)
                 again.append(True)
-        used = 0
-        while len(batch) < limit and qpos + used < len(queue):
-            pkt = queue[qpos + used]
-            if qps:
-                key = _qp_key(pkt)
-                if not qps.usable(key):
-                    used += 1
-                    continue           # its QP failed: the NIC flushes its work
+        if qps:
+            def admit(key, pkt):
                 if not qps.may_send(key, now):
-                    break              # in order: the queue waits for this QP's rate
+                    return False
                 qps.charge(key, pkt[0].len, now)
-            used += 1
-            batch.append(pkt)
-            again.append(False)
-        return batch, again, used
+                return True
+            new = queue.take(limit - len(batch), admit, qps.usable)
+        else:
+            new = queue.take(limit - len(batch))
+        return batch + new, again + [False] * len(new)
 
     def _emit(self, batch, again, now):
         """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
@@ -274,7 +272,7 @@ class Rank:
         bucket = TokenBucket(cfg["rate_bps"], cfg["burst"] * cost, self.clock())
         buf = bytearray(9216)
         mv = memoryview(buf)
-        queue, qpos, released = [], 0, 0
+        queue, released = SendQueues(_qp_key), 0
         deadline, unblocked, ok = {}, set(), set()
         sent_bytes = 0
         before = qps.counters() if qps else {}
@@ -308,18 +306,18 @@ class Rank:
                 deadline[released] = now + self._step_timeout_ns(
                     max((t.nbytes for t in st.recvs), default=0))
                 released += 1
-            if qpos < len(queue) or (qps and qps.retx):
+            if len(queue) or (qps and qps.retx):
                 bucket.refill(now)
                 n = min(self.sender.batch, int(bucket.tokens // cost))
                 if n > 0:
-                    batch, again, used = self._next_batch(queue, qpos, n, now)
-                    qpos += used
+                    waiting = len(queue)
+                    batch, again = self._next_batch(queue, n, now)
                     if batch:
                         sent = self._emit(batch, again, now)
                         bucket.consume(sent * 8)
                         sent_bytes += sent
                         last_event = self.clock()
-                    if batch or used:
+                    if batch or len(queue) < waiting:      # sent, or a failed QP flushed
                         continue
                 # no token yet, or every QP with work waits for its rate (DCQCN)
                 wait = bucket.wait_ns(cost) if n <= 0 else max(qps.next_send_ns(now), 20_000)
