@@ -199,6 +199,7 @@ class Responder:
         self.p = params
         self.ooo = ooo
         self.ahead = set()          # ooo: PSNs accepted beyond the expected one
+        self.ahead_ackreq = set()   # ... of them, those that asked for an ACK
         self.expected = first_psn & PSN_MASK
         self.nak_sent = False
         self.dup_acked = False
@@ -213,6 +214,11 @@ class Responder:
             self.expected = (self.expected + 1) & PSN_MASK
             while self.ahead and self.expected in self.ahead:
                 self.ahead.discard(self.expected)
+                if self.expected in self.ahead_ackreq:
+                    # the AckReq came early, out of order: it is due now that the
+                    # gap before it is filled (the sender may wait for nothing else)
+                    self.ahead_ackreq.discard(self.expected)
+                    ackreq = True
                 self.expected = (self.expected + 1) & PSN_MASK
             self.nak_sent = self.dup_acked = False
             self.unacked += 1
@@ -233,6 +239,8 @@ class Responder:
                 self.duplicates += 1
                 return self.DUPLICATE, None
             self.ahead.add(psn)
+            if ackreq:
+                self.ahead_ackreq.add(psn)
             return self.ACCEPT, None
         if self.nak_sent:
             return self.OUT_OF_SEQUENCE, None

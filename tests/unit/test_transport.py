@@ -239,3 +239,15 @@ def test_out_of_order_responder_places_ahead_and_acks_the_prefix():
     assert s.data(2, 0) == (Responder.DUPLICATE, None)
     assert s.data(0, 0, ackreq=True) == (Responder.ACCEPT, ("ack", 2))   # prefix 0..2
     assert s.naks == 0 and s.expected == 3
+
+
+def test_an_ackreq_that_came_out_of_order_is_answered_when_the_gap_fills():
+    """A sprayed message's last packet (AckReq) overtakes an earlier one: the ACK
+    is due when the gap fills, not a coalescing delay later (the receiver may be
+    done by then and the sender would wait for its timer)."""
+    s = Responder(params(ack_every=100), ooo=True)
+    assert s.data(1, 0) == (Responder.ACCEPT, None)
+    assert s.data(2, 0, ackreq=True) == (Responder.ACCEPT, None)   # the last, early
+    assert s.data(0, 0) == (Responder.ACCEPT, ("ack", 2))          # the gap fills
+    assert s.data(4, 0) == (Responder.ACCEPT, None)                # no AckReq ahead
+    assert s.data(3, 0) == (Responder.ACCEPT, None)                # coalesced as usual
