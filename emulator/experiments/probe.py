@@ -89,6 +89,12 @@ def parse_fault(text, topo):
         raise ConfigError("--fault", f"{text!r}: use LINK:loss:P or LINK:corrupt:P, "
                                      "P in (0, 100], e.g. leaf1-spine1:loss:5")
     parse_link(link, topo, where="--fault")
+    first = link.split(":" if ":" in link else "-")[0]
+    if first in {h["name"] for h in topo["hosts"]}:
+        raise ConfigError("--fault", f"{text!r}: the fault acts where frames leave a switch; "
+                                     f"name the switch first (e.g. "
+                                     f"{link.split(':' if ':' in link else '-')[1]}-{first}"
+                                     f":{kind}:{percent:g})")
     return link, kind, percent
 
 

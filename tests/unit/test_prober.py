@@ -114,7 +114,7 @@ def test_fault_specs():
     assert parse_fault(None, t) == ("leaf1-spine1", "loss", 5.0)
     assert parse_fault("spine2-leaf3:corrupt:2.5", t) == ("spine2-leaf3", "corrupt", 2.5)
     for bad in ("leaf1-spine1:loss:0", "leaf1-spine1:drop:5", "leaf1-spine1:loss:x",
-                "leaf1-spine9:loss:5"):
+                "leaf1-spine9:loss:5", "h1-leaf1:loss:5"):
         with pytest.raises(ConfigError):
             parse_fault(bad, t)
 
