@@ -73,3 +73,18 @@ def check_send_buffer():
             f"{where} is {size // 1024} kB: on the userspace datapath, frames queued in "
             f"switch-port shapers would be dropped silently; run sudo ./setup.sh, which sets "
             f"net.core.wmem_default to 64 MB and restarts Open vSwitch if no other bridges exist")
+
+
+def queue_capacity_note(topo, queue_ms, send_buffer=None):
+    """A note when the switch ports' queues together can hold more than the frames
+    ovs-vswitchd's send buffer carries (a queued 4 KiB frame holds about twice
+    its size of it); None when they cannot."""
+    held = sum(p["rate_bps"] / 8 * queue_ms / 1000 for sw in topo["switches"]
+               for p in sw["ports"])
+    carried = (send_buffer if send_buffer is not None else ovs_send_buffer()[0]) / 2
+    if held <= carried:
+        return None
+    return (f"note: the switch ports' queues ({queue_ms:g} ms each) can hold "
+            f"{held / 1e6:.0f} MB, Open vSwitch's send buffer carries about "
+            f"{carried / 1e6:.0f} MB of queued frames across the fabric: frames beyond "
+            "that are lost uncounted (the fidelity verdict counts them)")

@@ -307,6 +307,9 @@ class Session:
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")
+        if dp_type == "netdev" and self.shape:
+            for note in filter(None, [datapath.queue_capacity_note(self.topo, self.queue_ms)]):
+                self.progress(note)
         url = self._start_controller()
         self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
                              shape=self.shape, progress=self.progress, roce_mtu=self.mtu)

@@ -127,3 +127,13 @@ def test_a_completion_time_on_a_saturated_machine_is_emulator_bound():
     busy = counters(machine_busy=0.97)
     assert fidelity.verdict(1000, busy, timing=True)["verdict"] == "emulator-bound"
     assert fidelity.verdict(1000, busy)["verdict"] == "faithful"
+
+
+def test_deep_queues_beyond_the_ovs_send_buffer_get_a_note():
+    from emulator.dataplane.datapath import queue_capacity_note
+    from emulator.fabric import addressing, presets
+    topo = addressing.plan(presets.build("leaf-spine", {}))
+    # 40 switch ports at 40 Mbit/s: 30 ms queues hold 6 MB, 2000 ms ones 400 MB
+    assert queue_capacity_note(topo, 30.0, send_buffer=64 << 20) is None
+    note = queue_capacity_note(topo, 2000.0, send_buffer=64 << 20)
+    assert "400 MB" in note and "34 MB" in note and "uncounted" in note
