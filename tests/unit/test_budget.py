@@ -16,6 +16,19 @@ def test_search_doubles_then_bisects_to_the_largest_faithful_rate():
     assert 650 <= best <= 700 and all(ok == (r <= 700) for r, ok in log)
     assert budget.search(lambda r: True, 100, 1000)[0] == 800    # never failed: the last
     assert budget.search(lambda r: False, 100, 1000, steps=2)[0] == 0
+    assert [r for r, _ in log].count(800) == 2                  # a failure is tried twice
+
+
+def test_one_stalled_trial_does_not_set_the_budget():
+    stalls = {200}                    # the machine stalled once, during the 200 trial
+
+    def trial(rate):
+        if rate in stalls:
+            stalls.discard(rate)
+            return False
+        return rate <= 700
+    best, log = budget.search(trial, start_bps=100, max_bps=10_000, steps=4)
+    assert (200, False) in log and (200, True) in log and 650 <= best <= 700
 
 
 def test_trial_ok_needs_no_loss_a_faithful_verdict_and_low_latency():
