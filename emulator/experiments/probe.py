@@ -295,12 +295,13 @@ def table(reps, summ):
                     f"{r.get('detect_s', '-')!s:<8}  {r.get('first_named_s', '-')!s:<7}  "
                     f"{r.get('isolated_s', '-')!s:<10}  {r.get('lost_after', '-')!s:<10}  "
                     f"{', '.join(r['suspects']) or '-':<24} {r['fidelity']['verdict']}")
+    iso = summ["isolated_s"]
+    isolated = (f"isolated median {iso['median']} s (max {iso['max']})"
+                if iso["median"] is not None else "not isolated")
     rows.append(f"localized {summ['localized']}/{summ['repeats']} within {summ['limit_s']:g} s: "
                 f"detect median {summ['detect_s']['median']} s (max {summ['detect_s']['max']}), "
-                f"isolated median {summ['isolated_s']['median']} s "
-                f"(max {summ['isolated_s']['max']}); false suspects "
-                f"{summ['false_suspects']}; probes lost after isolation "
-                f"{summ['lost_after_isolation']}; emulator-bound repeats "
+                f"{isolated}; false suspects {summ['false_suspects']}; probes lost after "
+                f"isolation {summ['lost_after_isolation']}; emulator-bound repeats "
                 f"{summ['emulator_bound']}")
     return "\n".join(rows)
 

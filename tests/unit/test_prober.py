@@ -231,3 +231,19 @@ def test_links_on_the_same_paths_are_named_together():
     totals = {f: (400, 400 - k) for f, (_, k) in
               counts_for(paths, {down}, 0.05, 400, random.Random(5)).items()}
     assert sorted(p.feed(progress(2.0, totals))) == sorted([up, down])
+
+
+def test_the_summary_counts_a_repeat_localized_only_without_false_suspects():
+    from emulator.experiments.probe import summarise, table
+    ok = {"floor": 0.001, "detected": True, "detect_s": 1.5, "isolated_s": 1.6,
+          "lost_after": 0, "suspects": ["leaf1->spine1"], "true_link": "leaf1->spine1",
+          "false_suspects": [], "fidelity": {"verdict": "faithful"}}
+    wrong = dict(ok, suspects=["leaf1->spine1", "h1->leaf1"], false_suspects=["h1->leaf1"])
+    missed = dict(ok, detected=False, suspects=[], isolated_s=None)
+    del missed["detect_s"], missed["isolated_s"]
+    s = summarise([ok, wrong, missed], 15)
+    assert (s["localized"], s["repeats"], s["false_suspects"]) == (1, 3, 1)
+    assert s["detect_s"] == {"median": 1.5, "max": 1.5}
+    assert "localized 1/3" in table([ok, wrong, missed], s)
+    none = summarise([missed], 15)
+    assert none["detect_s"]["median"] is None and "not isolated" in table([missed], none)
