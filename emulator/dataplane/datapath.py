@@ -66,22 +66,24 @@ def ovs_send_buffer():
 
 
 def check_send_buffer():
-    """EnvironmentProblem if switch-port shaping would lose frames silently."""
+    """The send buffer's size; EnvironmentProblem if switch-port shaping would lose
+    frames silently."""
     size, where = ovs_send_buffer()
     if size < MIN_SEND_BUFFER:
         raise EnvironmentProblem(
             f"{where} is {size // 1024} kB: on the userspace datapath, frames queued in "
             f"switch-port shapers would be dropped silently; run sudo ./setup.sh, which sets "
             f"net.core.wmem_default to 64 MB and restarts Open vSwitch if no other bridges exist")
+    return size
 
 
-def queue_capacity_note(topo, queue_ms, send_buffer=None):
+def queue_capacity_note(topo, queue_ms, send_buffer):
     """A note when the switch ports' queues together can hold more than the frames
     ovs-vswitchd's send buffer carries (a queued 4 KiB frame holds about twice
     its size of it); None when they cannot."""
     held = sum(p["rate_bps"] / 8 * queue_ms / 1000 for sw in topo["switches"]
                for p in sw["ports"])
-    carried = (send_buffer if send_buffer is not None else ovs_send_buffer()[0]) / 2
+    carried = send_buffer / 2
     if held <= carried:
         return None
     return (f"note: the switch ports' queues ({queue_ms:g} ms each) can hold "

@@ -172,14 +172,16 @@ def surviving_pairs(topo, dead_links=(), dead_switches=()):
 
 
 def loss_rule(percent):
-    """The nftables rule dropping ``percent`` % of frames (0.01 % steps; 100 drops all).
+    """The nftables rule dropping ``percent`` % of frames (0.01 % steps; 100 drops all)."""
+    return f"{_chance(percent)}counter drop"
 
-    ``numgen random mod N < K`` needs K < N, so 100 % is a plain drop.
-    """
+
+def _chance(percent):
+    """The nftables match of a random ``percent`` % of frames ('' for all of them).
+
+    ``numgen random mod N < K`` needs K < N, so 100 % matches every frame."""
     basis_points = round(percent * 100)
-    if basis_points >= 10000:
-        return "counter drop"
-    return f"numgen random mod 10000 < {basis_points} counter drop"
+    return "" if basis_points >= 10000 else f"numgen random mod 10000 < {basis_points} "
 
 
 # the 48th byte after the UDP header: RoCEv2 payload (after the 12-byte BTH, and a
@@ -190,10 +192,8 @@ CORRUPT_BIT = 48 * 8
 def corrupt_rule(percent):
     """The nftables rule flipping bits of one payload byte in ``percent`` % of the
     RoCEv2 frames: delivered, but the ICRC fails, so the receiving NIC drops it."""
-    basis_points = round(percent * 100)
-    chance = "" if basis_points >= 10000 else f"numgen random mod 10000 < {basis_points} "
-    return (f"udp dport 4791 {chance}@th,{CORRUPT_BIT},8 set @th,{CORRUPT_BIT},8 ^ 0x5a "
-            "counter")
+    return (f"udp dport 4791 {_chance(percent)}@th,{CORRUPT_BIT},8 set "
+            f"@th,{CORRUPT_BIT},8 ^ 0x5a counter")
 
 
 class Injector:

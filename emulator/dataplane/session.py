@@ -287,8 +287,9 @@ class Session:
         dp_type, dp_reason = datapath.detect(self.datapath_request)
         from emulator.dataplane import impair
         impair.require_netem(self.fabric)
+        send_buffer = None
         if dp_type == "netdev" and self.shape:
-            datapath.check_send_buffer()
+            send_buffer = datapath.check_send_buffer()
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         from emulator.dataplane import capture
@@ -307,9 +308,10 @@ class Session:
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")
-        if dp_type == "netdev" and self.shape:
-            for note in filter(None, [datapath.queue_capacity_note(self.topo, self.queue_ms)]):
-                self.progress(note)
+        note = send_buffer and datapath.queue_capacity_note(self.topo, self.queue_ms,
+                                                            send_buffer)
+        if note:
+            self.progress(note)
         url = self._start_controller()
         self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
                              shape=self.shape, progress=self.progress, roce_mtu=self.mtu)

@@ -37,7 +37,7 @@ import time
 
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments import prober as pr
-from emulator.experiments.drill import trace_path, wait_for
+from emulator.experiments.drill import link_ends, trace_path, wait_for, wait_restored
 from emulator.experiments.drill_stats import percentile
 from emulator.experiments.options import FAILOVER_MODES
 
@@ -101,14 +101,10 @@ def parse_fault(text, topo):
 def fault_hop(link, topo):
     """The hop (``node:port``) of the directed link a fault on ``link`` hits: the
     first-named node's end."""
-    from emulator.dataplane.faults import nic_of, parse_link
-    (sw, port), other = parse_link(link, topo)
+    from emulator.dataplane.faults import nic_of
     first = link.split(":" if ":" in link else "-")[0]
-    if nic_of(topo).get(first, first) == sw:
-        return f"{sw}:{port['name']}"
-    if port["peer_kind"] == "host":
-        return f"{other}:{port['peer_port']}"
-    return f"{other}:eth{port['peer_port']}"
+    first = nic_of(topo).get(first, first)
+    return next(f"{node}:{port}" for node, port in link_ends(link, topo) if node == first)
 
 
 def select_paths(topo):
@@ -151,11 +147,11 @@ def engine_plan(net, chosen, args, duration):
             "streams": streams, "receivers": receivers}
 
 
-def _converged_after(s, t_ns, up):
-    """The first CONVERGED port push after ``t_ns`` (down or ``up``), or None."""
+def _converged_after(s, t_ns):
+    """The first CONVERGED port-down push after ``t_ns``, or None."""
     t0 = t_ns / 1e9
     for ev in s.controller.converged():
-        if ev.get("event") == "port" and bool(ev.get("up")) == up and ev["t_event"] >= t0:
+        if ev.get("event") == "port" and not ev.get("up") and ev["t_event"] >= t0:
             return ev
     return None
 
@@ -241,9 +237,9 @@ def repeat(s, inj, isolator, chosen, fault, args, work, hop_names):
             note = isolator.notify(isolated_ports, True)
             rep["isolate_acked_ms"] = round((note["t_acked_ns"] - note["t_notify_ns"]) / 1e6, 3)
             if s.controller is not None:
-                wait_for(lambda: _converged_after(s, note["t_notify_ns"], False), 10,
+                wait_for(lambda: _converged_after(s, note["t_notify_ns"]), 10,
                          "the controller to route around the isolated link")
-                conv = _converged_after(s, note["t_notify_ns"], False)
+                conv = _converged_after(s, note["t_notify_ns"])
                 t_conv = int(conv["t_done"] * 1e9)
             else:
                 t_conv = note["t_acked_ns"]
@@ -266,9 +262,7 @@ def repeat(s, inj, isolator, chosen, fault, args, work, hop_names):
         if isolated_ports:
             t_up = time.monotonic_ns()
             isolator.notify(isolated_ports, False)
-            if s.controller is not None:
-                wait_for(lambda: _converged_after(s, t_up, True), 20,
-                         "the controller to take the link back")
+            wait_restored(s, args.failover, t_up)
     return rep
 
 
