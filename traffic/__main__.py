@@ -132,10 +132,31 @@ def main(argv=None):
         from .engine import main as engine_main
         return engine_main(a.plan, a.out, wait_go=not a.no_wait)
     if a.cmd == "rank":
-        from .rank import main as rank_main
         return rank_main(a.config, a.out)
     return cmd_report(a)
 
 
+def rank_main(config_path, output=None):
+    """``python -m traffic rank``: run one rank (traffic.rank); returns the exit status."""
+    import json
+    from .rank import Rank, load_config
+    cfg = load_config(config_path)
+    rank = Rank(cfg)
+    try:
+        doc = rank.run()
+    finally:
+        rank.close()
+    text = json.dumps(doc, indent=1)
+    out = output or cfg["output"]
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    wrong = sum(r["chunks_missing"] + r["chunks_corrupted"] for r in doc["results"])
+    return 1 if wrong or doc.get("failed_qps") else 0
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

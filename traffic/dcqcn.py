@@ -17,9 +17,12 @@ Notification point (the receiver's NIC): at most one CNP per QP per
 
 The paper's constants are for 40 Gbit/s and microsecond RTTs; the lab's
 links run at tens of Mbit/s with millisecond queues, so the timers are
-scaled to milliseconds and Rai/Rhai to fractions of the line rate
-(``DcqcnParams.for_line``).  Its g is raised from 1/256 to 1/16: at these
-rates a QP sees a few hundred packets per second, not millions.
+scaled to milliseconds and Rai/Rhai to fractions of the line rate; g is
+the paper's 1/256.  The NP's CNP interval (the paper's 50 us) is 10 ms: a
+shorter one lets a QP be cut for every marked packet of a queue it has
+already stopped feeding (the queue drains at Mbit/s, not Gbit/s), and
+utilisation drops; a longer one lets the first loop overshoot more
+(docs/transport.md has the sweep).
 """
 
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ MS = 1_000_000
 @dataclass(frozen=True)
 class DcqcnParams:
     line_bps: float
-    g: float = 1 / 16
+    g: float = 1 / 256
     alpha_timer_ns: int = 20 * MS
     increase_timer_ns: int = 20 * MS
     byte_counter: int = 256 * 1024
@@ -38,7 +41,7 @@ class DcqcnParams:
     rai_bps: float = None                    # default line / 40
     rhai_bps: float = None                   # default line / 8
     min_bps: float = None                    # default line / 100
-    cnp_interval_ns: int = 1 * MS
+    cnp_interval_ns: int = 10 * MS
 
     def __post_init__(self):
         if self.line_bps <= 0 or not 0 < self.g < 1:

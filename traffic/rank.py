@@ -34,7 +34,6 @@ ECMP path each), as RDMA WRITE FIRST/MIDDLE/LAST/ONLY per QP.
 """
 
 import gc
-import json
 import select
 import socket
 import sys
@@ -381,8 +380,11 @@ class Rank:
         gc.freeze()
         # every rank has its frames: start together (a rank still building them would
         # not answer yet, and its peers' first packets would time out)
+        # Meanwhile arriving packets are received, ACKed and echoed as CNPs: a NIC does
+        # that whether its application has started the call or not.
         self.ready = Barrier(self.me, self.ips, port=READY_PORT)
-        self.ready.wait(self.cfg["barrier_timeout_s"], also=(self.hello,))
+        self.ready.wait(self.cfg["barrier_timeout_s"], also=(self.hello,), socks=(self.rx,),
+                        tick=self._receive_only())
         # warm-up calls (nccl-tests -w) absorb the ranks' start skew; not reported
         calls = [self.cfg["sizes"][0]] * self.cfg["warmup"] + list(self.cfg["sizes"])
         print("calls", file=sys.stderr, flush=True)       # a drill times its faults from here
@@ -412,33 +414,23 @@ class Rank:
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
                 "data_frames_sent": self.packets_sent}, **extra)
 
+    def _receive_only(self):
+        """A barrier's ``tick``: take in what arrived and run the transport's timers."""
+        buf = bytearray(9216)
+        mv = memoryview(buf)
+
+        def tick():
+            self._drain(buf, mv)
+            if self.qps:
+                self.qps.poll(self.clock())
+        return tick
+
     def _linger(self):
         """Stay until every rank is done, ACKing late retransmissions (barrier.leave_together)."""
         if self.qps:
-            buf = bytearray(9216)
-            mv = memoryview(buf)
             leave_together(self.me, self.ips,
                            self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
-                           socks=(self.rx,), tick=lambda: self._drain(buf, mv))
-
-
-def main(config_path, output=None):
-    """Entry point of ``python -m traffic rank``; returns the exit status."""
-    cfg = load_config(config_path)
-    rank = Rank(cfg)
-    try:
-        doc = rank.run()
-    finally:
-        rank.close()
-    text = json.dumps(doc, indent=1)
-    out = output or cfg["output"]
-    if out:
-        with open(out, "w") as f:
-            f.write(text + "\n")
-    else:
-        sys.stdout.write(text + "\n")
-    wrong = sum(r["chunks_missing"] + r["chunks_corrupted"] for r in doc["results"])
-    return 1 if wrong or doc.get("failed_qps") else 0
+                           socks=(self.rx,), tick=self._receive_only())
 
 
 def _qp_key(packet):

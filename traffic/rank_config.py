@@ -25,7 +25,7 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "transport": "rc", "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
             # congestion control at the sending NIC (traffic.dcqcn); needs transport rc
-            "cc": "none"}
+            "cc": "none", "cc_params": {}}
 RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
 
 
@@ -67,6 +67,10 @@ def load_config(doc):
         raise ConfigError(f"cc: one of {CC_MODES}; dcqcn and timely need transport rc "
                           "(CNPs and ACKs are the RC transport's frames)")
     try:
+        cc_params(cfg)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"cc_params: {e}")
+    try:
         # TIMELY needs RTT samples: an ACK per packet (a delayed one would add its delay)
         cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"],
                                     **({"ack_every": 1} if cfg["cc"] == "timely" else {}))
@@ -101,7 +105,7 @@ def cc_params(cfg):
     from .dcqcn import DcqcnParams
     from .timely import TimelyParams
     if cfg["cc"] == "dcqcn":
-        return {"dcqcn": DcqcnParams(cfg["rate_bps"])}
+        return {"dcqcn": DcqcnParams(cfg["rate_bps"], **cfg["cc_params"])}
     if cfg["cc"] == "timely":
-        return {"timely": TimelyParams(cfg["rate_bps"])}
+        return {"timely": TimelyParams(cfg["rate_bps"], **cfg["cc_params"])}
     return {}

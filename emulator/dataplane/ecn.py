@@ -43,6 +43,7 @@ from emulator.dataplane import proc
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
+AT = ("dequeue", "enqueue")
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|K|KIB|MB|M|MIB)?\s*$", re.I)
 _UNIT = {None: 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 10 ** 6, "MB": 10 ** 6,
          "MIB": 1 << 20}
@@ -55,10 +56,13 @@ class Ecn:
     kmin: int
     kmax: int
     pmax: float = 1.0
+    at: str = "dequeue"          # where the queue is judged: dequeue (ecnq) or enqueue
 
     def __post_init__(self):
         if not 0 < self.kmin <= self.kmax or not 0 < self.pmax <= 1:
             raise ValueError("0 < Kmin <= Kmax and 0 < Pmax <= 1 required")
+        if self.at not in AT:
+            raise ValueError(f"marking at {self.at!r}: one of {', '.join(AT)}")
 
     @property
     def step(self):
@@ -74,8 +78,15 @@ class Ecn:
 
     def text(self):
         if self.step:
-            return f"step K={self.kmax} B"
-        return f"Kmin={self.kmin} B Kmax={self.kmax} B Pmax={self.pmax:g}"
+            return f"step K={self.kmax} B at {self.at}"
+        return f"Kmin={self.kmin} B Kmax={self.kmax} B Pmax={self.pmax:g} at {self.at}"
+
+    def marker(self, session):
+        """Install this marking on ``session``'s switch ports; returns the marker."""
+        if self.at == "enqueue":
+            return Marker.for_session(session)
+        from emulator.dataplane.ecnq import DequeueMarker
+        return DequeueMarker.for_session(session)
 
 
 def _bytes(text, where):
@@ -85,20 +96,22 @@ def _bytes(text, where):
     return int(float(m.group(1)) * _UNIT[m.group(2).upper() if m.group(2) else None])
 
 
-def parse(text, where="--ecn"):
-    """'30KB' (step) or '20KB:80KB:0.2' (Kmin:Kmax:Pmax) -> Ecn; None for 'off'."""
+def parse(text, where="--ecn", at="dequeue"):
+    """'30KB' (step) or '20KB:80KB:0.2' (Kmin:Kmax:Pmax) -> Ecn marking ``at``
+    dequeue or enqueue; None for 'off'."""
     if text is None or text.strip().lower() in ("", "off", "none"):
         return None
     parts = text.split(":")
     try:
         if len(parts) == 1:
             k = _bytes(parts[0], where)
-            return Ecn(k, k)
+            return Ecn(k, k, at=at)
         if len(parts) == 3:
-            return Ecn(_bytes(parts[0], where), _bytes(parts[1], where), float(parts[2]))
+            return Ecn(_bytes(parts[0], where), _bytes(parts[1], where), float(parts[2]),
+                       at=at)
     except ValueError as e:
         raise ConfigError(where, f"{text!r}: {e}")
-    raise ConfigError(where, f"{text!r} is K (30KB) or Kmin:Kmax:Pmax (20KB:80KB:0.2)")
+    raise ConfigError(where, f"{text!r} is K (30KB) or Kmin:Kmax:Pmax (100KB:400KB:1)")
 
 
 def chain_rules(ecn, rate_bps, frame_len):
@@ -146,6 +159,9 @@ class Marker:
             session.teardown_errors.append(f"ECN counters: {e}")
         finally:
             self.remove()
+
+    def reset(self, ifnames):
+        """Nothing to do: a virtual queue drains by the clock, whatever the link did."""
 
     def install(self):
         lines = [f"table netdev {self.table} {{"]

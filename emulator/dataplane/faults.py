@@ -303,10 +303,18 @@ class Injector:
         return self._log("link_down", link, t, side=side, t_cut_ns=t_cut,
                          **self._signal(self.switch_ports(link), True, t_cut))
 
+    def _requeue(self, ports):
+        """The ECN marker counts the queues of switch ``ports`` afresh (ecnq.reset)."""
+        if getattr(self.s, "marker", None) is not None:
+            intf = {(sw["name"], p["port"]): p["intf"] for sw in self.s.topo["switches"]
+                    for p in sw["ports"]}
+            self.s.marker.reset([intf[key] for key in ports if key in intf])
+
     def link_up(self, link, side="both"):
         t = self.clock()
         ends = self.ends(link, side)
         self._set(self._resolved(ends), "up")
+        self._requeue(self.switch_ports(link))
         for netns, ifname in ends:
             if netns:
                 self._restore_routes(netns, ifname)
@@ -357,6 +365,9 @@ class Injector:
     def switch_recover(self, name):
         t = self.clock()
         self._set(self._resolved(self._switch_intfs(name)), "up")
+        self._requeue(self._neighbour_ports(name) +
+                      [(name, p["port"]) for sw in self.s.topo["switches"]
+                       if sw["name"] == name for p in sw["ports"]])
         return self._log("switch_recover", name, t,
                          **self._signal(self._neighbour_ports(name), False, t))
 

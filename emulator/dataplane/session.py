@@ -318,8 +318,7 @@ class Session:
         self.net.build()
         self.results["mtu"]["interfaces"] = self.net.mtu
         if self.ecn is not None:
-            from emulator.dataplane.ecn import Marker
-            self.marker = Marker.for_session(self)
+            self.marker = self.ecn.marker(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()

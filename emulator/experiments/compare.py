@@ -308,6 +308,7 @@ def plot(runs, path):
 
 
 def add_arguments(p):
+    from emulator.experiments.options import add_cc_param_arg, add_ecn_at_arg
     p.add_argument("--planes", action="store_true",
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
@@ -318,7 +319,9 @@ def add_arguments(p):
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
                         "utilisation, Jain fairness, CNPs, marks (experiments/congestion.py)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
-                   help="--cc: ECN marking at every switch port (default 20KB:80KB:0.2)")
+                   help="--cc: ECN marking at every switch port (default 100KB:400KB:1, DEFAULT_ECN in experiments/congestion.py)")
+    add_ecn_at_arg(p)
+    add_cc_param_arg(p)
     p.add_argument("--hosts", default=None,
                    help="--cc: comma-separated hosts (incast: the first is the root)")
     p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))

@@ -26,6 +26,11 @@ import os
 from emulator.errors import ConfigError
 
 CC_MODES = ("none", "dcqcn", "timely")
+# HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
+# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: a QP here
+# sends ~1000x fewer packets per CNP interval than at 25 Gbit/s, where a 20 % chance
+# per packet already marks one in nearly every interval (docs/transport.md)
+DEFAULT_ECN = "100KB:400KB:1"
 
 
 def jain(xs):
@@ -89,6 +94,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print):
     """One Session with ``cc`` at the senders; returns its measurements."""
     from emulator.dataplane.session import Session
     from emulator.experiments import collective
+    from emulator.experiments import ccparams
     from emulator.experiments.planes import QueueSampler
     with Session(fabric, results_base=args.results, queue_ms=args.queue_ms, mtu=args.mtu,
                  ecn=ecn, lb="ecmp", capture=getattr(args, "capture", None),
@@ -102,7 +108,9 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print):
             hosts = args.hosts.split(",") if args.hosts else None
             report = collective.run_collective(
                 s, args.workload, sizes, hosts=hosts, qps=1, warmup=0,
-                rank_extra={"transport": "rc", "cc": cc})
+                rank_extra={"transport": "rc", "cc": cc,
+                            "cc_params": ccparams.parse(args.cc_param, cc)
+                            if cc != "none" else {}})
         finally:
             sampler.stop()
         ranks = collective.rank_results(os.path.join(s.dir, "collective"))
@@ -210,7 +218,7 @@ def main(fabric, args, out=print):
     args.workload = getattr(args, "workload", None) or "incast"
     if args.workload not in ("incast", "alltoall"):
         raise ConfigError("--workload", "--cc compares incast or alltoall")
-    ecn = ecn_mod.parse(args.ecn or "20KB:80KB:0.2")
+    ecn = ecn_mod.parse(args.ecn or DEFAULT_ECN, at=args.ecn_at)
     if ecn is None:
         raise ConfigError("--ecn", "--cc needs ECN marking (K or Kmin:Kmax:Pmax)")
     if args.reps < 1:

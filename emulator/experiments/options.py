@@ -44,13 +44,33 @@ def add_transport_args(p):
                         "to the round-trip times of its ACKs (no switch support)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
                    help="ECN marking at every switch port's egress: a step at K bytes "
-                        "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (20KB:80KB:0.2)")
+                        "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (100KB:400KB:1)")
+    add_ecn_at_arg(p)
+    add_cc_param_arg(p)
+
+
+def add_cc_param_arg(p):
+    """``--cc-param NAME=VALUE`` (repeatable): experiments.ccparams."""
+    p.add_argument("--cc-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a DCQCN/TIMELY parameter of the senders, e.g. cnp_interval=20ms, "
+                        "rai=500Kbps, g=0.0625, byte_counter=1M (names: traffic/dcqcn.py, "
+                        "traffic/timely.py without _ns/_bps)")
+
+
+def add_ecn_at_arg(p):
+    """``--ecn-at dequeue|enqueue``: where a switch port judges its queue (dataplane.ecnq)."""
+    p.add_argument("--ecn-at", choices=("dequeue", "enqueue"), default="dequeue",
+                   help="mark the packet that leaves while the queue is over the threshold "
+                        "(dequeue, default: the signal is not delayed by the queue, as in "
+                        "HPCC's simulator) or the one that arrives (enqueue, RED's way)")
 
 
 def rank_transport(args):
     """The rank config keys of ``add_transport_args``'s options."""
+    from emulator.experiments import ccparams
     return {"transport": args.transport, "timeout_exp": args.rc_timeout,
-            "retry_cnt": args.rc_retry, "cc": args.cc}
+            "retry_cnt": args.rc_retry, "cc": args.cc,
+            "cc_params": ccparams.parse(args.cc_param, args.cc)}
 
 
 def check_transport(args):
@@ -61,9 +81,11 @@ def check_transport(args):
     if args.cc != "none" and args.transport != "rc":
         raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")
+    from emulator.experiments import ccparams
+    ccparams.parse(args.cc_param, args.cc)
     if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
         raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
-    return ecn.parse(args.ecn)
+    return ecn.parse(args.ecn, at=args.ecn_at)
 
 
 def check_capture(args, fabric):

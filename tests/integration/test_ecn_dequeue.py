@@ -1,0 +1,189 @@
+"""The dequeue ECN marker (root): eBPF counts a TBF's queue from both sides.
+
+First the two programs alone, run by the kernel on given frames
+(BPF_PROG_TEST_RUN): the enqueue side counts what the TBF will hold, the
+dequeue side marks by the queue left behind (step and RED profile), leaves
+what is not ECN-capable IPv4 alone, and keeps the IPv4 checksum valid.  Then
+on a veth with the lab's 40 Mbit/s TBF: a back-to-back burst is marked on
+the frames that leave with more than K bytes behind them (the head, not the
+tail as at enqueue), paced frames never, and the counted queue returns to 0.
+"""
+
+import os
+import socket
+import struct
+import subprocess
+import time
+
+from pyroute2 import IPRoute
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Raw
+from scapy.utils import rdpcap
+
+from emulator.dataplane import bpf, ecn, ecnq, shaping
+from traffic.frames import PSN_OFF, FrameTemplate, icrc
+from traffic_fixtures import lab, run, wait_until  # noqa: F401  (lab: a fixture)
+
+RATE = 40e6
+FRAME = 4158                  # a 4096-byte RoCE MTU frame
+K = 30000
+LEN = 3042                    # test frames (BPF_PROG_TEST_RUN takes up to ~3.5 kB)
+
+
+def frame(tos=2):
+    return bytes(Ether() / IP(dst="10.9.0.2", tos=tos) / UDP(dport=4791) /
+                 Raw(b"x" * (LEN - 42)))
+
+
+def programs(kmin, kmax, pmax, limit=10 ** 6):
+    m = bpf.Map(ecnq.ENTRY.size, 1)
+    fin = bpf.load(bpf.PROG_SCHED_CLS, ecnq.enqueue_program(m.fd, 0, limit), "t_in")
+    fout = bpf.load(bpf.PROG_XDP, ecnq.dequeue_program(m.fd, 0, kmin, kmax, pmax, 1000),
+                    "t_out")
+    return m, fin, fout
+
+
+def queue(m):
+    i, o, marks, _ = ecnq.ENTRY.unpack(m.lookup(0))
+    return i - o, marks
+
+
+def checksum_ok(raw):
+    ip = IP(raw[14:])
+    chk = ip.chksum
+    del ip.chksum
+    return IP(bytes(ip)).chksum == chk
+
+
+def test_enqueue_side_counts_what_the_tbf_keeps():
+    m, fin, fout = programs(10000, 10000, 1.0, limit=5 * LEN)
+    try:
+        for _ in range(8):
+            assert bpf.test_run(fin, frame())[0] == ecnq.TC_ACT_OK
+        assert queue(m) == (5 * LEN, 0)       # three more would overflow the TBF: dropped
+    finally:
+        for fd in (fin, fout):
+            os.close(fd)
+        m.close()
+
+
+def test_step_marks_by_the_queue_left_behind_and_keeps_checksums():
+    m, fin, fout = programs(K, K, 1.0)
+    try:
+        for _ in range(20):
+            bpf.test_run(fin, frame())
+        marked = []
+        for i in range(20):
+            ret, out = bpf.test_run(fout, frame(tos=2 if i % 2 else 1))   # ECT(0) / ECT(1)
+            assert ret == ecnq.XDP_PASS and len(out) == LEN
+            behind = (19 - i) * LEN
+            assert (out[15] & 3 == 3) == (behind > K), (i, behind)
+            assert out[15] >> 2 == 0 and checksum_ok(out)
+            marked.append(out[15] & 3 == 3)
+        assert queue(m) == (0, sum(marked))
+        assert sum(marked) == len([i for i in range(20) if (19 - i) * LEN > K])
+    finally:
+        for fd in (fin, fout):
+            os.close(fd)
+        m.close()
+
+
+def test_red_profile_between_kmin_and_kmax():
+    kmin, kmax = 20000, 200000
+    m, fin, fout = programs(kmin, kmax, 0.5)
+    try:
+        seen = {}
+        for _ in range(6):                     # six passes over a queue of 80 frames
+            for _ in range(80):
+                bpf.test_run(fin, frame())
+            for i in range(80):
+                _, out = bpf.test_run(fout, frame())
+                q = (79 - i) * LEN
+                band = "over" if q > kmax else "under" if q <= kmin else "mid"
+                seen.setdefault(band, []).append(out[15] & 3 == 3)
+        assert all(seen["over"]) and not any(seen["under"])
+        mid = seen["mid"]
+        expected = sum(0.5 * ((79 - i) * LEN - kmin) / (kmax - kmin)
+                       for i in range(80) if kmin < (79 - i) * LEN <= kmax) * 6
+        assert 0.6 * expected < sum(mid) < 1.4 * expected, (sum(mid), expected)
+    finally:
+        for fd in (fin, fout):
+            os.close(fd)
+        m.close()
+
+
+def test_not_ect_ce_or_not_ipv4_is_left_alone():
+    m, fin, fout = programs(1000, 1000, 1.0)
+    try:
+        arp = bytes(Ether() / ARP()).ljust(LEN, b"\0")
+        for pkt in (frame(tos=0), frame(tos=3), arp):
+            for _ in range(3):
+                bpf.test_run(fin, pkt)
+            _, out = bpf.test_run(fout, pkt)
+            assert out == pkt
+        assert queue(m)[1] == 0
+    finally:
+        for fd in (fin, fout):
+            os.close(fd)
+        m.close()
+
+
+def burst(lab, gap_s):
+    """Send 40 ECT(0) frames a -> b (``gap_s`` apart); return b's frames, marks, queue."""
+    b = lab.ns("b")
+    ia, ib = lab.veth(None, "a", b, "b")
+    for ns, i in ((None, ia), (b, ib)):
+        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
+    with IPRoute() as ipr:
+        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], RATE, 30.0, FRAME + 14)
+    marker = ecnq.DequeueMarker(ecn.parse("30KB"), [(ia, f"/run/netns/{b}", ib, RATE)],
+                                FRAME, 30.0, FRAME + 14).install()
+    pcap = f"/tmp/flt{lab.tag}.pcap"
+    cap = subprocess.Popen(["ip", "netns", "exec", b, "tcpdump", "-i", ib, "--immediate-mode",
+                            "-U", "-w", pcap, "udp"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: cap.stderr.readline().startswith(b"tcpdump: listening"), 10,
+                   what="tcpdump listening")
+        t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
+                          0x11, frame_len=FRAME, ecn=2)
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind((ia, 0))
+            for i in range(40):
+                s.send(t.frame(i))
+                if gap_s:
+                    time.sleep(gap_s)
+        time.sleep(0.5)             # 40 frames at 40 Mbit/s drain in 33 ms
+        marks, backlog = marker.marks(), marker.backlog()
+    finally:
+        cap.terminate()
+        cap.communicate(timeout=10)
+        assert marker.remove() == []
+    try:
+        frames = rdpcap(pcap)
+    finally:
+        os.unlink(pcap)
+    return frames, marks.get(ia, 0), backlog[ia]
+
+
+def test_burst_is_marked_at_the_head_while_k_bytes_wait_behind(lab):
+    frames, counted, backlog = burst(lab, 0)
+    assert len(frames) == 40 and backlog == 0
+    ce = [int.from_bytes(bytes(f)[PSN_OFF + 1:PSN_OFF + 4], "big") for f in frames
+          if bytes(f)[15] & 3 == 3]
+    # the frame that leaves with 8 frames (33 kB > K) behind it is the last marked: 31;
+    # the first ones may leave before the burst has all arrived
+    assert ce and 30 <= ce[-1] <= 32, ce
+    assert len(ce) >= 20 and ce == list(range(ce[0], ce[-1] + 1))
+    assert counted == len(ce)
+    for f in frames:
+        raw = bytes(f)
+        assert icrc(raw) == struct.unpack("<I", raw[-4:])[0]
+        assert checksum_ok(raw)
+
+
+def test_paced_below_the_link_rate_is_never_marked_at_dequeue(lab):
+    frames, counted, backlog = burst(lab, 0.0012)
+    assert len(frames) == 40 and backlog == 0
+    assert counted == 0 and not [f for f in frames if bytes(f)[15] & 3 == 3]
