@@ -187,3 +187,32 @@ def test_paced_below_the_link_rate_is_never_marked_at_dequeue(lab):
     frames, counted, backlog = burst(lab, 0.0012)
     assert len(frames) == 40 and backlog == 0
     assert counted == 0 and not [f for f in frames if bytes(f)[15] & 3 == 3]
+
+
+def test_a_link_that_was_down_is_counted_afresh(lab):
+    """Frames a TBF sends to a peer that is down never come out: after the link is
+    up again ``reset`` takes the TBF's own backlog (dataplane.faults calls it)."""
+    b = lab.ns("b")
+    ia, ib = lab.veth(None, "a", b, "b")
+    for ns, i in ((None, ia), (b, ib)):
+        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
+    with IPRoute() as ipr:
+        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], RATE, 30.0, FRAME + 14)
+    marker = ecnq.DequeueMarker(ecn.parse("30KB"), [(ia, f"/run/netns/{b}", ib, RATE)],
+                                FRAME, 30.0, FRAME + 14).install()
+    try:
+        run("ip", "link", "set", ib, "down", ns=b)
+        t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
+                          0x11, frame_len=FRAME, ecn=2)
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind((ia, 0))
+            for i in range(10):
+                s.send(t.frame(i))
+        wait_until(lambda: marker.backlog()[ia] == 10 * FRAME, 5, what="frames counted in")
+        run("ip", "link", "set", ib, "up", ns=b)
+        time.sleep(0.1)                             # 10 frames drain in 8 ms: into the void
+        assert marker.backlog()[ia] == 10 * FRAME   # still counted: they never came out
+        marker.reset([ia])
+        assert marker.backlog()[ia] == 0
+    finally:
+        assert marker.remove() == []
