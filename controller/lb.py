@@ -20,7 +20,9 @@ docs/load-balancing.md explains the designs and their limits.
   Load of a path = its links (the leaf uplink and the spine's downlink
   toward the destination when it is unique): first the number of active
   placed flows, then the utilisation measured from port statistics polled
-  every ``POLL_S``.
+  every ``POLL_S``.  A flow measured at under ``LIGHT`` of its uplink's rate
+  (a QP's ACKs and CNPs run the other way as flows of their own) is not
+  counted: it would keep a data flow off an idle uplink.
 
   ``flowlet``: a placed flow never moves; the NIC starts a new flowlet with a
   new source port after an idle gap (traffic.entropy), which is a new flow
@@ -58,6 +60,8 @@ ACTIVE_S = 0.3        # a flow whose bytes grew this recently (or placed) is act
 IDLE_S = 2.0          # a placed flow idle this long is removed
 RESEND_S = 0.5        # packet-ins for a placed flow this long after: the entry is gone
 HOT, COLD = 0.9, 0.5  # utilisation of a congested link / of a link a flow may move to
+LIGHT = 0.05          # a measured flow under this share of its uplink's rate (ACKs,
+                      # CNPs) neither counts as a link's flow nor is worth moving
 HOLD_S = 0.5          # a moved flow stays put this long
 
 
@@ -171,11 +175,16 @@ class Balancer:
     def active(self, f, now):
         return now - f.active_at <= ACTIVE_S
 
+    def heavy(self, f):
+        """Not a light flow: unmeasured yet (presumed heavy), or >= LIGHT of its uplink."""
+        rate = self.rates.get(f.links[0])
+        return f.bytes == 0 or not rate or f.rate_bps >= LIGHT * rate
+
     def count(self, now, exclude=None):
-        """(dpid, port) -> active placed flows using it."""
+        """(dpid, port) -> active placed heavy flows using it."""
         n = {}
         for key, f in self.flows.items():
-            if key != exclude and self.active(f, now):
+            if key != exclude and self.active(f, now) and self.heavy(f):
                 for lk in f.links:
                     n[lk] = n.get(lk, 0) + 1
         return n
@@ -258,7 +267,7 @@ class Balancer:
             if counts[link] < 2 or self.util.get(link, 0.0) < HOT:
                 continue
             movable = sorted(k for k, f in self.flows.items()
-                             if link in f.links and self.active(f, now)
+                             if link in f.links and self.active(f, now) and self.heavy(f)
                              and (f.moved_at is None or now - f.moved_at >= HOLD_S))
             for key in movable:
                 f = self.flows[key]

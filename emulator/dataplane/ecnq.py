@@ -28,10 +28,13 @@ between; Kmin == Kmax is a step at K.  The IPv4 checksum is updated
 (RFC 1624); the RoCEv2 ICRC masks the TOS byte.
 """
 
+import os
 import struct
 
+from pyroute2 import NetlinkError
+
 from emulator.dataplane import bpf, shaping
-from emulator.errors import RunFailed
+from emulator.errors import EnvironmentProblem, RunFailed
 
 ENTRY = struct.Struct("<QQQQ")        # in bytes, out bytes, marked packets, spare
 IN, OUT, MARKS = 0, 8, 16
@@ -208,7 +211,7 @@ class DequeueMarker:
                                name=f"ecnq_in{i}", parent=TC_EGRESS, classid=1,
                                direct_action=True)
                 finally:
-                    _close(fd)
+                    os.close(fd)
                 e = self.ecn
                 fd = bpf.load(bpf.PROG_XDP, dequeue_program(
                     self.map.fd, i, e.kmin, e.kmax, e.pmax, self.frame_len // 2),
@@ -220,9 +223,13 @@ class DequeueMarker:
                                                 ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
                         self.attached.append(("xdp", ns, peer))
                 finally:
-                    _close(fd)
-        except Exception:
+                    os.close(fd)
+        except Exception as e:
             self.remove()
+            if isinstance(e, NetlinkError):
+                raise EnvironmentProblem(
+                    f"the kernel refused to attach the dequeue ECN marker ({e}): it needs "
+                    "tc clsact with cls_bpf and XDP; --ecn-at enqueue marks with nftables")
             raise
         return self
 
@@ -301,6 +308,3 @@ def _index(ipr, ifname, missing_ok=False):
     return found[0]
 
 
-def _close(fd):
-    import os
-    os.close(fd)

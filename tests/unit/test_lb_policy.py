@@ -164,6 +164,26 @@ def test_dlb_moves_one_flow_off_a_hot_link_and_holds_it(topo, rates):
     assert bal.tick(0.2) == []
 
 
+def test_light_flows_neither_count_nor_block_a_move(topo, rates):
+    """A QP's ACKs are a RoCE flow of their own, a few % of the data's bytes: one on
+    every other uplink must not keep a hot link's data flow where it is."""
+    bal, keys, ups = _two_on_one(topo, rates, "dlb")
+    leaf1 = topo.by_name["leaf1"].dpid
+    acks = []
+    for i, (s, d) in enumerate([("h3", "h7"), ("h4", "h8"), ("h3", "h6")]):
+        bal.packet_in(leaf1, frame(topo, s, d, 51000 + i), 0.0)
+        key = (hp(topo, s).ip, hp(topo, d).ip, 51000 + i)
+        f = bal.flows[key]
+        f.port, f.links = ups[1 + i], bal.links_of(leaf1, ups[1 + i], f.dst)
+        acks.append(key)
+    bal.flow_stats(leaf1, {k: 600 for k in acks}, 0.1)       # 48 kbit/s: light
+    assert all(not bal.heavy(bal.flows[k]) for k in acks)
+    assert all(bal.heavy(bal.flows[k]) for k in keys)
+    msgs = bal.tick(0.1)
+    assert len(msgs) == 1 and msgs[0][1].actions[0].port in ups[1:]
+    assert bal.flows[acks[0]].port == ups[1]                  # the light ones stay
+
+
 def test_flowlet_never_moves_an_active_flow(topo, rates):
     bal, keys, ups = _two_on_one(topo, rates, "flowlet")
     assert bal.tick(0.1) == []
