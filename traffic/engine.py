@@ -4,8 +4,9 @@ Model.  A *plan* (JSON, validated by ``load_plan``) lists
 
 - ``streams``: paced RoCEv2 traffic, each from one host interface to one
   peer: ``{"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip",
-  "rate_bps", "qps", "first_flow", "first_qpn"}`` (flow ids and QPNs as in
-  ``sender.make_flows``: one UDP source port per QP);
+  "rate_bps", "qps", "first_flow", "first_qpn", "phase"}`` (flow ids and QPNs
+  as in ``sender.make_flows``: one UDP source port per QP; ``phase``: the
+  fraction of its packet interval it starts after the others, default 0);
 - ``receivers``: ``{"netns", "intf"}`` interfaces whose arriving RoCEv2
   frames are accounted per flow (``accounting``);
 - ``duration`` (s), ``frame_len``, ``tick_ms`` (how often the engine wakes),
@@ -70,7 +71,7 @@ ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 LAT_BIN_NS = 100_000            # latency histogram: 0.1 ms bins ...
 LAT_BINS = 100_000              # ... up to 10 s (the last bin holds the rest)
 STREAM_KEYS = {"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip", "rate_bps",
-               "rate_pps", "qps", "first_flow", "first_qpn", "dscp", "name"}
+               "rate_pps", "qps", "first_flow", "first_qpn", "dscp", "name", "phase"}
 RECEIVER_KEYS = {"netns", "intf", "name"}
 PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5,
                  "gap_ms": 10.0, "max_lag_ms": 20.0, "deadline": None,
@@ -104,8 +105,8 @@ def load_plan(doc):
             raise PlanError(f"streams[{i}]: missing {sorted(missing)} / unknown {sorted(bad)}")
         if ("rate_bps" in s) == ("rate_pps" in s):
             raise PlanError(f"streams[{i}]: give rate_bps or rate_pps")
-        if s.get("rate_bps", s.get("rate_pps")) <= 0:
-            raise PlanError(f"streams[{i}]: the rate must be positive")
+        if s.get("rate_bps", s.get("rate_pps")) <= 0 or not 0 <= s.get("phase", 0) < 1:
+            raise PlanError(f"streams[{i}]: the rate must be positive, 0 <= phase < 1")
     for i, r in enumerate(plan["receivers"]):
         if "intf" not in r or set(r) - RECEIVER_KEYS:
             raise PlanError(f"receivers[{i}]: needs intf; keys {sorted(RECEIVER_KEYS)}")
@@ -213,8 +214,7 @@ class Engine:
         flen = max((f.template.len for _, flows, _ in self.streams for f in flows),
                    default=p["frame_len"])
         tick = int(p["tick_ms"] * 1e6)
-        # scapy leaves ~10^5 objects behind: a full collection walking them stalls
-        # the loop for 30-50 ms.  Collect once now and exempt them from later passes.
+        # scapy's ~10^5 objects stall a full collection 30-50 ms: exempt them once
         gc.collect()
         gc.freeze()
         cpu0 = _cpu()
@@ -225,7 +225,8 @@ class Engine:
         for spec, flows, sender in self.streams:
             interval = (1e9 / spec["rate_pps"] if spec.get("rate_pps")
                         else flen * 8 * 1e9 / spec["rate_bps"])
-            scheds.append([Schedule(interval, start, max_lag_ns=int(p["max_lag_ms"] * 1e6),
+            scheds.append([Schedule(interval, start + int(spec.get("phase", 0) * interval),
+                                    max_lag_ns=int(p["max_lag_ms"] * 1e6),
                                     late_ns=tick + 1_000_000, end_ns=end),
                            flows, sender, 0])
         idle_ns = int(p["idle"] * 1e9)

@@ -66,7 +66,7 @@ def enqueue_program(map_fd, index, limit):
     a.ldx(8, 2, 0, OUT)
     a.alu(1, "-=", src=2)
     a.alu(1, "+=", src=7)                 # the queue with this frame
-    a.jmp("s>", 1, "out", imm=limit)      # the TBF drops it: never leaves
+    a.jmp("s>", 1, "out", imm=min(limit, 2 ** 31 - 1))   # the TBF drops it: never leaves
     a.atomic_add(0, IN, 7)
     a.label("out")
     a.alu(0, "=", imm=TC_ACT_OK)

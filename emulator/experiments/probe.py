@@ -130,13 +130,14 @@ def select_paths(topo):
 def engine_plan(net, chosen, args, duration):
     from emulator.experiments.mix import netns_of
     streams, receivers, seen = [], [], set()
-    for key, (src, dst, qpn, _) in chosen.items():
+    for i, (key, (src, dst, qpn, _)) in enumerate(chosen.items()):
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}>{dst['name']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
                         "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dp["mac"],
                         "dst_ip": dp["ip"], "rate_pps": args.pps, "qps": 1,
-                        "first_flow": int(key.split("#")[1]), "first_qpn": qpn})
+                        "first_flow": int(key.split("#")[1]), "first_qpn": qpn,
+                        "phase": i / len(chosen)})       # spread over the interval
         if (dst["name"], dp["port"]) not in seen:
             seen.add((dst["name"], dp["port"]))
             receivers.append({"name": f"{dst['name']}:{dp['port']}",
@@ -314,6 +315,10 @@ def main(fabric, args, out=print):
         raise ConfigError("--min-loss", "a percentage in (0, 100)")
     if not pr.probe_pairs(topo):
         raise ConfigError("probe", "the fabric needs hosts on two leaves")
+    if args.isolate and args.failover == "none":
+        raise ConfigError("--failover", "none never routes around a link set down, so the "
+                                        "prober could not isolate it: use controller or "
+                                        "fast-failover, or --no-isolate")
     base = os.path.abspath(os.path.join(args.results, time.strftime("probe-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     reps = []

@@ -120,3 +120,18 @@ def test_run_help_groups_its_options_by_topic(capsys):
     heads = [h for h in ("fabric:", "control plane:", "traffic:", "fidelity:",
                          "observe and interact:") if h in text]
     assert len(heads) == 5 and text.index("fabric:") < text.index("traffic:")
+
+
+def test_probe_refuses_to_isolate_without_a_mode_that_routes_around(tmp_path, capsys):
+    assert main(["probe", "--failover", "none", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--failover" in err and "--no-isolate" in err
+    assert list(tmp_path.iterdir()) == []            # nothing built, no results dir
+
+
+def test_cc_params_and_ecn_at_are_checked_before_anything_is_built(tmp_path, capsys):
+    assert main(["run", "--cc", "dcqcn", "--cc-param", "g=3",
+                 "--results", str(tmp_path)]) == 2
+    assert "--cc-param" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--cc", "dcqcn", "--ecn-at", "sideways"])

@@ -55,6 +55,9 @@ def test_plan_defaults_and_errors():
     with pytest.raises(PlanError, match="must be positive"):
         load_plan({"streams": [{"intf": "e", "src_ip": "a", "dst_ip": "b", "dst_mac": "m",
                                 "rate_bps": 0}]})
+    with pytest.raises(PlanError, match="phase"):
+        load_plan({"streams": [{"intf": "e", "src_ip": "a", "dst_ip": "b", "dst_mac": "m",
+                                "rate_pps": 100, "phase": 1.0}]})
     with pytest.raises(PlanError, match=r"receivers\[0\]"):
         load_plan({"receivers": [{"netns": "/x"}]})
     assert plan["progress_ms"] is None
