@@ -319,7 +319,7 @@ def add_arguments(p):
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
                         "utilisation, Jain fairness, CNPs, marks (experiments/congestion.py)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
-                   help="--cc: ECN marking at every switch port (default 100KB:400KB:1, DEFAULT_ECN in experiments/congestion.py)")
+                   help="--cc: ECN marking at every switch port (default 100KB:400KB:1, scaled down to fit shallow --queue-ms: Kmax at most half a queue)")
     add_ecn_at_arg(p)
     add_cc_param_arg(p)
     p.add_argument("--hosts", default=None,

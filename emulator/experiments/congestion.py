@@ -27,10 +27,24 @@ from emulator.errors import ConfigError
 
 CC_MODES = ("none", "dcqcn", "timely")
 # HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
-# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: a QP here
-# sends ~1000x fewer packets per CNP interval than at 25 Gbit/s, where a 20 % chance
-# per packet already marks one in nearly every interval (docs/transport.md)
+# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: within the
+# 10 ms CNP interval (traffic.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
+# so a 20 % chance per packet would leave most intervals without a CNP
+# (docs/transport.md)
 DEFAULT_ECN = "100KB:400KB:1"
+
+
+def default_ecn(fabric, queue_ms, at="dequeue"):
+    """``DEFAULT_ECN``, scaled down so Kmax is at most half the smallest switch-port
+    queue of ``queue_ms``: marks must start well before a shallow buffer drops."""
+    from emulator.dataplane import ecn as ecn_mod
+    from emulator.dataplane.shaping import tbf_params
+    e = ecn_mod.parse(DEFAULT_ECN, at=at)
+    queue = min(tbf_params(lk.rate_bps, queue_ms)["limit"] for lk in fabric.links)
+    if 2 * e.kmax <= queue:
+        return e
+    k = queue / (2 * e.kmax)
+    return ecn_mod.Ecn(max(1, int(e.kmin * k)), max(1, int(e.kmax * k)), e.pmax, at=at)
 
 
 def jain(xs):
@@ -218,7 +232,8 @@ def main(fabric, args, out=print):
     args.workload = getattr(args, "workload", None) or "incast"
     if args.workload not in ("incast", "alltoall"):
         raise ConfigError("--workload", "--cc compares incast or alltoall")
-    ecn = ecn_mod.parse(args.ecn or DEFAULT_ECN, at=args.ecn_at)
+    ecn = (ecn_mod.parse(args.ecn, at=args.ecn_at) if args.ecn
+           else default_ecn(fabric, args.queue_ms, args.ecn_at))
     if ecn is None:
         raise ConfigError("--ecn", "--cc needs ECN marking (K or Kmin:Kmax:Pmax)")
     if args.reps < 1:

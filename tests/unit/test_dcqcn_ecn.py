@@ -129,3 +129,14 @@ def test_timely_samples_first_transmissions_only():
     q.sent((1, 0), 2, ("pkt", 2), 12 * MS, again=True)     # went twice: no sample from it
     q.control(parse_control(ack.frame(3)), 30 * MS)
     assert q.rp[(1, 0)].samples == 1
+
+
+def test_compare_ecn_default_fits_a_shallow_buffer():
+    from emulator.experiments.congestion import DEFAULT_ECN, default_ecn
+    from emulator.fabric import presets
+    fabric = presets.build("leaf-spine", {})
+    deep = default_ecn(fabric, 2000)
+    assert deep == ecn.parse(DEFAULT_ECN)                  # 100KB:400KB:1 at dequeue
+    shallow = default_ecn(fabric, 30, at="enqueue")        # 40 Mbit/s x 30 ms: ~158 kB
+    assert shallow.at == "enqueue" and shallow.pmax == deep.pmax
+    assert 2 * shallow.kmax <= 158_000 and shallow.kmax == 4 * shallow.kmin
