@@ -81,7 +81,7 @@ class Rank:
         self.retx_bytes = 0
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission
         if cfg["transport"] == "rc":
-            self.qps = RankQPs(cfg["rc_params"], self.sender.sock.send, self.mac, mine["ip"],
+            self.qps = RankQPs(cfg["rc_params"], self.sender.send_one, self.mac, mine["ip"],
                                cfg["dscp"], ooo=cfg["entropy"] != "qp", **cc_params(cfg))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
@@ -412,7 +412,8 @@ class Rank:
                 "qps": self.cfg["qps"], "results": results,
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
-                "data_frames_sent": self.packets_sent}, **extra)
+                "data_frames_sent": self.packets_sent,
+                "control_frames_dropped": self.sender.control_dropped}, **extra)
 
     def _receive_only(self):
         """A barrier's ``tick``: take in what arrived and run the transport's timers."""

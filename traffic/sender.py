@@ -14,6 +14,7 @@ copied into it and patched in place: no per-packet allocation.
 
 import ctypes
 import ctypes.util
+import errno
 import os
 import socket
 import time
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 
 from .frames import PSN_MASK
 from .pacing import TokenBucket, sleep_ns
+
+_FULL = (errno.EAGAIN, errno.ENOBUFS, errno.EINTR)     # the interface's queue is full
 
 MAX_FRAME = 9216
 SO_SNDBUFFORCE = 32
@@ -115,6 +118,7 @@ class Sender:
         self.msgs = (_mmsghdr * self.batch)()
         self._msgs_addr = ctypes.addressof(self.msgs)
         self._sig = [None] * self.batch   # what padding each slot holds (``send_flows``)
+        self.control_dropped = 0          # ``send_one`` frames that found no room
         self._keep = []
         for i, slot in enumerate(self.slots):
             cbuf = (ctypes.c_char * MAX_FRAME).from_buffer(slot)
@@ -184,6 +188,24 @@ class Sender:
                 self.sock.send(memoryview(slots[i])[:iov[i].iov_len])
         return rr
 
+    def send_one(self, frame, patience_s=1.0):
+        """Send one frame (an ACK, NAK or CNP) as a NIC would: when the interface's
+        queue is full (ENOBUFS, EAGAIN) wait for room rather than lose it; a frame
+        that found no room for ``patience_s``, or an interface that is down, is
+        dropped and counted (``control_dropped``).  Returns whether it left."""
+        end = time.monotonic() + patience_s
+        while True:
+            try:
+                self.sock.send(frame)
+                return True
+            except OSError as e:
+                if e.errno not in _FULL or time.monotonic() > end:
+                    if e.errno in _FULL or e.errno in (errno.ENETDOWN, errno.ENXIO):
+                        self.control_dropped += 1
+                        return False
+                    raise
+                sleep_ns(100_000)
+
     def _sendmmsg(self, count):
         done = 0
         while done < count:
@@ -191,7 +213,7 @@ class Sender:
                           count - done, 0)
             if r < 0:
                 err = ctypes.get_errno()
-                if err in (11, 105, 4):        # EAGAIN, ENOBUFS, EINTR: retry
+                if err in _FULL:               # no room yet: retry
                     continue
                 raise OSError(err, os.strerror(err))
             done += r

@@ -99,3 +99,33 @@ def test_fill_into_slot_is_independent_of_previous_contents():
     n = t2.fill(buf, 3, 4)
     assert bytes(buf[:n]) == t2.frame(3, 4)
     assert struct.unpack_from("<I", buf, n - 4)[0] == frames.icrc(bytes(buf[:n]))
+
+
+class _FullThenRoom:
+    """A socket whose interface queue is full for ``full`` sends, then sends."""
+
+    def __init__(self, full, err):
+        self.full, self.err, self.sent = full, err, []
+
+    def send(self, frame):
+        if self.full:
+            self.full -= 1
+            raise OSError(self.err, "no room")
+        self.sent.append(frame)
+
+
+def test_control_frames_wait_for_room_like_a_nic_and_never_crash_the_rank():
+    import errno
+    import pytest
+    from traffic.sender import Sender
+    s = Sender.__new__(Sender)
+    s.control_dropped = 0
+    s.sock = _FullThenRoom(3, errno.ENOBUFS)
+    assert s.send_one(b"ack") and s.sock.sent == [b"ack"] and s.control_dropped == 0
+    s.sock = _FullThenRoom(10 ** 9, errno.ENOBUFS)               # never any room
+    assert not s.send_one(b"ack", patience_s=0.01) and s.control_dropped == 1
+    s.sock = _FullThenRoom(1, errno.ENETDOWN)                    # the link is down
+    assert not s.send_one(b"ack") and s.control_dropped == 2
+    s.sock = _FullThenRoom(1, errno.EBADF)                       # a bug: said loudly
+    with pytest.raises(OSError):
+        s.send_one(b"ack")
