@@ -10,7 +10,8 @@ rate (about the host link rate), QPs per connection and timeouts.
    is then read from the neighbour table (falling back to the config's
    ``next_hop_mac`` or ``mac``).
 2. Optional ``start_time`` (Unix time) is awaited, then ``warmup`` calls of
-   the first size run unreported (they absorb the ranks' start skew).
+   the first size run unreported (they absorb the ranks' start skew).  From
+   the second barrier on, what arrives is received, ACKed and echoed as CNPs.
 3. Per size (``tag`` = its index), the ``collectives.schedule`` steps run in
    one event loop: a step's sends are queued once the receives it depends on
    are complete (or timed out); queued packets wait in per-QP send queues

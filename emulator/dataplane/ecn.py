@@ -81,13 +81,6 @@ class Ecn:
             return f"step K={self.kmax} B at {self.at}"
         return f"Kmin={self.kmin} B Kmax={self.kmax} B Pmax={self.pmax:g} at {self.at}"
 
-    def marker(self, session):
-        """Install this marking on ``session``'s switch ports; returns the marker."""
-        if self.at == "enqueue":
-            return Marker.for_session(session)
-        from emulator.dataplane.ecnq import DequeueMarker
-        return DequeueMarker.for_session(session)
-
 
 def _bytes(text, where):
     m = _SIZE.match(text)
@@ -127,6 +120,17 @@ def chain_rules(ecn, rate_bps, frame_len):
     return rules
 
 
+def record_marks(session, marker):
+    """``marker``'s marks per port into ``session``'s results (a failed read is a
+    teardown error, not an exception)."""
+    try:
+        marks = marker.marks()
+        session.results["ecn"]["marked_packets"] = {k: v for k, v in marks.items() if v}
+        session.results["ecn"]["marked_total"] = sum(marks.values())
+    except (RunFailed, OSError) as e:
+        session.teardown_errors.append(f"ECN counters: {e}")
+
+
 class Marker:
     """The run's marking table ``fl<tag>ecn`` over ``ports`` [(ifname, rate_bps)]."""
 
@@ -152,11 +156,7 @@ class Marker:
     def close(self, session):
         """Record the marks per port in ``session``'s results, then remove the table."""
         try:
-            marks = self.marks()
-            session.results["ecn"]["marked_packets"] = {k: v for k, v in marks.items() if v}
-            session.results["ecn"]["marked_total"] = sum(marks.values())
-        except RunFailed as e:
-            session.teardown_errors.append(f"ECN counters: {e}")
+            record_marks(session, self)
         finally:
             self.remove()
 

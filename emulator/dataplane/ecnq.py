@@ -34,6 +34,7 @@ import struct
 from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf, shaping
+from emulator.dataplane.ecn import record_marks
 from emulator.errors import EnvironmentProblem, RunFailed
 
 ENTRY = struct.Struct("<QQQQ")        # in bytes, out bytes, marked packets, spare
@@ -44,12 +45,12 @@ PSCALE = 1 << 16                      # marking probability in 1/65536ths
 TC_EGRESS = 0xFFFFFFF3                # clsact's egress parent (ffff:fff3)
 
 
-def _lookup(a, index, on_miss):
+def _lookup(a, map_fd, index, on_miss):
     """r0 = &map[index] (r1-r5 clobbered); to ``on_miss`` if absent."""
     a.st(4, 10, -4, index)
     a.alu(2, "=", src=10)
     a.alu(2, "+=", imm=-4)
-    a.map_fd(1, a.map)
+    a.map_fd(1, map_fd)
     a.call(bpf.MAP_LOOKUP_ELEM)
     a.jmp("==", 0, on_miss, imm=0)
 
@@ -58,10 +59,9 @@ def enqueue_program(map_fd, index, limit):
     """tc egress of port ``index``: count the frame into the queue unless the TBF's
     ``limit`` bytes would drop it."""
     a = bpf.Asm()
-    a.map = map_fd
     a.alu(6, "=", src=1)
     a.ldx(4, 7, 6, 0)                     # r7 = skb->len
-    _lookup(a, index, "out")
+    _lookup(a, map_fd, index, "out")
     a.ldx(8, 1, 0, IN)
     a.ldx(8, 2, 0, OUT)
     a.alu(1, "-=", src=2)
@@ -78,12 +78,11 @@ def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
     """XDP on the far end of port ``index``: count the frame out of the queue and
     mark it CE by the queue it leaves behind (see the module doc)."""
     a = bpf.Asm()
-    a.map = map_fd
     a.alu(6, "=", src=1)
     a.alu(1, "=", src=6)
     a.call(bpf.XDP_GET_BUFF_LEN)
     a.alu(7, "=", src=0)                  # r7 = frame length
-    _lookup(a, index, "pass")
+    _lookup(a, map_fd, index, "pass")
     a.alu(8, "=", src=0)
     a.atomic_add(8, OUT, 7)
     a.ldx(8, 9, 8, IN)
@@ -266,11 +265,7 @@ class DequeueMarker:
     def close(self, session):
         """Record the marks per port in ``session``'s results, then detach."""
         try:
-            marks = self.marks()
-            session.results["ecn"]["marked_packets"] = {k: v for k, v in marks.items() if v}
-            session.results["ecn"]["marked_total"] = sum(marks.values())
-        except OSError as e:
-            session.teardown_errors.append(f"ECN counters: {e}")
+            record_marks(session, self)
         finally:
             session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
 

@@ -318,7 +318,10 @@ class Session:
         self.net.build()
         self.results["mtu"]["interfaces"] = self.net.mtu
         if self.ecn is not None:
-            self.marker = self.ecn.marker(self)
+            from emulator.dataplane.ecn import Marker
+            from emulator.dataplane.ecnq import DequeueMarker
+            self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
+                .for_session(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()

@@ -10,23 +10,19 @@ tail as at enqueue), paced frames never, and the counted queue returns to 0.
 """
 
 import os
-import socket
 import struct
-import subprocess
 import time
 
-from pyroute2 import IPRoute
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
-from scapy.utils import rdpcap
 
-from emulator.dataplane import bpf, ecn, ecnq, shaping
-from traffic.frames import PSN_OFF, FrameTemplate, icrc
-from traffic_fixtures import lab, run, wait_until  # noqa: F401  (lab: a fixture)
+from emulator.dataplane import bpf, ecn, ecnq
+from traffic.frames import PSN_OFF, icrc
+from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE
+from traffic_fixtures import ecn_burst, run, send_ect_frames, shaped_veth, wait_until
+from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
-RATE = 40e6
-FRAME = 4158                  # a 4096-byte RoCE MTU frame
 K = 30000
 LEN = 3042                    # test frames (BPF_PROG_TEST_RUN takes up to ~3.5 kB)
 
@@ -129,42 +125,14 @@ def test_not_ect_ce_or_not_ipv4_is_left_alone():
         m.close()
 
 
+def dequeue_marker(ia, ib, b):
+    return ecnq.DequeueMarker(ecn.parse("30KB"), [(ia, f"/run/netns/{b}", ib, RATE)],
+                              FRAME, 30.0, FRAME + 14).install()
+
+
 def burst(lab, gap_s):
-    """Send 40 ECT(0) frames a -> b (``gap_s`` apart); return b's frames, marks, queue."""
-    b = lab.ns("b")
-    ia, ib = lab.veth(None, "a", b, "b")
-    for ns, i in ((None, ia), (b, ib)):
-        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
-    with IPRoute() as ipr:
-        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], RATE, 30.0, FRAME + 14)
-    marker = ecnq.DequeueMarker(ecn.parse("30KB"), [(ia, f"/run/netns/{b}", ib, RATE)],
-                                FRAME, 30.0, FRAME + 14).install()
-    pcap = f"/tmp/flt{lab.tag}.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", b, "tcpdump", "-i", ib, "--immediate-mode",
-                            "-U", "-w", pcap, "udp"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: cap.stderr.readline().startswith(b"tcpdump: listening"), 10,
-                   what="tcpdump listening")
-        t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
-                          0x11, frame_len=FRAME, ecn=2)
-        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
-            s.bind((ia, 0))
-            for i in range(40):
-                s.send(t.frame(i))
-                if gap_s:
-                    time.sleep(gap_s)
-        time.sleep(0.5)             # 40 frames at 40 Mbit/s drain in 33 ms
-        marks, backlog = marker.marks(), marker.backlog()
-    finally:
-        cap.terminate()
-        cap.communicate(timeout=10)
-        assert marker.remove() == []
-    try:
-        frames = rdpcap(pcap)
-    finally:
-        os.unlink(pcap)
-    return frames, marks.get(ia, 0), backlog[ia]
+    """40 ECT(0) frames through the dequeue marker: b's frames, marks, counted queue."""
+    return ecn_burst(lab, dequeue_marker, gap_s)
 
 
 def test_burst_is_marked_at_the_head_while_k_bytes_wait_behind(lab):
@@ -192,22 +160,11 @@ def test_paced_below_the_link_rate_is_never_marked_at_dequeue(lab):
 def test_a_link_that_was_down_is_counted_afresh(lab):
     """Frames a TBF sends to a peer that is down never come out: after the link is
     up again ``reset`` takes the TBF's own backlog (dataplane.faults calls it)."""
-    b = lab.ns("b")
-    ia, ib = lab.veth(None, "a", b, "b")
-    for ns, i in ((None, ia), (b, ib)):
-        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
-    with IPRoute() as ipr:
-        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], RATE, 30.0, FRAME + 14)
-    marker = ecnq.DequeueMarker(ecn.parse("30KB"), [(ia, f"/run/netns/{b}", ib, RATE)],
-                                FRAME, 30.0, FRAME + 14).install()
+    ia, ib, b = shaped_veth(lab)
+    marker = dequeue_marker(ia, ib, b)
     try:
         run("ip", "link", "set", ib, "down", ns=b)
-        t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
-                          0x11, frame_len=FRAME, ecn=2)
-        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
-            s.bind((ia, 0))
-            for i in range(10):
-                s.send(t.frame(i))
+        send_ect_frames(ia, 10)
         wait_until(lambda: marker.backlog()[ia] == 10 * FRAME, 5, what="frames counted in")
         run("ip", "link", "set", ib, "up", ns=b)
         time.sleep(0.1)                             # 10 frames drain in 8 ms: into the void

@@ -6,60 +6,24 @@ more than K bytes queued on, the same frames paced below the link rate are
 never marked, and a marked frame keeps a valid ICRC and IPv4 header checksum.
 """
 
-import os
-import socket
 import struct
-import subprocess
-import time
 
-from pyroute2 import IPRoute
 from scapy.layers.inet import IP
-from scapy.utils import rdpcap
 
-from emulator.dataplane import ecn, shaping
-from traffic.frames import PSN_OFF, FrameTemplate, icrc
-from traffic_fixtures import lab, run, wait_until  # noqa: F401
+from emulator.dataplane import ecn
+from traffic.frames import PSN_OFF, icrc
+from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE, ecn_burst
+from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
-RATE = 40e6
-FRAME = 4158                  # a 4096-byte RoCE MTU frame
 K = 30000
 
 
 def burst(lab, gap_s):
-    """Send 40 ECT(0) frames a -> b (``gap_s`` apart); return the frames b received."""
-    b = lab.ns("b")
-    ia, ib = lab.veth(None, "a", b, "b")
-    for ns, i in ((None, ia), (b, ib)):
-        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
-    with IPRoute() as ipr:
-        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], RATE, 30.0, FRAME + 14)
-    marker = ecn.Marker(lab.tag, ecn.parse("30KB"), [(ia, RATE)], FRAME).install()
-    pcap = f"/tmp/flt{lab.tag}.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", b, "tcpdump", "-i", ib, "--immediate-mode", "-U",
-                            "-w", pcap,
-                            "udp"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: cap.stderr.readline().startswith(b"tcpdump: listening"), 10,
-                   what="tcpdump listening")
-        t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
-                          0x11, frame_len=FRAME, ecn=2)
-        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
-            s.bind((ia, 0))
-            for i in range(40):
-                s.send(t.frame(i))
-                if gap_s:
-                    time.sleep(gap_s)
-        time.sleep(0.5)             # 40 frames at 40 Mbit/s drain in 33 ms
-        marks = marker.marks()
-    finally:
-        cap.terminate()
-        cap.communicate(timeout=10)
-        marker.remove()
-    try:
-        frames = rdpcap(pcap)
-    finally:
-        os.unlink(pcap)
-    return frames, marks.get(ia, 0)
+    """40 ECT(0) frames through the enqueue marker: b's frames and the port's marks."""
+    frames, marks, _ = ecn_burst(
+        lab, lambda ia, ib, b: ecn.Marker(lab.tag, ecn.parse("30KB", at="enqueue"),
+                                          [(ia, RATE)], FRAME).install(), gap_s)
+    return frames, marks
 
 
 def test_burst_is_marked_past_k_and_marks_keep_checksums(lab):

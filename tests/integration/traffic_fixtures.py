@@ -137,3 +137,65 @@ def bridge_lan(lab, n):
         lab.addr(h, hif, f"{ip}/24")
         hosts.append((h, hif, ip, lab.mac(h, hif)))
     return hosts
+
+
+ECN_RATE = 40e6
+ECN_FRAME = 4158              # a 4096-byte RoCE MTU frame
+
+
+def shaped_veth(lab):
+    """A veth from the root namespace to namespace ``b``, jumbo MTU, the root end
+    shaped as a 40 Mbit/s switch port with 30 ms of queue: (root end, b end, b)."""
+    from pyroute2 import IPRoute
+    from emulator.dataplane import shaping
+    b = lab.ns("b")
+    ia, ib = lab.veth(None, "a", b, "b")
+    for ns, i in ((None, ia), (b, ib)):
+        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
+    with IPRoute() as ipr:
+        shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], ECN_RATE, 30.0, ECN_FRAME + 14)
+    return ia, ib, b
+
+
+def send_ect_frames(ifname, count, gap_s=0):
+    """``count`` ECT(0) RoCE frames of ECN_FRAME bytes (PSN = index) out of ``ifname``."""
+    import socket
+    from traffic.frames import FrameTemplate
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
+                      0x11, frame_len=ECN_FRAME, ecn=2)
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((ifname, 0))
+        for i in range(count):
+            s.send(t.frame(i))
+            if gap_s:
+                time.sleep(gap_s)
+
+
+def ecn_burst(lab, install, gap_s):
+    """40 ECT(0) frames ``gap_s`` apart through a shaped veth whose marker
+    ``install(root end, b end, b)`` returns; b's capture, then what ``marker.marks()``
+    and ``marker.backlog()`` (if it has one) said once they drained."""
+    from scapy.utils import rdpcap
+    ia, ib, b = shaped_veth(lab)
+    marker = install(ia, ib, b)
+    pcap = f"/tmp/flt{lab.tag}.pcap"
+    cap = subprocess.Popen(["ip", "netns", "exec", b, "tcpdump", "-i", ib, "--immediate-mode",
+                            "-U", "-w", pcap, "udp"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: cap.stderr.readline().startswith(b"tcpdump: listening"), 10,
+                   what="tcpdump listening")
+        send_ect_frames(ia, 40, gap_s)
+        time.sleep(0.5)             # 40 frames at 40 Mbit/s drain in 33 ms
+        marks = marker.marks().get(ia, 0)
+        backlog = marker.backlog()[ia] if hasattr(marker, "backlog") else None
+    finally:
+        cap.terminate()
+        cap.communicate(timeout=10)
+        errors = marker.remove()
+    assert not errors, errors
+    try:
+        frames = rdpcap(pcap)
+    finally:
+        os.unlink(pcap)
+    return frames, marks, backlog
