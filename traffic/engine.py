@@ -45,6 +45,7 @@ reads them while the traffic runs, and may end the sending early with a
 line ``stop`` on stdin.
 """
 
+import errno
 import gc
 import json
 import os
@@ -310,19 +311,18 @@ class Engine:
 
     def _drain(self, r, buf, limit=4096):
         """Read what one socket holds into its accounting; returns the frame count.
-
-        Arrival times are the kernel's receive timestamps (CLOCK_REALTIME,
-        moved onto CLOCK_MONOTONIC by an offset taken at the start), so the
-        engine may read on its tick without adding the tick to the latency.
-        """
+        Arrival times are the kernel's receive timestamps (CLOCK_REALTIME moved onto
+        CLOCK_MONOTONIC): reading on the tick adds nothing to the latency."""
         parse, acct, hist = self.parse, r.acct, r.hist
         sock, mv, off = r.sock, memoryview(buf), self.rt_offset
         got = 0
         for _ in range(limit):
             try:
                 n, anc, _, _ = sock.recvmsg_into([buf], ANC_SIZE)
-            except BlockingIOError:
-                break
+            except OSError as e:      # nothing waiting, or the link went down (a fault)
+                if isinstance(e, BlockingIOError) or e.errno == errno.ENETDOWN:
+                    break
+                raise
             now = None
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:

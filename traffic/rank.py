@@ -34,6 +34,7 @@ the connection's QPs (one PSN space and one UDP source port each, hence one
 ECMP path each), as RDMA WRITE FIRST/MIDDLE/LAST/ONLY per QP.
 """
 
+import errno
 import gc
 import select
 import socket
@@ -167,8 +168,10 @@ class Rank:
         for _ in range(256):
             try:
                 n, addr = self.rx.recvfrom_into(buf)
-            except BlockingIOError:
-                return
+            except OSError as e:      # nothing waiting, or the link went down (a fault)
+                if isinstance(e, BlockingIOError) or e.errno == errno.ENETDOWN:
+                    return
+                raise
             if addr[2] == PACKET_OUTGOING:
                 continue
             p = parse(mv[:n])

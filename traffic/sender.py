@@ -24,6 +24,7 @@ from .frames import PSN_MASK
 from .pacing import TokenBucket, sleep_ns
 
 _FULL = (errno.EAGAIN, errno.ENOBUFS, errno.EINTR)     # the interface's queue is full
+_DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down or gone
 
 MAX_FRAME = 9216
 SO_SNDBUFFORCE = 32
@@ -119,6 +120,7 @@ class Sender:
         self._msgs_addr = ctypes.addressof(self.msgs)
         self._sig = [None] * self.batch   # what padding each slot holds (``send_flows``)
         self.control_dropped = 0          # ``send_one`` frames that found no room
+        self.link_down = 0                # frames sent while the interface was down
         self._keep = []
         for i, slot in enumerate(self.slots):
             cbuf = (ctypes.c_char * MAX_FRAME).from_buffer(slot)
@@ -200,7 +202,7 @@ class Sender:
                 return True
             except OSError as e:
                 if e.errno not in _FULL or time.monotonic() > end:
-                    if e.errno in _FULL or e.errno in (errno.ENETDOWN, errno.ENXIO):
+                    if e.errno in _FULL or e.errno in _DOWN:
                         self.control_dropped += 1
                         return False
                     raise
@@ -215,6 +217,9 @@ class Sender:
                 err = ctypes.get_errno()
                 if err in _FULL:               # no room yet: retry
                     continue
+                if err in _DOWN:               # the interface is down (a fault): the
+                    self.link_down += count - done   # frames are lost on the wire
+                    return
                 raise OSError(err, os.strerror(err))
             done += r
 

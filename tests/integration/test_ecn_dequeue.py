@@ -173,3 +173,4 @@ def test_a_link_that_was_down_is_counted_afresh(lab):
         assert marker.backlog()[ia] == 0
     finally:
         assert marker.remove() == []
+

@@ -316,3 +316,22 @@ def test_traffic_mix_between_pairs(lab):
         assert r["total"]["received_packets"] == r["total"]["sent_packets"] > 0
     # 8 Mbit/s over 2 QPs of 1078-byte frames for 1 s: ~464 packets per QP
     assert 400 < at2[f"{ep[0].ip}#0"]["received_packets"] < 530
+
+
+def test_a_sender_on_a_link_that_went_down_loses_its_frames_and_goes_on(lab):
+    """A fault that sets a host's interface down makes its packet sockets fail with
+    ENETDOWN: the frames are lost on the wire (counted), the sender does not die
+    (the traffic engine and the ranks read through the same error)."""
+    from traffic.frames import FrameTemplate
+    from traffic.sender import Sender
+    ia, _ = lab.veth(None, "a", lab.ns("b"), "b")
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
+                      0x11, frame_len=1000)
+    with Sender(ia) as s:
+        assert s.mmsg
+        s.emit([(t, i, 1, 0, 0, i, 4) for i in range(4)])
+        assert s.link_down == 0
+        run("ip", "link", "set", ia, "down")
+        s.emit([(t, i, 1, 0, 0, i, 4) for i in range(4)])
+        assert s.link_down == 4
+        assert not s.send_one(t.frame(0)) and s.control_dropped == 1
