@@ -152,6 +152,8 @@ def shaped_veth(lab):
     ia, ib = lab.veth(None, "a", b, "b")
     for ns, i in ((None, ia), (b, ib)):
         run("ip", "link", "set", i, "mtu", "4300", ns=ns)
+        # no IPv6 chatter (router solicitations, MLD) in the queue being counted
+        run("sysctl", "-qw", f"net.ipv6.conf.{i}.disable_ipv6=1", ns=ns)
     with IPRoute() as ipr:
         shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], ECN_RATE, 30.0, ECN_FRAME + 14)
     return ia, ib, b
