@@ -159,4 +159,3 @@ def rank_main(config_path, output=None):
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -45,7 +45,6 @@ reads them while the traffic runs, and may end the sending early with a
 line ``stop`` on stdin.
 """
 
-import errno
 import gc
 import json
 import os
@@ -61,7 +60,7 @@ from .accounting import Accounting
 from .frames import FastParser
 from .netns import entered
 from .pacing import Schedule
-from .receiver import open_capture, open_sink, socket_drops
+from .receiver import nothing_more, open_capture, open_sink, socket_drops
 from .sender import Sender, make_flows
 
 SOL_PACKET = 263
@@ -319,8 +318,8 @@ class Engine:
         for _ in range(limit):
             try:
                 n, anc, _, _ = sock.recvmsg_into([buf], ANC_SIZE)
-            except OSError as e:      # nothing waiting, or the link went down (a fault)
-                if isinstance(e, BlockingIOError) or e.errno == errno.ENETDOWN:
+            except OSError as e:
+                if nothing_more(e):
                     break
                 raise
             now = None

@@ -34,7 +34,6 @@ the connection's QPs (one PSN space and one UDP source port each, hence one
 ECMP path each), as RDMA WRITE FIRST/MIDDLE/LAST/ONLY per QP.
 """
 
-import errno
 import gc
 import select
 import socket
@@ -52,7 +51,7 @@ from .qps import RankQPs
 from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
                           flow_id, load_config, qpn)
 from .rcframes import parse_control
-from .receiver import PACKET_OUTGOING, open_capture, open_sink, socket_drops
+from .receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
 from .sender import Sender
 from .sendq import SendQueues
 
@@ -168,8 +167,8 @@ class Rank:
         for _ in range(256):
             try:
                 n, addr = self.rx.recvfrom_into(buf)
-            except OSError as e:      # nothing waiting, or the link went down (a fault)
-                if isinstance(e, BlockingIOError) or e.errno == errno.ENETDOWN:
+            except OSError as e:
+                if nothing_more(e):
                     return
                 raise
             if addr[2] == PACKET_OUTGOING:

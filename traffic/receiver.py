@@ -19,6 +19,7 @@ matching frame (counted from the first one, or from the start when
 ``idle_from_start``), or a ``deadline`` in seconds.
 """
 
+import errno
 import select
 import socket
 import time
@@ -42,6 +43,13 @@ def open_capture(ifname, rcvbuf=32 << 20):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.bind((ifname, ETH_P_IP))
     return sock
+
+
+def nothing_more(e):
+    """Whether an ``OSError`` from a packet socket's read just ends the read: nothing
+    waiting, or the interface went down (a fault; the socket works again once it
+    is back up)."""
+    return isinstance(e, BlockingIOError) or e.errno == errno.ENETDOWN
 
 
 def socket_drops(sock):

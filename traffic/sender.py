@@ -201,12 +201,13 @@ class Sender:
                 self.sock.send(frame)
                 return True
             except OSError as e:
-                if e.errno not in _FULL or time.monotonic() > end:
-                    if e.errno in _FULL or e.errno in _DOWN:
-                        self.control_dropped += 1
-                        return False
-                    raise
-                sleep_ns(100_000)
+                if e.errno in _FULL and time.monotonic() <= end:
+                    sleep_ns(100_000)             # the queue drains: try again
+                    continue
+                if e.errno in _FULL + _DOWN:
+                    self.control_dropped += 1
+                    return False
+                raise
 
     def _sendmmsg(self, count):
         done = 0

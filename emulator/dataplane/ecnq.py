@@ -30,6 +30,7 @@ between; Kmin == Kmax is a step at K.  The IPv4 checksum is updated
 
 import os
 import struct
+from contextlib import contextmanager
 
 from pyroute2 import NetlinkError
 
@@ -175,6 +176,7 @@ class DequeueMarker:
     @classmethod
     def for_session(cls, session):
         """Mark at dequeue on every switch port of ``session``'s fabric."""
+        from emulator.fabric.addressing import switch_intf
         by_name = {sw["name"]: sw for sw in session.topo["switches"]}
         ports = []
         for sw in session.topo["switches"]:
@@ -183,7 +185,6 @@ class DequeueMarker:
                     ns = f"/proc/{session.net.hosts[p['peer']].pid}/ns/net"
                     peer = p["peer_port"]
                 else:
-                    from emulator.fabric.addressing import switch_intf
                     ns, peer = None, switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
                 ports.append((p["intf"], ns, peer, p["rate_bps"]))
         from traffic.frames import frame_len_for_mtu
@@ -194,35 +195,35 @@ class DequeueMarker:
         return marker
 
     def install(self):
-        from pyroute2 import IPRoute
-        from traffic.netns import entered
         self.map = bpf.Map(ENTRY.size, max(1, len(self.ports)))
+        m = self.ecn
         try:
-            for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports, self.limits)):
-                fd = bpf.load(bpf.PROG_SCHED_CLS, enqueue_program(self.map.fd, i, limit),
-                              f"ecnq_in{i}")
-                try:
-                    with IPRoute() as ipr:
+            with _netlink() as ipr_in:
+                for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
+                                                                       self.limits)):
+                    fd = bpf.load(bpf.PROG_SCHED_CLS, enqueue_program(self.map.fd, i, limit),
+                                  f"ecnq_in{i}")
+                    try:
+                        ipr = ipr_in(None)
                         idx = _index(ipr, ifname)
                         ipr.tc("add", "clsact", index=idx)
                         self.attached.append(("tc", None, ifname))
                         ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd,
                                name=f"ecnq_in{i}", parent=TC_EGRESS, classid=1,
                                direct_action=True)
-                finally:
-                    os.close(fd)
-                e = self.ecn
-                fd = bpf.load(bpf.PROG_XDP, dequeue_program(
-                    self.map.fd, i, e.kmin, e.kmax, e.pmax, self.frame_len // 2),
-                    f"ecnq_out{i}")
-                try:
-                    with entered(ns), IPRoute() as ipr:
+                    finally:
+                        os.close(fd)
+                    fd = bpf.load(bpf.PROG_XDP, dequeue_program(
+                        self.map.fd, i, m.kmin, m.kmax, m.pmax, self.frame_len // 2),
+                        f"ecnq_out{i}")
+                    try:
+                        ipr = ipr_in(ns)
                         ipr.link("set", index=_index(ipr, peer),
                                  xdp={"attrs": [("IFLA_XDP_FD", fd),
                                                 ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
                         self.attached.append(("xdp", ns, peer))
-                finally:
-                    os.close(fd)
+                    finally:
+                        os.close(fd)
         except Exception as e:
             self.remove()
             if isinstance(e, NetlinkError):
@@ -270,12 +271,11 @@ class DequeueMarker:
             session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
 
     def remove(self):
-        from pyroute2 import IPRoute
-        from traffic.netns import entered
         errors = []
-        for kind, ns, ifname in reversed(self.attached):
-            try:
-                with entered(ns), IPRoute() as ipr:
+        with _netlink() as ipr_in:
+            for kind, ns, ifname in reversed(self.attached):
+                try:
+                    ipr = ipr_in(ns)
                     idx = _index(ipr, ifname, missing_ok=True)
                     if idx is None:
                         continue                   # its link is gone already
@@ -285,13 +285,30 @@ class DequeueMarker:
                         ipr.link("set", index=idx,
                                  xdp={"attrs": [("IFLA_XDP_FD", -1),
                                                 ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-            except Exception as e:                # its namespace went first
-                errors.append(f"{ifname}: {e}")
+                except Exception as e:            # its namespace went first
+                    errors.append(f"{ifname}: {e}")
         self.attached = []
         if self.map is not None:
             self.map.close()
             self.map = None
         return errors
+
+
+@contextmanager
+def _netlink():
+    """``get(netns path or None)``: one netlink socket per namespace, closed after."""
+    from pyroute2 import IPRoute
+    socks = {}
+
+    def get(ns):
+        if ns not in socks:
+            socks[ns] = IPRoute(netns=ns) if ns else IPRoute()
+        return socks[ns]
+    try:
+        yield get
+    finally:
+        for sock in socks.values():
+            sock.close()
 
 
 def _index(ipr, ifname, missing_ok=False):

@@ -46,16 +46,20 @@ def nic_of(topo):
     return {h["name"]: h["bond"]["nic"] for h in topo["hosts"] if h.get("bond")}
 
 
-def parse_link(text, topo, where="fault"):
-    """``a-b`` or ``a:b`` -> ((switch name, its port entry), other node name).
-
-    The first link between the two nodes in the plan; node names with a '-'
-    are written with ':' (``leaf-1:spine-1``).
-    """
+def link_nodes(text, where="fault"):
+    """``a-b`` or ``a:b`` -> (a, b), as named (node names with a '-' are written
+    with ':', ``leaf-1:spine-1``)."""
     sep = ":" if ":" in text else "-"
     left, _, right = text.partition(sep)
     if not left or not right or sep in right:
         raise ConfigError(where, f"{text!r} is not a link: use NODE-NODE, e.g. leaf1-spine1")
+    return left, right
+
+
+def parse_link(text, topo, where="fault"):
+    """``a-b`` or ``a:b`` -> ((switch name, its port entry), other node name): the
+    first link between the two nodes in the plan."""
+    left, right = link_nodes(text, where)
     switches = {s["name"]: s for s in topo["switches"]}
     hosts = {h["name"] for h in topo["hosts"]}
     for name in (left, right):
@@ -254,7 +258,7 @@ class Injector:
             peer = next(s for s in self.s.topo["switches"] if s["name"] == other)
             b = (None, next(p["intf"] for p in peer["ports"] if p["port"] == port["peer_port"]))
         # side a is the first node the user named
-        first = link.split(":" if ":" in link else "-")[0] if isinstance(link, str) else sw_name
+        first = link_nodes(link)[0] if isinstance(link, str) else sw_name
         if nic_of(self.s.topo).get(first, first) != sw_name:
             a, b = b, a
         return {"a": [a], "b": [b], "both": [a, b]}[side]

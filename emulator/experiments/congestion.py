@@ -104,11 +104,11 @@ def sender_throughputs(ranks, collective):
     return out
 
 
-def run_one(fabric, cc, rep, sizes, ecn, args, progress=print):
-    """One Session with ``cc`` at the senders; returns its measurements."""
+def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
+    """One Session with ``cc`` at the senders (``cc_params``: its --cc-param values);
+    returns its measurements."""
     from emulator.dataplane.session import Session
     from emulator.experiments import collective
-    from emulator.experiments import ccparams
     from emulator.experiments.planes import QueueSampler
     with Session(fabric, results_base=args.results, queue_ms=args.queue_ms, mtu=args.mtu,
                  ecn=ecn, lb="ecmp", capture=getattr(args, "capture", None),
@@ -122,9 +122,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print):
             hosts = args.hosts.split(",") if args.hosts else None
             report = collective.run_collective(
                 s, args.workload, sizes, hosts=hosts, qps=1, warmup=0,
-                rank_extra={"transport": "rc", "cc": cc,
-                            "cc_params": ccparams.parse(args.cc_param, cc)
-                            if cc != "none" else {}})
+                rank_extra={"transport": "rc", "cc": cc, "cc_params": cc_params or {}})
         finally:
             sampler.stop()
         ranks = collective.rank_results(os.path.join(s.dir, "collective"))
@@ -223,6 +221,7 @@ def main(fabric, args, out=print):
     """``emulator compare --cc ...``: returns the exit status."""
     from emulator.dataplane import ecn as ecn_mod
     from emulator.dataplane.session import make_results_dir, write_json
+    from emulator.experiments import ccparams
     from emulator.experiments.collective import parse_sizes
     modes = [m.strip() for m in args.cc.split(",") if m.strip()]
     bad = [m for m in modes if m not in CC_MODES]
@@ -239,9 +238,10 @@ def main(fabric, args, out=print):
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     sizes = parse_sizes(args.sizes or "1M")
+    params = {cc: ccparams.parse(args.cc_param, cc) for cc in modes if cc != "none"}
     base = make_results_dir(args.results, "cc")
     args.results = base
-    runs = [run_one(fabric, cc, rep, sizes, ecn, args, progress=out)
+    runs = [run_one(fabric, cc, rep, sizes, ecn, args, progress=out, cc_params=params.get(cc))
             for rep in range(args.reps) for cc in modes]
     rows = summarize(runs, ecn.kmax)
     text = table(rows)

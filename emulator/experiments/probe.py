@@ -74,7 +74,7 @@ def add_arguments(p):
 def parse_fault(text, topo):
     """``LINK:loss:P`` / ``LINK:corrupt:P`` -> (link, kind, percent); default the first
     leaf uplink, loss 5 %."""
-    from emulator.dataplane.faults import parse_link
+    from emulator.dataplane.faults import link_nodes, parse_link
     from emulator.experiments.drill import default_fault
     if text is None:
         return default_fault(topo), "loss", 5.0
@@ -89,20 +89,19 @@ def parse_fault(text, topo):
         raise ConfigError("--fault", f"{text!r}: use LINK:loss:P or LINK:corrupt:P, "
                                      "P in (0, 100], e.g. leaf1-spine1:loss:5")
     parse_link(link, topo, where="--fault")
-    first = link.split(":" if ":" in link else "-")[0]
+    first, second = link_nodes(link)
     if first in {h["name"] for h in topo["hosts"]}:
         raise ConfigError("--fault", f"{text!r}: the fault acts where frames leave a switch; "
                                      f"name the switch first (e.g. "
-                                     f"{link.split(':' if ':' in link else '-')[1]}-{first}"
-                                     f":{kind}:{percent:g})")
+                                     f"{second}-{first}:{kind}:{percent:g})")
     return link, kind, percent
 
 
 def fault_hop(link, topo):
     """The hop (``node:port``) of the directed link a fault on ``link`` hits: the
     first-named node's end."""
-    from emulator.dataplane.faults import nic_of
-    first = link.split(":" if ":" in link else "-")[0]
+    from emulator.dataplane.faults import link_nodes, nic_of
+    first = link_nodes(link)[0]
     first = nic_of(topo).get(first, first)
     return next(f"{node}:{port}" for node, port in link_ends(link, topo) if node == first)
 

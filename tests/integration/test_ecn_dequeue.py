@@ -12,6 +12,7 @@ tail as at enqueue), paced frames never, and the counted queue returns to 0.
 import os
 import struct
 import time
+from contextlib import contextmanager
 
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
@@ -20,7 +21,8 @@ from scapy.packet import Raw
 from emulator.dataplane import bpf, ecn, ecnq
 from traffic.frames import PSN_OFF, icrc
 from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE
-from traffic_fixtures import ecn_burst, run, send_ect_frames, shaped_veth, wait_until
+from traffic_fixtures import (checksum_ok, ecn_burst, run, send_ect_frames, shaped_veth,
+                              wait_until)
 from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
 K = 30000
@@ -32,12 +34,20 @@ def frame(tos=2):
                  Raw(b"x" * (LEN - 42)))
 
 
+@contextmanager
 def programs(kmin, kmax, pmax, limit=10 ** 6):
+    """(map, enqueue program fd, dequeue program fd) of port 0, closed after."""
     m = bpf.Map(ecnq.ENTRY.size, 1)
-    fin = bpf.load(bpf.PROG_SCHED_CLS, ecnq.enqueue_program(m.fd, 0, limit), "t_in")
-    fout = bpf.load(bpf.PROG_XDP, ecnq.dequeue_program(m.fd, 0, kmin, kmax, pmax, 1000),
-                    "t_out")
-    return m, fin, fout
+    fds = []
+    try:
+        fds.append(bpf.load(bpf.PROG_SCHED_CLS, ecnq.enqueue_program(m.fd, 0, limit), "t_in"))
+        fds.append(bpf.load(bpf.PROG_XDP, ecnq.dequeue_program(m.fd, 0, kmin, kmax, pmax,
+                                                                1000), "t_out"))
+        yield m, fds[0], fds[1]
+    finally:
+        for fd in fds:
+            os.close(fd)
+        m.close()
 
 
 def queue(m):
@@ -45,28 +55,15 @@ def queue(m):
     return i - o, marks
 
 
-def checksum_ok(raw):
-    ip = IP(raw[14:])
-    chk = ip.chksum
-    del ip.chksum
-    return IP(bytes(ip)).chksum == chk
-
-
 def test_enqueue_side_counts_what_the_tbf_keeps():
-    m, fin, fout = programs(10000, 10000, 1.0, limit=5 * LEN)
-    try:
+    with programs(10000, 10000, 1.0, limit=5 * LEN) as (m, fin, fout):
         for _ in range(8):
             assert bpf.test_run(fin, frame())[0] == ecnq.TC_ACT_OK
         assert queue(m) == (5 * LEN, 0)       # three more would overflow the TBF: dropped
-    finally:
-        for fd in (fin, fout):
-            os.close(fd)
-        m.close()
 
 
 def test_step_marks_by_the_queue_left_behind_and_keeps_checksums():
-    m, fin, fout = programs(K, K, 1.0)
-    try:
+    with programs(K, K, 1.0) as (m, fin, fout):
         for _ in range(20):
             bpf.test_run(fin, frame())
         marked = []
@@ -79,16 +76,11 @@ def test_step_marks_by_the_queue_left_behind_and_keeps_checksums():
             marked.append(out[15] & 3 == 3)
         assert queue(m) == (0, sum(marked))
         assert sum(marked) == len([i for i in range(20) if (19 - i) * LEN > K])
-    finally:
-        for fd in (fin, fout):
-            os.close(fd)
-        m.close()
 
 
 def test_red_profile_between_kmin_and_kmax():
     kmin, kmax = 20000, 200000
-    m, fin, fout = programs(kmin, kmax, 0.5)
-    try:
+    with programs(kmin, kmax, 0.5) as (m, fin, fout):
         seen = {}
         for _ in range(6):                     # six passes over a queue of 80 frames
             for _ in range(80):
@@ -103,15 +95,10 @@ def test_red_profile_between_kmin_and_kmax():
         expected = sum(0.5 * ((79 - i) * LEN - kmin) / (kmax - kmin)
                        for i in range(80) if kmin < (79 - i) * LEN <= kmax) * 6
         assert 0.6 * expected < sum(mid) < 1.4 * expected, (sum(mid), expected)
-    finally:
-        for fd in (fin, fout):
-            os.close(fd)
-        m.close()
 
 
 def test_not_ect_ce_or_not_ipv4_is_left_alone():
-    m, fin, fout = programs(1000, 1000, 1.0)
-    try:
+    with programs(1000, 1000, 1.0) as (m, fin, fout):
         arp = bytes(Ether() / ARP()).ljust(LEN, b"\0")
         for pkt in (frame(tos=0), frame(tos=3), arp):
             for _ in range(3):
@@ -119,10 +106,6 @@ def test_not_ect_ce_or_not_ipv4_is_left_alone():
             _, out = bpf.test_run(fout, pkt)
             assert out == pkt
         assert queue(m)[1] == 0
-    finally:
-        for fd in (fin, fout):
-            os.close(fd)
-        m.close()
 
 
 def dequeue_marker(ia, ib, b):

@@ -173,6 +173,15 @@ def send_ect_frames(ifname, count, gap_s=0):
                 time.sleep(gap_s)
 
 
+def checksum_ok(raw):
+    """Whether the IPv4 header checksum of Ethernet frame ``raw`` is right."""
+    from scapy.layers.inet import IP
+    ip = IP(raw[14:])
+    chk = ip.chksum
+    del ip.chksum
+    return IP(bytes(ip)).chksum == chk
+
+
 def ecn_burst(lab, install, gap_s):
     """40 ECT(0) frames ``gap_s`` apart through a shaped veth whose marker
     ``install(root end, b end, b)`` returns; b's capture, then what ``marker.marks()``
