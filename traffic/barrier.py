@@ -2,7 +2,9 @@
 
 Each rank sends a small UDP "hello" (port 4792) to every peer every 50 ms
 until it has heard every peer and every peer has said it heard everyone
-(or 1 s after it heard everyone).  The hellos also make the kernel resolve
+(or 1 s after it heard everyone); a rank that has just heard everyone says
+so at once, not at its next round, so the ranks leave within a round trip
+of the last one's arrival (a collective's start skew), not 50 ms apart.  The hellos also make the kernel resolve
 ARP, so the next-hop MAC of each peer can then be read from the neighbour
 table.  A rank keeps answering hellos after it left the barrier (``serve``),
 so a peer still inside it hears everyone.  A second barrier on the next
@@ -96,6 +98,8 @@ class Barrier:
             done = self.heard >= peers
             if done and all_since is None:
                 all_since = now
+                self._send(1)        # say so at once (also if we leave now): peers
+                next_send = now + 0.05   # waiting on us leave now, not a round later
             if done and (self.heard_all >= peers or now - all_since > 1.0):
                 return
             if now > deadline:

@@ -401,11 +401,11 @@ class Rank:
         self._linger()
         flows = self.acct.summary(timeline=False)
         extra = {}
-        if self.qps:   # the run's totals and the first DCQCN cuts (t ms, peer, rate)
+        if self.qps:   # totals; first DCQCN cuts (ms from the first reported call, peer, rate)
             extra["transport"] = self.qps.counters()
             extra["rc"] = {"timeout_exp": self.cfg["timeout_exp"],
                            "retry_cnt": self.cfg["retry_cnt"]}
-            t0 = self.qps.trace[0][0] if self.qps.trace else 0
+            t0 = results[0]["t_start_ns"] if results else 0
             extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]
