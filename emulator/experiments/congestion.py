@@ -9,7 +9,10 @@ collective.  Per run (``analyse``, pure):
 
 - the *bottleneck*: the switch port whose queue was longest on average;
 - its queue while it was busy (from its first to its last byte sent):
-  max, p99 and mean, in bytes and in units of Kmax;
+  max, p99 and mean, in bytes and in units of Kmax; and the p99 *after the
+  first loop* (from when the queue, having passed Kmin, first falls back to
+  Kmin): DCQCN's senders all start at line rate and the first loop's peak
+  can dominate a short run's p99 (docs/transport.md);
 - its utilisation: bytes it sent over its link rate x that busy time;
 - fairness: Jain's index over the senders' throughputs (bytes over the
   time each sender's own call took);
@@ -62,11 +65,26 @@ def percentile(values, q):
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def analyse(times, ports, backlog, sent, drops):
+def after_first_loop(queue, kmin):
+    """``queue`` from when it, having exceeded ``kmin``, first fell back to it;
+    all of it if it never exceeded ``kmin``; [] if the first loop lasted
+    (nearly) all along: it fell back only in the last tenth, as a queue
+    without congestion control does when the senders finish."""
+    over = next((k for k, b in enumerate(queue) if b > kmin), None)
+    if over is None:
+        return list(queue)
+    back = next((k for k in range(over, len(queue)) if queue[k] <= kmin), None)
+    if back is None or back >= 0.9 * (len(queue) - 1):
+        return []
+    return list(queue[back:])
+
+
+def analyse(times, ports, backlog, sent, drops, kmin=0):
     """The bottleneck port and its queue/utilisation (see the module doc).
 
     ``ports``: [{"name", "rate_bps"}]; ``backlog``/``sent``/``drops``: one
-    list per port, one value per sample time in ``times`` (s).
+    list per port, one value per sample time in ``times`` (s); ``kmin``: the
+    ECN threshold that ends the first loop.
     """
     if len(times) < 2:
         return None
@@ -86,6 +104,7 @@ def analyse(times, ports, backlog, sent, drops):
     return {"port": ports[i]["name"], "busy_s": round(busy_s, 4),
             "queue_max_bytes": max(window), "queue_p99_bytes": percentile(window, 0.99),
             "queue_mean_bytes": round(sum(window) / len(window)),
+            "queue_p99_late_bytes": percentile(after_first_loop(window, kmin), 0.99),
             "utilisation": round((s[last] - s[first]) * 8 / (ports[i]["rate_bps"] * busy_s), 4)
             if busy_s > 0 else None,
             "drops": drops[i][last] - drops[i][first],
@@ -128,7 +147,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
         ranks = collective.rank_results(os.path.join(s.dir, "collective"))
         t0 = sampler.times[0] if sampler.times else 0
         times = [t - t0 for t in sampler.times]
-        bott = analyse(times, ports, sampler.backlog, sampler.sent, sampler.drops)
+        bott = analyse(times, ports, sampler.backlog, sampler.sent, sampler.drops, ecn.kmin)
         series = None
         if bott:
             k = [p["name"] for p in ports].index(bott["port"])
@@ -167,6 +186,7 @@ def summarize(runs, kmax):
                      "queue_p99": med(b("queue_p99_bytes")),
                      "queue_mean": med(b("queue_mean_bytes")),
                      "queue_p99_over_kmax": (med(b("queue_p99_bytes")) or 0) / kmax,
+                     "queue_p99_late": med(b("queue_p99_late_bytes")),
                      "utilisation": med(b("utilisation")), "jain": med(lambda r: r["jain"]),
                      "drops": med(b("drops")), "retransmitted": med(lambda r: r["retransmitted"]),
                      "timeouts": med(lambda r: r["timeouts"]), "cnps": med(lambda r: r["cnps"]),
@@ -179,14 +199,16 @@ def summarize(runs, kmax):
 
 def table(rows):
     head = (f"{'cc':6s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
-            f"{'p99/Kmax':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
+            f"{'p99/Kmax':>8s} {'p99late':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
     lines = [head]
-    f = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    def f(v, spec):
+        return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
     for r in rows:
         lines.append(f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
                      f"{f(r['queue_p99'], '8d')} {f(r['queue_mean'], '8d')} "
-                     f"{f(r['queue_p99_over_kmax'], '8.2f')} {f(r['utilisation'], '5.2f')} "
+                     f"{f(r['queue_p99_over_kmax'], '8.2f')} {f(r['queue_p99_late'], '8d')} "
+                     f"{f(r['utilisation'], '5.2f')} "
                      f"{f(r['jain'], '5.2f')} {f(r['drops'], '6d')} "
                      f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
                      f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "

@@ -67,14 +67,14 @@ def test_ecn_thresholds_parse_and_rules():
 
 
 def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
-    from emulator.experiments.congestion import analyse, jain, summarize
+    from emulator.experiments.congestion import analyse, jain, summarize, table
     times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     ports = [{"name": "leaf1->h1", "rate_bps": 8e6}, {"name": "spine1->leaf1", "rate_bps": 8e6}]
     # leaf1->h1 sends at its full 1 MB/s from 0.1 to 0.4 s with a queue; the other idles
     sent = [[0, 0, 100_000, 200_000, 300_000, 300_050], [0, 10, 20, 30, 40, 50]]
     backlog = [[0, 5000, 40000, 60000, 0, 0], [0, 0, 0, 0, 0, 0]]
     drops = [[0, 0, 0, 2, 3, 3], [0, 0, 0, 0, 0, 0]]
-    a = analyse(times, ports, backlog, sent, drops)
+    a = analyse(times, ports, backlog, sent, drops, kmin=10000)
     assert a["port"] == "leaf1->h1"
     assert a["busy_s"] == 0.3 and a["utilisation"] == 1.0      # hellos after 0.4 s ignored
     assert a["queue_max_bytes"] == 60000 and a["drops"] == 3
@@ -85,6 +85,23 @@ def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
     (row,) = summarize(runs, kmax=30000)
     assert row["queue_p99_over_kmax"] == 2.0 and row["faithful"] == 1 and row["cnps"] == 5
     assert row["died"] == 0
+    # back under Kmin = 10 kB only in the last busy sample: the loop never ended
+    assert a["queue_p99_late_bytes"] is None and row["queue_p99_late"] is None
+    assert "p99late" in table([row]).splitlines()[0]
+
+
+def test_queue_after_the_first_loop():
+    from emulator.experiments.congestion import after_first_loop, analyse
+    # over Kmin (10), back to it, then a second, smaller swing
+    q = [0, 5, 30, 80, 40, 10, 0, 20, 25, 8]
+    assert after_first_loop(q, 10) == [10, 0, 20, 25, 8]
+    assert after_first_loop([0, 50, 60, 40, 30, 30, 30, 30, 30, 30, 5], 10) == []
+    assert after_first_loop([0, 5, 9], 10) == [0, 5, 9]       # never congested
+    assert after_first_loop([0, 50, 60], 10) == []             # never recovered
+    times = [i * 0.1 for i in range(len(q))]
+    sent = [[i * 100_000 for i in range(len(q))]]
+    a = analyse(times, [{"name": "p", "rate_bps": 8e6}], [q], sent, [[0] * len(q)], kmin=10)
+    assert a["queue_max_bytes"] == 80 and a["queue_p99_late_bytes"] == 25
 
 
 def test_timely_follows_the_rtt_and_its_gradient():
