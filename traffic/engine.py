@@ -63,8 +63,6 @@ from .pacing import Schedule
 from .receiver import nothing_more, open_capture, open_sink, socket_drops
 from .sender import Sender, make_flows
 
-SOL_PACKET = 263
-PACKET_IGNORE_OUTGOING = 23
 SO_TIMESTAMPNS = 35             # SCM_TIMESTAMPNS: struct timespec, CLOCK_REALTIME
 TIMESPEC = struct.Struct("=qq")
 ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
@@ -137,10 +135,6 @@ class _Rx:
         with entered(spec.get("netns")):
             self.sock = open_capture(spec["intf"])
             self.sink = open_sink()
-        try:
-            self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        except OSError:
-            pass                      # older kernels: outgoing frames fail parse's checks
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.setblocking(False)
         self.acct = Accounting(gap_threshold_ns=gap_ns, bin_ns=bin_ns)

@@ -416,7 +416,8 @@ class Rank:
                 "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
                 "data_frames_sent": self.packets_sent,
-                "control_frames_dropped": self.sender.control_dropped}, **extra)
+                "control_frames_dropped": self.sender.control_dropped,
+                "nic_queue_full_waits": self.sender.queue_full}, **extra)
 
     def _receive_only(self):
         """A barrier's ``tick``: take in what arrived and run the transport's timers."""

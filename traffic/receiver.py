@@ -32,15 +32,24 @@ PACKET_OUTGOING = 4
 SO_RCVBUFFORCE = 33
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23
 
 
 def open_capture(ifname, rcvbuf=32 << 20):
-    """A packet socket receiving the IPv4 frames of ``ifname``."""
+    """A packet socket receiving the IPv4 frames ``ifname`` receives.
+
+    The host's own outgoing frames are not delivered to it (PACKET_IGNORE_OUTGOING,
+    Linux 4.20): a sender would otherwise read back a copy of every frame it sent,
+    waking for each (readers still skip PACKET_OUTGOING, for older kernels)."""
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    except OSError:
+        pass
     sock.bind((ifname, ETH_P_IP))
     return sock
 

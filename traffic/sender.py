@@ -121,6 +121,7 @@ class Sender:
         self._sig = [None] * self.batch   # what padding each slot holds (``send_flows``)
         self.control_dropped = 0          # ``send_one`` frames that found no room
         self.link_down = 0                # frames sent while the interface was down
+        self.queue_full = 0               # batches that waited for room in the NIC's queue
         self._keep = []
         for i, slot in enumerate(self.slots):
             cbuf = (ctypes.c_char * MAX_FRAME).from_buffer(slot)
@@ -216,8 +217,10 @@ class Sender:
                           count - done, 0)
             if r < 0:
                 err = ctypes.get_errno()
-                if err in _FULL:               # no room yet: retry
-                    continue
+                if err in _FULL:      # the NIC's queue is full: wait for room, as a NIC
+                    self.queue_full += 1          # does (spinning starved the CPU the
+                    sleep_ns(100_000)             # queues drain on, and each refused
+                    continue                      # frame counts as a drop there)
                 if err in _DOWN:               # the interface is down (a fault): the
                     self.link_down += count - done   # frames are lost on the wire
                     return

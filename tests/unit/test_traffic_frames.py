@@ -129,3 +129,28 @@ def test_control_frames_wait_for_room_like_a_nic_and_never_crash_the_rank():
     s.sock = _FullThenRoom(1, errno.EBADF)                       # a bug: said loudly
     with pytest.raises(OSError):
         s.send_one(b"ack")
+
+
+def test_data_batches_wait_for_room_in_the_nic_queue_instead_of_spinning(monkeypatch):
+    # a full interface queue refuses a frame (and its shaper counts a drop) at every
+    # attempt: the sender waits for room, as a NIC does, rather than retry at once
+    import ctypes
+    import errno
+    import time
+    from traffic import sender as sender_mod
+    replies = [1, -1, -1, 2]            # one sent, refused twice, the other two sent
+    calls = []
+
+    def fake_sendmmsg(fd, addr, count, flags):
+        calls.append(count)
+        r = replies.pop(0)
+        if r < 0:
+            ctypes.set_errno(errno.ENOBUFS)
+        return r
+    monkeypatch.setattr(sender_mod, "_SENDMMSG", fake_sendmmsg)
+    s = sender_mod.Sender.__new__(sender_mod.Sender)
+    s.fd, s._msgs_addr, s.queue_full, s.link_down = 3, 0, 0, 0
+    t0 = time.monotonic()
+    s._sendmmsg(3)
+    assert calls == [3, 2, 2, 2] and s.queue_full == 2 and s.link_down == 0
+    assert time.monotonic() - t0 >= 150e-6        # waited twice (100 us each)
