@@ -77,7 +77,10 @@ class Rank:
         self.ips = [r["ip"] for r in self.ranks]
         self.hello = Barrier(self.me, self.ips)
         self.ready = None      # the second barrier (READY_PORT), once the frames are built
-        self.sender = Sender(self.intf, batch=max(1, cfg["burst"]))
+        # a NIC's transmit ring: a few frames in the interface's queue at most (the
+        # send buffer counts a frame until it leaves), the rest wait in the QPs
+        self.sender = Sender(self.intf, batch=max(1, cfg["burst"]),
+                             sndbuf=4 * (cfg["mtu"] + 100))
         self.qps = None
         self.retx_bytes = 0
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission

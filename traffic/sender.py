@@ -108,9 +108,9 @@ def open_raw(ifname, sndbuf=4 << 20):
 class Sender:
     """Sends frames on one interface, in sendmmsg batches when libc has it."""
 
-    def __init__(self, ifname, batch=32, use_sendmmsg=True):
+    def __init__(self, ifname, batch=32, use_sendmmsg=True, sndbuf=4 << 20):
         self.ifname = ifname
-        self.sock = open_raw(ifname)
+        self.sock = open_raw(ifname, sndbuf)
         self.fd = self.sock.fileno()
         self.batch = max(1, batch)
         self.mmsg = use_sendmmsg and _SENDMMSG is not None

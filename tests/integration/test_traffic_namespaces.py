@@ -335,3 +335,53 @@ def test_a_sender_on_a_link_that_went_down_loses_its_frames_and_goes_on(lab):
         s.emit([(t, i, 1, 0, 0, i, 4) for i in range(4)])
         assert s.link_down == 4
         assert not s.send_one(t.frame(0)) and s.control_dropped == 1
+
+
+def _peak_backlog(ifname, frames, sndbuf):
+    """Send ``frames`` back to back through a Sender with ``sndbuf`` into ``ifname``'s
+    shaper; returns (its largest backlog seen meanwhile, its drops, seconds taken)."""
+    import threading
+    import time
+    from pyroute2 import IPRoute
+    from emulator.dataplane import shaping
+    from traffic.frames import FrameTemplate
+    from traffic.sender import Sender
+    from traffic_fixtures import ECN_FRAME
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
+                      0x11, frame_len=ECN_FRAME)
+    peak, done = [0], threading.Event()
+    with IPRoute() as ipr:
+        index = ipr.link_lookup(ifname=ifname)[0]
+        drops0 = shaping.stats(ipr, index)[1]
+
+        def watch():
+            with IPRoute() as r:
+                while not done.is_set():
+                    peak[0] = max(peak[0], shaping.stats(r, index)[0])
+                    time.sleep(0.0005)
+        w = threading.Thread(target=watch)
+        w.start()
+        t0 = time.monotonic()
+        try:
+            with Sender(ifname, batch=8, sndbuf=sndbuf) as s:
+                for k in range(0, frames, 8):
+                    s.emit([(t, i, 1, 0, 0, i, frames) for i in range(k, k + 8)])
+            took = time.monotonic() - t0
+        finally:
+            done.set()
+            w.join(5)
+        return peak[0], shaping.stats(ipr, index)[1] - drops0, took
+
+
+def test_a_rank_holds_few_frames_in_its_interface_queue_like_a_nic_ring(lab):
+    """A rank's sender keeps at most a few frames in its host link's queue (a small
+    send buffer: a frame counts against it until the link takes it), so a rate cut
+    acts on the wire at once and the host's own queue never overflows. With a large
+    send buffer the same 40 frames pile up in the 30 ms queue."""
+    from traffic_fixtures import ECN_FRAME, ECN_RATE, shaped_veth
+    ia, _, _ = shaped_veth(lab)
+    peak, drops, took = _peak_backlog(ia, 40, sndbuf=4 * (4096 + 100))
+    assert drops == 0 and peak <= 10 * ECN_FRAME, peak
+    assert took >= 25 * ECN_FRAME * 8 / ECN_RATE          # it waited for the link
+    peak, _, _ = _peak_backlog(ia, 40, sndbuf=4 << 20)
+    assert peak >= 25 * ECN_FRAME, peak
