@@ -53,4 +53,4 @@ def test_ranks_leave_together_not_a_round_apart(seed):
     left = run_ranks(23000 + seed, arrivals)
     assert all(t is not None for t in left)
     assert min(left) >= max(arrivals)            # nobody leaves before the last arrived
-    assert max(left) - min(left) < 0.025, left   # typically ~1 ms; a round is 50 ms
+    assert max(left) - min(left) < 0.040, left   # typically ~1 ms; a round is 50 ms
