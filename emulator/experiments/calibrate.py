@@ -92,6 +92,30 @@ def _trial(session, src, dst, rate, frame_len, log):
     return ok
 
 
+def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
+               sleep=time.sleep):
+    """Wait (at most ``limit_s``) until the machine was under ``busy_max`` busy for
+    a ``window_s`` window: a calibration that starts while the previous run's
+    teardown still occupies the CPU measures that, not the machine. Returns
+    whether it got quiet."""
+    if sample is None:
+        from emulator.dataplane.counters import machine_cpu as sample
+    waited = 0.0
+    busy0, total0 = sample()
+    while True:
+        sleep(window_s)
+        waited += window_s
+        busy1, total1 = sample()
+        share = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+        if share <= busy_max:
+            return True
+        if waited >= limit_s:
+            out(f"... the machine stayed {share:.0%} busy for {limit_s:g} s: "
+                f"calibrating anyway (the budget will be low)")
+            return False
+        busy0, total0 = busy1, total1
+
+
 def calibrate(mtu=4096, results="results", datapath="auto", out=print,
               max_bps=20e9, cache=CACHE):
     """Measure and cache this machine's budget; returns the budget document."""
@@ -104,6 +128,7 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
         same = (hosts["h1"], hosts["h2"])           # both on leaf1: 1 switch hop
         across = (hosts["h1"], hosts["h3"])         # leaf1 -> spine1 -> leaf2: 3 hops
         found = {}
+        wait_quiet(out)
         for label, (src, dst) in (("1 hop", same), ("3 hops", across)):
             out(f"... {label}: {src['name']} -> {dst['name']}, {frame_len}-byte frames")
             best, _ = budget.search(

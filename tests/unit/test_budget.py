@@ -66,3 +66,17 @@ def test_machine_key_names_what_a_calibration_is_valid_for():
     assert a != budget.machine_key("3.1.0", "netdev", 1098, cpu_model="X", ncpu=2)
     assert a != budget.machine_key("3.2.0", "netdev", 4170, cpu_model="X", ncpu=2)
     assert "netdev" in a and "4170" in a
+
+
+def test_calibration_waits_for_a_quiet_machine():
+    from emulator.experiments.calibrate import wait_quiet
+    # (busy, total) jiffies: 90 % busy for two windows, then 10 %
+    samples = iter([(0, 0), (90, 100), (180, 200), (190, 300)])
+    slept, said = [], []
+    assert wait_quiet(said.append, sample=lambda: next(samples), sleep=slept.append)
+    assert len(slept) == 3 and not said
+    busy = iter([(i * 95, i * 100) for i in range(100)])      # never quiet
+    slept = []
+    assert not wait_quiet(said.append, limit_s=2.0, sample=lambda: next(busy),
+                          sleep=slept.append)
+    assert len(slept) == 4 and "95% busy" in said[0]
