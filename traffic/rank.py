@@ -408,7 +408,8 @@ class Rank:
             extra["transport"] = self.qps.counters()
             extra["rc"] = {"timeout_exp": self.cfg["timeout_exp"],
                            "retry_cnt": self.cfg["retry_cnt"]}
-            t0 = results[0]["t_start_ns"] if results else 0
+            t0 = results[0]["t_start_ns"] if results else (
+                self.qps.trace[0][0] if self.qps.trace else 0)
             extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]

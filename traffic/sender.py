@@ -143,7 +143,8 @@ class Sender:
         """Send ``packets``: tuples (template, psn, flow, tag, chunk, index, count).
 
         At most ``batch`` per call.  Returns the bytes sent.  The send
-        timestamp is taken once per batch (the batch leaves within µs).
+        timestamp is taken once per batch: it leaves within µs, unless a small
+        send buffer (a rank's NIC ring) makes it wait for room, frame by frame.
         """
         now = clock()
         total = 0
@@ -195,7 +196,8 @@ class Sender:
         """Send one frame (an ACK, NAK or CNP) as a NIC would: when the interface's
         queue is full (ENOBUFS, EAGAIN) wait for room rather than lose it; a frame
         that found no room for ``patience_s``, or an interface that is down, is
-        dropped and counted (``control_dropped``).  Returns whether it left."""
+        dropped and counted (``control_dropped``).  Returns whether it left.
+        (Behind a rank's small send buffer the kernel itself waits for room.)"""
         end = time.monotonic() + patience_s
         while True:
             try:

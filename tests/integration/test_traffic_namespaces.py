@@ -384,4 +384,4 @@ def test_a_rank_holds_few_frames_in_its_interface_queue_like_a_nic_ring(lab):
     assert drops == 0 and peak <= 10 * ECN_FRAME, peak
     assert took >= 25 * ECN_FRAME * 8 / ECN_RATE          # it waited for the link
     peak, _, _ = _peak_backlog(ia, 40, sndbuf=4 << 20)
-    assert peak >= 25 * ECN_FRAME, peak
+    assert peak >= 15 * ECN_FRAME, peak               # ~38 frames (the whole queue)
