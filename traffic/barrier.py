@@ -4,9 +4,9 @@ Each rank sends a small UDP "hello" (port 4792) to every peer every 50 ms
 until it has heard every peer and every peer has said it heard everyone
 (or 1 s after it heard everyone); a rank that has just heard everyone says
 so at once, not at its next round, so the ranks leave within a round trip
-of the last one's arrival (a collective's start skew), not 50 ms apart.  The hellos also make the kernel resolve
-ARP, so the next-hop MAC of each peer can then be read from the neighbour
-table.  A rank keeps answering hellos after it left the barrier (``serve``),
+of the last one's arrival (a collective's start skew), not 50 ms apart.
+The hellos also make the kernel resolve ARP, so the next-hop MAC of each
+peer can then be read from the neighbour table.  A rank keeps answering hellos after it left the barrier (``serve``),
 so a peer still inside it hears everyone.  A second barrier on the next
 port (``READY_PORT``) lets ranks start together once each has built its
 frames, and a third (``DONE_PORT``) lets them leave together once all are

@@ -25,6 +25,10 @@ from .pacing import TokenBucket, sleep_ns
 
 _FULL = (errno.EAGAIN, errno.ENOBUFS, errno.EINTR)     # the interface's queue is full
 _DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down or gone
+# How long a send its interface's queue refused waits before it tries again, as a
+# NIC waits for room: retrying at once spins on the CPU the queues drain on, and
+# every refused frame counts as a drop of that queue.
+ROOM_WAIT_NS = 100_000
 
 MAX_FRAME = 9216
 SO_SNDBUFFORCE = 32
@@ -205,7 +209,7 @@ class Sender:
                 return True
             except OSError as e:
                 if e.errno in _FULL and time.monotonic() <= end:
-                    sleep_ns(100_000)             # the queue drains: try again
+                    sleep_ns(ROOM_WAIT_NS)
                     continue
                 if e.errno in _FULL + _DOWN:
                     self.control_dropped += 1
@@ -219,10 +223,10 @@ class Sender:
                           count - done, 0)
             if r < 0:
                 err = ctypes.get_errno()
-                if err in _FULL:      # the NIC's queue is full: wait for room, as a NIC
-                    self.queue_full += 1          # does (spinning starved the CPU the
-                    sleep_ns(100_000)             # queues drain on, and each refused
-                    continue                      # frame counts as a drop there)
+                if err in _FULL:
+                    self.queue_full += 1
+                    sleep_ns(ROOM_WAIT_NS)
+                    continue
                 if err in _DOWN:               # the interface is down (a fault): the
                     self.link_down += count - done   # frames are lost on the wire
                     return
