@@ -78,12 +78,18 @@ def process_cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def machine_cpu():
-    """(busy, total) jiffies of all CPUs since boot."""
-    with open("/proc/stat") as f:
+def machine_cpu(path="/proc/stat"):
+    """(busy, total, steal) jiffies of all CPUs since boot.
+
+    Steal is the time the hypervisor ran something else while this virtual
+    machine had work: it counts as busy, and it stalls whatever was running,
+    the emulator's forwarding included.
+    """
+    with open(path) as f:
         values = [int(v) for v in f.readline().split()[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return sum(values) - idle, sum(values)
+    steal = values[7] if len(values) > 7 else 0
+    return sum(values) - idle, sum(values), steal
 
 
 OVS_RUNDIRS = ("/run/openvswitch", "/var/run/openvswitch")
@@ -186,8 +192,17 @@ def delta(before, after, topo, active_s=None):
         "softnet_drops": after["softnet"] - before["softnet"],
         "ovs_cpu": round(ovs_cpu, 3) if ovs_cpu is not None else None,
         "machine_busy": round(min(busy / total, 1.0), 3),
+        "machine_steal": round(min(steal_share(before["machine"], after["machine"]), 1.0), 3),
         "cpus": ncpu,
     }
+
+
+def steal_share(before, after):
+    """Share of all CPU time the hypervisor took between two ``machine_cpu`` readings."""
+    if len(before) < 3 or len(after) < 3:
+        return 0.0
+    total = after[1] - before[1]
+    return (after[2] - before[2]) / total if total > 0 else 0.0
 
 
 def link_names(topo):

@@ -55,6 +55,24 @@ def search(trial, start_bps, max_bps, steps=4):
     return good, tried
 
 
+def unless_stolen(trial, steal_limit, attempts=4):
+    """``trial(rate) -> (ok, steal)`` as ``rate -> ok``, where a failure during which
+    the hypervisor took at least ``steal_limit`` of the CPU time is repeated (at
+    most ``attempts`` trials in all).
+
+    On a shared host the latency of a trial follows the time the hypervisor
+    stole from this virtual machine (about 1 ms of p99 per % of steal, measured):
+    such a failure is the neighbours', not the emulator's rate.
+    """
+    def judged(rate):
+        for _ in range(attempts):
+            ok, steal = trial(rate)
+            if ok or steal < steal_limit:
+                return ok
+        return False
+    return judged
+
+
 def trial_ok(sent, received, fidelity_doc, latency_limit_ms):
     """A calibration trial passes: nothing lost, faithful, no queueing beyond a few ms."""
     lat = (fidelity_doc.get("latency_ms") or {}).get("p99")

@@ -27,6 +27,9 @@ EMULATION_DROP_LIMIT = 1e-4
 LATENCY_SLACK_MS = 5.0
 OVS_CPU_WARN = 0.85
 MACHINE_BUSY_WARN = 0.95
+# The hypervisor running other work on this VM's CPUs (steal time) stalls the
+# emulator's forwarding: a few % already adds ms of latency (docs/platform.md).
+STEAL_WARN = 0.05
 
 
 def queue_bound_ms(topo, queue_ms):
@@ -159,6 +162,11 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
             remedies.append("fewer ranks or lower link rates (-P host_rate=...)")
         else:
             warnings.append(f"the machine was {busy:.0%} busy")
+    steal = counters.get("machine_steal")
+    if steal is not None and steal >= STEAL_WARN:
+        warnings.append(f"the hypervisor took {steal:.0%} of this machine's CPU time "
+                        "(steal): the virtual machine stalled, which adds latency the "
+                        "links did not cause")
     doc = {
         "verdict": "emulator-bound" if reasons else "faithful",
         "reasons": reasons,
@@ -170,7 +178,8 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         "emulation_drops": dict(emu, total=emu_total),
         "latency_ms": lat or None,
         "queue_bound_ms": bound_ms,
-        "cpu": {"ovs_vswitchd": cpu, "machine_busy": busy, "cpus": counters.get("cpus"),
+        "cpu": {"ovs_vswitchd": cpu, "machine_busy": busy, "machine_steal": steal,
+                "cpus": counters.get("cpus"),
                 "traffic_engine": engine.get("cpu_share"),
                 "engine_us_per_packet": engine.get("cpu_us_per_packet")},
     }

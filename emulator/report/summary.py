@@ -156,6 +156,8 @@ def fidelity_lines(doc):
         parts.append(f"traffic {cpu['traffic_engine']:.0%} of a core")
     if cpu.get("machine_busy") is not None:
         parts.append(f"machine {cpu['machine_busy']:.0%} busy")
+    if cpu.get("machine_steal"):
+        parts.append(f"hypervisor steal {cpu['machine_steal']:.0%}")
     if parts:
         lines.append("  cpu: " + ", ".join(parts))
     lines += [f"  why: {r}" for r in doc["reasons"]]

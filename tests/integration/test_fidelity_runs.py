@@ -57,8 +57,15 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     lines = []
     doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,
                               max_bps=400e6, cache=str(cache))
-    # 400 Mbit/s of 4 KiB frames (12 kpps) is well inside any machine that runs the suite
-    assert doc["three_hop_pps"] >= 6000 and doc["one_hop_pps"] >= 6000, lines
+    # 100 Mbit/s of 4 KiB frames (3 kpps), the search's first rate, is well inside any
+    # machine that runs the suite; 200 Mbit/s is too unless the host's neighbours stole
+    # CPU time (then each failed trial was run again, and the output says so)
+    log = "\n".join(lines)
+    assert doc["three_hop_pps"] >= 2900 and doc["one_hop_pps"] >= 2900, log
+    if not doc["trials_failed_under_steal"]:
+        assert doc["three_hop_pps"] >= 6000 and doc["one_hop_pps"] >= 6000, log
+    else:
+        assert "hypervisor" in lines[-1], log
     assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1
     cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache))
     assert cached == json.loads(cache.read_text())[doc["key"]]

@@ -31,6 +31,24 @@ def test_one_stalled_trial_does_not_set_the_budget():
     assert (200, False) in log and (200, True) in log and 650 <= best <= 700
 
 
+def test_a_trial_failed_under_hypervisor_steal_is_run_again():
+    results = iter([(False, 0.09), (False, 0.12), (True, 0.02)])    # stolen twice, then ok
+    calls = []
+
+    def trial(rate):
+        calls.append(rate)
+        return next(results)
+    assert budget.unless_stolen(trial, 0.05)(300) and calls == [300, 300, 300]
+    calls.clear()
+    # a failure with the CPUs to itself is the emulator's: not repeated
+    assert not budget.unless_stolen(lambda r: calls.append(r) or (False, 0.01), 0.05)(300)
+    assert calls == [300]
+    calls.clear()
+    # a host that steals on every trial: a failure after `attempts`
+    assert not budget.unless_stolen(lambda r: calls.append(r) or (False, 0.2), 0.05, 3)(300)
+    assert calls == [300] * 3
+
+
 def test_trial_ok_needs_no_loss_a_faithful_verdict_and_low_latency():
     good = {"verdict": "faithful", "latency_ms": {"p99": 1.0}}
     assert budget.trial_ok(100, 100, good, 5.0)

@@ -76,6 +76,24 @@ def test_cpu_near_budget_is_noted_not_judged():
     assert d["verdict"] == "faithful" and len(d["warnings"]) == 2
 
 
+def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
+    d = fidelity.verdict(10_000, counters(machine_steal=0.09))
+    assert d["verdict"] == "faithful" and d["cpu"]["machine_steal"] == 0.09
+    assert any("hypervisor took 9%" in w for w in d["warnings"])
+    assert "hypervisor steal 9%" in "\n".join(fidelity_lines(d))
+    quiet = fidelity.verdict(10_000, counters(machine_steal=0.01))
+    assert not quiet["warnings"]
+    # the steal column of /proc/stat (the 8th), read next to busy and total
+    from emulator.dataplane import counters as c
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
+    before = c.machine_cpu(str(stat))
+    assert before == (190, 1000, 35)
+    stat.write_text("cpu  200 0 50 1600 10 0 5 135 0 0\n")
+    assert c.steal_share(before, c.machine_cpu(str(stat))) == 100 / 1000
+    assert c.steal_share((0, 0), (5, 10)) == 0.0          # a reading without steal
+
+
 def test_summary_lines_say_the_verdict_and_the_why():
     d = fidelity.verdict(100, counters(ovs_socket_drops={"leaf1->h1": 50}))
     text = "\n".join(fidelity_lines(d))
