@@ -227,12 +227,12 @@ def main(argv=None):
         print(f"run failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted; everything this run created was removed", file=sys.stderr)
+        print("interrupted (the run's teardown above says what it removed)", file=sys.stderr)
         return 130
     except BaseException as e:
         from emulator.dataplane.session import Interrupted
         if isinstance(e, Interrupted):
-            print(f"stopped by {e}; everything this run created was removed",
+            print(f"stopped by {e} (the run's teardown above says what it removed)",
                   file=sys.stderr)
             return 143
         raise

@@ -17,7 +17,6 @@ and removed by ``teardown`` (called from ``finally``), so an interrupted build
 leaves nothing behind.  Mininet objects are kept so ``--cli`` works.
 """
 
-import os
 import time
 from contextlib import contextmanager
 
@@ -32,7 +31,7 @@ from emulator.dataplane import proc
 from emulator.dataplane import shaping
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
-from emulator.dataplane.runstate import child_env
+from emulator.dataplane.runstate import child_env, tag_of_name
 
 
 # The userspace datapath reads each port through an AF_PACKET socket whose
@@ -326,6 +325,13 @@ class FabricNet:
             for br in self.bridges:
                 args += ["--", "--if-exists", "del-br", br]
             proc.ovs_vsctl(*args[1:], timeout=120)
+            # then none of this run's may be left (one created by a transaction a
+            # signal interrupted can commit after the deletion): checked by name
+            late = [br for br in proc.ovs_vsctl("list-br", timeout=20).split()
+                    if tag_of_name(br) == self.state.tag]
+            if late:
+                proc.ovs_vsctl(*[a for br in late for a in ("--", "del-br", br)][1:],
+                               timeout=120)
         except RunFailed as e:
             errors.append(str(e))
         for node in list(self.hosts.values()) + list(self.switches.values()):
@@ -349,7 +355,6 @@ def quiet_ipv6(ifname):
 
 def delete_interfaces(tag):
     """Delete every root-namespace interface named for run ``tag``."""
-    from emulator.dataplane.runstate import tag_of_name
     errors = []
     with IPRoute() as ipr:
         for link in ipr.get_links():

@@ -1,24 +1,65 @@
 """Subprocess calls that always check their exit status and have a timeout."""
 
+import signal
 import subprocess
 
 from emulator.errors import RunFailed
 
+# Held while a child is being started; the run turns them into exceptions.
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
 
 def run(argv, timeout=30, check=True, input=None, env=None):
-    """Run ``argv``; return stdout.  Raise RunFailed naming the command on failure."""
+    """Run ``argv``; return stdout.  Raise RunFailed naming the command on failure.
+
+    A signal (Ctrl-C, SIGTERM) that arrives while the child is being started
+    is held until it exists, so the child is always killed and reaped before
+    the exception leaves: an ``ovs-vsctl add-br`` orphaned inside
+    ``Popen()`` (subprocess.run never saw its pid) once created a run's
+    bridges after its teardown had deleted them.  The child inherits the
+    held signals blocked; it is stopped with SIGKILL on any exception.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    child = None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              input=input, env=env)
+        try:
+            child = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None
+                                     else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        except FileNotFoundError:
+            raise RunFailed(f"{argv[0]}: command not found")
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)   # a held signal is raised here
+        out, err = child.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop(child)
         raise RunFailed(f"{' '.join(argv[:6])} ... timed out after {timeout}s")
-    except FileNotFoundError:
-        raise RunFailed(f"{argv[0]}: command not found")
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise RunFailed(f"{' '.join(argv[:8])} exited {proc.returncode}: "
+    except BaseException:
+        _stop(child)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    if check and child.returncode != 0:
+        detail = (err or out).strip().splitlines()
+        raise RunFailed(f"{' '.join(argv[:8])} exited {child.returncode}: "
                         f"{detail[-1] if detail else 'no output'}")
-    return proc.stdout
+    return out
+
+
+def _stop(child):
+    """SIGKILL ``child`` (if started) and reap it, whatever else arrives meanwhile."""
+    if child is None:
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    try:
+        child.kill()
+        child.wait(timeout=10)
+        for f in (child.stdin, child.stdout, child.stderr):
+            if f is not None:
+                f.close()
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def ovs_vsctl(*args, timeout=60):

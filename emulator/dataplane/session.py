@@ -29,8 +29,8 @@ from emulator.dataplane import datapath
 from emulator.dataplane import logs
 from emulator.fabric import spec
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
-from emulator.errors import EnvironmentProblem, FabricError, RunFailed
-from emulator.dataplane.runstate import RunState, child_env
+from emulator.errors import EnvironmentProblem, RunFailed
+from emulator.dataplane.runstate import RunState, child_env, processes_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -348,11 +348,9 @@ class Session:
             self.progress(f"telemetry: {self.telemetry.url}")
 
     def _wait_installed(self):
-        """The builtin controller has installed every switch (its CONVERGED connect lines).
-
-        Probing before that only loads the datapath with frames that miss: on
-        a 40-switch fabric the controller needs tens of seconds to install them all.
-        """
+        """The builtin controller has installed every switch (its CONVERGED connect
+        lines): probing before that only loads the datapath with frames that miss
+        (on a 40-switch fabric the controller needs tens of seconds to install them)."""
         n = len(self.topo["switches"])
         self.progress(f"waiting for the controller to install {n} switches")
 
@@ -436,12 +434,15 @@ class Session:
                 CLOSED.append((self.state.tag, problems
                                + self.results.get("controller", {}).get("problems", [])))
                 from emulator.dataplane.cleanup import kill_processes
-                from emulator.dataplane.runstate import processes_of
                 leftovers = processes_of(self.state.tag)
                 if leftovers:
                     kill_processes(list(leftovers))
                 self.state.release()
                 self.state = None
+                self.results["teardown_errors"] = list(self.teardown_errors)
+                self.progress("warning: could not remove: " + "; ".join(self.teardown_errors)
+                              + " (`sudo .venv/bin/python -m emulator clean` removes them)"
+                              if self.teardown_errors else "removed everything this run created")
             self.net = None
 
 

@@ -167,6 +167,9 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         warnings.append(f"the hypervisor took {steal:.0%} of this machine's CPU time "
                         "(steal): the virtual machine stalled, which adds latency the "
                         "links did not cause")
+        if reasons:
+            remedies.insert(0, "run again when the host's other guests are quieter "
+                            "(steal, above), or on a machine of its own")
     doc = {
         "verdict": "emulator-bound" if reasons else "faithful",
         "reasons": reasons,

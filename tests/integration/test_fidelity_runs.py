@@ -19,10 +19,23 @@ def results_of(base):
     return json.loads((run / "results.json").read_text()), run
 
 
+def run_unless_stolen(tmp_path, *args, tries=3):
+    """``emulator run`` again while its verdict is not faithful and the hypervisor
+    took 5 % or more of the CPU time: on a shared host that verdict is right, and
+    says it is the neighbours'. Returns (process, results, run dir) of the last."""
+    for i in range(tries):
+        base = tmp_path / f"try{i}"
+        p = emulator("run", *args, "--results", str(base))
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        r, run = results_of(base)
+        fid = r["traffic"]["fidelity"]
+        if fid["verdict"] == "faithful" or (fid["cpu"].get("machine_steal") or 0) < 0.05:
+            break
+    return p, r, run
+
+
 def test_default_run_is_faithful_and_loses_at_most_a_thousandth(tmp_path):
-    p = emulator("run", "--results", str(tmp_path))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    r, run = results_of(tmp_path)
+    p, r, run = run_unless_stolen(tmp_path)
     t = r["traffic"]
     assert t["frame_len"] == 4170 and r["mtu"] == {"roce": 4096, "interfaces": 4224}
     assert t["sent_packets"] > 20_000

@@ -83,6 +83,10 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
     assert "hypervisor steal 9%" in "\n".join(fidelity_lines(d))
     quiet = fidelity.verdict(10_000, counters(machine_steal=0.01))
     assert not quiet["warnings"]
+    stolen = fidelity.verdict(10_000, counters(machine_steal=0.16),
+                              engine={"skipped_packets": 16})
+    assert stolen["verdict"] == "emulator-bound"
+    assert stolen["remedy"].startswith("run again when the host's other guests are quieter")
     # the steal column of /proc/stat (the 8th), read next to busy and total
     from emulator.dataplane import counters as c
     stat = tmp_path / "stat"

@@ -1,0 +1,54 @@
+"""Subprocess calls: checked, timed out, and never orphaned by a signal."""
+
+import signal
+import subprocess
+
+import pytest
+
+from emulator.dataplane import proc
+from emulator.errors import RunFailed
+
+
+class Stop(BaseException):
+    pass
+
+
+def test_run_checks_exit_status_timeout_and_missing_command():
+    assert proc.run(["cat"], input="abc") == "abc"
+    with pytest.raises(RunFailed, match="false exited 1"):
+        proc.run(["false"])
+    with pytest.raises(RunFailed, match="command not found"):
+        proc.run(["no-such-command-here"])
+    with pytest.raises(RunFailed, match="timed out"):
+        proc.run(["sleep", "10"], timeout=0.3)
+
+
+def test_a_signal_while_the_child_starts_kills_and_reaps_it(monkeypatch):
+    # The signal lands after the fork, before Popen() returns: subprocess.run
+    # would never see the child, which would go on (an ovs-vsctl creating
+    # bridges after the teardown deleted them).
+    children = []
+    real = subprocess.Popen
+
+    def popen(*a, **kw):
+        child = real(["sleep", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        children.append(child)
+        signal.raise_signal(signal.SIGINT)
+        return child
+
+    def raise_stop(signum, frame):
+        raise Stop()
+    old = signal.signal(signal.SIGINT, raise_stop)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    try:
+        with pytest.raises(Stop):
+            proc.run(["ovs-vsctl", "add-br", "x"], timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+                pytest.fail("the child outlived the signal")
+    assert children[0].returncode == -signal.SIGKILL
+    assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT}
