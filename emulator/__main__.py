@@ -230,7 +230,7 @@ def main(argv=None):
         print("interrupted (the run's teardown above says what it removed)", file=sys.stderr)
         return 130
     except BaseException as e:
-        from emulator.dataplane.session import Interrupted
+        from emulator.dataplane.signals import Interrupted
         if isinstance(e, Interrupted):
             print(f"stopped by {e} (the run's teardown above says what it removed)",
                   file=sys.stderr)

@@ -17,12 +17,10 @@ orderly exit and masked during teardown):
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 from emulator.fabric import addressing
 from emulator.dataplane import datapath
@@ -31,50 +29,9 @@ from emulator.fabric import spec
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
+from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class Interrupted(BaseException):
-    """SIGTERM/SIGHUP, raised like KeyboardInterrupt so ``finally`` runs."""
-
-
-_MAIN_PID = None
-
-
-def _raise_interrupted(signum, frame):
-    # Forked helpers (pyroute2's netns workers) inherit this handler: they must
-    # just die, never unwind into the run's ``finally`` and tear it down.
-    if os.getpid() != _MAIN_PID:
-        os._exit(128 + signum)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Interrupted(signal.Signals(signum).name)
-
-
-@contextmanager
-def signals_as_exceptions():
-    """SIGINT -> KeyboardInterrupt, SIGTERM/SIGHUP -> Interrupted, in this process only."""
-    global _MAIN_PID
-    _MAIN_PID = os.getpid()
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, _raise_interrupted) for s in sigs}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextmanager
-def signals_masked():
-    """Teardown must finish: hold SIGINT/SIGTERM/SIGHUP until it has."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def require_root():

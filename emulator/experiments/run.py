@@ -8,9 +8,9 @@ fabric is built; the workload is the default mix (``mix``) or a collective
 
 import os
 
-from emulator.dataplane import datapath
 from emulator.dataplane.session import (Session, check_dependencies, require_root,
-                                        signals_as_exceptions, write_json)
+                                        write_json)
+from emulator.dataplane.signals import signals_as_exceptions
 from emulator.fabric import addressing
 
 

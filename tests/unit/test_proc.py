@@ -52,3 +52,27 @@ def test_a_signal_while_the_child_starts_kills_and_reaps_it(monkeypatch):
                 pytest.fail("the child outlived the signal")
     assert children[0].returncode == -signal.SIGKILL
     assert not signal.pthread_sigmask(signal.SIG_BLOCK, set()) & {signal.SIGINT}
+
+
+def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again():
+    import gc
+    import time
+    from emulator.dataplane.signals import Interrupted, signal_of, signals_as_exceptions
+
+    class Dies:
+        def __del__(self):        # the handler runs in here: Python drops its exception
+            signal.raise_signal(signal.SIGINT)
+            sum(range(1000))
+
+    caught = None
+    with signals_as_exceptions():
+        try:
+            Dies()
+            gc.collect()
+            for _ in range(200):
+                time.sleep(0.001)
+        except KeyboardInterrupt as e:
+            caught = e
+    assert isinstance(caught, KeyboardInterrupt)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal_of(Interrupted("SIGTERM")) == signal.SIGTERM and signal_of(ValueError()) is None
