@@ -396,6 +396,8 @@ class Rank:
         print("calls", file=sys.stderr, flush=True)       # a drill times its faults from here
         results = []
         for tag, size in enumerate(calls):
+            if tag == self.cfg["warmup"] and self.qps:
+                self.qps.trace.clear()   # the cuts traced are the reported calls'
             results.append(self.run_size(tag, size))
             if self._aborted():
                 results[-1]["aborted"] = True

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from .frames import PSN_MASK
 from .pacing import TokenBucket, sleep_ns
 
-_FULL = (errno.EAGAIN, errno.ENOBUFS, errno.EINTR)     # the interface's queue is full
+_FULL = (errno.EAGAIN, errno.ENOBUFS)                   # the interface's queue is full
 _DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down or gone
 # How long a send its interface's queue refused waits before it tries again, as a
 # NIC waits for room: retrying at once spins on the CPU the queues drain on, and
@@ -223,6 +223,8 @@ class Sender:
                           count - done, 0)
             if r < 0:
                 err = ctypes.get_errno()
+                if err == errno.EINTR:         # a signal, not a full queue: at once
+                    continue
                 if err in _FULL:
                     self.queue_full += 1
                     sleep_ns(ROOM_WAIT_NS)

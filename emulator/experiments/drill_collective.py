@@ -238,7 +238,7 @@ def main(fabric, args, out=print):
     from emulator.fabric import addressing
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
-    ecn = check_transport(args)
+    ecn = check_transport(args, fabric)
     check_capture(args, fabric)
     if args.iterations < 2:
         raise ConfigError("--iterations", "at least 2 (one disturbed, one to compare)")

@@ -40,7 +40,8 @@ def add_transport_args(p):
                    help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
     p.add_argument("--cc", choices=("none", "dcqcn", "timely"), default="none",
                    help="congestion control at the sending NICs (collectives): DCQCN "
-                        "reacts to CNPs for ECN-marked packets (use with --ecn); TIMELY "
+                        "reacts to CNPs for ECN-marked packets (marking at --ecn, by "
+                        "default 100KB:400KB:1 scaled to the queues); TIMELY "
                         "to the round-trip times of its ACKs (no switch support)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
                    help="ECN marking at every switch port's egress: a step at K bytes "
@@ -73,9 +74,11 @@ def rank_transport(args):
             "cc_params": ccparams.parse(args.cc_param, args.cc)}
 
 
-def check_transport(args):
+def check_transport(args, fabric=None):
     """Validate the transport options before anything is built (exit 2); returns the
-    parsed ECN thresholds (or None)."""
+    parsed ECN thresholds (or None).  ``--cc dcqcn`` without ``--ecn`` marks at
+    ``compare --cc``'s default thresholds for ``fabric``: DCQCN without marks
+    never hears of congestion (an incast then lost 15 000 frames and its job)."""
     from emulator.dataplane import ecn
     from emulator.errors import ConfigError
     if args.cc != "none" and args.transport != "rc":
@@ -85,6 +88,11 @@ def check_transport(args):
     ccparams.parse(args.cc_param, args.cc)
     if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
         raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
+    if args.cc == "dcqcn" and args.ecn is None and fabric is not None:
+        from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
+        from emulator.experiments.congestion import default_ecn
+        return default_ecn(fabric, getattr(args, "queue_ms", None) or DEFAULT_QUEUE_MS,
+                           args.ecn_at)
     return ecn.parse(args.ecn, at=args.ecn_at)
 
 

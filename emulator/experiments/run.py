@@ -28,7 +28,7 @@ def run(fabric, args, out=print):
     check_capture(args, fabric)
     check_telemetry(args)
     from emulator.experiments.options import check_transport
-    ecn = check_transport(args)
+    ecn = check_transport(args, fabric)
     require_root()
     check_dependencies()
     status = 0

@@ -157,3 +157,23 @@ def test_compare_ecn_default_fits_a_shallow_buffer():
     shallow = default_ecn(fabric, 30, at="enqueue")        # 40 Mbit/s x 30 ms: ~158 kB
     assert shallow.at == "enqueue" and shallow.pmax == deep.pmax
     assert 2 * shallow.kmax <= 158_000 and shallow.kmax == 4 * shallow.kmin
+
+
+def test_dcqcn_without_ecn_marks_at_the_default_thresholds():
+    # DCQCN with no marking never hears of congestion: `run --cc dcqcn` marks at
+    # compare's default unless --ecn says otherwise (or off)
+    from types import SimpleNamespace
+    from emulator.experiments.congestion import default_ecn
+    from emulator.experiments.options import check_transport
+    from emulator.fabric import presets
+    fabric = presets.build("leaf-spine", {})
+
+    def args(**kw):
+        return SimpleNamespace(**dict({"cc": "dcqcn", "transport": "rc", "cc_param": [],
+                                       "rc_timeout": None, "ecn": None, "ecn_at": "dequeue",
+                                       "queue_ms": 30}, **kw))
+    assert check_transport(args(), fabric) == default_ecn(fabric, 30)
+    assert check_transport(args(ecn="30KB"), fabric) == ecn.parse("30KB")
+    assert check_transport(args(ecn="off"), fabric) is None
+    assert check_transport(args(cc="timely"), fabric) is None
+    assert check_transport(args(cc="none", transport="none"), fabric) is None

@@ -138,19 +138,20 @@ def test_data_batches_wait_for_room_in_the_nic_queue_instead_of_spinning(monkeyp
     import errno
     import time
     from traffic import sender as sender_mod
-    replies = [1, -1, -1, 2]            # one sent, refused twice, the other two sent
+    # one sent, refused twice (a signal between: not a full queue), the other two sent
+    replies = [(1, 0), (-1, errno.ENOBUFS), (-1, errno.EINTR), (-1, errno.ENOBUFS), (2, 0)]
     calls = []
 
     def fake_sendmmsg(fd, addr, count, flags):
         calls.append(count)
-        r = replies.pop(0)
+        r, err = replies.pop(0)
         if r < 0:
-            ctypes.set_errno(errno.ENOBUFS)
+            ctypes.set_errno(err)
         return r
     monkeypatch.setattr(sender_mod, "_SENDMMSG", fake_sendmmsg)
     s = sender_mod.Sender.__new__(sender_mod.Sender)
     s.fd, s._msgs_addr, s.queue_full, s.link_down = 3, 0, 0, 0
     t0 = time.monotonic()
     s._sendmmsg(3)
-    assert calls == [3, 2, 2, 2] and s.queue_full == 2 and s.link_down == 0
+    assert calls == [3, 2, 2, 2, 2] and s.queue_full == 2 and s.link_down == 0
     assert time.monotonic() - t0 >= 150e-6        # waited twice (100 us each)
