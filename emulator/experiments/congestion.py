@@ -187,6 +187,7 @@ def summarize(runs, kmax):
                      "queue_mean": med(b("queue_mean_bytes")),
                      "queue_p99_over_kmax": (med(b("queue_p99_bytes")) or 0) / kmax,
                      "queue_p99_late": med(b("queue_p99_late_bytes")),
+                     "late_reps": sum(b("queue_p99_late_bytes")(r) is not None for r in rs),
                      "utilisation": med(b("utilisation")), "jain": med(lambda r: r["jain"]),
                      "drops": med(b("drops")), "retransmitted": med(lambda r: r["retransmitted"]),
                      "timeouts": med(lambda r: r["timeouts"]), "cnps": med(lambda r: r["cnps"]),
@@ -213,6 +214,10 @@ def table(rows):
                      f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
                      f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "
                      f"{r['died']:4d} {r['faithful']}/{r['reps']}")
+    for r in rows:
+        if 0 < r.get("late_reps", r["reps"]) < r["reps"]:
+            lines.append(f"  {r['cc']} p99late: median of the {r['late_reps']} of {r['reps']} "
+                         "repetitions whose queue fell back to Kmin before their last tenth")
     return "\n".join(lines)
 
 

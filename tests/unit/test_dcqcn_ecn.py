@@ -102,6 +102,16 @@ def test_queue_after_the_first_loop():
     sent = [[i * 100_000 for i in range(len(q))]]
     a = analyse(times, [{"name": "p", "rate_bps": 8e6}], [q], sent, [[0] * len(q)], kmin=10)
     assert a["queue_max_bytes"] == 80 and a["queue_p99_late_bytes"] == 25
+    # a median over the repetitions whose first loop ended says over how many
+    from emulator.experiments.congestion import summarize, table
+    never = dict(a, queue_p99_late_bytes=None)
+    runs = [{"cc": "dcqcn", "rep": i, "time_s": 1.0, "bottleneck": b, "jain": 1.0,
+             "retransmitted": 0, "timeouts": 0, "cnps": 5, "marks": 7, "wrong": 0,
+             "fidelity": "faithful"} for i, b in enumerate((a, never, a))]
+    (row,) = summarize(runs, kmax=40)
+    assert row["queue_p99_late"] == 25 and row["late_reps"] == 2
+    assert "median of the 2 of 3 repetitions" in table([row])
+    assert "median of" not in table([dict(row, late_reps=3)])
 
 
 def test_timely_follows_the_rtt_and_its_gradient():
