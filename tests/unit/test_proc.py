@@ -64,7 +64,7 @@ def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again():
             signal.raise_signal(signal.SIGINT)
             sum(range(1000))
 
-    caught = None
+    caught, before = None, signal.getsignal(signal.SIGINT)
     with signals_as_exceptions():
         try:
             Dies()
@@ -74,5 +74,5 @@ def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again():
         except KeyboardInterrupt as e:
             caught = e
     assert isinstance(caught, KeyboardInterrupt)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) == before           # restored
     assert signal_of(Interrupted("SIGTERM")) == signal.SIGTERM and signal_of(ValueError()) is None
