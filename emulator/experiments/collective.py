@@ -182,9 +182,12 @@ def collective_fidelity(watch, ranks, faulted=()):
         sent = sum(r["data_frames_sent"] for r in ranks)
         lost = max(0, sent - sum(t.get("received_packets", 0) for t in rx))
     from emulator.dataplane.impair import fault_names
+    calls = [row for r in ranks for row in r.get("results", ()) if "t_start_ns" in row]
+    within = (min(c["t_start_ns"] for c in calls) / 1e9,          # the reported calls
+              max(c["t_start_ns"] / 1e9 + c["time_s"] for c in calls)) if calls else None
     return watch.verdict(sent, lost=lost, timing=True,
                          engine={"socket_drops": sum(r.get("socket_drops", 0) for r in ranks)},
-                         faulted=set(faulted) | fault_names(watch.session.topo))
+                         faulted=set(faulted) | fault_names(watch.session.topo), within=within)
 
 
 def rank_results(coll_dir):

@@ -162,6 +162,12 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
             remedies.append("fewer ranks or lower link rates (-P host_rate=...)")
         else:
             warnings.append(f"the machine was {busy:.0%} busy")
+    win = counters.get("cpu_windows")
+    if win and win["saturated"] and not (busy is not None and busy >= MACHINE_BUSY_WARN):
+        warnings.append(f"the machine was saturated (>= {win['saturated_at']:.0%} busy) in "
+                        f"{win['saturated']} of {win['windows']} {win['window_ms']} ms windows "
+                        f"(longest {win['longest_saturated_ms']} ms): what happened then "
+                        "carries the CPU's delay")
     steal = counters.get("machine_steal")
     if steal is not None and steal >= STEAL_WARN:
         warnings.append(f"the hypervisor took {steal:.0%} of this machine's CPU time "
@@ -182,6 +188,7 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         "latency_ms": lat or None,
         "queue_bound_ms": bound_ms,
         "cpu": {"ovs_vswitchd": cpu, "machine_busy": busy, "machine_steal": steal,
+                "windows": win,
                 "cpus": counters.get("cpus"),
                 "traffic_engine": engine.get("cpu_share"),
                 "engine_us_per_packet": engine.get("cpu_us_per_packet")},

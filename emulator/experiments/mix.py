@@ -150,14 +150,18 @@ def measure(session, plan, name="engine"):
     os.makedirs(work, exist_ok=True)
     eng = EngineProcess(plan, work, env=child_env(session), name=name)
     eng.start()
+    windows = counters.CpuWindows()
     try:
         before = counters.snapshot(net)
+        windows.start()
         eng.go()
         res = eng.result()
         after = counters.snapshot(net)
     finally:
+        cpu_windows = windows.stop()
         eng.kill()
-    delta = counters.delta(before, after, topo, active_s=res["window_s"])
+    delta = dict(counters.delta(before, after, topo, active_s=res["window_s"]),
+                 cpu_windows=cpu_windows)
     e = dict(res["engine"], cpu_share=round(res["engine"]["cpu_s"] / max(res["window_s"], 1e-9),
                                             3))
     lost = lost_frames(res)

@@ -1,9 +1,9 @@
 """Watch a measurement: drop counters and CPU around it, then its fidelity verdict.
 
 ``with Watch(session) as w: <traffic>`` snapshots every drop counter and the
-CPU clocks (``dataplane.counters``) before and after the block, and the CPU
-of the child processes reaped inside it (traffic processes the block
-waited for); ``w.verdict(...)`` is ``fidelity.verdict`` on that window.
+CPU clocks (``dataplane.counters``) before and after the block, the machine's
+CPU in 100 ms windows within it, and the CPU of the child processes reaped
+inside it (traffic processes the block waited for); ``w.verdict(...)`` is ``fidelity.verdict`` on that window.
 """
 
 import resource
@@ -25,6 +25,7 @@ class Watch:
         self.delta = None
 
     def start(self):
+        self.windows = counters.CpuWindows().start()
         self.before = counters.snapshot(self.session.net)
         self.cpu0 = children_cpu()
         self.t0 = time.monotonic()
@@ -36,6 +37,7 @@ class Watch:
         after = counters.snapshot(self.session.net)
         self.delta = counters.delta(self.before, after, self.session.topo,
                                     active_s=self.elapsed)
+        self.delta["cpu_windows"] = self.windows.stop()
 
     def __enter__(self):
         return self.start()
@@ -43,11 +45,16 @@ class Watch:
     def __exit__(self, exc_type, *exc):
         if exc_type is None:
             self.stop()
+        else:
+            self.windows.stop()
         return False
 
     def verdict(self, sent, lost=None, engine=None, latency=None, timing=False,
-                frame_len=None, faulted=()):
-        """The fidelity document of what ran inside the block."""
+                frame_len=None, faulted=(), within=None):
+        """The fidelity document of what ran inside the block; ``within``: the
+        (start, end) monotonic seconds of the traffic itself, for the CPU windows."""
+        if within is not None:
+            self.delta = dict(self.delta, cpu_windows=self.windows.summary(within))
         engine = dict(engine or {})
         engine.setdefault("cpu_share", round(self.children_cpu / max(self.elapsed, 1e-9), 3))
         bound = fidelity.queue_bound_ms(self.session.topo, self.session.queue_ms) \

@@ -156,6 +156,10 @@ def fidelity_lines(doc):
         parts.append(f"traffic {cpu['traffic_engine']:.0%} of a core")
     if cpu.get("machine_busy") is not None:
         parts.append(f"machine {cpu['machine_busy']:.0%} busy")
+    win = cpu.get("windows")
+    if win and win.get("saturated"):
+        parts.append(f"saturated {win['saturated']}/{win['windows']} of its "
+                     f"{win['window_ms']} ms windows")
     if cpu.get("machine_steal"):
         parts.append(f"hypervisor steal {cpu['machine_steal']:.0%}")
     if parts:

@@ -98,6 +98,36 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
     assert c.steal_share((0, 0), (5, 10)) == 0.0          # a reading without steal
 
 
+def test_saturated_cpu_windows_are_counted_and_noted():
+    import time
+    from emulator.dataplane import counters as c
+    shares = [(0.5, 0.0), (1.0, 0.0), (0.96, 0.1), (0.3, 0.0), (0.95, 0.02), (0.2, 0.0)]
+    w = c.windows_summary(shares, 0.1)
+    assert (w["windows"], w["saturated"], w["longest_saturated_ms"]) == (6, 3, 200)
+    assert w["max_busy"] == 1.0 and w["max_steal"] == 0.1 and w["saturated_at"] == 0.95
+    assert c.windows_summary([], 0.1) is None
+    d = fidelity.verdict(10_000, counters(machine_busy=0.6, cpu_windows=w))
+    assert d["verdict"] == "faithful" and d["cpu"]["windows"] == w
+    assert any("saturated (>= 95% busy) in 3 of 6 100 ms windows (longest 200 ms)" in x
+               for x in d["warnings"])
+    assert "saturated 3/6 of its 100 ms windows" in "\n".join(fidelity_lines(d))
+    calm = fidelity.verdict(10_000, counters(cpu_windows=c.windows_summary([(0.4, 0)], 0.1)))
+    assert not calm["warnings"]
+    # the sampler: (busy, total, steal) jiffies read every window
+    ticks = iter([(0, 0, 0), (19, 20, 1), (29, 40, 1)] + [(29, 40, 1)] * 1000)
+    sampler = c.CpuWindows(window_s=0.01, read=lambda: next(ticks)).start()
+    time.sleep(0.1)
+    w = sampler.stop()
+    assert sampler.shares[:2] == [(0.95, 0.05), (0.5, 0.0)] and w["saturated"] == 1
+    # only the windows that overlap the traffic (a collective's ranks start up first)
+    s2 = c.CpuWindows(window_s=0.1)
+    s2.shares, s2.ends = [(1.0, 0), (1.0, 0), (0.4, 0), (0.5, 0)], [0.1, 0.2, 0.3, 0.4]
+    assert s2.summary()["saturated"] == 2
+    inside = s2.summary(within=(0.25, 0.4))
+    assert inside["windows"] == 2 and inside["saturated"] == 0
+    assert s2.summary(within=(0.15, 0.4))["saturated"] == 1
+
+
 def test_summary_lines_say_the_verdict_and_the_why():
     d = fidelity.verdict(100, counters(ovs_socket_drops={"leaf1->h1": 50}))
     text = "\n".join(fidelity_lines(d))
