@@ -45,8 +45,9 @@ The receivers count lost packets (PSN gaps, warm-up call included).  With
 2000 ms queues the fabric model loses nothing unless a queue overflows (then
 ``qdisc drops`` says so); packets lost with no qdisc drop were lost by the
 platform (a starved ovs-vswitchd or receiver on 2 shared cores) and make the
-run *disturbed*: it is repeated (``--retries``, default once) and, if still
-disturbed, kept and marked.  OVS's own drop counters of the run's ports are
+run *disturbed*, as does a fidelity verdict other than faithful: it is
+repeated (``--retries``, default once) and, if still disturbed, kept and
+marked.  OVS's own drop counters of the run's ports are
 recorded beside it (``ovs_drops``).
 
 The summary is the median over repetitions per (fabric, seeding), with
@@ -131,8 +132,9 @@ def ovs_drops(intfs):
 
 def disturbed(run):
     """Packets lost outside the shaped queues: the platform (a starved
-    ovs-vswitchd or receiver on 2 shared cores), not the fabric, lost them."""
-    return run["lost"] > 0 and run["drops"] == 0
+    ovs-vswitchd or receiver on 2 shared cores), not the fabric, lost them;
+    or the fidelity verdict says the machine set the pace."""
+    return (run["lost"] > 0 and run["drops"] == 0) or run["fidelity"] != "faithful"
 
 
 def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
@@ -142,8 +144,9 @@ def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
         r["attempt"] = attempt + 1
         if not disturbed(r):
             break
-        progress(f"... {label} {seeding} seed {seed}: {r['lost']} packets lost outside the "
-                 f"switch queues (platform, not fabric)"
+        why = (f"{r['lost']} packets lost outside the switch queues"
+               if r["lost"] > 0 and r["drops"] == 0 else r["fidelity"])
+        progress(f"... {label} {seeding} seed {seed}: {why} (platform, not fabric)"
                  + ("; repeating" if attempt < retries else "; keeping it, marked disturbed"))
     r["disturbed"] = disturbed(r)
     return r
@@ -171,7 +174,8 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
                "samples": len(sampler.times),
                "sampler_read_ms_per_sample": round(
                    1000 * sampler.read_s / max(1, len(sampler.times)), 3),
-               "table": rep["table"],
+               "table": rep["table"], "fidelity": rep["fidelity"]["verdict"],
+               "fidelity_reasons": rep["fidelity"]["reasons"],
                "hash_seeds": {sw["name"]: sw["hash_seed"] for sw in s.topo["switches"]}}
         out.update(analyse(ports, sampler.times, sampler.backlog, sampler.sent,
                            sampler.drops))
@@ -187,7 +191,8 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
              f"{lk['spine_tor']['max_over_mean']} idle {lk['spine_tor']['idle']}/"
              f"{lk['spine_tor']['links']}, queue max ms ToR->spine "
              f"{q['tor_spine']['max_ms']} spine->ToR {q['spine_tor']['max_ms']} ToR->NIC "
-             f"{q['tor_nic']['max_ms']}, lost {out['lost']}, #wrong {out['wrong']}")
+             f"{q['tor_nic']['max_ms']}, lost {out['lost']}, #wrong {out['wrong']}, "
+             f"{out['fidelity']}")
     return out
 
 
@@ -312,8 +317,8 @@ def main(args, out=print):
     again = sum(r["attempt"] - 1 for r in runs)
     marked = sum(r["disturbed"] for r in runs)
     if again or marked:
-        out(f"# {again} run(s) repeated after losing packets outside the switch queues; "
-            f"{marked} kept although disturbed")
+        out(f"# {again} run(s) repeated after losing packets outside the switch queues or "
+            f"an emulator-bound verdict; {marked} kept although disturbed")
     problems = [p for r in runs for p in r["controller_problems"]]
     if problems:
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))

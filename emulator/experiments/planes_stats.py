@@ -197,8 +197,10 @@ METRICS = ([("busbw Mb/s", lambda r: r["busbw_Mbps"], ".2f"),
                ".1f"),
               ("qdisc drops, sum of reps", lambda r: r["drops"], ".0f"),
               ("packets lost, sum of reps", lambda r: r["lost"], ".0f"),
-              ("#wrong, sum of reps", lambda r: r["wrong"], ".0f")])
-SUMMED = {"qdisc drops, sum of reps", "packets lost, sum of reps", "#wrong, sum of reps"}
+              ("#wrong, sum of reps", lambda r: r["wrong"], ".0f"),
+              ("not faithful, runs", lambda r: int(r["fidelity"] != "faithful"), ".0f")])
+SUMMED = {"qdisc drops, sum of reps", "packets lost, sum of reps", "#wrong, sum of reps",
+          "not faithful, runs"}
 
 
 def median(xs):

@@ -183,7 +183,8 @@ def _run(fabric, seeding, busbw, idle, qmax):
                   "mean_ms": qmax / 4} for k, _, _ in planes_stats.TIERS}
     return {"fabric": fabric, "seeding": seeding, "busbw_Mbps": busbw,
             "efficiency": busbw / 20, "time_s": 1.0, "links": tiers, "queues": queues,
-            "total_backlog_max_bytes": 4 * qmax * 1000, "drops": 0, "lost": 0, "wrong": 0}
+            "total_backlog_max_bytes": 4 * qmax * 1000, "drops": 0, "lost": 0, "wrong": 0,
+            "fidelity": "faithful"}
 
 
 def test_summarize_medians_and_ratio():
@@ -204,12 +205,17 @@ def test_summarize_medians_and_ratio():
     runs[-1]["wrong"] = 2
     runs[-2]["wrong"] = 1                          # losses are summed, not their median
     assert planes_stats.summarize(runs)["shared"]["rows"]["#wrong, sum of reps"]["single-plane"] == 3
+    runs[0]["fidelity"] = "emulator-bound"
+    assert planes_stats.summarize(runs)["shared"]["rows"]["not faithful, runs"] == \
+        {"dual-plane": 1, "single-plane": 0, "ratio": 0.0}
 
 
-def test_disturbed_means_lost_outside_the_queues():
-    assert planes.disturbed({"lost": 5, "drops": 0})
-    assert not planes.disturbed({"lost": 5, "drops": 3})      # the fabric's own overflow
-    assert not planes.disturbed({"lost": 0, "drops": 0})
+def test_disturbed_means_lost_outside_the_queues_or_not_faithful():
+    ok = {"fidelity": "faithful"}
+    assert planes.disturbed(dict(ok, lost=5, drops=0))
+    assert not planes.disturbed(dict(ok, lost=5, drops=3))     # the fabric's own overflow
+    assert not planes.disturbed(dict(ok, lost=0, drops=0))
+    assert planes.disturbed({"lost": 0, "drops": 0, "fidelity": "emulator-bound"})
 
 
 # ---- command line ------------------------------------------------------------------
