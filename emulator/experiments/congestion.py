@@ -164,10 +164,14 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
                "retransmitted": tr.get("retransmitted_packets"),
                "timeouts": tr.get("timeouts"), "naks": tr.get("naks_sent"),
                "cnps": tr.get("cnps_sent"), "ce_received": tr.get("ce_received"),
-               "fidelity": report["fidelity"]["verdict"]}
+               "fidelity": report["fidelity"]["verdict"],
+               "fidelity_notes": report["fidelity"]["reasons"] + report["fidelity"]["warnings"],
+               "cpu": report["fidelity"]["cpu"]}
     out["marks"] = s.results.get("ecn", {}).get("marked_total")
+    steal = out["cpu"].get("machine_steal")
     progress(f"... cc {cc} rep {rep + 1}: {out['time_s']:.2f} s, queue p99 "
-             f"{(bott or {}).get('queue_p99_bytes')} B, {out['fidelity']}")
+             f"{(bott or {}).get('queue_p99_bytes')} B, {out['fidelity']}"
+             + (f" (hypervisor steal {steal:.0%})" if steal else ""))
     return out
 
 

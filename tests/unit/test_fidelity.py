@@ -87,6 +87,12 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
                               engine={"skipped_packets": 16})
     assert stolen["verdict"] == "emulator-bound"
     assert stolen["remedy"].startswith("run again when the host's other guests are quieter")
+    # a completion time under 10 % steal or more is the host's: emulator-bound
+    timed = fidelity.verdict(10_000, counters(machine_steal=0.12), timing=True)
+    assert timed["verdict"] == "emulator-bound" and "12%" in timed["reasons"][0]
+    assert timed["remedy"].startswith("run again when the host's other guests are quieter")
+    assert fidelity.verdict(10_000, counters(machine_steal=0.07), timing=True)["verdict"] \
+        == "faithful"
     # the steal column of /proc/stat (the 8th), read next to busy and total
     from emulator.dataplane import counters as c
     stat = tmp_path / "stat"
