@@ -18,20 +18,24 @@ K = 30000
 
 def burst(lab, gap_s):
     """40 ECT(0) frames through the enqueue marker: b's frames and the port's marks."""
-    frames, marks, _ = ecn_burst(
+    frames, marks, _, pauses = ecn_burst(
         lab, lambda ia, ib, b: ecn.Marker(lab.tag, ecn.parse("30KB", at="enqueue"),
                                           [(ia, RATE)], FRAME).install(), gap_s)
-    return frames, marks
+    return frames, marks, pauses
 
 
 def test_burst_is_marked_past_k_and_marks_keep_checksums(lab):
-    frames, counted = burst(lab, 0)
+    frames, counted, pauses = burst(lab, 0)
     assert len(frames) == 40                      # the TBF's 150 KB queue holds them all
     ce = [int.from_bytes(bytes(f)[PSN_OFF + 1:PSN_OFF + 4], "big") for f in frames
           if bytes(f)[15] & 3 == 3]
     # K / FRAME = 7.2: the 8th frame is the first to find more than K queued
     assert ce and K // FRAME - 1 <= ce[0] <= K // FRAME + 2, ce[:5]
-    assert ce == list(range(ce[0], 40))           # and every one after it
+    # and every one after it, but for one frame per pause of the sender longer than
+    # a frame time: the virtual queue (a token bucket) drained a frame meanwhile, as
+    # the link did (once, under hypervisor steal, frame 29 of 40 passed unmarked)
+    unmarked = set(range(ce[0], 40)) - set(ce)
+    assert len(unmarked) <= pauses, (sorted(unmarked), pauses)
     assert counted == len(ce)
     for f in frames:
         raw = bytes(f)
@@ -41,6 +45,6 @@ def test_burst_is_marked_past_k_and_marks_keep_checksums(lab):
 
 def test_paced_below_the_link_rate_is_never_marked(lab):
     # one frame per 1.2 ms; the link sends one in 0.83 ms: no queue builds
-    frames, counted = burst(lab, 0.0012)
+    frames, counted, _ = burst(lab, 0.0012)
     assert len(frames) == 40
     assert counted == 0 and not [f for f in frames if bytes(f)[15] & 3 == 3]

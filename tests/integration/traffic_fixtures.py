@@ -160,17 +160,29 @@ def shaped_veth(lab):
 
 
 def send_ect_frames(ifname, count, gap_s=0):
-    """``count`` ECT(0) RoCE frames of ECN_FRAME bytes (PSN = index) out of ``ifname``."""
+    """``count`` ECT(0) RoCE frames of ECN_FRAME bytes (PSN = index) out of ``ifname``;
+    returns how many times a back-to-back burst paused for more than one frame time
+    at ECN_RATE (a preempted or stolen CPU): the link drained a frame meanwhile."""
     import socket
     from traffic.frames import FrameTemplate
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME, ecn=2)
+    frames = [t.frame(i) for i in range(count)]
+    frame_s = ECN_FRAME * 8 / ECN_RATE
+    pauses, start_before = 0, None
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((ifname, 0))
-        for i in range(count):
-            s.send(t.frame(i))
+        for frame in frames:
+            start = time.monotonic()
+            s.send(frame)
+            # two frames entered the queue at most this far apart
+            if not gap_s and start_before is not None \
+                    and time.monotonic() - start_before > frame_s:
+                pauses += 1
+            start_before = start
             if gap_s:
                 time.sleep(gap_s)
+    return pauses
 
 
 def checksum_ok(raw):
@@ -185,7 +197,8 @@ def checksum_ok(raw):
 def ecn_burst(lab, install, gap_s):
     """40 ECT(0) frames ``gap_s`` apart through a shaped veth whose marker
     ``install(root end, b end, b)`` returns; b's capture, then what ``marker.marks()``
-    and ``marker.backlog()`` (if it has one) said once they drained."""
+    and ``marker.backlog()`` (if it has one) said once they drained, and the
+    sender's pauses (``send_ect_frames``)."""
     from scapy.utils import rdpcap
     ia, ib, b = shaped_veth(lab)
     marker = install(ia, ib, b)
@@ -196,7 +209,7 @@ def ecn_burst(lab, install, gap_s):
     try:
         wait_until(lambda: cap.stderr.readline().startswith(b"tcpdump: listening"), 10,
                    what="tcpdump listening")
-        send_ect_frames(ia, 40, gap_s)
+        pauses = send_ect_frames(ia, 40, gap_s)
         time.sleep(0.5)             # 40 frames at 40 Mbit/s drain in 33 ms
         marks = marker.marks().get(ia, 0)
         backlog = marker.backlog()[ia] if hasattr(marker, "backlog") else None
@@ -209,4 +222,4 @@ def ecn_burst(lab, install, gap_s):
         frames = rdpcap(pcap)
     finally:
         os.unlink(pcap)
-    return frames, marks, backlog
+    return frames, marks, backlog, pauses
