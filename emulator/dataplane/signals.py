@@ -26,6 +26,7 @@ class Interrupted(BaseException):
 
 
 _MAIN_PID = None
+_held = {"depth": 0, "pending": []}     # signals_masked: teardowns under way, arrivals
 
 
 def _raise_interrupted(signum, frame):
@@ -33,6 +34,9 @@ def _raise_interrupted(signum, frame):
     # just die, never unwind into the run's ``finally`` and tear it down.
     if os.getpid() != _MAIN_PID:
         os._exit(128 + signum)
+    if _held["depth"]:               # a teardown runs: raised once it is done
+        _held["pending"].append(signum)
+        return
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Interrupted(signal.Signals(signum).name)
@@ -82,9 +86,21 @@ def signals_as_exceptions():
 
 @contextmanager
 def signals_masked():
-    """Teardown must finish: hold SIGINT/SIGTERM/SIGHUP until it has."""
+    """Teardown must finish: hold SIGINT/SIGTERM/SIGHUP until it has.
+
+    The mask holds them in this thread only; the kernel may hand one to
+    another thread (a sampler started before), whose arrival Python still
+    runs the handler for here: the handler then keeps it, and it is raised
+    when the outermost teardown is done."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, set(HANDLED))
+    _held["depth"] += 1
     try:
         yield
     finally:
+        _held["depth"] -= 1
+        pending = []
+        if not _held["depth"]:
+            pending, _held["pending"] = _held["pending"], []
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if pending:
+            signal.raise_signal(pending[0])

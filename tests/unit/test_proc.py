@@ -76,3 +76,31 @@ def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again():
     assert isinstance(caught, KeyboardInterrupt)
     assert signal.getsignal(signal.SIGINT) == before           # restored
     assert signal_of(Interrupted("SIGTERM")) == signal.SIGTERM and signal_of(ValueError()) is None
+
+
+def test_a_signal_another_thread_receives_during_teardown_waits_for_its_end():
+    # the mask holds signals in the masking thread only: one sent while a sampler
+    # thread runs may go to that thread, and Python runs the handler in the main one
+    import os
+    import threading
+    from emulator.dataplane.signals import signals_as_exceptions, signals_masked
+    go, sent = threading.Event(), threading.Event()
+
+    def sampler():
+        go.wait(5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        sent.set()
+    t = threading.Thread(target=sampler, daemon=True)
+    steps = []
+    with signals_as_exceptions():
+        t.start()
+        with pytest.raises(BaseException) as info:
+            with signals_masked():
+                go.set()
+                sent.wait(5)
+                for _ in range(1000):          # bytecodes for the handler to run between
+                    sum(range(10))
+                steps.append("teardown finished")
+        t.join(5)
+    assert steps == ["teardown finished"]
+    assert type(info.value).__name__ == "Interrupted" and info.value.args == ("SIGTERM",)
