@@ -19,6 +19,7 @@ from emulator.experiments import drill_traffic
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.reach import wait_all_pairs
 from emulator.dataplane.session import Session
+from tests.conftest import unless_stolen
 
 ARGS = argparse.Namespace(pps=2000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
 LINK = "leaf1-spine1"
@@ -45,8 +46,11 @@ def session(request, tmp_path_factory):
 
 
 def run(s, inj, pairs, paths, events, tmp_path):
-    n0 = len(inj.events)
-    sent, recv, _, dur, fid = drill_traffic.repeat(s, inj, pairs, events, ARGS, str(tmp_path))
+    def measure(attempt):
+        n0 = len(inj.events)
+        return n0, drill_traffic.repeat(s, inj, pairs, events, ARGS,
+                                        str(tmp_path / f"try{attempt}"))
+    n0, (sent, recv, _, dur, fid) = unless_stolen(measure, lambda m: m[1][4])
     # the probes themselves were carried faithfully: what they lost, the fault did
     assert fid["verdict"] == "faithful", fid
     evs = inj.events[n0:]

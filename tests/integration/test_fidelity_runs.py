@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, unless_stolen
 
 
 def emulator(*args, timeout=300):
@@ -19,19 +19,14 @@ def results_of(base):
     return json.loads((run / "results.json").read_text()), run
 
 
-def run_unless_stolen(tmp_path, *args, tries=3):
-    """``emulator run`` again while its verdict is not faithful and the hypervisor
-    took 5 % or more of the CPU time: on a shared host that verdict is right, and
-    says it is the neighbours'. Returns (process, results, run dir) of the last."""
-    for i in range(tries):
-        base = tmp_path / f"try{i}"
+def run_unless_stolen(tmp_path, *args):
+    """``emulator run`` (again if ``unless_stolen`` says so): (process, results, run dir)."""
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
         p = emulator("run", *args, "--results", str(base))
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        r, run = results_of(base)
-        fid = r["traffic"]["fidelity"]
-        if fid["verdict"] == "faithful" or (fid["cpu"].get("machine_steal") or 0) < 0.05:
-            break
-    return p, r, run
+        return (p, *results_of(base))
+    return unless_stolen(measure, lambda m: m[1]["traffic"]["fidelity"])
 
 
 def test_default_run_is_faithful_and_loses_at_most_a_thousandth(tmp_path):
