@@ -30,8 +30,15 @@ MACHINE_BUSY_WARN = 0.95
 # The hypervisor running other work on this VM's CPUs (steal time) stalls the
 # emulator's forwarding: a few % already adds ms of latency (docs/platform.md).
 STEAL_WARN = 0.05
+# ... or this much in one 100 ms window (a stall of tens of ms: a sender falls behind).
+STEAL_WINDOW_WARN = 0.10
 # ... and from this share a completion time (a collective) is the host's.
 STEAL_TIMING_LIMIT = 0.10
+
+
+def stolen_window(windows):
+    """Whether the hypervisor took STEAL_WINDOW_WARN or more in one CPU window."""
+    return bool(windows) and (windows.get("max_steal") or 0) >= STEAL_WINDOW_WARN
 
 
 def queue_bound_ms(topo, queue_ms):
@@ -177,10 +184,11 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                        "the host's, not the links'")
         remedies.insert(0, "run again when the host's other guests are quieter "
                         "(steal, above), or on a machine of its own")
-    elif steal is not None and steal >= STEAL_WARN:
-        warnings.append(f"the hypervisor took {steal:.0%} of this machine's CPU time "
-                        "(steal): the virtual machine stalled, which adds latency the "
-                        "links did not cause")
+    elif (steal is not None and steal >= STEAL_WARN) or stolen_window(win):
+        warnings.append(f"the hypervisor took {steal or 0:.0%} of this machine's CPU time "
+                        f"(steal; up to {(win or {}).get('max_steal') or 0:.0%} in a "
+                        "100 ms window): the virtual machine stalled, which adds latency "
+                        "the links did not cause")
         if reasons:
             remedies.insert(0, "run again when the host's other guests are quieter "
                             "(steal, above), or on a machine of its own")

@@ -83,6 +83,11 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
     assert "hypervisor steal 9%" in "\n".join(fidelity_lines(d))
     quiet = fidelity.verdict(10_000, counters(machine_steal=0.01))
     assert not quiet["warnings"]
+    # 4 % on average, but 19 % in one 100 ms window: a stall, noted with its peak
+    burst = fidelity.verdict(10_000, counters(machine_steal=0.04, cpu_windows={
+        "window_ms": 100, "windows": 50, "saturated_at": 0.95, "saturated": 0,
+        "longest_saturated_ms": 0, "max_busy": 0.6, "max_steal": 0.19}))
+    assert any("up to 19% in a 100 ms window" in w for w in burst["warnings"])
     stolen = fidelity.verdict(10_000, counters(machine_steal=0.16),
                               engine={"skipped_packets": 16})
     assert stolen["verdict"] == "emulator-bound"
