@@ -200,6 +200,12 @@ def delta(before, after, topo, active_s=None):
     }
 
 
+def busy_share(before, after):
+    """Share of all CPU time that was busy between two ``machine_cpu`` readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def steal_share(before, after):
     """Share of all CPU time the hypervisor took between two ``machine_cpu`` readings."""
     if len(before) < 3 or len(after) < 3:
@@ -237,7 +243,7 @@ class CpuWindows:
             cur = self.read()
             total = cur[1] - prev[1]
             if total > 0:
-                self.shares.append(((cur[0] - prev[0]) / total, steal_share(prev, cur)))
+                self.shares.append((busy_share(prev, cur), steal_share(prev, cur)))
                 self.ends.append(self.clock())
             prev = cur
 

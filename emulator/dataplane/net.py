@@ -325,13 +325,6 @@ class FabricNet:
             for br in self.bridges:
                 args += ["--", "--if-exists", "del-br", br]
             proc.ovs_vsctl(*args[1:], timeout=120)
-            # then none of this run's may be left (one created by a transaction a
-            # signal interrupted can commit after the deletion): checked by name
-            late = [br for br in proc.ovs_vsctl("list-br", timeout=20).split()
-                    if tag_of_name(br) == self.state.tag]
-            if late:
-                proc.ovs_vsctl(*[a for br in late for a in ("--", "del-br", br)][1:],
-                               timeout=120)
         except RunFailed as e:
             errors.append(str(e))
         for node in list(self.hosts.values()) + list(self.switches.values()):

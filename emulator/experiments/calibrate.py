@@ -104,22 +104,23 @@ def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
     a ``window_s`` window: a calibration that starts while the previous run's
     teardown still occupies the CPU measures that, not the machine. Returns
     whether it got quiet."""
+    from emulator.dataplane.counters import busy_share
     if sample is None:
         from emulator.dataplane.counters import machine_cpu as sample
     waited = 0.0
-    busy0, total0 = sample()[:2]
+    before = sample()
     while True:
         sleep(window_s)
         waited += window_s
-        busy1, total1 = sample()[:2]
-        share = (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+        after = sample()
+        share = busy_share(before, after)
         if share <= busy_max:
             return True
         if waited >= limit_s:
             out(f"... the machine stayed {share:.0%} busy for {limit_s:g} s: "
                 f"calibrating anyway (the budget will be low)")
             return False
-        busy0, total0 = busy1, total1
+        before = after
 
 
 def calibrate(mtu=4096, results="results", datapath="auto", out=print,

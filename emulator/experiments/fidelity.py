@@ -28,7 +28,7 @@ LATENCY_SLACK_MS = 5.0
 OVS_CPU_WARN = 0.85
 MACHINE_BUSY_WARN = 0.95
 # The hypervisor running other work on this VM's CPUs (steal time) stalls the
-# emulator's forwarding: a few % already adds ms of latency (docs/platform.md).
+# emulator's forwarding: a few % already adds ms of latency (docs/fidelity.md).
 STEAL_WARN = 0.05
 # ... or this much in one 100 ms window (a stall of tens of ms: a sender falls behind).
 STEAL_WINDOW_WARN = 0.10
