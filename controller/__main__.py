@@ -56,8 +56,17 @@ def main(argv=None):
     ap.add_argument("--lb", default=os.environ.get("FABRIC_LB") or "ecmp",
                     help="load balancing: ecmp, flowlet, dlb or spray "
                          "(default: $FABRIC_LB, else ecmp)")
+    ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "3:30",
+                    metavar="BASE:MAX|0",
+                    help="hold a port whose BFD session failed down for BASE s after it "
+                         "comes back, doubling per flap up to MAX s (default 3:30; 0: off)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
+    from .damping import parse_holddown
+    try:
+        parse_holddown(args.bfd_holddown)
+    except ValueError as e:
+        ap.error(str(e))
     if args.failover not in ("none", "controller", "fast-failover"):   # a bad $FABRIC_FAILOVER
         ap.error(f"--failover {args.failover!r}: use none, controller or fast-failover")
     from .lb import MODES
@@ -79,6 +88,7 @@ def main(argv=None):
     os.environ["FABRIC_TOPOLOGY"] = os.path.abspath(args.topology)
     os.environ["FABRIC_FAILOVER"] = args.failover
     os.environ["FABRIC_LB"] = args.lb
+    os.environ["FABRIC_BFD_HOLDDOWN"] = args.bfd_holddown
     if args.app:
         problems = app_problems(args.app)
         if problems:

@@ -30,9 +30,12 @@ from FABRIC_FAILOVER. In mode ``none`` port status is logged and ignored and
 every port counts as live: nothing reroutes (docs/failover.md).
 The load-balancing mode (``ecmp|flowlet|dlb|spray``, controller/lb.py,
 docs/load-balancing.md) comes from FABRIC_LB.
+A port whose BFD session failed (LIVE cleared, carrier up) is held down after
+it comes back (controller/damping.py); FABRIC_BFD_HOLDDOWN is ``BASE:MAX`` in
+seconds (default 3:30, ``0`` turns it off). The expiry of a hold-down reaches
+the app as an event, so it is handled in order with the switches' messages.
 """
 
-import functools
 import json
 import logging
 import os
@@ -44,14 +47,15 @@ from os_ken import cfg
 from os_ken.app.ofctl import api as ofctl_api
 from os_ken.app.ofctl import exception as ofctl_exc
 from os_ken.base import app_manager
-from os_ken.controller import ofp_event
+from os_ken.controller import event, ofp_event
 from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, HANDSHAKE_DISPATCHER,
                                        MAIN_DISPATCHER, set_ev_cls)
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from . import lb, policy
+from . import damping, lb, policy
+from .handlers import _die, fatal
 from . import topology as topology_mod
 from .messages import SwitchState
 from .ofcodec import from_flow_desc, from_group_desc, port_is_live, to_osken
@@ -59,46 +63,19 @@ from .ofcodec import from_flow_desc, from_group_desc, port_is_live, to_osken
 LOG = logging.getLogger("controller")
 
 
-class _OfctlStrayReplies(logging.Filter):
-    """Drop os-ken ofctl's "unknown error xid" for replies it never asked for.
-
-    Once ofctl has sent a port-desc request it takes every PortDescStatsReply,
-    including the one os-ken's own handshake requests from a switch that
-    connects later, and logs that reply's xid as an "unknown error xid" (seen
-    on every fabric with more than a handful of switches). Real OpenFlow
-    errors are logged by ``FabricController.error`` as OFP-ERROR.
-    """
-
-    def filter(self, record):
-        return not str(record.msg).startswith("unknown error xid")
-
-
-logging.getLogger("OfctlService").addFilter(_OfctlStrayReplies())
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
 FAILOVER_ENV = "FABRIC_FAILOVER"
+HOLDDOWN_ENV = "FABRIC_BFD_HOLDDOWN"
+DEFAULT_HOLDDOWN = "3:30"
 DEFAULT_FAILOVER = "fast-failover"
 EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
 
 
-def _die(what):
-    """Log loudly and end the process: a broken controller must not look alive."""
-    LOG.critical("CONTROLLER-EXCEPTION in %s", what, exc_info=True)
-    logging.shutdown()
-    os._exit(1)
-
-
-def fatal(handler):
-    """Make an exception in an os-ken handler fatal instead of swallowed."""
-    @functools.wraps(handler)
-    def wrapper(*args, **kwargs):
-        try:
-            return handler(*args, **kwargs)
-        except Exception:          # noqa: BLE001 - re-raised as process exit
-            _die(handler.__name__)
-    return wrapper
-
-
 # ---- the app -----------------------------------------------------------------
+
+class EventHoldDownExpired(event.EventBase):
+    """A BFD hold-down may have run out (sent by the app to itself)."""
+
 
 class FabricController(app_manager.OSKenApp):
     """Installs policy.desired_state on every switch and keeps it converged."""
@@ -127,6 +104,8 @@ class FabricController(app_manager.OSKenApp):
         self.installed = {}        # dpid -> SwitchState last confirmed by barrier
         self.ofp_errors = 0
         self._deferred = []        # port events waiting for the burst's last one to push
+        self.holddown = damping.parse_holddown(os.environ.get(HOLDDOWN_ENV) or DEFAULT_HOLDDOWN)
+        self._holddown_timer = None
         LOG.info("topology %s: %d switches, %d host ports; failover %s", self.topo.name,
                  len(self.topo.switches), len(self.topo.host_ports), self.failover)
         # Load balancing ($FABRIC_LB, controller/lb.py): reactive modes poll stats.
@@ -201,7 +180,8 @@ class FabricController(app_manager.OSKenApp):
         for reply in self._request(parser.OFPPortDescStatsRequest(dp, 0), parser.OFPPortDescStatsReply):
             ports |= {p.port_no for p in reply.body if port_is_live(p)}
         mine = {(d, p) for d, p in self.all_ports if d == dpid}
-        self.down = (self.down - mine) | {(dpid, p) for d, p in mine if p not in ports}
+        self.down = (self.down - mine) | {(dpid, p) for d, p in mine
+                                          if p not in ports or (dpid, p) in self.holddown.held()}
         new_live = self.live()
 
         flows, groups = set(), set()
@@ -269,16 +249,27 @@ class FabricController(app_manager.OSKenApp):
         key = (dpid, desc.port_no)
         if key in self.all_ports:
             up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_live(desc)
-            LOG.info("port %016x:%d %s", dpid, desc.port_no, "up" if up else "down")
-            if up != (key not in self.down):
-                if up:
-                    self.down.discard(key)
+            gray = (ev.msg.reason != ofp.OFPPR_DELETE and not up
+                    and not desc.state & ofp.OFPPS_LINK_DOWN
+                    and not desc.config & ofp.OFPPC_PORT_DOWN)
+            LOG.info("port %016x:%d %s%s", dpid, desc.port_no, "up" if up else "down",
+                     " (liveness: BFD)" if gray else "")
+            if self.failover != "none":
+                self.holddown.event(key, up, gray, t0)
+                if up and key in self.holddown.held():
+                    LOG.info("port %016x:%d held down for %.3f s (BFD hold-down, %d flap(s))",
+                             dpid, desc.port_no, self.holddown.hold[key],
+                             self.holddown.flaps.get(key, 0))
+                    self._arm_holddown()
                 else:
-                    self.down.add(key)
-                if self.failover != "none":       # mode none: recorded, never acted on
-                    self._deferred.append((t0, {"event": "port", "dpid": dpid,
-                                                "port": desc.port_no, "up": up}))
-        # a burst (both ends of a cut, a switch's ports) is pushed once, by its last event
+                    self._port_change(key, up, t0)
+            elif up != (key not in self.down):     # mode none: recorded, never acted on
+                (self.down.discard if up else self.down.add)(key)
+        self._flush()
+
+    def _flush(self):
+        """Push the deferred port events; a burst (both ends of a cut, a switch's
+        ports) is pushed once, by its last event."""
         if not self._deferred or self._port_status_queued():
             return
         batch, self._deferred = self._deferred, []
@@ -287,6 +278,35 @@ class FabricController(app_manager.OSKenApp):
         self.push(self.desired(self.live()), batch[0][0], batch=batch)
         if self.lb.reactive:
             self._lb_send(self.lb.set_live(self.live(), time.monotonic()))
+
+    def _port_change(self, key, up, t0, **extra):
+        if up == (key not in self.down):
+            return
+        if up:
+            self.down.discard(key)
+        else:
+            self.down.add(key)
+        self._deferred.append((t0, {"event": "port", "dpid": key[0], "port": key[1],
+                                    "up": up, **extra}))
+
+    def _arm_holddown(self):
+        deadline = self.holddown.next_deadline()
+        if deadline is None or self._holddown_timer == deadline:
+            return
+        self._holddown_timer = deadline
+        hub.spawn_after(max(0.0, deadline - time.monotonic()),
+                        lambda: self.send_event(self.name, EventHoldDownExpired()))
+
+    @set_ev_cls(EventHoldDownExpired)
+    @fatal
+    def holddown_expired(self, ev):
+        t0 = time.monotonic()
+        self._holddown_timer = None
+        for key in self.holddown.expire(t0):
+            LOG.info("port %016x:%d up after its BFD hold-down", *key)
+            self._port_change(key, True, t0, held=True)
+        self._arm_holddown()
+        self._flush()
 
     def _port_status_queued(self):
         """Another PORT_STATUS waits in this app's event queue: one push can serve both

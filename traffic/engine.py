@@ -4,8 +4,9 @@ Model.  A *plan* (JSON, validated by ``load_plan``) lists
 
 - ``streams``: paced RoCEv2 traffic, each from one host interface to one
   peer: ``{"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip",
-  "rate_bps", "qps", "first_flow", "first_qpn", "phase"}`` (flow ids and QPNs
-  as in ``sender.make_flows``: one UDP source port per QP; ``phase``: the
+  "rate_bps", "qps", "first_flow", "first_qpn", "qpns", "phase"}`` (flow ids and QPNs
+  as in ``sender.make_flows``: one UDP source port per QP, ``qpns`` naming them
+  when given; ``phase``: the
   fraction of its packet interval it starts after the others, default 0);
 - ``receivers``: ``{"netns", "intf"}`` interfaces whose arriving RoCEv2
   frames are accounted per flow (``accounting``);
@@ -69,7 +70,7 @@ ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 LAT_BIN_NS = 100_000            # latency histogram: 0.1 ms bins ...
 LAT_BINS = 100_000              # ... up to 10 s (the last bin holds the rest)
 STREAM_KEYS = {"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip", "rate_bps",
-               "rate_pps", "qps", "first_flow", "first_qpn", "dscp", "name", "phase"}
+               "rate_pps", "qps", "first_flow", "first_qpn", "qpns", "dscp", "name", "phase"}
 RECEIVER_KEYS = {"netns", "intf", "name"}
 PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5,
                  "gap_ms": 10.0, "max_lag_ms": 20.0, "deadline": None,
@@ -186,6 +187,7 @@ class Engine:
                                    spec["src_ip"], spec["dst_ip"], qps=spec.get("qps", 1),
                                    first_flow=spec.get("first_flow", 0),
                                    first_qpn=spec.get("first_qpn", 0x100),
+                                   qpns=spec.get("qpns"),
                                    frame_len=self.plan["frame_len"],
                                    dscp=spec.get("dscp", 26))
                 self.streams.append((spec, flows, self.senders[key]))

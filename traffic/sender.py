@@ -303,12 +303,12 @@ class Sender:
 
 
 def make_flows(src_mac, dst_mac, src_ip, dst_ip, qps=1, first_flow=0,
-               first_qpn=0x100, frame_len=1078, dscp=26, opcode="WRITE_ONLY"):
-    """``qps`` flows of one connection: distinct QPs, hence distinct UDP sports."""
+               first_qpn=0x100, frame_len=1078, dscp=26, opcode="WRITE_ONLY", qpns=None):
+    """``qps`` flows of one connection: distinct QPs, hence distinct UDP sports;
+    ``qpns``: the QP numbers themselves (else ``first_qpn`` and up)."""
     from .frames import FrameTemplate
     flows = []
-    for q in range(qps):
-        qpn = first_qpn + q
+    for q, qpn in enumerate(qpns or range(first_qpn, first_qpn + qps)):
         tpl = FrameTemplate(src_mac, dst_mac, src_ip, dst_ip, dst_qpn=qpn,
                             src_qpn=qpn, opcode=opcode, frame_len=frame_len,
                             dscp=dscp)

@@ -99,12 +99,14 @@ class Controller:
     """The project's controller as a child process on 127.0.0.1."""
 
     def __init__(self, topology_path, log_path, app=None, lb="ecmp",
-                 failover="fast-failover", env=None):
+                 failover="fast-failover", env=None, holddown=None):
         self.port = free_port()
         self.log_path = log_path
         argv = [sys.executable, "-m", "controller", "--topology", topology_path,
                 "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path,
                 "--lb", lb, "--failover", failover]
+        if holddown is not None:
+            argv += ["--bfd-holddown", holddown]     # BASE:MAX s, controller/damping.py
         if app:
             argv += ["--app", app]
         self.argv = argv
@@ -192,8 +194,10 @@ class Session:
     def __init__(self, fabric, results_base="results", controller="builtin",
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
-                 failover="fast-failover", capture=None, telemetry=None, ecn=None):
+                 failover="fast-failover", capture=None, telemetry=None, ecn=None,
+                 holddown=None):
         self.fabric = fabric
+        self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
         self.lb = lb                     # the controller's load balancing (controller/lb.py)
         self.failover = failover         # none | controller | fast-failover
         self.results_base = results_base
@@ -352,7 +356,8 @@ class Session:
         app = os.path.abspath(spec_[len("app:"):]) if spec_.startswith("app:") else None
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app,
-                                     lb=self.lb, failover=self.failover, env=self.child_env())
+                                     lb=self.lb, failover=self.failover, env=self.child_env(),
+                                     holddown=self.holddown)
         self.state.record("controller", self.controller.argv)
         self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
         self.controller.start()

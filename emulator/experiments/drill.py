@@ -35,17 +35,20 @@ reported emulator-bound, never as the failover's loss.
 
 import json
 import os
-import re
 import time
 
-from emulator.dataplane import proc
 from emulator.dataplane.detect import parse_detect
 from emulator.experiments.drill_stats import (controller_convergence, flow_result,  # noqa: F401
                                               percentile, stats, summarise, summary_line,
                                               table)
-from emulator.experiments import scenario
+from emulator.experiments import fidelity, scenario
+from emulator.experiments.drill_probes import (PROBE_SETS, crosses, fault_ports,  # noqa: F401
+                                           flow_paths, hop, link_ends, parse_rails,
+                                           path_pairs, planned_flows, probe_pairs, probe_rate,
+                                           trace_path, unexpected_downs)
 from emulator.experiments.options import FAILOVER_MODES, LB_MODES, parse_seed
 from emulator.errors import ConfigError, RunFailed
+from emulator.fabric.units import parse_duration
 from traffic.frames import ROCE_MTUS
 
 MODES = FAILOVER_MODES
@@ -70,10 +73,26 @@ def add_arguments(p):
                    help="run BFD on every inter-switch link at this interval (2-1000 ms): "
                         "detects gray failures (--fault LINK:loss:P) and feeds port liveness "
                         "to fast-failover and the controller; default off")
-    p.add_argument("--pps", type=float, default=1000,
-                   help="packets/s per probe flow (default 1000: 1 ms resolution; all probe "
-                        "flows share one engine process, about 50 kpps at most)")
-    p.add_argument("--qps", type=int, default=4, help="probe flows per host pair")
+    p.add_argument("--bfd-holddown", default=None, metavar="BASE:MAX|0",
+                   help="with --bfd: a port whose BFD session failed stays down for BASE s "
+                        "after it comes back, doubling per flap up to MAX s (default 3:30; "
+                        "0: off, every flap reroutes); docs/failover.md")
+    p.add_argument("--probes", choices=PROBE_SETS, default="paths",
+                   help="paths (default): one host per leaf probes the next leaf, one flow "
+                        "per equal-cost path (UDP source ports chosen by ofproto/trace), so "
+                        "every uplink and downlink carries one probe flow; hosts: every host "
+                        "probes the next leaf, --qps flows each, hashed as they come")
+    p.add_argument("--resolution", default="1ms", metavar="MS",
+                   help="time resolution of a loss window: the probe rate per flow is one "
+                        "packet per MS (default 1ms = 1000 pps), lowered, and said so, if "
+                        "the probes would take more than half of this machine's calibrated "
+                        "budget")
+    p.add_argument("--pps", type=float, default=None,
+                   help="packets/s per probe flow, as given even above the budget "
+                        "(default: from --resolution)")
+    p.add_argument("--qps", type=int, default=None,
+                   help="probe flows per host pair (--probes hosts; default 4) or at most "
+                        "this many paths per pair (--probes paths; default all)")
     p.add_argument("--frame-len", type=int, default=128)
     p.add_argument("--at", type=float, default=None,
                    help="s from flowing to the fault (default 0.5; under a collective: "
@@ -153,102 +172,6 @@ def schedule_from(args, topo=None, out=print):
 
 # ---- probes -------------------------------------------------------------------
 
-def parse_rails(text):
-    """``all`` or a comma list of rail numbers (from 1) -> None or a set."""
-    if text in (None, "all"):
-        return None
-    try:
-        rails = {int(x) for x in text.split(",") if x.strip()}
-    except ValueError:
-        rails = set()
-    if not rails or min(rails) < 1:
-        raise ConfigError("--rails", f"{text!r}: all, or rail numbers from 1 (e.g. 2 or 1,2)")
-    return rails
-
-
-def probe_pairs(topo, qps, rails=None):
-    """[(src host view, dst host view, first flow id, first qpn)] across leaves, per rail.
-
-    The pairs are ``workload.rail_pairs``: on every rail (``rails``, numbers
-    from 1, restricts them), each host to the host at its position on the
-    next leaf of that rail; the views carry the rail's port.
-    """
-    from emulator.experiments.workload import rail_pairs
-    n_rails = max(len(h["ports"]) for h in topo["hosts"])
-    if rails is not None and max(rails) > n_rails:
-        raise ConfigError("--rails", f"rail {max(rails)}: the hosts have {n_rails} port(s)")
-    pairs = rail_pairs(topo, rails)
-    return [(s, d, i * qps, 0x100 + i * qps) for i, (s, d) in enumerate(pairs)]
-
-
-def hop(node, port):
-    """A path entry: ``node:port`` (the port a packet leaves ``node`` by)."""
-    return f"{node}:{port}"
-
-
-def trace_path(topo, src_name, hp, dp, sport):
-    """The path of one RoCEv2 flow (``hp`` -> ``dp`` host ports, UDP source port
-    ``sport``) by ``ofproto/trace`` hop by hop (see ``flow_paths``)."""
-    sw = {x["name"]: x for x in topo["switches"]}
-    hosts = {h["name"] for h in topo["hosts"]}
-    node, in_port, path = hp["switch"], hp["switch_port"], [hop(src_name, hp["port"])]
-    while node in sw and len(path) <= len(sw):
-        text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
-                         f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
-                         f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
-                         f"udp_src={sport},udp_dst=4791"], timeout=10)
-        outs = re.findall(r"\boutput:(\d+)", text)
-        if not outs:
-            break
-        port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))
-        path.append(hop(node, port["name"]))
-        node, in_port = port["peer"], port["peer_port"]
-    if node in hosts:
-        path.append(node)
-    return path
-
-
-def flow_paths(s, pairs, qps):
-    """{flow key: path} by ofproto/trace hop by hop.
-
-    A path is ``["h1:eth0", "leaf1:eth3", "spine2:eth1", "leaf2:eth1", "h2"]``:
-    the source host and the port it sends by, every switch with the port the
-    flow leaves it by (a bonded host's NIC switch included), and the host it
-    reaches (missing if the trace ends in a drop).
-    """
-    from traffic.frames import udp_sport
-    out = {}
-    for src, dst, first, qpn0 in pairs:
-        hp, dp = src["ports"][0], dst["ports"][0]
-        for q in range(qps):
-            out[f"{hp['ip']}#{first + q}"] = trace_path(
-                s.topo, src["name"], hp, dp, udp_sport(qpn0 + q, qpn0 + q))
-    return out
-
-
-def link_ends(target, topo):
-    """{(node, port name)}: both ends of the link a fault names (``faults.parse_link``)."""
-    from emulator.dataplane.faults import parse_link
-    (a, port), b = parse_link(target, topo) if isinstance(target, str) else target
-    peer = port["peer_port"]
-    return {(a, port["name"]), (b, peer if port["peer_kind"] == "host" else f"eth{peer}")}
-
-
-def crosses(path, events, topo):
-    """True if ``path`` (``flow_paths``) leaves a node by a link the schedule touches,
-    or passes through a switch it crashes."""
-    hops = {tuple(h.rsplit(":", 1)) for h in path if ":" in h}
-    nodes = {h.rsplit(":", 1)[0] for h in path}
-    for ev in events:
-        if ev.action in ("crash", "recover"):
-            if ev.target in nodes:
-                return True
-        elif ev.action != "controller":
-            if hops & link_ends(ev.target, topo):
-                return True
-    return False
-
-
 def wait_for(cond, timeout, what, procs=None):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -260,16 +183,43 @@ def wait_for(cond, timeout, what, procs=None):
         time.sleep(0.02)
 
 
-def wait_restored(s, mode, t_restore_ns, timeout=20):
-    """After a repeat: the controller acknowledged the restore (modes that listen)."""
+def ports_down(converged):
+    """{(dpid, port)} whose latest port event in the controller's log is a down."""
+    latest = {}
+    for ev in converged:
+        if ev.get("event") == "port" and "up" in ev:
+            latest[(ev["dpid"], ev["port"])] = ev["up"]
+    return {k for k, up in latest.items() if not up}
+
+
+def wait_restored(s, mode, t_restore_ns, timeout=60, kind=None):
+    """After a repeat: the controller acknowledged the restore (modes that listen).
+
+    Restored means no port is down in the controller's view and, unless the
+    restore was the end of a loss (``kind`` ``loss_stop``: a BFD session may
+    have come back up before it, or never gone down), a port-up or a switch's
+    connect pushed after the restore.
+    """
     if mode == "none" or t_restore_ns is None or s.controller is None:
         return
     t0 = t_restore_ns / 1e9
 
     def done():
-        return any(ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
-                   for ev in s.controller.converged())
+        evs = s.controller.converged()
+        if ports_down(evs):
+            return False
+        return kind == "loss_stop" or any(
+            ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
+            for ev in evs)
     wait_for(done, timeout, "the controller to converge on the restore")
+
+
+def restore_event(events):
+    """The first restoring event of a repeat's injected ``events``: (t_ns, kind) or (None, None)."""
+    for e in events:
+        if e["kind"] in ("link_up", "switch_recover", "loss_stop", "controller_restart"):
+            return e["t_ns"], e["kind"]
+    return None, None
 
 
 RESTORES = ("restore", "recover", "loss_stop")
@@ -282,30 +232,42 @@ def run_mode(fabric, mode, events, args, base, out):
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
-                 mtu=getattr(args, "mtu", 4096),
+                 mtu=getattr(args, "mtu", 4096), holddown=getattr(args, "bfd_holddown", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo)
         if args.bfd:
             from emulator.dataplane import bfd
             bfd.enable(s.topo, bfd.parse_interval(args.bfd),
                        progress=lambda m: out(f"... [{mode}] {m}"))
-        pairs = probe_pairs(s.topo, args.qps, parse_rails(getattr(args, "rails", None)))
+            # sessions starting look like BFD downs: wait out their hold-down
+            wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()), 30,
+                     "the controller to route over every port after BFD came up")
+        rails = parse_rails(getattr(args, "rails", None))
+        if getattr(args, "probes", "hosts") == "paths":
+            pairs, paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps, rails))
+        else:
+            pairs = probe_pairs(s.topo, args.qps or 4, rails)
+            paths = flow_paths(s, pairs)
         if not pairs:
             raise ConfigError("drill", "the fabric needs hosts on two leaves")
-        paths = flow_paths(s, pairs, args.qps)
+        out(f"... [{mode}] {sum(len(q) for *_, q in pairs)} probe flows over {len(pairs)} "
+            f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
         crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
         inj = Injector(s, detect=parse_detect(args.detect))
         repeats = []
         try:
+            expected = fault_ports(events, s.topo)
             for r in range(args.repeat):
                 n0 = len(inj.events)
+                t_start = time.monotonic()
                 sent, recv, timelines, dur, fid = drill_traffic.repeat(
                     s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
+                fid = fidelity.spurious_downs(fid, unexpected_downs(
+                    s.controller.converged() if s.controller else [], t_start, expected,
+                    s.topo))
                 evs = inj.events[n0:]
                 t_fault = evs[0]["t_ns"]
-                t_rest = next((e["t_ns"] for e in evs if e["kind"] in
-                               ("link_up", "switch_recover", "loss_stop",
-                                "controller_restart")), None)
+                t_rest, rest_kind = restore_event(evs)
                 calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
                 flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur,
                                              calm_from),
@@ -318,7 +280,7 @@ def run_mode(fabric, mode, events, args, base, out):
                 if r == 0:
                     plot(timelines, t_fault, t_rest, crossing,
                          os.path.join(base, f"throughput-{mode}.png"), mode)
-                wait_restored(s, mode, t_rest)
+                wait_restored(s, mode, t_rest, kind=rest_kind)
                 out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
                     + summary_line(repeats[-1]))
         finally:
@@ -361,20 +323,36 @@ def main(fabric, args, out=print):
     if args.bfd:
         from emulator.dataplane.bfd import parse_interval
         parse_interval(args.bfd)
+    if getattr(args, "bfd_holddown", None) is not None:
+        from emulator.experiments.options import parse_holddown
+        parse_holddown(args.bfd_holddown)
     from emulator.experiments import budget, calibrate
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)
     from emulator.experiments.options import check_capture
     check_capture(args, fabric)
     events = schedule_from(args, topo, out)
-    parse_rails(getattr(args, "rails", None))
     if args.repeat < 1:
         raise ConfigError("--repeat", "at least 1")
-    calibrate.say_load([(args.pps * args.qps * args.frame_len * 8, args.frame_len,
-                   budget.path_hops(topo, s, d))
-                  for s, d, _, _ in probe_pairs(topo, args.qps,
-                                                parse_rails(getattr(args, "rails", None)))],
-                 args.frame_len, args.datapath, out)
+    if args.qps is not None and args.qps < 1:
+        raise ConfigError("--qps", "at least 1")
+    try:
+        resolution = parse_duration(str(args.resolution)) * 1e3
+    except ValueError:
+        resolution = 0
+    if not resolution > 0:
+        raise ConfigError("--resolution", f"{args.resolution!r}: a time such as 1ms or 2ms")
+    rails = parse_rails(getattr(args, "rails", None))
+    planned = planned_flows(topo, args.probes, args.qps, rails)
+    from emulator.dataplane import datapath
+    args.pps, note = probe_rate(topo, planned, args.frame_len, resolution,
+                                calibrate.cached_budget(datapath.detect(args.datapath)[0],
+                                                        args.frame_len), args.pps)
+    if note:
+        out(f"... {note}")
+    calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
+                         budget.path_hops(topo, s, d)) for s, d, n in planned],
+                       args.frame_len, args.datapath, out)
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     results = [run_mode(fabric, m, events, args, base, out) for m in modes]

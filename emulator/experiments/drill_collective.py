@@ -157,7 +157,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
     from emulator.experiments import scenario
-    from emulator.experiments.drill import wait_restored
+    from emulator.experiments.drill import restore_event, wait_restored
     from emulator.experiments.options import rank_transport
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
@@ -182,10 +182,8 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
             for r in range(args.repeat):
                 v = repeat(s, inj, events, args, rank_transport(args))
                 reps.append(v)
-                t_rest = next((e["t_ns"] for e in v["events"] if e["kind"] in
-                               ("link_up", "switch_recover", "loss_stop",
-                                "controller_restart")), None)
-                wait_restored(s, mode, t_rest)
+                t_rest, rest_kind = restore_event(v["events"])
+                wait_restored(s, mode, t_rest, kind=rest_kind)
                 out(f"... [{mode}] repeat {r + 1}/{args.repeat}: iteration "
                     f"{v['disturbed']} took {v['disturbed_s']} s vs {v['undisturbed_s']} s "
                     f"(x{v['slowdown']}), {v['retransmitted']} retransmitted, "

@@ -89,6 +89,8 @@ def controller_convergence(log_text, t_fault, t_restore):
         return None
     out = {"convergence_ms": round((max(done) - t0) * 1e3, 3),
            "first_port_status_ms": round((min(first) - t0) * 1e3, 3),
+           # from the first switch telling the controller (the detection) to the last push
+           "after_detection_ms": round((max(done) - min(first)) * 1e3, 3),
            "port_events": len(done)}
     # where the repair push's time went (controller/osken_app.py push), when it says
     out.update({k: last[k] for k in ("compute_ms", "send_ms", "barrier_ms", "bytes", "sent")
@@ -118,10 +120,20 @@ def summarise(repeats):
             for r in repeats if any(not f["crosses"] and f.get("calm_gap_ms") is not None
                                     for f in r["flows"].values())]
     conv = [r["controller"]["convergence_ms"] for r in repeats if r["controller"]]
+    detect = [r["controller"]["first_port_status_ms"] for r in repeats if r["controller"]]
+    after = [r["controller"]["after_detection_ms"] for r in repeats
+             if r["controller"] and "after_detection_ms" in r["controller"]]
+    # a crossing flow's last lossy gap ends this long after the fault was detected
+    rec_after = [f["recovery_ms"] - r["controller"]["first_port_status_ms"]
+                 for r in repeats if r["controller"] for f in r["flows"].values()
+                 if f["crosses"] and f["fault_lost_packets"]]
     return {"loss_window_ms": stats(win), "recovery_ms": stats(rec), "longest_gap_ms": stats(gap),
             "stall_ms": stats(stall), "calm_ms": stats(calm),
             "lost_packets_crossing": stats(lost),
             "controller_convergence_ms": stats(conv),
+            "detection_ms": stats(detect),
+            "convergence_after_detection_ms": stats(after),
+            "recovery_after_detection_ms": stats(rec_after),
             "non_crossing_flows": len(other), "non_crossing_lost_packets": sum(other),
             "duplicated_packets": sum(f["duplicated_packets"] for r in repeats
                                       for f in r["flows"].values()),
@@ -154,6 +166,16 @@ def table(results):
                      f"{sm['non_crossing_lost_packets']:>11} {sm['duplicated_packets']:>5} "
                      f"{sm['reordered_packets']:>5}  "
                      + (f"EMULATOR-BOUND in {bound}/{n}" if bound else "faithful"))
+    for res in results:
+        sm = res["summary"]
+        if sm.get("detection_ms"):
+            rec = sm.get("recovery_after_detection_ms")
+            lines.append(f"{res['mode']}: detected {sm['detection_ms']['median']:.1f} ms after "
+                         f"the fault (median); controller done "
+                         f"{sm['convergence_after_detection_ms']['median']:.1f} ms after "
+                         "detection" + (f"; crossing flows' last loss "
+                                        f"{rec['median']:.1f} ms (max {rec['max']:.1f}) after it"
+                                        if rec else ""))
     lines.append("longest gap: the longest arrival gap of a flow crossing the fault (what an "
                  "application sees); lost / pps: its lost sequences over its packet rate;\n"
                  "stall: the longest gap of the flows that do NOT cross it (they lose nothing) "

@@ -1,7 +1,7 @@
 """The drill's probe traffic, sent and received by the traffic engine.
 
-One engine process sends every probe flow (``pairs``: each host to the host
-at its position on the next leaf, ``qps`` flows per pair at ``pps`` each,
+One engine process sends every probe flow (``pairs``: a host to the host
+at its position on the next leaf, one flow per QPN of the pair at ``pps`` each,
 small frames) and receives them with per-flow 1 ms timelines.  It says
 ``flowing`` once every flow has arrived; the fault schedule then runs on the
 clock from that moment.  Around it, a ``Watch`` reads the drop counters and
@@ -35,13 +35,13 @@ def faulted_links(events, topo):
 
 def probe_plan(net, pairs, args, duration):
     streams, receivers, seen = [], [], set()
-    for src, dst, first, qpn0 in pairs:
+    for src, dst, first, qpns in pairs:
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
                         "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dst["mac"],
-                        "dst_ip": dst["ip"], "rate_pps": args.pps * args.qps,
-                        "qps": args.qps, "first_flow": first, "first_qpn": qpn0})
+                        "dst_ip": dst["ip"], "rate_pps": args.pps * len(qpns),
+                        "qps": len(qpns), "first_flow": first, "qpns": list(qpns)})
         key = (dst["name"], dp["port"])
         if key not in seen:
             seen.add(key)
@@ -51,7 +51,7 @@ def probe_plan(net, pairs, args, duration):
     return {"duration": duration, "frame_len": args.frame_len, "idle": 1.0,
             "tick_ms": min(2.0, 500.0 / args.pps),
             "gap_ms": args.gap_ms, "timeline_ms": 1.0,
-            "expect_flows": len(pairs) * args.qps,
+            "expect_flows": sum(len(qpns) for *_, qpns in pairs),
             "streams": streams, "receivers": receivers}
 
 

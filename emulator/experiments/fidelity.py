@@ -210,3 +210,21 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
                 "engine_us_per_packet": engine.get("cpu_us_per_packet")},
     }
     return doc
+
+
+def spurious_downs(doc, links):
+    """``doc`` (a verdict) made emulator-bound when ports of links no fault touched went
+    down meanwhile (``links``: their names): with BFD on, a session that misses three
+    intervals goes down, and Open vSwitch's main thread, which sends and receives BFD
+    as it forwards every port, stalled that long -- the machine, not the link."""
+    if not links:
+        return doc
+    doc = dict(doc, verdict="emulator-bound",
+               reasons=list(doc.get("reasons", [])) + [
+                   f"links no fault touched went down ({', '.join(sorted(links))}): "
+                   "BFD missed its peer for three intervals while Open vSwitch's main "
+                   "thread was stalled"],
+               spurious_port_downs=sorted(links))
+    remedy = ("offer less probe load (--pps, --qps) or a longer BFD interval (--bfd)")
+    doc["remedy"] = "; ".join(x for x in (remedy, doc.get("remedy")) if x)
+    return doc

@@ -132,3 +132,18 @@ def parse_seed(text):
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError("seed must be in 0..2^32-1")
     return value
+
+
+def parse_holddown(text):
+    """``--bfd-holddown``: ``BASE:MAX`` seconds with 0 <= BASE <= MAX, or ``0`` (off);
+    the text, passed on to the controller (controller/damping.py)."""
+    from emulator.errors import ConfigError
+    parts = str(text).strip().split(":")
+    try:
+        vals = [float(x) for x in parts]
+    except ValueError:
+        vals = []
+    if vals == [0.0] or (len(vals) == 2 and 0 <= vals[0] <= vals[1]):
+        return str(text).strip()
+    raise ConfigError("--bfd-holddown", f"{text!r}: BASE:MAX in seconds with BASE <= MAX "
+                                        "(e.g. 3:30), or 0 for off")

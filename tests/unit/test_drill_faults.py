@@ -105,7 +105,11 @@ def test_probe_pairs_run_on_every_rail_of_a_multi_plane_fabric():
                    ("h2", "eth1", "leaf4", "h1", "eth1", "leaf3")]
     for s, d, _, _ in pairs:        # a view's address is its rail's
         assert (s["ip"], d["mac"]) == (s["ports"][0]["ip"], d["ports"][0]["mac"])
-    assert [(f, q) for _, _, f, q in pairs] == [(0, 0x100), (4, 0x104), (8, 0x108), (12, 0x10c)]
+    assert [(f, q[0], len(q)) for _, _, f, q in pairs] == [
+        (0, 0x100, 4), (4, 0x104, 4), (8, 0x108, 4), (12, 0x10c, 4)]
+    per_leaf = drill.probe_pairs(topo, 1, per_leaf=True)
+    assert [s["ports"][0]["switch"] for s, _, _, _ in per_leaf] == ["leaf1", "leaf2", "leaf3",
+                                                                    "leaf4"]
     rail2 = drill.probe_pairs(topo, 4, rails={2})
     assert [s["ports"][0]["switch"] for s, _, _, _ in rail2] == ["leaf3", "leaf4"]
     with pytest.raises(ConfigError, match="rail 3"):

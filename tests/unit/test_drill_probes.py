@@ -1,0 +1,64 @@
+"""The drill's probe plan (emulator/experiments/drill_probes.py): one flow per path,
+a rate within half the budget, and healthy links that go down during a repeat."""
+
+import pytest
+
+from emulator.experiments import drill, scenario
+from emulator.experiments.budget import path_hops
+from tests.unit.test_drill_faults import plan
+
+
+@pytest.fixture(scope="module")
+def default():
+    return plan("leaf-spine")          # 4 spines, 4 leaves, 2 hosts per leaf
+
+
+def test_paths_probe_one_host_per_leaf_on_every_equal_cost_path(default):
+    planned = drill.planned_flows(default, "paths", None)
+    assert [(s["name"], d["name"], n) for s, d, n in planned] == [
+        ("h1", "h3", 4), ("h3", "h5", 4), ("h5", "h7", 4), ("h7", "h1", 4)]
+    assert [n for *_, n in drill.planned_flows(default, "paths", 2)] == [2, 2, 2, 2]
+    hosts = drill.planned_flows(default, "hosts", None)
+    assert len(hosts) == 8 and all(n == 4 for *_, n in hosts)
+
+
+def test_probe_rate_stays_within_half_the_budget(default):
+    planned = drill.planned_flows(default, "paths", None)
+    hop_flows = sum(n * path_hops(default, s, d) for s, d, n in planned)
+    assert hop_flows == 16 * 3
+    # a budget that carries 1 ms resolution at less than half: unchanged, nothing said
+    assert drill.probe_rate(default, planned, 128, 1.0, {"hop_pps": 200_000}) == (1000.0, None)
+    # a smaller one: lowered to half of it, and said so
+    pps, note = drill.probe_rate(default, planned, 128, 1.0, {"hop_pps": 60_000})
+    assert pps * hop_flows <= 30_000 < (pps + 1) * hop_flows
+    assert "lowered" in note and "--pps" in note
+    # asked for explicitly: as given; no budget known: the resolution's rate
+    assert drill.probe_rate(default, planned, 128, 1.0, {"hop_pps": 60_000}, pps=900) == (
+        900, None)
+    assert drill.probe_rate(default, planned, 128, 2.0, None) == (500.0, None)
+
+
+def test_healthy_links_that_went_down_are_named(default):
+    events = scenario.fault_spec("leaf1-spine1", at_s=0.5, hold_s=1.0)
+    expected = drill.fault_ports(events, default)
+    assert expected == {(65537, 3), (131073, 1)}          # leaf1:eth3, spine1:eth1
+    conv = [{"event": "port", "dpid": 65537, "port": 3, "up": False, "t_event": 10.0},
+            {"event": "port", "dpid": 65537, "port": 4, "up": False, "t_event": 10.2},
+            {"event": "port", "dpid": 65538, "port": 5, "up": False, "t_event": 5.0},
+            {"event": "port", "dpid": 65537, "port": 4, "up": True, "t_event": 11.0},
+            {"event": "connect", "dpid": 65537, "t_event": 12.0}]
+    assert drill.unexpected_downs(conv, 9.0, expected, default) == {"leaf1-spine2"}
+    assert drill.ports_down(conv) == {(65537, 3), (65538, 5)}
+    crash = drill.fault_ports(scenario.fault_spec("spine1:crash", at_s=0.5, hold_s=1.0),
+                              default)
+    assert len(crash) == 8 and (65540, 3) in crash and (131073, 4) in crash
+
+
+def test_spurious_downs_make_a_repeat_emulator_bound():
+    from emulator.experiments.fidelity import spurious_downs
+    doc = {"verdict": "faithful", "reasons": [], "remedy": None}
+    assert spurious_downs(doc, set()) is doc
+    bad = spurious_downs(doc, {"leaf1-spine2"})
+    assert bad["verdict"] == "emulator-bound" and "leaf1-spine2" in bad["reasons"][0]
+    assert bad["spurious_port_downs"] == ["leaf1-spine2"] and "--pps" in bad["remedy"]
+    assert doc["verdict"] == "faithful"
