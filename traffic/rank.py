@@ -124,7 +124,7 @@ class Rank:
         key = (peer, qp, opcode, payload)
         t = self.templates.get(key)
         if t is None:
-            q = qpn(self.me, peer, qp)
+            q = qpn(self.me, peer, qp, self.cfg["qpn_seed"])
             extra = RETH_LEN if opcode in ("WRITE_FIRST", "WRITE_ONLY") else 0
             # the last packet of a message asks for an ACK (an RDMA WRITE completes there)
             t = self.templates[key] = FrameTemplate(
@@ -380,7 +380,7 @@ class Rank:
                 peer = self.ranks[t.peer]
                 for q in range(self.cfg["qps"]):
                     self.qps.prepare(socket.inet_aton(peer["ip"]), self.peer_mac[t.peer],
-                                     peer["ip"], qpn(t.peer, self.me, q))
+                                     peer["ip"], qpn(t.peer, self.me, q, self.cfg["qpn_seed"]))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()

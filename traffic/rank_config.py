@@ -25,7 +25,10 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "transport": "rc", "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
             # congestion control at the sending NIC (traffic.dcqcn); needs transport rc
-            "cc": "none", "cc_params": {}}
+            "cc": "none", "cc_params": {},
+            # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
+            # them as a NIC gives every job new ones (hence new UDP source ports)
+            "qpn_seed": None}
 RANK_KEYS = {"ip", "mac", "intf", "leaf", "name", "next_hop_mac"}
 
 
@@ -59,6 +62,9 @@ def load_config(doc):
         raise ConfigError("warmup: a count of calls >= 0")
     if cfg["qps"] < 1 or cfg["rate_bps"] <= 0 or not PROBE.size <= cfg["mtu"] <= 8192:
         raise ConfigError("qps >= 1, rate_bps > 0 and 36 <= mtu <= 8192 required")
+    if cfg["qpn_seed"] is not None and (not isinstance(cfg["qpn_seed"], int)
+                                        or cfg["qpn_seed"] < 0):
+        raise ConfigError("qpn_seed: null or an integer >= 0")
     if cfg["entropy"] not in ENTROPY_MODES or not cfg["flowlet_gap_ms"] > 0:
         raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     if cfg["transport"] not in TRANSPORTS:
@@ -95,9 +101,26 @@ def flow_id(src, dst, qp):
     return (src << 20) | (dst << 8) | qp
 
 
-def qpn(src, dst, qp):
-    """A QP number unique per (src, dst, qp): distinct UDP sports per QP."""
-    return ((src + 1) << 14 | dst << 4 | qp) & PSN_MASK
+def qpn(src, dst, qp, seed=None):
+    """A QP number unique per (src, dst, qp): distinct UDP sports per QP.
+
+    With a ``seed`` (the job's ``qpn_seed``) the numbers are shuffled by a
+    bijection of the 24-bit QPN space drawn from the seed: still unique, but
+    another job gets other numbers, hence other UDP source ports and other
+    ECMP paths, as with a real NIC's QP allocation.
+    """
+    base = ((src + 1) << 14 | dst << 4 | qp) & PSN_MASK
+    return base if seed is None else shuffle24(base, seed)
+
+
+def shuffle24(x, seed):
+    """A seeded bijection of 0..2^24-1: xor, odd multiply, xorshift, odd multiply, xor."""
+    import zlib
+    k = [zlib.crc32(f"{seed}:{i}".encode()) & PSN_MASK for i in range(4)]
+    x = ((x ^ k[0]) * (k[1] | 1)) & PSN_MASK
+    x ^= x >> 12
+    x = (x * (k[2] | 1)) & PSN_MASK
+    return x ^ k[3]
 
 
 def cc_params(cfg):

@@ -242,8 +242,9 @@ class Sampler(threading.Thread):
         self.samples.append((time.monotonic(), self.net.intf_counters()))
 
 
-def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
-    """One Session whose controller balances with ``mode``; returns the run's measurements."""
+def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None):
+    """One Session whose controller balances with ``mode``; returns the run's measurements.
+    ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs)."""
     from emulator.experiments import collective
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
@@ -251,7 +252,8 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
                  failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
         order = ring_indices(s.topo, ring)
-        extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms}
+        extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms,
+                 "qpn_seed": job}
         sampler = Sampler(s.net)
         sampler.start()
         try:
@@ -261,7 +263,8 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)
         row = rep["rows"][-1]
-        out = {"mode": mode, "seed": seed, "ring": ring, "qps": qps, "dir": s.dir,
+        out = {"mode": mode, "seed": seed, "job_seed": job, "ring": ring, "qps": qps,
+               "dir": s.dir,
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
                "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
@@ -277,7 +280,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print):
     if s.results.get("captures"):
         out["captures"] = s.results["captures"]
         progress(f"... {mode}: captures in {s.dir}: " + ", ".join(sorted(out["captures"])))
-    progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed}: busbw "
+    progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed} job {job}: busbw "
              f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
              f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
              f"#wrong {out['wrong']}, {out['fidelity']['verdict']}")
@@ -335,6 +338,8 @@ def add_arguments(p):
     p.add_argument("--seed", "--hash-seed", dest="seed", type=int, default=None,
                    help="ECMP hash seed of the first repetition, one for every switch "
                         "(default 1; 101 with --planes, above the hosts' bond seeds)")
+    from emulator.experiments.options import add_job_seed_arg
+    add_job_seed_arg(p)
     p.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
     p.add_argument("--ring", default="strided", choices=RINGS,
@@ -404,11 +409,15 @@ def main(fabric, args, out=print):
                  "auto", out)
     base = make_results_dir(args.results, "compare")
     args.results = base                     # every session's directory goes inside
+    from emulator.experiments.options import job_seed
+    job0 = job_seed(getattr(args, "job_seed", None))
+    out(f"... job seeds {job0}..{job0 + args.reps - 1} (QP numbers of each repetition's job; "
+        f"--job-seed {job0} replays them)")
     runs = []
     for mode, ring, qps in plan:
         for rep in range(args.reps):
             runs.append(run_one(fabric, mode, args.seed + rep, ring, qps, sizes, args,
-                                progress=out))
+                                progress=out, job=job0 + rep))
     rows = summarize(runs)
     text = table(rows)
     write_json(os.path.join(base, "compare.json"),

@@ -121,16 +121,17 @@ def repeat(s, inj, events, args, rank_extra):
     return verdict
 
 
-def connections(s, collective, hosts):
-    """{flow key: path} of every connection of the collective (QP 0 of each)."""
+def connections(s, collective, hosts, seed=None):
+    """{flow key: path} of every connection of the collective (QP 0 of each; ``seed``:
+    the job's QPN seed)."""
     from emulator.experiments.drill import flow_paths
     from traffic.collectives import schedule
     from traffic.rank_config import flow_id, qpn
     n = len(hosts)
     pairs = {(i, t.peer) for i in range(n) for st in schedule(collective, n, i, n * 1024)
              for t in st.sends}
-    return flow_paths(s, [(hosts[i], hosts[j], flow_id(i, j, 0), qpn(i, j, 0))
-                          for i, j in sorted(pairs)], 1)
+    return flow_paths(s, [(hosts[i], hosts[j], flow_id(i, j, 0), (qpn(i, j, 0, seed),))
+                          for i, j in sorted(pairs)])
 
 
 def first_uplink(paths, topo):
@@ -163,7 +164,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
                  lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
-        paths = connections(s, args.workload, s.topo["hosts"])
+        paths = connections(s, args.workload, s.topo["hosts"], args.job_seed)
         if events is None:           # no --fault: the first uplink the job uses
             link = first_uplink(paths, s.topo)
             if link is None:
@@ -180,7 +181,8 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
         reps = []
         try:
             for r in range(args.repeat):
-                v = repeat(s, inj, events, args, rank_transport(args))
+                v = repeat(s, inj, events, args,
+                           dict(rank_transport(args), qpn_seed=args.job_seed))
                 reps.append(v)
                 t_rest, rest_kind = restore_event(v["events"])
                 wait_restored(s, mode, t_rest, kind=rest_kind)
@@ -248,6 +250,9 @@ def main(fabric, args, out=print):
         rate = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])
         args.at = expected_seconds(args.workload, len(topo["hosts"]), sizes[:1],
                                    rate) * (1 + args.iterations / 2)
+    from emulator.experiments.options import job_seed
+    args.job_seed = job_seed(getattr(args, "job_seed", None))   # one job: the same QPs throughout
+    out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
     # no --fault: run_mode cuts the first leaf uplink the job uses
     events = schedule_from(args, topo, out) if (args.fault or args.scenario) else None
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))

@@ -48,6 +48,7 @@ def add_transport_args(p):
                         "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (100KB:400KB:1)")
     add_ecn_at_arg(p)
     add_cc_param_arg(p)
+    add_job_seed_arg(p)
 
 
 def add_cc_param_arg(p):
@@ -56,6 +57,20 @@ def add_cc_param_arg(p):
                    help="a DCQCN/TIMELY parameter of the senders, e.g. cnp_interval=20ms, "
                         "rai=500Kbps, g=0.0625, byte_counter=1M (names: traffic/dcqcn.py, "
                         "traffic/timely.py without _ns/_bps)")
+
+
+def add_job_seed_arg(p):
+    """``--job-seed N``: the collective's QP numbers (traffic.rank_config.qpn)."""
+    p.add_argument("--job-seed", type=parse_seed, default=None, metavar="N",
+                   help="collectives: draw the job's QP numbers (hence UDP source ports, "
+                        "hence ECMP paths) from N, to replay a draw; default: new ones every "
+                        "job, as a NIC gives them (printed and in results.json)")
+
+
+def job_seed(value):
+    """``--job-seed``'s value, or a fresh random one."""
+    import secrets
+    return secrets.randbelow(1 << 32) if value is None else value
 
 
 def add_ecn_at_arg(p):

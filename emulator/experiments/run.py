@@ -111,11 +111,14 @@ def _workload(session, args, sizes, out):
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
         from emulator.experiments.compare import ENTROPY
-        from emulator.experiments.options import rank_transport
+        from emulator.experiments.options import job_seed, rank_transport
+        seed = job_seed(getattr(args, "job_seed", None))
+        out(f"... job seed {seed} (its QP numbers; --job-seed {seed} replays them)")
         rep = collective.run_collective(
             session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
             ring=args.ring, progress=lambda m: out(f"... {m}"),
-            rank_extra=dict(rank_transport(args), entropy=ENTROPY[args.lb]))
+            rank_extra=dict(rank_transport(args), entropy=ENTROPY[args.lb], qpn_seed=seed))
+        rep["job_seed"] = seed
         session.results["collective"] = rep
         if any(r["wrong"] for r in rep["rows"]):
             return 1

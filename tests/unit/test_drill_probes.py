@@ -62,3 +62,15 @@ def test_spurious_downs_make_a_repeat_emulator_bound():
     assert bad["verdict"] == "emulator-bound" and "leaf1-spine2" in bad["reasons"][0]
     assert bad["spurious_port_downs"] == ["leaf1-spine2"] and "--pps" in bad["remedy"]
     assert doc["verdict"] == "faithful"
+
+
+def test_job_seeds_shuffle_qp_numbers_one_to_one():
+    from traffic.rank_config import PSN_MASK, qpn, shuffle24
+    for seed in (0, 1, 12345, 2 ** 32 - 1):
+        xs = range(0, 1 << 24, 97)
+        assert len({shuffle24(x, seed) for x in xs}) == len(xs)
+        assert all(0 <= shuffle24(x, seed) <= PSN_MASK for x in range(100))
+    keys = [(i, j, q) for i in range(16) for j in range(16) if i != j for q in range(4)]
+    assert len({qpn(*k, 7) for k in keys}) == len(keys)
+    assert [qpn(*k, 7) for k in keys[:20]] != [qpn(*k, 8) for k in keys[:20]]
+    assert qpn(1, 2, 0) == qpn(1, 2, 0, None) == (2 << 14 | 2 << 4)
