@@ -130,7 +130,7 @@ cmd="${1:-}"
 [ $# -gt 0 ] && shift
 cd "$HERE"
 case "$cmd" in
-    "") say "done; run: sudo $VENV/bin/python -m emulator run" ;;
+    "") say "done; run: ${SUDO_USER:+sudo }$VENV/bin/python -m emulator run (as root)" ;;
     run) exec "$VENV/bin/python" -m emulator run "$@" ;;
     test) exec "$VENV/bin/python" -m pytest "$@" ;;
     *) die "unknown command '$cmd' (use: run, test, or nothing)" ;;
