@@ -45,7 +45,8 @@ def main():
     for m in doc["modes"]:
         sm = m["summary"]
         for key in ("loss_window_ms", "longest_gap_ms", "recovery_ms",
-                    "controller_convergence_ms"):
+                    "controller_convergence_ms", "detection_ms",
+                    "convergence_after_detection_ms", "recovery_after_detection_ms"):
             st = sm.get(key)
             if st:
                 print(f"{m['mode']:<14} {key:<26} {st['median']:>9.2f} {st['p95']:>9.2f} "
