@@ -9,7 +9,9 @@ work grows with the echoes, not with processes
 (the previous check forked one ``ping`` per host pair: O(n^2) processes,
 ~20 s of a 64-host start and past a minute at 128).  Pairs that did not
 answer are asked again in the next round, until a deadline.  The condition
-the run waits on is "every checked pair answers", not a sleep.
+the run waits on is "every checked pair answers", not a sleep.  When the
+machine's neighbour table cannot hold the entries of all echoes at once, the
+pairs go in waves (``waves``; see "the kernel's ARP table" below).
 
 Which pairs (``check_pairs``): every ordered host pair up to ``ALL_PAIRS_UP_TO``
 hosts (64: 4 032 echoes).  Beyond, every host to one host on every leaf
@@ -135,22 +137,165 @@ def check_pairs(topo, all_pairs_up_to=ALL_PAIRS_UP_TO):
     return pairs, "every host to a host on every leaf"
 
 
-def wait_all_pairs(net, timeout=60.0, progress=None, pairs=None):
+# ---- the kernel's ARP table is one for all namespaces -------------------------
+#
+# Every echo needs a neighbour entry at its sender and one at its answerer, and
+# the kernel's IPv4 neighbour table is shared by every namespace of the machine:
+# past net.ipv4.neigh.default.gc_thresh3 entries (1024 by default) no new entry
+# is made until old ones are 5 s stale, and the hosts cannot even ARP.  A 256-host
+# fabric's 16 384 echoes need up to 32 768 entries: with gc_thresh3 at 16 384,
+# 340 pairs stayed silent for 13 s.  So the pairs are checked in waves that fit
+# what the table has free, and between waves the hosts' entries (a cache that the
+# kernel would age out) are deleted.
+
+GC_THRESH3 = "/proc/sys/net/ipv4/neigh/default/gc_thresh3"
+ARP_STAT = "/proc/net/stat/arp_cache"
+NUD_NOARP, NUD_PERMANENT = 0x40, 0x80
+
+
+def neighbour_room():
+    """Entries the machine's IPv4 neighbour table can still take (all namespaces)."""
+    with open(GC_THRESH3) as f:
+        limit = int(f.read())
+    with open(ARP_STAT) as f:
+        f.readline()
+        entries = int(f.readline().split()[0], 16)
+    return max(0, limit - entries)
+
+
+def waves(pairs, room):
+    """``pairs`` (sorted) cut into waves of echoes whose neighbour entries (two per
+    echo at most) fit in half of ``room`` (the rest is left to whatever else runs);
+    one wave when they all fit."""
+    pairs = sorted(pairs)
+    fits = max(64, room // 4)                  # pairs per wave
+    n = -(-len(pairs) // fits)                 # ceil
+    if n <= 1:
+        return [pairs]
+    size = -(-len(pairs) // n)                 # waves of equal size
+    return [pairs[i:i + size] for i in range(0, len(pairs), size)]
+
+
+_NLMSG = struct.Struct("=IHHII")
+_NDMSG = struct.Struct("=BxxxiHBB")
+RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NDA_DST = 1
+
+
+def parse_neighbours(buf):
+    """(entries [(ifindex, dst bytes, state)], done) of one recv() of an RTM_GETNEIGH
+    dump; a netlink error raises OSError."""
+    out, off, done = [], 0, False
+    while off + _NLMSG.size <= len(buf):
+        length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
+        if length < _NLMSG.size:
+            break
+        if mtype == NLMSG_DONE:
+            done = True
+            break
+        if mtype == NLMSG_ERROR:
+            err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+            if err:
+                raise OSError(-err, f"neighbour dump: {os.strerror(-err)}")
+        elif mtype == RTM_NEWNEIGH:
+            family, ifindex, state, _, _ = _NDMSG.unpack_from(buf, off + _NLMSG.size)
+            a = off + _NLMSG.size + _NDMSG.size
+            while a + 4 <= off + length:
+                alen, atype = struct.unpack_from("=HH", buf, a)
+                if alen < 4:
+                    break
+                if atype == NDA_DST and family == socket.AF_INET and alen == 8:
+                    out.append((ifindex, bytes(buf[a + 4:a + 8]), state))
+                a += (alen + 3) & ~3
+        off += (length + 3) & ~3
+    return out, done
+
+
+def delete_request(seq, ifindex, dst):
+    """An RTM_DELNEIGH for IPv4 neighbour ``dst`` (4 bytes) on ``ifindex``, acked."""
+    body = _NDMSG.pack(socket.AF_INET, ifindex, 0, 0, 0) + struct.pack("=HH", 8, NDA_DST) + dst
+    return _NLMSG.pack(_NLMSG.size + len(body), RTM_DELNEIGH, NLM_F_REQUEST | NLM_F_ACK,
+                       seq, 0) + body
+
+
+def _acks(sock, want):
+    """Read ``want`` netlink acks; errors other than ENOENT (gone already) raise."""
+    while want:
+        buf = sock.recv(1 << 16)
+        off = 0
+        while off + _NLMSG.size <= len(buf) and want:
+            length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
+            if length < _NLMSG.size:
+                break
+            if mtype == NLMSG_ERROR:
+                want -= 1
+                err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+                if err and -err != 2:
+                    raise OSError(-err, f"deleting a neighbour: {os.strerror(-err)}")
+            off += (length + 3) & ~3
+
+
+def flush_neighbours(net):
+    """Delete the learned IPv4 neighbour entries of every host namespace (static
+    ones stay); return how many went."""
+    gone = 0
+    for h in net.topo["hosts"]:
+        with entered(f"/proc/{net.hosts[h['name']].pid}/ns/net"):
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
+        with sock:
+            sock.settimeout(5.0)
+            sock.bind((0, 0))
+            sock.send(_NLMSG.pack(_NLMSG.size + _NDMSG.size, RTM_GETNEIGH,
+                                  NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+                      + _NDMSG.pack(socket.AF_INET, 0, 0, 0, 0))
+            entries, done = [], False
+            while not done:
+                part, done = parse_neighbours(sock.recv(1 << 16))
+                entries += part
+            learned = [(i, d) for i, d, state in entries
+                       if not state & (NUD_NOARP | NUD_PERMANENT)]
+            for k in range(0, len(learned), 64):
+                batch = learned[k:k + 64]
+                sock.send(b"".join(delete_request(2 + k + j, i, d)
+                                   for j, (i, d) in enumerate(batch)))
+                _acks(sock, len(batch))
+            gone += len(learned)
+    return gone
+
+
+def wait_all_pairs(net, timeout=60.0, progress=None, pairs=None, room=None):
     """Wait until every pair of ``pairs`` (default every ordered host pair) answers;
     return (seconds, rounds).  Raises RunFailed listing unreachable pairs if the
-    deadline passes."""
+    deadline passes.  The pairs go in waves when the machine's neighbour table has
+    no room for all their entries at once (``waves``); ``room`` defaults to what
+    the table has free now."""
     names = [h["name"] for h in net.topo["hosts"]]
     todo = set(pairs) if pairs is not None else {(a, b) for a in names for b in names if a != b}
     total = len(todo)
     t0 = time.monotonic()
     rounds = 0
-    while todo:
-        rounds += 1
-        todo -= ping_round(net, sorted(todo))
-        if progress:
-            progress(f"reachability: {total - len(todo)}/{total} host pairs")
-        if todo and time.monotonic() - t0 > timeout:
-            shown = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:6])
-            raise RunFailed(f"{len(todo)} host pairs still unreachable after {timeout:.0f}s: "
-                            f"{shown}")
+    parts = waves(todo, neighbour_room() if room is None else room)
+    if len(parts) > 1 and progress:
+        progress(f"reachability in {len(parts)} waves: the neighbour table has room "
+                 f"for {2 * len(parts[0])} entries at a time")
+    for k, wave in enumerate(parts):
+        if k:
+            try:
+                flush_neighbours(net)
+            except OSError as e:
+                raise RunFailed(f"clearing the hosts' neighbour entries between waves: {e}")
+        wave = set(wave)
+        while wave:
+            rounds += 1
+            answered = ping_round(net, sorted(wave))
+            wave -= answered
+            todo -= answered
+            if progress:
+                progress(f"reachability: {total - len(todo)}/{total} host pairs")
+            if wave and time.monotonic() - t0 > timeout:
+                shown = ", ".join(f"{a}->{b}" for a, b in sorted(todo)[:6])
+                raise RunFailed(f"{len(todo)} host pairs still unreachable after "
+                                f"{timeout:.0f}s: {shown}")
     return time.monotonic() - t0, rounds

@@ -382,8 +382,9 @@ class Session:
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()
-                self.results.setdefault("timings", {})["teardown_s"] = \
-                    round(self.net.timings.get("teardown_s", 0), 3)
+                self.results.setdefault("timings", {}).update(
+                    {k: round(v, 3) for k, v in self.net.timings.items()
+                     if k.startswith("teardown")})
             if self.controller is not None:
                 status = self.controller.stop()
                 # setdefault: a controller that died at start never got its entry

@@ -47,3 +47,39 @@ def test_large_fabrics_check_every_host_against_every_leaf():
     covered = {(hosts[a], hosts[b]) for a, b in pairs}
     leaves = set(hosts.values())
     assert covered == {(x, y) for x in leaves for y in leaves}           # every leaf pair
+
+
+def test_pairs_go_in_waves_that_fit_the_neighbour_table():
+    pairs = [(f"h{i}", f"h{j}") for i in range(256) for j in range(64) if i != j]
+    assert reach.waves(pairs, room=1 << 20) == [sorted(pairs)]        # room for all: one
+    parts = reach.waves(pairs, room=16383)
+    assert sum(parts, []) == sorted(pairs)                            # each pair once, in order
+    assert all(2 * len(w) <= 16383 // 2 for w in parts)               # entries fit half the room
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1           # waves of equal size
+    assert all(len(w) >= 64 for w in reach.waves(pairs, room=0))      # a full table still moves
+
+
+def neigh_msg(ifindex, dst, state, family=socket.AF_INET):
+    body = reach._NDMSG.pack(family, ifindex, state, 0, 1) + struct.pack("=HH", 8, 1) + \
+        socket.inet_aton(dst) + struct.pack("=HH", 10, 2) + b"\x02\x00\x00\x00\x00\x07\0\0"
+    return reach._NLMSG.pack(16 + len(body), reach.RTM_NEWNEIGH, 2, 1, 0) + body
+
+
+def test_neighbour_dump_and_delete_requests():
+    done = reach._NLMSG.pack(20, reach.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
+    buf = neigh_msg(3, "10.0.0.7", 0x02) + neigh_msg(3, "10.0.0.9", reach.NUD_PERMANENT)
+    assert reach.parse_neighbours(buf) == ([(3, socket.inet_aton("10.0.0.7"), 0x02),
+                                            (3, socket.inet_aton("10.0.0.9"), 0x80)], False)
+    assert reach.parse_neighbours(done) == ([], True)
+    err = reach._NLMSG.pack(36, reach.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
+    try:
+        reach.parse_neighbours(err)
+        raise AssertionError("a netlink error must raise")
+    except OSError as e:
+        assert e.errno == 1
+    req = reach.delete_request(5, 3, socket.inet_aton("10.0.0.7"))
+    length, mtype, flags, seq, _ = reach._NLMSG.unpack_from(req)
+    assert (length, mtype, seq) == (len(req), reach.RTM_DELNEIGH, 5)
+    assert flags == reach.NLM_F_REQUEST | reach.NLM_F_ACK
+    assert reach._NDMSG.unpack_from(req, 16)[:2] == (socket.AF_INET, 3)
+    assert req[-8:] == struct.pack("=HH", 8, 1) + socket.inet_aton("10.0.0.7")
