@@ -54,7 +54,9 @@ class HoldDown:
         None to announce nothing (held, or no change)."""
         st = self.state.get(port, UP)
         if not live:
-            if gray and self.enabled:
+            # a port that comes back from a cut reports its carrier before its
+            # liveness: that "carrier up, not live" is no BFD failure
+            if gray and self.enabled and st != DOWN:
                 again = st == HELD and port in self.hold
                 self.hold[port] = min(self.max_s, 2 * self.hold[port]) if again else self.base_s
                 self.flaps[port] = self.flaps.get(port, 0) + 1 if again else 1

@@ -47,6 +47,16 @@ def test_a_cut_is_not_dampened_unless_a_bfd_hold_down_runs():
     assert P in h.held()
 
 
+def test_a_port_back_from_a_cut_is_not_damped_while_its_liveness_catches_up():
+    h = HoldDown()
+    for k in range(25):                                # a flap storm of carrier cuts
+        t = k * 0.04
+        assert h.event(P, False, False, t) is False     # carrier lost
+        assert h.event(P, False, True, t + 0.01) is None   # carrier back, not live yet
+        assert h.event(P, True, False, t + 0.02) is True   # live: announced at once
+    assert h.held() == set() and h.next_deadline() is None
+
+
 def test_off_means_every_flap_is_announced():
     h = parse_holddown("0")
     assert h.event(P, False, True, 0.0) is False
