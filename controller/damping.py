@@ -14,7 +14,10 @@ BFD-down link down for a while after its session comes back (Junos
   doubles the hold-down, up to ``max_s``;
 * a failure after the port was announced up again starts at ``base_s``;
 * a carrier loss (a cut) is not dampened: its restore is announced at once,
-  unless a BFD hold-down of the same port is still running.
+  unless a BFD hold-down of the same port is still running.  Open vSwitch
+  often reports a cut as "carrier up, not live" first and the carrier loss
+  a moment later, so a down period counts as a BFD failure only if no
+  carrier loss is seen before the port comes back.
 
 The default base, 3 s, outlasts a BFD session's slow start: a session that
 comes back runs at one-second intervals (RFC 5880 6.8.3; Open vSwitch
@@ -39,7 +42,8 @@ class HoldDown:
         self.hold = {}       # port -> its current hold-down (s)
         self.until = {}      # port -> when a HELD port is announced up
         self.flaps = {}      # port -> BFD downs in its current episode
-        self.damped = set()  # ports whose current down period began with a BFD down
+        self.damped = set()  # ports whose current down period is a BFD failure
+        self.from_hold = set()  # ports that went down again while held
 
     @property
     def enabled(self):
@@ -54,15 +58,22 @@ class HoldDown:
         None to announce nothing (held, or no change)."""
         st = self.state.get(port, UP)
         if not live:
-            # a port that comes back from a cut reports its carrier before its
-            # liveness: that "carrier up, not live" is no BFD failure
-            if gray and self.enabled and st != DOWN:
-                again = st == HELD and port in self.hold
-                self.hold[port] = min(self.max_s, 2 * self.hold[port]) if again else self.base_s
-                self.flaps[port] = self.flaps.get(port, 0) + 1 if again else 1
-                self.damped.add(port)
-            elif st == UP:
-                self.damped.discard(port)      # a plain cut of a stable port
+            if st == UP:
+                # a new episode; a cut often reports "carrier up, not live" first,
+                # so it is a BFD one only until a carrier loss is seen
+                self.from_hold.discard(port)
+                if gray and self.enabled:
+                    self.damped.add(port)
+                    self.hold[port], self.flaps[port] = self.base_s, 1
+                else:
+                    self.damped.discard(port)
+            elif st == HELD:
+                self.from_hold.add(port)           # a hold-down still runs
+                if gray and self.enabled:          # flapped while held: hold longer
+                    self.hold[port] = min(self.max_s, 2 * self.hold[port])
+                    self.flaps[port] = self.flaps.get(port, 0) + 1
+            elif not gray and port not in self.from_hold:
+                self.damped.discard(port)          # the carrier went: a cut, not BFD
             self.until.pop(port, None)
             self.state[port] = DOWN
             return False if st == UP else None
@@ -82,6 +93,7 @@ class HoldDown:
             del self.until[p]
             self.state[p] = UP
             self.damped.discard(p)
+            self.from_hold.discard(p)
         return done
 
     def next_deadline(self):

@@ -54,6 +54,10 @@ def test_a_port_back_from_a_cut_is_not_damped_while_its_liveness_catches_up():
         assert h.event(P, False, False, t) is False     # carrier lost
         assert h.event(P, False, True, t + 0.01) is None   # carrier back, not live yet
         assert h.event(P, True, False, t + 0.02) is True   # live: announced at once
+    # a cut that Open vSwitch reports as "not live" before the carrier loss
+    assert h.event(P, False, True, 2.0) is False
+    assert h.event(P, False, False, 2.001) is None
+    assert h.event(P, True, False, 2.1) is True
     assert h.held() == set() and h.next_deadline() is None
 
 
