@@ -45,10 +45,10 @@ def session(request, tmp_path_factory):
     assert s.results["controller"]["problems"] == [], s.results["controller"]["problems"]
 
 
-def run(s, inj, pairs, paths, events, tmp_path):
+def run(s, inj, pairs, paths, events, tmp_path, args=ARGS):
     def measure(attempt):
         n0 = len(inj.events)
-        return n0, drill_traffic.repeat(s, inj, pairs, events, ARGS,
+        return n0, drill_traffic.repeat(s, inj, pairs, events, args,
                                         str(tmp_path / f"try{attempt}"))
     n0, (sent, recv, _, dur, fid) = unless_stolen(measure, lambda m: m[1][4])
     # the probes themselves were carried faithfully: what they lost, the fault did
@@ -57,7 +57,7 @@ def run(s, inj, pairs, paths, events, tmp_path):
     t_fault = evs[0]["t_ns"]
     t_rest = next((e["t_ns"] for e in evs[1:]), None)
     crossing = {k: drill.crosses(p, events, s.topo) for k, p in paths.items()}
-    flows = {k: dict(drill.flow_result(recv.get(k), n, t_fault, t_rest, ARGS.pps, dur),
+    flows = {k: dict(drill.flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
                      crosses=crossing[k]) for k, n in sent.items()}
     return flows, t_fault, t_rest
 
@@ -104,7 +104,11 @@ def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_
     n_connect = open(log).read().count('"event": "connect"')
     events = [scenario.Event(0.3, "controller", "kill"),
               scenario.Event(1.0, "controller", "restart")]
-    flows, _, _ = run(s, inj, pairs, paths, events, tmp_path)
+    # a quarter of the probe rate: the restart (a Python process importing os-ken,
+    # about a core-second) must not put the probes behind schedule on 2 cores; what
+    # is checked is that nothing is lost, not how finely
+    flows, _, _ = run(s, inj, pairs, paths, events, tmp_path,
+                      argparse.Namespace(**dict(vars(ARGS), pps=500)))
     # secure fail mode: the switches kept forwarding, nothing was lost to the kill
     assert all(f["fault_lost_packets"] == 0 for f in flows.values()), flows
     n = len(s.topo["switches"])
