@@ -56,10 +56,10 @@ def main(argv=None):
     ap.add_argument("--lb", default=os.environ.get("FABRIC_LB") or "ecmp",
                     help="load balancing: ecmp, flowlet, dlb or spray "
                          "(default: $FABRIC_LB, else ecmp)")
-    ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "3:30",
+    ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "0",
                     metavar="BASE:MAX|0",
                     help="hold a port whose BFD session failed down for BASE s after it "
-                         "comes back, doubling per flap up to MAX s (default 3:30; 0: off)")
+                         "comes back, doubling per flap up to MAX s (0, the default: off; drill --bfd uses 3:30)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
     from .damping import parse_holddown

@@ -32,7 +32,7 @@ The load-balancing mode (``ecmp|flowlet|dlb|spray``, controller/lb.py,
 docs/load-balancing.md) comes from FABRIC_LB.
 A port whose BFD session failed (LIVE cleared, carrier up) is held down after
 it comes back (controller/damping.py); FABRIC_BFD_HOLDDOWN is ``BASE:MAX`` in
-seconds (default 3:30, ``0`` turns it off). The expiry of a hold-down reaches
+seconds (default ``0``: off; ``drill --bfd`` asks for 3:30). The expiry of a hold-down reaches
 the app as an event, so it is handled in order with the switches' messages.
 """
 
@@ -66,7 +66,7 @@ LOG = logging.getLogger("controller")
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
 FAILOVER_ENV = "FABRIC_FAILOVER"
 HOLDDOWN_ENV = "FABRIC_BFD_HOLDDOWN"
-DEFAULT_HOLDDOWN = "3:30"
+DEFAULT_HOLDDOWN = "0"          # off: runs without BFD are never damped
 DEFAULT_FAILOVER = "fast-failover"
 EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
 

@@ -75,8 +75,8 @@ def add_arguments(p):
                         "to fast-failover and the controller; default off")
     p.add_argument("--bfd-holddown", default=None, metavar="BASE:MAX|0",
                    help="with --bfd: a port whose BFD session failed stays down for BASE s "
-                        "after it comes back, doubling per flap up to MAX s (default 3:30; "
-                        "0: off, every flap reroutes); docs/failover.md")
+                        "after it comes back, doubling per flap up to MAX s (default with "
+                        "--bfd 3:30; 0: off, every flap reroutes); docs/failover.md")
     p.add_argument("--probes", choices=PROBE_SETS, default="paths",
                    help="paths (default): one host per leaf probes the next leaf, one flow "
                         "per equal-cost path (UDP source ports chosen by ofproto/trace), so "
@@ -214,6 +214,19 @@ def wait_restored(s, mode, t_restore_ns, timeout=60, kind=None):
     wait_for(done, timeout, "the controller to converge on the restore")
 
 
+BFD_HOLDDOWN = "3:30"       # the controller's hold-down when the drill runs BFD
+
+
+def holddown_for(args):
+    """The controller's ``--bfd-holddown``: the user's, else BFD_HOLDDOWN with --bfd.
+    Without BFD nothing is damped: a fast cut can look like a BFD failure to the
+    controller ("carrier up, not live"), so damping is tied to running BFD."""
+    given = getattr(args, "bfd_holddown", None)
+    if given is not None:
+        return given
+    return BFD_HOLDDOWN if getattr(args, "bfd", None) else None
+
+
 def restore_event(events):
     """The first restoring event of a repeat's injected ``events``: (t_ns, kind) or (None, None)."""
     for e in events:
@@ -232,7 +245,7 @@ def run_mode(fabric, mode, events, args, base, out):
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
-                 mtu=getattr(args, "mtu", 4096), holddown=getattr(args, "bfd_holddown", None),
+                 mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo)
         if args.bfd:

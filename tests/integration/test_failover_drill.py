@@ -242,31 +242,34 @@ def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     assert conv is not None and conv["first_port_status_ms"] < hold_ms / 2, conv
 
 
-@pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
-def test_a_flapping_gray_failure_is_routed_around_once(session, tmp_path):
+def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
     """50 % loss: BFD flaps, the hold-down keeps the port out, the controller pushes
     once per port, and the crossing flows lose nothing after the detection."""
-    mode, s, inj, pairs, paths = session
     from emulator.dataplane import bfd
-    shown = bfd.show()
-    if not all(shown.get(i, {}).get("forwarding") for i in bfd.interfaces(s.topo)):
-        bfd.enable(s.topo, 10)                                     # run alone: turn BFD on
-    drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
-                   "the controller to route over every port")
-    events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)
-    flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
-    expected = drill.fault_ports(events, s.topo)
-    evs = [ev for ev in s.controller.converged() if ev.get("event") == "port"
-           and t_fault / 1e9 <= ev["t_event"] <= t_rest / 1e9]
+    with Session(fabric(), results_base=str(tmp_path), failover="fast-failover",
+                 holddown=drill.BFD_HOLDDOWN) as s:
+        pairs = drill.probe_pairs(s.topo, ARGS.qps)
+        paths = drill.flow_paths(s, pairs)
+        inj = Injector(s)
+        try:
+            bfd.enable(s.topo, 10)
+            drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
+                           "the controller to route over every port")
+            events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)
+            flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
+            evs = [ev for ev in s.controller.converged() if ev.get("event") == "port"
+                   and t_fault / 1e9 <= ev["t_event"] <= t_rest / 1e9]
+            with open(s.controller.log_path) as f:
+                conv = drill.controller_convergence(f.read(), t_fault, t_rest)
+            drill.wait_restored(s, "fast-failover", t_rest, kind="loss_stop")
+        finally:
+            inj.close()
     downs = [(ev["dpid"], ev["port"]) for ev in evs if not ev["up"]]
-    assert downs and set(downs) <= expected, evs
+    assert downs and set(downs) <= drill.fault_ports(events, s.topo), evs
     assert len(downs) == len(set(downs)), f"a port was pushed down twice: {evs}"
     assert not any(ev["up"] for ev in evs), f"a flapping port came back: {evs}"
     assert all(f["fault_lost_packets"] == 0 for f in flows.values() if not f["crosses"])
-    with open(s.controller.log_path) as f:
-        conv = drill.controller_convergence(f.read(), t_fault, t_rest)
     lossy = [f for f in flows.values() if f["crosses"] and f["fault_lost_packets"]]
     # the last loss follows the detection closely (generous: the push, the OVS stalls)
     assert all(f["recovery_ms"] - conv["first_port_status_ms"] < 250 for f in lossy), (
         conv, lossy)
-    drill.wait_restored(s, mode, t_rest, kind="loss_stop")

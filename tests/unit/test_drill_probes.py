@@ -74,3 +74,13 @@ def test_job_seeds_shuffle_qp_numbers_one_to_one():
     assert len({qpn(*k, 7) for k in keys}) == len(keys)
     assert [qpn(*k, 7) for k in keys[:20]] != [qpn(*k, 8) for k in keys[:20]]
     assert qpn(1, 2, 0) == qpn(1, 2, 0, None) == (2 << 14 | 2 << 4)
+
+
+def test_bfd_hold_down_only_with_bfd():
+    import argparse
+    args = argparse.Namespace(bfd=None, bfd_holddown=None)
+    assert drill.holddown_for(args) is None               # no BFD: nothing damped
+    args.bfd = "10"
+    assert drill.holddown_for(args) == drill.BFD_HOLDDOWN
+    args.bfd_holddown = "0"
+    assert drill.holddown_for(args) == "0"
