@@ -97,8 +97,8 @@ def main(argv=None):
             return 2
         from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
         ryu_compat.install()
-    from . import osken_app        # imported late: os-ken monkey-patches on import paths
-    osken_app.run(args.topology, *args.listen, apps=args.app)
+    from . import launch, osken_app    # noqa: F401 imported late: os-ken monkey-patches on import paths
+    launch.run(args.topology, *args.listen, apps=args.app)
     return 0
 
 

@@ -7,6 +7,15 @@ into them for the diff (``from_flow_desc``, ``from_group_desc``), and
 encodes OVS's Netronome select-group hash property.  It also installs fixed
 parsers for four os-ken 4.2.2 OF1.5 parsers that misread multi-object
 replies.
+
+Bulk sends (``encode``, ``frame``, ``bundle``): os-ken builds and serializes
+a tree of Python objects per message (about 100 us a flow mod), and a
+256-host fabric's install is 166,000 messages, most of them the same bytes on
+every leaf (ARP responders, routes toward remote hosts).  ``encode`` keeps
+each distinct message's bytes (xid 0); ``frame`` numbers a run of them and
+``bundle`` wraps them in one OpenFlow 1.4+ bundle (open, adds, commit with
+ATOMIC|ORDERED: Open vSwitch applies the adds in order, in one version of
+its tables, and revalidates its datapath once).
 """
 
 import struct
@@ -161,6 +170,70 @@ def to_osken(dp, msg):
     raise TypeError(f"no OpenFlow translation for {msg!r}")
 
 
+# ---- bulk wire encoding ----------------------------------------------------
+
+class _CodecDatapath:
+    """What os-ken's serializers read of a datapath."""
+    ofproto, ofproto_parser = ofp, parser
+
+
+WIRE_CACHE_MAX = 1 << 17          # distinct messages kept (a 256-host fabric has ~10k)
+_wire = {}
+BUNDLE_FLAGS = ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
+_BUNDLE_CTRL = struct.Struct(ofp.OFP_HEADER_PACK_STR + ofp.OFP_BUNDLE_CTRL_MSG_PACK_STR[1:])
+_BUNDLE_ADD = struct.Struct(ofp.OFP_HEADER_PACK_STR + ofp.OFP_BUNDLE_ADD_MSG_0_PACK_STR[1:])
+_XID = struct.Struct("!I")
+
+
+def encode(msg):
+    """The OpenFlow bytes of one abstract FlowMod/GroupMod, xid 0; cached per message."""
+    buf = _wire.get(msg)
+    if buf is None:
+        m = to_osken(_CodecDatapath, msg)
+        m.set_xid(0)
+        m.serialize()
+        buf = bytes(m.buf)
+        if len(_wire) >= WIRE_CACHE_MAX:
+            _wire.clear()
+        _wire[msg] = buf
+    return buf
+
+
+def frame(blobs, xid):
+    """Encoded messages back to back, numbered ``xid``, ``xid + 1``, ..."""
+    out = bytearray().join(blobs)
+    off = 0
+    for i, b in enumerate(blobs):
+        _XID.pack_into(out, off + 4, (xid + i) & ofp.MAX_XID)
+        off += len(b)
+    return out
+
+
+def bundle(blobs, xid, bundle_id):
+    """One bundle: OPEN, an ADD per encoded message, COMMIT; xids from ``xid`` on
+    (len(blobs) + 2 of them; an ADD's inner message carries the ADD's xid)."""
+    head = _BUNDLE_CTRL.size
+    parts = [_BUNDLE_CTRL.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_CONTROL, head, xid & ofp.MAX_XID,
+                               bundle_id, ofp.OFPBCT_OPEN_REQUEST, BUNDLE_FLAGS)]
+    for i, b in enumerate(blobs, 1):
+        x = (xid + i) & ofp.MAX_XID
+        parts.append(_BUNDLE_ADD.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_ADD_MESSAGE,
+                                      _BUNDLE_ADD.size + len(b), x, bundle_id, BUNDLE_FLAGS))
+        parts.append(b[:4] + _XID.pack(x) + b[8:])
+    parts.append(_BUNDLE_CTRL.pack(ofp.OFP_VERSION, ofp.OFPT_BUNDLE_CONTROL, head,
+                                   (xid + len(blobs) + 1) & ofp.MAX_XID, bundle_id,
+                                   ofp.OFPBCT_COMMIT_REQUEST, BUNDLE_FLAGS))
+    return bytearray().join(parts)
+
+
+def wire(msgs, xid, bundle_min):
+    """(bytes, bundled) sending abstract ``msgs`` from ``xid`` on: one bundle if
+    there are ``bundle_min`` or more, else the messages themselves."""
+    blobs = [encode(m) for m in msgs]
+    bundled = len(blobs) >= bundle_min
+    return bytes(bundle(blobs, xid, xid) if bundled else frame(blobs, xid)), bundled
+
+
 # ---- os-ken replies -> abstract state ---------------------------------------
 
 class Foreign:
@@ -235,3 +308,24 @@ def port_is_live(p):
     liveness (carrier AND BFD, if configured) fails, e.g. a BFD session down."""
     return (not (p.state & ofp.OFPPS_LINK_DOWN) and not (p.config & ofp.OFPPC_PORT_DOWN)
             and bool(p.state & ofp.OFPPS_LIVE))
+
+
+def read_ports(request, dp):
+    """The switch's live port numbers (port desc); ``request(msg, reply_cls)`` -> replies."""
+    ports = set()
+    for reply in request(parser.OFPPortDescStatsRequest(dp, 0), parser.OFPPortDescStatsReply):
+        ports |= {p.port_no for p in reply.body if port_is_live(p)}
+    return ports
+
+
+def read_tables(request, dp):
+    """The switch's flows (OF1.5 flow desc) and groups, as sets of abstract messages."""
+    flows, groups = set(), set()
+    req = parser.OFPFlowDescStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
+                                         0, 0, parser.OFPMatch())
+    for reply in request(req, parser.OFPFlowDescStatsReply):
+        flows |= {from_flow_desc(fd) for fd in reply.body}
+    req = parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)
+    for reply in request(req, parser.OFPGroupDescStatsReply):
+        groups |= {from_group_desc(gd) for gd in reply.body}
+    return flows, groups

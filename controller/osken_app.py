@@ -1,4 +1,4 @@
-"""The os-ken shim: with ``ofcodec``, the only modules that import os_ken.
+"""The os-ken shim: with ``ofcodec`` and ``launch``, the only modules that import os_ken.
 
 Model: ``controller.policy`` decides; this module only translates and talks.
 Switch state is always reached by *diff*, never by blind re-install:
@@ -12,6 +12,15 @@ Switch state is always reached by *diff*, never by blind re-install:
   diffed against what was last installed on every connected switch, the
   changes sent to all of them first, then one barrier per switch.
   One structured ``CONVERGED {json}`` line gives monotonic timings.
+
+A diff of ``BUNDLE_MIN`` messages or more goes as one bundle (atomic, ordered:
+groups still first), each distinct message encoded once (``ofcodec.encode``).
+Resyncs run in threads of their own (os-ken's hub), ``RESYNC_PARALLEL`` at a
+time: Open vSwitch applies one switch while the controller encodes the next.
+A switch belongs to one resync or push at a time (a lock each, taken before
+``_mutex``, which guards the shared state and is never held over I/O); until
+its resync is confirmed it is not ``installed``, pushes skip it, and a resync
+that finds liveness changed meanwhile catches up.
 
 Liveness: a port is live unless a switch said it is down (port desc or
 port status), so a switch that has not connected yet does not stop the
@@ -36,14 +45,12 @@ seconds (default ``0``: off; ``drill --bfd`` asks for 3:30). The expiry of a hol
 the app as an event, so it is handled in order with the switches' messages.
 """
 
+import itertools
 import json
 import logging
 import os
-import signal
-import sys
 import time
 
-from os_ken import cfg
 from os_ken.app.ofctl import api as ofctl_api
 from os_ken.app.ofctl import exception as ofctl_exc
 from os_ken.base import app_manager
@@ -58,7 +65,7 @@ from . import damping, lb, policy
 from .handlers import _die, fatal
 from . import topology as topology_mod
 from .messages import SwitchState
-from .ofcodec import from_flow_desc, from_group_desc, port_is_live, to_osken
+from .ofcodec import encode, port_is_live, read_ports, read_tables, to_osken, wire
 
 LOG = logging.getLogger("controller")
 
@@ -69,6 +76,10 @@ HOLDDOWN_ENV = "FABRIC_BFD_HOLDDOWN"
 DEFAULT_HOLDDOWN = "0"          # off: runs without BFD are never damped
 DEFAULT_FAILOVER = "fast-failover"
 EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
+BUNDLE_MIN = 64               # a switch's diff this long goes as one bundle
+RESYNC_PARALLEL = 8           # switches resynced at once
+DESIRED_KEPT = 2              # desired states kept, by liveness
+XID_BASE = 1 << 31            # our messages' xids (os-ken's own count up from 0)
 
 
 # ---- the app -----------------------------------------------------------------
@@ -99,9 +110,13 @@ class FabricController(app_manager.OSKenApp):
         self.failover = policy.check_mode(os.environ.get(FAILOVER_ENV) or DEFAULT_FAILOVER)
         self.all_ports = self.topo.all_ports()
         self.down = set()          # (dpid, port) a switch reported down
-        self._desired_for = None   # (live, desired state): the last computed
+        self._desired_for = {}     # live -> desired state: the last computed
         self.dps = {}              # dpid -> connected datapath
         self.installed = {}        # dpid -> SwitchState last confirmed by barrier
+        self._locks = {}           # dpid -> lock held by the resync or push on it
+        self._slots = hub.Semaphore(RESYNC_PARALLEL)
+        self._mutex = hub.Semaphore(1)   # down, dps, installed, desired, hold-down
+        self._sends = itertools.count()
         self.ofp_errors = 0
         self._deferred = []        # port events waiting for the burst's last one to push
         self.holddown = damping.parse_holddown(os.environ.get(HOLDDOWN_ENV) or DEFAULT_HOLDDOWN)
@@ -113,6 +128,16 @@ class FabricController(app_manager.OSKenApp):
         LOG.info("load balancing %s", self.lb.mode)
         if self.lb.reactive:
             hub.spawn(self._lb_poll)
+        hub.spawn(self._prewarm)
+
+    def _prewarm(self):
+        """Compute and encode the all-live state while the fabric is being built
+        (an exception here comes back, fatal, from the first resync)."""
+        with self._mutex:
+            desired = self.desired(self.live())
+        for state in desired.values():
+            for msg in state.groups | state.flows:
+                encode(msg)
 
     def live(self):
         if self.failover == "none":
@@ -120,13 +145,17 @@ class FabricController(app_manager.OSKenApp):
         return self.all_ports - self.down
 
     def desired(self, live):
-        """The policy's state for ``live``; the last one is kept, since 40 switches
-        connecting in a row ask for the same liveness 40 times."""
+        """The policy's state for ``live`` (call with ``_mutex``); the last ones are
+        kept, since 40 switches connecting in a row ask for the same liveness."""
         live = frozenset(live)
-        if self._desired_for is None or self._desired_for[0] != live:
-            self._desired_for = (live, lb.augment(
-                self.topo, policy.desired_state(self.topo, live, self.failover), self.lb.mode))
-        return self._desired_for[1]
+        state = self._desired_for.pop(live, None)
+        if state is None:
+            state = lb.augment(self.topo, policy.desired_state(self.topo, live, self.failover),
+                               self.lb.mode)
+        while len(self._desired_for) >= DESIRED_KEPT:
+            del self._desired_for[next(iter(self._desired_for))]
+        self._desired_for[live] = state           # the newest last
+        return state
 
     def _request(self, msg, reply_cls, multi=True):
         return ofctl_api.send_msg(self, msg, reply_cls=reply_cls, reply_multi=multi)
@@ -135,14 +164,18 @@ class FabricController(app_manager.OSKenApp):
         ofctl_api.send_msg(self, parser.OFPBarrierRequest(dp), reply_cls=parser.OFPBarrierReply)
 
     def _send(self, dp, msgs):
-        """Send ``msgs``; returns their bytes on the wire."""
-        size = 0
-        for m in msgs:
-            msg = to_osken(dp, m)
-            if not dp.send_msg(msg):
-                raise ofctl_exc.InvalidDatapath(result=dp.id)
-            size += len(msg.buf or b"")
-        return size
+        """Send ``msgs`` in one write, as one bundle from BUNDLE_MIN messages on;
+        returns (bytes on the wire, bundled)."""
+        if not msgs:
+            return 0, False
+        xid = XID_BASE | (next(self._sends) << 16) % XID_BASE    # a block of 65536 each
+        buf, bundled = wire(msgs, xid, BUNDLE_MIN)
+        if not dp.send(buf):
+            raise ofctl_exc.InvalidDatapath(result=dp.id)
+        return len(buf), bundled
+
+    def _lock(self, dpid):
+        return self._locks.setdefault(dpid, hub.Semaphore(1))
 
     def _log_converged(self, **fields):
         LOG.info("CONVERGED %s", json.dumps(fields, sort_keys=True))
@@ -152,10 +185,11 @@ class FabricController(app_manager.OSKenApp):
     def state_change(self, ev):
         dp = ev.datapath
         if ev.state == DEAD_DISPATCHER:
-            if dp.id is not None and self.dps.get(dp.id) is dp:
-                del self.dps[dp.id]
-                self.installed.pop(dp.id, None)
-                LOG.info("switch %016x disconnected", dp.id)
+            with self._mutex:
+                if dp.id is not None and self.dps.get(dp.id) is dp:
+                    del self.dps[dp.id]
+                    self.installed.pop(dp.id, None)
+                    LOG.info("switch %016x disconnected", dp.id)
             return
         if dp.id not in self.topo.by_dpid:
             LOG.error("switch %016x is not in the topology: left alone", dp.id)
@@ -163,80 +197,120 @@ class FabricController(app_manager.OSKenApp):
         if dp.ofproto.OFP_VERSION != ofp.OFP_VERSION:
             raise RuntimeError(f"switch {dp.id:016x} speaks OpenFlow version "
                                f"{dp.ofproto.OFP_VERSION:#x}, need 1.5 (protocols=OpenFlow15)")
+        with self._mutex:
+            self.dps[dp.id] = dp
+            self.installed.pop(dp.id, None)     # pushes leave it to its resync
+        hub.spawn(self._resync_task, dp, time.monotonic())
+
+    def _resync_task(self, dp, t_connect):
+        """One switch's resync, in a thread of its own (fatal on an exception)."""
         try:
-            self.resync(dp)
+            with self._slots, self._lock(dp.id):
+                t0 = self.resync(dp, t_connect)
+            if t0 is not None:                   # this switch's ports changed liveness
+                self.push(t0, event="connect-ports", dpid=dp.id)
         except ofctl_exc.InvalidDatapath:
             # The connection went away mid-resync; its next connect resyncs.
             LOG.warning("switch %016x went away during resync", dp.id)
+        except Exception:          # noqa: BLE001 - a dead resync must not look alive
+            _die("resync")
 
-    def resync(self, dp):
-        """Read the switch's ports, flows and groups; send only the differences."""
+    def resync(self, dp, t_connect=None):
+        """Read the switch's ports, flows and groups; send only the differences.
+
+        Called with the switch's lock held.  Returns the start time when the
+        switch's ports changed liveness (the caller pushes to the others)."""
         t0 = time.monotonic()
         dpid = dp.id
-        self.dps[dpid] = dp
-        self.installed.pop(dpid, None)
-        old_live = self.live()
-        ports = set()
-        for reply in self._request(parser.OFPPortDescStatsRequest(dp, 0), parser.OFPPortDescStatsReply):
-            ports |= {p.port_no for p in reply.body if port_is_live(p)}
+        ports = read_ports(self._request, dp)
         mine = {(d, p) for d, p in self.all_ports if d == dpid}
-        self.down = (self.down - mine) | {(dpid, p) for d, p in mine
-                                          if p not in ports or (dpid, p) in self.holddown.held()}
-        new_live = self.live()
-
-        flows, groups = set(), set()
-        req = parser.OFPFlowDescStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                             0, 0, parser.OFPMatch())
-        for reply in self._request(req, parser.OFPFlowDescStatsReply):
-            flows |= {from_flow_desc(fd) for fd in reply.body}
-        req = parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)
-        for reply in self._request(req, parser.OFPGroupDescStatsReply):
-            groups |= {from_group_desc(gd) for gd in reply.body}
-        desired = self.desired(new_live)
-        msgs = policy.diff(SwitchState(frozenset(flows), frozenset(groups)), desired[dpid])
-        self._send(dp, msgs)
+        with self._mutex:
+            old_live = self.live()
+            self.down = (self.down - mine) | {(dpid, p) for d, p in mine if p not in ports
+                                              or (dpid, p) in self.holddown.held()}
+            new_live = self.live()
+        flows, groups = read_tables(self._request, dp)
+        with self._mutex:
+            live = self.live()
+            state = self.desired(live)[dpid]
+        msgs = policy.diff(SwitchState(frozenset(flows), frozenset(groups)), state)
+        sent, (size, bundled) = len(msgs), self._send(dp, msgs)
         self._barrier(dp)
-        self.installed[dpid] = desired[dpid]
+        while True:
+            with self._mutex:           # installed only for the liveness of the moment
+                if self.live() == live or self.dps.get(dpid) is not dp:
+                    if self.dps.get(dpid) is dp:
+                        self.installed[dpid] = state
+                    break
+                live = self.live()      # port events handled meanwhile: catch up
+                new = self.desired(live)[dpid]
+            msgs = policy.diff(state, new)
+            sent, (more, _) = sent + len(msgs), self._send(dp, msgs)
+            size += more
+            self._barrier(dp)
+            state = new
         t1 = time.monotonic()
         self._log_converged(event="connect", dpid=dpid, switch=self.topo.by_dpid[dpid].name,
-                            found_flows=len(flows), found_groups=len(groups),
-                            sent=len(msgs), t_event=round(t0, 6), t_done=round(t1, 6),
+                            found_flows=len(flows), found_groups=len(groups), sent=sent,
+                            sent_bytes=size, in_bundle=bundled,
+                            t_event=round(t0, 6), t_done=round(t1, 6),
+                            wait_ms=round((t0 - (t_connect or t0)) * 1000, 3),
                             convergence_ms=round((t1 - t0) * 1000, 3))
-        if new_live != old_live:
-            self.push(desired, t0, event="connect-ports", dpid=dpid)
+        return t0 if new_live != old_live else None
 
-    def push(self, desired, t0, **why):
-        """Send every connected switch its diff to ``desired``; barrier all.
+    def push(self, t0, **why):
+        """Send every installed switch its diff to the current liveness's state;
+        barrier all.  Holds their locks (in dpid order) from the diff to the
+        barrier: pushes and resyncs never interleave on a switch.
 
         The CONVERGED line breaks the time down: ``compute_ms`` (from the event
         that triggered the push to the push: the policy's recomputation),
         ``send_ms`` (diffs and sends), ``barrier_ms`` (until every touched switch
         confirmed), with the messages' count and ``bytes``."""
-        t_push = time.monotonic()
-        sent, size, touched = 0, 0, []
-        for dpid, dp in sorted(self.dps.items()):
-            if dpid not in self.installed:
-                continue                 # mid-resync: it reads the switch itself
-            msgs = policy.diff(self.installed[dpid], desired[dpid])
-            if msgs:
-                size += self._send(dp, msgs)
-                sent += len(msgs)
-                touched.append(dpid)
-        t_sent = time.monotonic()
-        for dpid in touched:
-            try:
-                self._barrier(self.dps[dpid])
-                self.installed[dpid] = desired[dpid]
-            except ofctl_exc.InvalidDatapath:
-                LOG.warning("switch %016x went away during push", dpid)
+        with self._mutex:
+            held = [d for d in sorted(self.dps) if d in self.installed]
+        locks = [self._lock(d) for d in held]
+        for lock in locks:
+            lock.acquire()
+        try:
+            with self._mutex:     # gone, or mid-resync (it reads the switch itself): skipped
+                desired = self.desired(self.live())
+                todo = [(d, self.dps[d], self.installed[d]) for d in held
+                        if d in self.dps and d in self.installed]
+            t_push = time.monotonic()
+            sent, size, bundled, touched = 0, 0, 0, []
+            for dpid, dp, old in todo:
+                msgs = policy.diff(old, desired[dpid])
+                if not msgs:
+                    continue
+                try:
+                    n, b = self._send(dp, msgs)
+                except ofctl_exc.InvalidDatapath:
+                    LOG.warning("switch %016x went away during push", dpid)
+                    continue
+                size, sent, bundled = size + n, sent + len(msgs), bundled + b
+                touched.append((dpid, dp))
+            t_sent = time.monotonic()
+            for dpid, dp in touched:
+                try:
+                    self._barrier(dp)
+                    with self._mutex:
+                        if self.dps.get(dpid) is dp and dpid in self.installed:
+                            self.installed[dpid] = desired[dpid]
+                except ofctl_exc.InvalidDatapath:
+                    LOG.warning("switch %016x went away during push", dpid)
+        finally:
+            for lock in locks:
+                lock.release()
         t1 = time.monotonic()
         batch = why.pop("batch", None) or [(t0, why)]
         stages = {"compute_ms": round((t_push - batch[-1][0]) * 1000, 3),
                   "send_ms": round((t_sent - t_push) * 1000, 3),
-                  "barrier_ms": round((t1 - t_sent) * 1000, 3), "bytes": size}
+                  "barrier_ms": round((t1 - t_sent) * 1000, 3), "bytes": size,
+                  "bundled": bundled}
         # one line per event the push served (a burst of port events shares one push)
         for t_ev, fields in batch:
-            self._log_converged(switches=[f"{d:x}" for d in touched], sent=sent,
+            self._log_converged(switches=[f"{d:x}" for d, _ in touched], sent=sent,
                                 t_event=round(t_ev, 6), t_done=round(t1, 6),
                                 convergence_ms=round((t1 - t_ev) * 1000, 3),
                                 **stages, **fields)
@@ -247,24 +321,24 @@ class FabricController(app_manager.OSKenApp):
         t0 = time.monotonic()
         dpid, desc = ev.msg.datapath.id, ev.msg.desc
         key = (dpid, desc.port_no)
+        up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_live(desc)
+        gray = (ev.msg.reason != ofp.OFPPR_DELETE and not up
+                and not desc.state & ofp.OFPPS_LINK_DOWN
+                and not desc.config & ofp.OFPPC_PORT_DOWN)
         if key in self.all_ports:
-            up = ev.msg.reason != ofp.OFPPR_DELETE and port_is_live(desc)
-            gray = (ev.msg.reason != ofp.OFPPR_DELETE and not up
-                    and not desc.state & ofp.OFPPS_LINK_DOWN
-                    and not desc.config & ofp.OFPPC_PORT_DOWN)
-            LOG.info("port %016x:%d %s%s", dpid, desc.port_no, "up" if up else "down",
+            LOG.info("port %016x:%d %s%s", *key, "up" if up else "down",
                      " (liveness: BFD)" if gray else "")
-            if self.failover != "none":
-                self.holddown.event(key, up, gray, t0)
-                if up and key in self.holddown.held():
+            with self._mutex:
+                if self.failover == "none":
+                    if up != (key not in self.down):     # recorded, never acted on
+                        (self.down.discard if up else self.down.add)(key)
+                elif self.holddown.event(key, up, gray, t0) is None and up \
+                        and key in self.holddown.held():
                     LOG.info("port %016x:%d held down for %.3f s (BFD hold-down, %d flap(s))",
-                             dpid, desc.port_no, self.holddown.hold[key],
-                             self.holddown.flaps.get(key, 0))
+                             *key, self.holddown.hold[key], self.holddown.flaps.get(key, 0))
                     self._arm_holddown()
                 else:
                     self._port_change(key, up, t0)
-            elif up != (key not in self.down):     # mode none: recorded, never acted on
-                (self.down.discard if up else self.down.add)(key)
         self._flush()
 
     def _flush(self):
@@ -275,7 +349,7 @@ class FabricController(app_manager.OSKenApp):
         batch, self._deferred = self._deferred, []
         for _, fields in batch:
             fields["coalesced"] = len(batch)
-        self.push(self.desired(self.live()), batch[0][0], batch=batch)
+        self.push(batch[0][0], batch=batch)
         if self.lb.reactive:
             self._lb_send(self.lb.set_live(self.live(), time.monotonic()))
 
@@ -301,11 +375,12 @@ class FabricController(app_manager.OSKenApp):
     @fatal
     def holddown_expired(self, ev):
         t0 = time.monotonic()
-        self._holddown_timer = None
-        for key in self.holddown.expire(t0):
-            LOG.info("port %016x:%d up after its BFD hold-down", *key)
-            self._port_change(key, True, t0, held=True)
-        self._arm_holddown()
+        with self._mutex:
+            self._holddown_timer = None
+            for key in self.holddown.expire(t0):
+                LOG.info("port %016x:%d up after its BFD hold-down", *key)
+                self._port_change(key, True, t0, held=True)
+            self._arm_holddown()
         self._flush()
 
     def _port_status_queued(self):
@@ -373,58 +448,3 @@ class FabricController(app_manager.OSKenApp):
         LOG.error("OFP-ERROR switch=%s xid=%s type=%s code=%s data=%s",
                   f"{m.datapath.id:016x}" if m.datapath.id is not None else "?",
                   m.xid, m.type, m.code, bytes(m.data[:64]).hex())
-
-
-# ---- launcher ----------------------------------------------------------------
-
-def _listening(host, port):
-    """True when a TCP socket listens on host:port (from /proc/net/tcp)."""
-    a, b, c, d = (int(x) for x in host.split("."))
-    want = "%02X%02X%02X%02X:%04X" % (d, c, b, a, port)
-    with open("/proc/net/tcp", encoding="ascii") as f:
-        return any(line.split()[1] == want and line.split()[3] == "0A" for line in f.readlines()[1:])
-
-
-def _announce_ready(host, port):
-    while not _listening(host, port):
-        hub.sleep(0.05)
-    LOG.info("controller listening on %s:%d", host, port)
-
-
-def _fatal_handlers(cls):
-    """Wrap a loaded app class's own @set_ev_cls handlers with ``fatal`` (keeps ``callers``)."""
-    if cls.__module__.startswith("os_ken."):
-        return
-    for name, fn in list(vars(cls).items()):
-        if callable(fn) and hasattr(fn, "callers"):
-            setattr(cls, name, fatal(fn))
-
-
-def run(topology_path, host="127.0.0.1", port=6653, apps=None):
-    """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
-    topology_mod.load(topology_path)          # fail before listening if it is bad
-    hub.patch(thread=False)
-    cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
-             project="os_ken")
-
-    def on_term(signum, frame):
-        LOG.info("SIGTERM: exiting")
-        logging.shutdown()
-        os._exit(0)
-    signal.signal(signal.SIGTERM, on_term)
-
-    mgr = app_manager.AppManager.get_instance()
-    mgr.load_apps(list(apps) if apps else [__name__])
-    if apps:
-        # os-ken loses a user app's handler exception (nothing logged, the app's
-        # event loop stalls): make it fatal and loud, like ours.
-        for cls in mgr.applications_cls.values():
-            _fatal_handlers(cls)
-    services = mgr.instantiate_apps(**mgr.create_contexts())
-    ready = hub.spawn(_announce_ready, host, port)
-    try:
-        hub.joinall(services)
-    finally:
-        ready.kill()
-        mgr.close()
-    sys.exit(0)

@@ -38,6 +38,9 @@ Failover modes (``failover=``, see docs/failover.md):
   -> dec_ttl, then Y's own next hops minus the one back to us. In normal
   operation no packet ever matches it (nothing arrives from an uplink for a
   remote host); dec_ttl bounds any loop a double failure could create.
+  Where a port's repair flows mostly share their next hops, one flow at 1050,
+  ``in_port=<port>, ip``, repairs them all and only the others keep a flow at
+  1100 (``fold_repairs``: a 64-leaf leaf has 8 + 32 instead of 2,016).
   Multi-next-hop routes stay select groups: a select bucket that watches its
   port is already a fast-failover over the other buckets.
 * ``none``: no watch ports, no FF groups (and the controller ignores port
@@ -46,7 +49,7 @@ Failover modes (``failover=``, see docs/failover.md):
 
 import math
 import zlib
-from collections import deque
+from collections import Counter, deque
 
 from .topology import NIC
 from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
@@ -58,6 +61,8 @@ DEFAULT_MODE = "controller"
 FF_GROUP_BASE = 1 << 30      # select ids below, FF ids from here: a type never changes under an id
 GROUP_ID_SPAN = 1 << 30
 PRIO_REPAIR = 1100
+PRIO_REPAIR_ANY = 1050       # a port's folded repair flow: below its exceptions, above routes
+FOLD_SAVES = 16              # fold a port's repair flows when that saves this many
 PRIO_IPV4 = 1000
 PRIO_ARP_GUARD = 300
 PRIO_ARP_REPLY = 200
@@ -279,7 +284,32 @@ def stable_ids(port_tuples, base):
     return out
 
 
-def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None):
+def fold_repairs(repairs, ips, plain=None):
+    """One switch's repairs {(in_port, ip): ports}, per in_port: {in_port: (ports, rules)}.
+
+    Folded: every IPv4 packet in through in_port is repaired through
+    ``ports`` but for the ips in ``rules``: {ip: its own repair ports, or None:
+    its route}; ``ips``: every host IP (None: fold nothing).  An ip whose route
+    (``plain``: {ip: ports} of routes to a port or select group) is ``ports``
+    needs no rule: only bounced packets arrive so; one more dec_ttl bounds them.
+    Folded where that saves FOLD_SAVES flows (on a small fabric a cut would
+    flip ports between the forms); unfolded, ``ports`` is None, ``rules`` its repairs.
+    """
+    plain, by_port, out = plain or {}, {}, {}
+    for (q, ip), ports in repairs.items():
+        by_port.setdefault(q, {})[ip] = ports
+    for q, mine in by_port.items():
+        counts = Counter(mine.values())
+        common = min(counts, key=lambda ports: (-counts[ports], ports))
+        rules = {ip: mine.get(ip) for ip in ips or ()
+                 if mine.get(ip, plain.get(ip)) != common}
+        fold = ips is not None and counts[common] - len(rules) - 1 >= FOLD_SAVES
+        out[q] = (common, rules) if fold else (None, mine)
+    return out
+
+
+def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None,
+                  arp=()):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
     own = {(hp.dpid, hp.switch_port): hp for hp in topo.host_ports}
@@ -291,10 +321,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
             else:
                 flows.append(FlowMod(0, PRIO_ARP_GUARD, match(
                     in_port=p.port, eth_type=ETH_TYPE_ARP, arp_tpa=hp.ip)))
-        for hp in topo.host_ports:
-            flows.append(FlowMod(0, PRIO_ARP_REPLY, match(
-                eth_type=ETH_TYPE_ARP, arp_op=ARP_REQUEST, arp_tpa=hp.ip),
-                arp_responder_actions(hp.ip, hp.mac)))
+        flows += arp or arp_responders(topo)
 
     backups = backups or {}
     repairs = repairs or {}
@@ -317,6 +344,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     def action(ports):
         return Output(ports[0]) if len(ports) == 1 else Group(group_of[ports])
 
+    route_acts = {}
     for ip, ports in routes.items():
         if not ports:
             continue                     # no live path: table miss drops it
@@ -324,15 +352,29 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
             act = Group(ff_of[(ports[0],) + backups[ip]])
         else:
             act = action(ports)
+        route_acts[ip] = (act,)
         flows.append(FlowMod(0, PRIO_IPV4, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), (act,)))
     mac_of = {hp.ip: hp.mac for hp in topo.host_ports}
-    for (in_port, ip), ports in repairs.items():
-        # eth_dst, not ipv4_dst: the MAC of the destination host port is unique
-        # to it too (no MAC rewriting in this fabric).
-        flows.append(FlowMod(0, PRIO_REPAIR, match(in_port=in_port, eth_type=ETH_TYPE_IPV4,
-                                                   eth_dst=mac_of[ip]),
-                             (DecNwTtl(), action(ports))))
+    unique = len(set(mac_of.values())) == len(mac_of)
+    plain = {ip: ports for ip, ports in routes.items() if ports and ip not in backups}
+    for in_port, (common, rules) in fold_repairs(repairs, mac_of if unique else None,
+                                                 plain).items():
+        if common is not None:
+            flows.append(FlowMod(0, PRIO_REPAIR_ANY, match(in_port=in_port, eth_type=ETH_TYPE_IPV4),
+                                 (DecNwTtl(), action(common))))
+        for ip, ports in rules.items():
+            # eth_dst, not ipv4_dst: host MACs are unique too (never rewritten here)
+            flows.append(FlowMod(0, PRIO_REPAIR, match(in_port=in_port, eth_type=ETH_TYPE_IPV4,
+                                                       eth_dst=mac_of[ip]),
+                                 (DecNwTtl(), action(ports)) if ports else route_acts.get(ip, ())))
     return SwitchState(frozenset(flows), frozenset(groups))
+
+
+def arp_responders(topo):
+    """The ARP responder flows, the same on every switch with host ports."""
+    return [FlowMod(0, PRIO_ARP_REPLY, match(eth_type=ETH_TYPE_ARP, arp_op=ARP_REQUEST,
+                                             arp_tpa=hp.ip), arp_responder_actions(hp.ip, hp.mac))
+            for hp in topo.host_ports]
 
 
 def check_mode(failover):
@@ -354,8 +396,9 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
         standby_landing(topo, every_hop, routes, repairs)
     if failover != "none":
         backups = merge_standby(backups, standby)
+    arp = arp_responders(topo)
     return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,
-                                   backups.get(sw.dpid), repairs.get(sw.dpid))
+                                   backups.get(sw.dpid), repairs.get(sw.dpid), arp)
             for sw in topo.switches}
 
 

@@ -1,0 +1,76 @@
+"""The controller process: os-ken with our app (``controller.osken_app``) or a user's.
+
+``run`` loads the apps into os-ken's app manager, listens on 127.0.0.1 only,
+logs ``controller listening on HOST:PORT`` once the listener is up (the
+launcher's ready signal), exits 0 on SIGTERM, and makes a user app's handler
+exception fatal and loud, like ours (os-ken would lose it).  With
+``osken_app`` and ``ofcodec`` the only modules that import os_ken.
+"""
+
+import logging
+import os
+import signal
+import sys
+
+from os_ken import cfg
+from os_ken.base import app_manager
+from os_ken.lib import hub
+
+from . import topology as topology_mod
+from .handlers import fatal
+
+LOG = logging.getLogger("controller")
+APP = "controller.osken_app"
+
+
+def _listening(host, port):
+    """True when a TCP socket listens on host:port (from /proc/net/tcp)."""
+    a, b, c, d = (int(x) for x in host.split("."))
+    want = "%02X%02X%02X%02X:%04X" % (d, c, b, a, port)
+    with open("/proc/net/tcp", encoding="ascii") as f:
+        return any(line.split()[1] == want and line.split()[3] == "0A" for line in f.readlines()[1:])
+
+
+def _announce_ready(host, port):
+    while not _listening(host, port):
+        hub.sleep(0.05)
+    LOG.info("controller listening on %s:%d", host, port)
+
+
+def _fatal_handlers(cls):
+    """Wrap a loaded app class's own @set_ev_cls handlers with ``fatal`` (keeps ``callers``)."""
+    if cls.__module__.startswith("os_ken."):
+        return
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and hasattr(fn, "callers"):
+            setattr(cls, name, fatal(fn))
+
+
+def run(topology_path, host="127.0.0.1", port=6653, apps=None):
+    """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
+    topology_mod.load(topology_path)          # fail before listening if it is bad
+    hub.patch(thread=False)
+    cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
+             project="os_ken")
+
+    def on_term(signum, frame):
+        LOG.info("SIGTERM: exiting")
+        logging.shutdown()
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+
+    mgr = app_manager.AppManager.get_instance()
+    mgr.load_apps(list(apps) if apps else [APP])
+    if apps:
+        # os-ken loses a user app's handler exception (nothing logged, the app's
+        # event loop stalls): make it fatal and loud, like ours.
+        for cls in mgr.applications_cls.values():
+            _fatal_handlers(cls)
+    services = mgr.instantiate_apps(**mgr.create_contexts())
+    ready = hub.spawn(_announce_ready, host, port)
+    try:
+        hub.joinall(services)
+    finally:
+        ready.kill()
+        mgr.close()
+    sys.exit(0)
