@@ -29,6 +29,8 @@ import struct
 import time
 
 from emulator.errors import RunFailed
+from emulator.dataplane.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
+                                     attrs, error_of, messages)
 from traffic.netns import entered
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
@@ -176,10 +178,8 @@ def waves(pairs, room):
     return [pairs[i:i + size] for i in range(0, len(pairs), size)]
 
 
-_NLMSG = struct.Struct("=IHHII")
 _NDMSG = struct.Struct("=BxxxiHBB")
 RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
-NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 NDA_DST = 1
 
@@ -187,36 +187,26 @@ NDA_DST = 1
 def parse_neighbours(buf):
     """(entries [(ifindex, dst bytes, state)], done) of one recv() of an RTM_GETNEIGH
     dump; a netlink error raises OSError."""
-    out, off, done = [], 0, False
-    while off + _NLMSG.size <= len(buf):
-        length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
-        if length < _NLMSG.size:
-            break
+    out = []
+    for mtype, body, end in messages(buf):
         if mtype == NLMSG_DONE:
-            done = True
-            break
+            return out, True
         if mtype == NLMSG_ERROR:
-            err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+            err, exc = error_of(buf, body, "neighbour dump")
             if err:
-                raise OSError(-err, f"neighbour dump: {os.strerror(-err)}")
+                raise exc
         elif mtype == RTM_NEWNEIGH:
-            family, ifindex, state, _, _ = _NDMSG.unpack_from(buf, off + _NLMSG.size)
-            a = off + _NLMSG.size + _NDMSG.size
-            while a + 4 <= off + length:
-                alen, atype = struct.unpack_from("=HH", buf, a)
-                if alen < 4:
-                    break
-                if atype == NDA_DST and family == socket.AF_INET and alen == 8:
-                    out.append((ifindex, bytes(buf[a + 4:a + 8]), state))
-                a += (alen + 3) & ~3
-        off += (length + 3) & ~3
-    return out, done
+            family, ifindex, state, _, _ = _NDMSG.unpack_from(buf, body)
+            for t, a, b in attrs(buf, body + _NDMSG.size, end):
+                if t == NDA_DST and family == socket.AF_INET and b - a == 4:
+                    out.append((ifindex, bytes(buf[a:b]), state))
+    return out, False
 
 
 def delete_request(seq, ifindex, dst):
     """An RTM_DELNEIGH for IPv4 neighbour ``dst`` (4 bytes) on ``ifindex``, acked."""
     body = _NDMSG.pack(socket.AF_INET, ifindex, 0, 0, 0) + struct.pack("=HH", 8, NDA_DST) + dst
-    return _NLMSG.pack(_NLMSG.size + len(body), RTM_DELNEIGH, NLM_F_REQUEST | NLM_F_ACK,
+    return NLMSG.pack(NLMSG.size + len(body), RTM_DELNEIGH, NLM_F_REQUEST | NLM_F_ACK,
                        seq, 0) + body
 
 
@@ -224,17 +214,14 @@ def _acks(sock, want):
     """Read ``want`` netlink acks; errors other than ENOENT (gone already) raise."""
     while want:
         buf = sock.recv(1 << 16)
-        off = 0
-        while off + _NLMSG.size <= len(buf) and want:
-            length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
-            if length < _NLMSG.size:
+        for mtype, body, _ in messages(buf):
+            if not want:
                 break
             if mtype == NLMSG_ERROR:
                 want -= 1
-                err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
-                if err and -err != 2:
-                    raise OSError(-err, f"deleting a neighbour: {os.strerror(-err)}")
-            off += (length + 3) & ~3
+                err, exc = error_of(buf, body, "deleting a neighbour")
+                if err and err != 2:
+                    raise exc
 
 
 def flush_neighbours(net):
@@ -247,7 +234,7 @@ def flush_neighbours(net):
         with sock:
             sock.settimeout(5.0)
             sock.bind((0, 0))
-            sock.send(_NLMSG.pack(_NLMSG.size + _NDMSG.size, RTM_GETNEIGH,
+            sock.send(NLMSG.pack(NLMSG.size + _NDMSG.size, RTM_GETNEIGH,
                                   NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
                       + _NDMSG.pack(socket.AF_INET, 0, 0, 0, 0))
             entries, done = [], False

@@ -7,9 +7,11 @@ an emulated switch port).  The queue is sized in time at the link rate
 150 kB.  netem is not used (this kernel lacks it).
 """
 
-import os
 import socket
 import struct
+
+from emulator.dataplane.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
+                                     attrs, error_of, messages)
 
 MTU_FRAME = 1514
 ROCE_MTU = 4096          # RoCE path MTU of AI fabrics: 4 KiB of payload per packet
@@ -65,27 +67,14 @@ def stats(ipr, index):
 # plain netlink socket and decodes only what it needs (kind, parent, the
 # queue and byte counters): ~0.5 ms for a fabric's 50 ports.
 
-_NLMSG = struct.Struct("=IHHII")        # len, type, flags, seq, pid
 _TCMSG = struct.Struct("=BBHiIII")      # family, pad, pad, ifindex, handle, parent, info
-_RTA = struct.Struct("=HH")             # rta_len, rta_type
 _QUEUE = struct.Struct("=IIIII")        # gnet_stats_queue: qlen backlog drops requeues overlimits
 _BASIC = struct.Struct("=QI")           # gnet_stats_basic: bytes packets
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
-NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 TCA_KIND, TCA_STATS2 = 1, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 TC_H_ROOT = 0xFFFFFFFF
-
-
-def _attrs(buf, off, end):
-    """(type, start, stop) of the netlink attributes in buf[off:end]."""
-    while off + _RTA.size <= end:
-        length, kind = _RTA.unpack_from(buf, off)
-        if length < _RTA.size:
-            break
-        yield kind & 0x3FFF, off + _RTA.size, off + length
-        off += (length + 3) & ~3
 
 
 def parse_qdisc_dump(buf, kind=b"tbf"):
@@ -95,34 +84,29 @@ def parse_qdisc_dump(buf, kind=b"tbf"):
     root qdiscs of ``kind``; ``done`` is True at NLMSG_DONE.  A netlink error
     raises OSError.
     """
-    out, off, done = {}, 0, False
-    while off + _NLMSG.size <= len(buf):
-        length, mtype, _, _, _ = _NLMSG.unpack_from(buf, off)
-        if length < _NLMSG.size:
-            break
+    out = {}
+    for mtype, body, end in messages(buf):
         if mtype == NLMSG_DONE:
-            done = True
-            break
+            return out, True
         if mtype == NLMSG_ERROR:
-            err = struct.unpack_from("=i", buf, off + _NLMSG.size)[0]
+            err, exc = error_of(buf, body, "qdisc dump")
             if err:
-                raise OSError(-err, f"qdisc dump: {os.strerror(-err)}")
+                raise exc
         elif mtype == RTM_NEWQDISC:
-            _, _, _, ifindex, _, parent, _ = _TCMSG.unpack_from(buf, off + _NLMSG.size)
+            _, _, _, ifindex, _, parent, _ = _TCMSG.unpack_from(buf, body)
             name, backlog, drops, sent = None, 0, 0, 0
-            for t, a, b in _attrs(buf, off + _NLMSG.size + _TCMSG.size, off + length):
+            for t, a, b in attrs(buf, body + _TCMSG.size, end):
                 if t == TCA_KIND:
                     name = bytes(buf[a:b]).rstrip(b"\0")
                 elif t == TCA_STATS2:
-                    for t2, a2, b2 in _attrs(buf, a, b):
+                    for t2, a2, b2 in attrs(buf, a, b):
                         if t2 == TCA_STATS_QUEUE and b2 - a2 >= _QUEUE.size:
                             _, backlog, drops, _, _ = _QUEUE.unpack_from(buf, a2)
                         elif t2 == TCA_STATS_BASIC and b2 - a2 >= _BASIC.size:
                             sent = _BASIC.unpack_from(buf, a2)[0]
             if name == kind and parent == TC_H_ROOT:
                 out[ifindex] = (backlog, drops, sent)
-        off += (length + 3) & ~3
-    return out, done
+    return out, False
 
 
 class QdiscReader:
@@ -138,7 +122,7 @@ class QdiscReader:
     def read(self):
         """{ifindex: (backlog_bytes, drops, sent_bytes)} of every root TBF."""
         self.seq += 1
-        req = _NLMSG.pack(_NLMSG.size + _TCMSG.size, RTM_GETQDISC,
+        req = NLMSG.pack(NLMSG.size + _TCMSG.size, RTM_GETQDISC,
                           NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + \
             _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0, 0, 0)
         self.sock.send(req)

@@ -62,23 +62,23 @@ def test_pairs_go_in_waves_that_fit_the_neighbour_table():
 def neigh_msg(ifindex, dst, state, family=socket.AF_INET):
     body = reach._NDMSG.pack(family, ifindex, state, 0, 1) + struct.pack("=HH", 8, 1) + \
         socket.inet_aton(dst) + struct.pack("=HH", 10, 2) + b"\x02\x00\x00\x00\x00\x07\0\0"
-    return reach._NLMSG.pack(16 + len(body), reach.RTM_NEWNEIGH, 2, 1, 0) + body
+    return reach.NLMSG.pack(16 + len(body), reach.RTM_NEWNEIGH, 2, 1, 0) + body
 
 
 def test_neighbour_dump_and_delete_requests():
-    done = reach._NLMSG.pack(20, reach.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
+    done = reach.NLMSG.pack(20, reach.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
     buf = neigh_msg(3, "10.0.0.7", 0x02) + neigh_msg(3, "10.0.0.9", reach.NUD_PERMANENT)
     assert reach.parse_neighbours(buf) == ([(3, socket.inet_aton("10.0.0.7"), 0x02),
                                             (3, socket.inet_aton("10.0.0.9"), 0x80)], False)
     assert reach.parse_neighbours(done) == ([], True)
-    err = reach._NLMSG.pack(36, reach.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
+    err = reach.NLMSG.pack(36, reach.NLMSG_ERROR, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
     try:
         reach.parse_neighbours(err)
         raise AssertionError("a netlink error must raise")
     except OSError as e:
         assert e.errno == 1
     req = reach.delete_request(5, 3, socket.inet_aton("10.0.0.7"))
-    length, mtype, flags, seq, _ = reach._NLMSG.unpack_from(req)
+    length, mtype, flags, seq, _ = reach.NLMSG.unpack_from(req)
     assert (length, mtype, seq) == (len(req), reach.RTM_DELNEIGH, 5)
     assert flags == reach.NLM_F_REQUEST | reach.NLM_F_ACK
     assert reach._NDMSG.unpack_from(req, 16)[:2] == (socket.AF_INET, 3)
