@@ -1,5 +1,5 @@
 """Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
-[--log-file PATH] [--failover none|controller|fast-failover]
+[--unix PATH] [--log-file PATH] [--failover none|controller|fast-failover]
 [--lb ecmp|flowlet|dlb|spray] [--app PATH.py ...]``.
 
 Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
@@ -48,6 +48,9 @@ def main(argv=None):
     ap.add_argument("--topology", required=True, help="topology.json (docs/topology-schema.md)")
     ap.add_argument("--listen", type=parse_listen, default=("127.0.0.1", 6653),
                     help="OpenFlow listen address (default 127.0.0.1:6653)")
+    ap.add_argument("--unix", metavar="PATH",
+                    help="also accept switches on this unix socket (datapath instances in "
+                         "other network namespaces connect through it)")
     ap.add_argument("--log-file", help="also log to this file")
     ap.add_argument("--app", action="append", help="run this os-ken app file instead of ours")
     ap.add_argument("--failover", choices=("none", "controller", "fast-failover"),
@@ -98,7 +101,7 @@ def main(argv=None):
         from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
         ryu_compat.install()
     from . import launch, osken_app    # noqa: F401 imported late: os-ken monkey-patches on import paths
-    launch.run(args.topology, *args.listen, apps=args.app)
+    launch.run(args.topology, *args.listen, apps=args.app, unix=args.unix)
     return 0
 
 

@@ -1,8 +1,9 @@
 """The controller process: os-ken with our app (``controller.osken_app``) or a user's.
 
-``run`` loads the apps into os-ken's app manager, listens on 127.0.0.1 only,
-logs ``controller listening on HOST:PORT`` once the listener is up (the
-launcher's ready signal), exits 0 on SIGTERM, and makes a user app's handler
+``run`` loads the apps into os-ken's app manager, listens on 127.0.0.1 only
+(and, with ``unix``, on a unix socket: switches in other network namespaces
+reach it through the file), logs ``controller listening on HOST:PORT`` once
+the listener is up (the launcher's ready signal), exits 0 on SIGTERM, and makes a user app's handler
 exception fatal and loud, like ours (os-ken would lose it).  With
 ``osken_app`` and ``ofcodec`` the only modules that import os_ken.
 """
@@ -37,6 +38,38 @@ def _announce_ready(host, port):
     LOG.info("controller listening on %s:%d", host, port)
 
 
+class _UnixStream:
+    """An accepted unix-socket connection as os-ken's ``Datapath`` expects a TCP one:
+    it sets TCP_NODELAY, which a unix socket has no use for (and refuses)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def setsockopt(self, level, option, value):
+        import socket
+        if level == socket.IPPROTO_TCP:
+            return None
+        return self._sock.setsockopt(level, option, value)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def _serve_unix(path):
+    """Accept OpenFlow connections on the unix socket ``path`` (os-ken's own server
+    loop listens on TCP only)."""
+    from os_ken.controller.controller import datapath_connection_factory
+    if os.path.exists(path):
+        os.unlink(path)
+
+    def handle(sock, addr):
+        datapath_connection_factory(_UnixStream(sock), ("unix", path))
+    server = hub.StreamServer((path, 0), handle)
+    os.chmod(path, 0o600)
+    LOG.info("controller listening on unix:%s", path)
+    server.serve_forever()
+
+
 def _fatal_handlers(cls):
     """Wrap a loaded app class's own @set_ev_cls handlers with ``fatal`` (keeps ``callers``)."""
     if cls.__module__.startswith("os_ken."):
@@ -46,8 +79,9 @@ def _fatal_handlers(cls):
             setattr(cls, name, fatal(fn))
 
 
-def run(topology_path, host="127.0.0.1", port=6653, apps=None):
-    """Run os-ken with our app (or ``apps``, module names or .py paths); blocks."""
+def run(topology_path, host="127.0.0.1", port=6653, apps=None, unix=None):
+    """Run os-ken with our app (or ``apps``, module names or .py paths), also on the
+    unix socket ``unix`` if given; blocks."""
     topology_mod.load(topology_path)          # fail before listening if it is bad
     hub.patch(thread=False)
     cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
@@ -67,6 +101,8 @@ def run(topology_path, host="127.0.0.1", port=6653, apps=None):
         for cls in mgr.applications_cls.values():
             _fatal_handlers(cls)
     services = mgr.instantiate_apps(**mgr.create_contexts())
+    if unix:
+        services.append(hub.spawn(_serve_unix, unix))
     ready = hub.spawn(_announce_ready, host, port)
     try:
         hub.joinall(services)

@@ -27,14 +27,25 @@ def add_fabric_args(p):
                      help=f"built-in fabric ({', '.join(presets.PRESETS)}); default leaf-spine")
     p.add_argument("-P", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="preset parameter, repeatable (e.g. -P spines=2 -P host_rate=20Mbps)")
+    p.add_argument("--layout", metavar="LAYOUT",
+                   help="datapath instances: shared, per-switch, N, pod, plane, rail or auto "
+                        "(default: the fabric file's layout, else $FABRIC_LAB_LAYOUT, else auto; "
+                        "docs/datapath-instances.md)")
 
 
 def load_fabric(args):
     if args.fabric:
         if args.param:
             raise FabricError("--param applies to presets, not to a fabric file")
-        return spec.load_file(args.fabric)
-    return presets.build(args.preset or "leaf-spine", presets.parse_assignments(args.param))
+        fabric = spec.load_file(args.fabric)
+    else:
+        fabric = presets.build(args.preset or "leaf-spine",
+                               presets.parse_assignments(args.param))
+    if getattr(args, "layout", None) is not None:
+        import dataclasses
+        from emulator.fabric import layout
+        fabric = dataclasses.replace(fabric, layout=layout.parse(args.layout))
+    return fabric
 
 
 def parse_controller(text):

@@ -61,26 +61,42 @@ def parse_show(text):
     return out
 
 
-def show():
-    return parse_show(proc.run(["ovs-appctl", "bfd/show"], timeout=10))
+def show(net=None):
+    """Every BFD session of the Open vSwitches carrying ``net`` (default: the
+    machine's own)."""
+    if net is None:
+        return parse_show(proc.run(["ovs-appctl", "bfd/show"], timeout=10))
+    out = {}
+    for ovs in net.ovses():
+        out.update(parse_show(ovs.appctl("bfd/show", timeout=10)))
+    return out
 
 
-def enable(topo, interval_ms, timeout=30.0, progress=lambda m: None):
+def enable(topo, interval_ms, timeout=30.0, progress=lambda m: None, net=None):
     """Turn BFD on for every inter-switch interface; wait until all forward at
-    ``interval_ms``.  Returns the seconds it took."""
+    ``interval_ms``.  Returns the seconds it took.  ``net``: the FabricNet, whose
+    switches may be in several Open vSwitches (default: all in the machine's)."""
     intfs = interfaces(topo)
     if not intfs:
         return 0.0
-    args = []
-    for intf in intfs:
-        args += ["--", "set", "interface", intf, "bfd:enable=true",
-                 f"bfd:min_tx={interval_ms}", f"bfd:min_rx={interval_ms}"]
+    by_ovs = {}
+    for sw in topo["switches"]:
+        ovs = net.ovs(sw["name"]) if net is not None else None
+        for p in sw["ports"]:
+            if p["peer_kind"] != "host":
+                by_ovs.setdefault(ovs, []).extend(
+                    ["--", "set", "interface", p["intf"], "bfd:enable=true",
+                     f"bfd:min_tx={interval_ms}", f"bfd:min_rx={interval_ms}"])
     progress(f"BFD on {len(intfs)} switch ports at {interval_ms} ms")
     t0 = time.monotonic()
-    proc.ovs_vsctl(*args[1:], timeout=60)
+    for ovs, args in by_ovs.items():
+        if ovs is None:
+            proc.ovs_vsctl(*args[1:], timeout=60)
+        else:
+            ovs.vsctl(*args[1:], timeout=60)
     pending = intfs
     while pending:
-        sessions = show()
+        sessions = show(net)
         pending = [i for i in intfs if not (sessions.get(i, {}).get("forwarding")
                                             and sessions[i]["tx_ms"] == interval_ms
                                             and sessions[i]["rx_ms"] == interval_ms)]

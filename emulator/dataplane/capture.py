@@ -53,7 +53,8 @@ def interface(topo, net, node, port):
         if h["name"] == node:
             return ["mnexec", "-a", str(net.hosts[node].pid)], port
     sw = next(s for s in topo["switches"] if s["name"] == node)
-    return [], next(p["intf"] for p in sw["ports"] if p["name"] == port)
+    return net.ovs(node).in_netns([]), next(p["intf"] for p in sw["ports"]
+                                           if p["name"] == port)
 
 
 class Capture:

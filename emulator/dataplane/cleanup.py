@@ -17,7 +17,8 @@ import time
 from emulator.dataplane import proc
 from emulator.dataplane import runstate
 from emulator.errors import RunFailed
-from emulator.dataplane.net import delete_interfaces
+from emulator.dataplane.ifaces import delete_interfaces
+from emulator.dataplane.instances import pidfile_daemons
 
 
 def our_bridges():
@@ -93,7 +94,7 @@ def clean(force=False, log=print):
         | set(tables.values()) | set(runstate.known_tags())
     live = {t for t in tags if runstate.is_live(t)} if not force else set()
     summary = {"runs": [], "skipped_live": sorted(live), "bridges": [], "processes": [],
-               "interfaces": [], "errors": []}
+               "instance_daemons": [], "interfaces": [], "errors": []}
     for tag in sorted(tags - live):
         summary["runs"].append(tag)
         dead_bridges = sorted(b for b, t in bridges.items() if t == tag)
@@ -106,7 +107,11 @@ def clean(force=False, log=print):
                 summary["bridges"] += dead_bridges
             except RunFailed as e:
                 summary["errors"].append(str(e))
-        pids = [p for p, t in procs.items() if t == tag]
+        # its datapath instances first, by their pid files (never a foreign OVS:
+        # only pids that carry the run's tag); their namespaces go with them
+        daemons = pidfile_daemons(os.path.join(runstate.STATE_ROOT, tag), tag)
+        summary["instance_daemons"] += kill_processes(daemons)
+        pids = [p for p, t in procs.items() if t == tag and p not in daemons]
         summary["processes"] += kill_processes(pids)
         before = {n for n, t in intfs.items() if t == tag}
         summary["errors"] += delete_interfaces(tag)
@@ -117,8 +122,8 @@ def clean(force=False, log=print):
             except RunFailed as e:
                 summary["errors"].append(str(e))
         shutil.rmtree(os.path.join(runstate.STATE_ROOT, tag), ignore_errors=True)
-    for key in ("bridges", "processes", "interfaces"):
-        log(f"removed {len(summary[key])} {key}")
+    for key in ("bridges", "instance_daemons", "processes", "interfaces"):
+        log(f"removed {len(summary[key])} {key.replace('_', ' ')}")
     if live:
         log(f"left alone live runs: {', '.join(sorted(live))} (use --force to remove them too)")
     return summary

@@ -38,10 +38,18 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.95
 
 
-def ovs_socket_drops(tag):
-    """{interface: drops} of ovs-vswitchd's packet sockets on this run's ports."""
-    text = proc.run(["ss", "-0", "-m", "-e", "-n", "-p"], timeout=15)
-    out, port = {}, None
+def ovs_socket_drops(tag, ovses=None):
+    """{interface: drops} of ovs-vswitchd's packet sockets on this run's ports, in
+    the namespace of each Open vSwitch of ``ovses`` (default: this one)."""
+    out = {}
+    for ovs in ovses or [None]:
+        argv = ["ss", "-0", "-m", "-e", "-n", "-p"]
+        _socket_drops(proc.run(ovs.in_netns(argv) if ovs else argv, timeout=15), tag, out)
+    return out
+
+
+def _socket_drops(text, tag, out):
+    port = None
     for line in text.splitlines():
         m = _SS_PORT.search(line)
         if m and "ovs-vswitchd" in line:
@@ -55,11 +63,20 @@ def ovs_socket_drops(tag):
     return out
 
 
-def ovs_interface_drops(tag):
-    """{interface: (rx_dropped, tx_dropped)} from the OVS database, this run's ports."""
-    text = proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
-                          "interface", timeout=20)
+def ovs_interface_drops(tag, ovses=None):
+    """{interface: (rx_dropped, tx_dropped)} from the OVS databases (of ``ovses``,
+    default the machine's), this run's ports."""
     out = {}
+    for ovs in ovses or [None]:
+        text = ovs.vsctl("--format=json", "--columns=name,statistics", "list",
+                         "interface", timeout=20) if ovs else \
+            proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
+                           "interface", timeout=20)
+        _interface_drops(text, tag, out)
+    return out
+
+
+def _interface_drops(text, tag, out):
     for name, stats in json.loads(text)["data"]:
         if tag not in name:
             continue
@@ -109,6 +126,20 @@ def ovs_pid():
     return None
 
 
+def ovs_cpu_s(net):
+    """CPU seconds of every ovs-vswitchd carrying ``net``'s switches, or None."""
+    total, seen = 0.0, False
+    for ovs in net.ovses():
+        pid = ovs.vswitchd_pid() if ovs.dir else ovs_pid()
+        if pid:
+            try:
+                total += process_cpu_s(pid)
+                seen = True
+            except OSError:          # an instance that just died: the run ends
+                pass
+    return total if seen else None
+
+
 class QueueCounters:
     """Root-TBF counters of every interface of a fabric: switch ports and host ports.
 
@@ -118,6 +149,9 @@ class QueueCounters:
 
     def __init__(self, net):
         self.readers = [(None, QdiscReader(), _index_names())]
+        for inst in net.instances:
+            with entered(inst.netns):
+                self.readers.append((None, QdiscReader(), _index_names()))
         for name, host in net.hosts.items():
             with entered(f"/proc/{host.pid}/ns/net"):
                 self.readers.append((name, QdiscReader(), _index_names()))
@@ -144,7 +178,6 @@ def _index_names():
 def snapshot(net, queues=None):
     """Every drop counter of the run of ``net`` (a FabricNet), and the CPU clocks."""
     tag = net.state.tag
-    pid = ovs_pid()
     if queues is None:
         queues = QueueCounters(net)
         try:
@@ -153,11 +186,11 @@ def snapshot(net, queues=None):
             queues.close()
     return {
         "t": time.monotonic(),
-        "ovs_socket": ovs_socket_drops(tag),
-        "ovs_interface": ovs_interface_drops(tag),
+        "ovs_socket": ovs_socket_drops(tag, net.ovses()),
+        "ovs_interface": ovs_interface_drops(tag, net.ovses()),
         "softnet": softnet_drops(),
         "queues": queues.read(),
-        "ovs_cpu_s": process_cpu_s(pid) if pid else None,
+        "ovs_cpu_s": ovs_cpu_s(net),
         "machine": machine_cpu(),
     }
 

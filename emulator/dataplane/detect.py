@@ -179,8 +179,8 @@ class MgmtConnection:
         self._reader.join(timeout=2)
 
 
-def hw_addr(intf):
-    with open(f"/sys/class/net/{intf}/address") as f:
+def hw_addr(intf, sysfs="/sys"):
+    with open(f"{sysfs}/class/net/{intf}/address") as f:
         return f.read().strip()
 
 
@@ -190,14 +190,17 @@ class Detector:
     def __init__(self, session, delay_s, clock=time.monotonic_ns):
         self.delay_s = delay_s
         self.clock = clock
-        d = rundir()
-        self._ports = {(sw["name"], p["port"]): (sw["bridge"], hw_addr(p["intf"]))
+        net = session.net
+        self._ports = {(sw["name"], p["port"]):
+                       (sw["bridge"], hw_addr(p["intf"], net.sysfs(sw["name"])))
                        for sw in session.topo["switches"] for p in sw["ports"]}
         self._conns = {}
         try:
             for sw in session.topo["switches"]:
-                self._conns[sw["bridge"]] = MgmtConnection(
-                    os.path.join(d, f"{sw['bridge']}.mgmt"))
+                ovs = net.ovs(sw["name"])
+                path = ovs.target(sw["bridge"])[len("unix:"):] if ovs.dir else \
+                    os.path.join(rundir(), f"{sw['bridge']}.mgmt")
+                self._conns[sw["bridge"]] = MgmtConnection(path)
         except BaseException:
             self.close()
             raise

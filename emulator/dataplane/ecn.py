@@ -132,23 +132,32 @@ def record_marks(session, marker):
 
 
 class Marker:
-    """The run's marking table ``fl<tag>ecn`` over ``ports`` [(ifname, rate_bps)]."""
+    """The run's marking table ``fl<tag>ecn`` over ``ports`` [(ifname, rate_bps)]:
+    one per network namespace of ``netns_of`` ({ifname: path}; a port not in it
+    is in this namespace)."""
 
-    def __init__(self, tag, ecn, ports, frame_len):
+    def __init__(self, tag, ecn, ports, frame_len, netns_of=None):
         self.table = f"fl{tag}ecn"
         self.ecn = ecn
         self.frame_len = frame_len
         self.ports = sorted(ports)
         self.chains = {f"e{i}": ifname for i, (ifname, _) in enumerate(self.ports)}
+        self.netns_of = dict(netns_of or {})
+        self.spaces = sorted({self.netns_of.get(i) or "" for i, _ in self.ports})
+
+    def _nft(self, netns, *args):
+        return (["nsenter", f"--net={netns}"] if netns else []) + ["nft", *args]
 
     @classmethod
     def for_session(cls, session):
         """Mark on every switch port of ``session``'s fabric; noted in its results."""
         ports = [(p["intf"], p["rate_bps"]) for sw in session.topo["switches"]
                  for p in sw["ports"]]
+        netns_of = {p["intf"]: session.net.switch_netns(sw["name"])
+                    for sw in session.topo["switches"] for p in sw["ports"]}
         from traffic.frames import frame_len_for_mtu
         marker = cls(session.state.tag, session.ecn, ports,
-                     frame_len_for_mtu(session.mtu)).install()
+                     frame_len_for_mtu(session.mtu), netns_of=netns_of).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
         session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
         return marker
@@ -164,15 +173,22 @@ class Marker:
         """Nothing to do: a virtual queue drains by the clock, whatever the link did."""
 
     def install(self):
+        for ns in self.spaces:
+            self._install(ns)
+        return self
+
+    def _install(self, ns):
         lines = [f"table netdev {self.table} {{"]
         for i, (ifname, rate) in enumerate(self.ports):
+            if (self.netns_of.get(ifname) or "") != ns:
+                continue
             lines += [f"  chain e{i} {{",
                       f"    type filter hook egress device \"{ifname}\" priority -10;"]
             lines += [f"    {r}" for r in chain_rules(self.ecn, rate, self.frame_len)]
             lines.append("  }")
         lines.append("}")
         try:
-            proc.run(["nft", "-f", "-"], input="\n".join(lines) + "\n", timeout=30)
+            proc.run(self._nft(ns, "-f", "-"), input="\n".join(lines) + "\n", timeout=30)
         except RunFailed as e:
             raise EnvironmentProblem(f"nftables refused the ECN marker ({e}): marking needs "
                                      "nftables netdev egress hooks (Linux 5.16+, nft 1.0.1+)")
@@ -180,10 +196,13 @@ class Marker:
 
     def marks(self):
         """{ifname: packets this port marked CE} since install."""
-        doc = json.loads(proc.run(["nft", "-j", "list", "table", "netdev", self.table],
-                                  timeout=20))
+        items = []
+        for ns in self.spaces:
+            doc = json.loads(proc.run(self._nft(ns, "-j", "list", "table", "netdev",
+                                                self.table), timeout=20))
+            items += doc.get("nftables", [])
         seen = {}
-        for item in doc.get("nftables", []):
+        for item in items:
             rule = item.get("rule")
             if not rule:
                 continue
@@ -194,4 +213,6 @@ class Marker:
                 if c in self.chains and len(v) >= 2}
 
     def remove(self):
-        proc.run(["nft", "delete", "table", "netdev", self.table], timeout=20, check=False)
+        for ns in self.spaces:
+            proc.run(self._nft(ns, "delete", "table", "netdev", self.table), timeout=20,
+                     check=False)

@@ -162,9 +162,12 @@ def _set_ce(a):
 
 class DequeueMarker:
     """The run's dequeue marking over ``ports``: [(ifname, peer netns path or None,
-    peer ifname, rate_bps)], queues limited as the TBFs of ``queue_ms``/``frame``."""
+    peer ifname, rate_bps)], queues limited as the TBFs of ``queue_ms``/``frame``;
+    ``own_ns``: {ifname: namespace path} of ports outside this namespace (a datapath
+    instance's)."""
 
-    def __init__(self, ecn, ports, frame_len, queue_ms, frame):
+    def __init__(self, ecn, ports, frame_len, queue_ms, frame, own_ns=None):
+        self.own_ns = dict(own_ns or {})
         self.ecn = ecn
         self.ports = sorted(ports)
         self.frame_len = frame_len
@@ -178,18 +181,20 @@ class DequeueMarker:
         """Mark at dequeue on every switch port of ``session``'s fabric."""
         from emulator.fabric.addressing import switch_intf
         by_name = {sw["name"]: sw for sw in session.topo["switches"]}
-        ports = []
+        ports, own_ns = [], {}
         for sw in session.topo["switches"]:
             for p in sw["ports"]:
                 if p["peer_kind"] == "host":
                     ns = f"/proc/{session.net.hosts[p['peer']].pid}/ns/net"
                     peer = p["peer_port"]
                 else:
-                    ns, peer = None, switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
+                    ns = session.net.switch_netns(p["peer"])
+                    peer = switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
                 ports.append((p["intf"], ns, peer, p["rate_bps"]))
+                own_ns[p["intf"]] = session.net.switch_netns(sw["name"])
         from traffic.frames import frame_len_for_mtu
         marker = cls(session.ecn, ports, frame_len_for_mtu(session.mtu),
-                     session.net.queue_ms, session.net.frame).install()
+                     session.net.queue_ms, session.net.frame, own_ns).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
         session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
         return marker
@@ -204,10 +209,11 @@ class DequeueMarker:
                     fd = bpf.load(bpf.PROG_SCHED_CLS, enqueue_program(self.map.fd, i, limit),
                                   f"ecnq_in{i}")
                     try:
-                        ipr = ipr_in(None)
+                        own = self.own_ns.get(ifname)
+                        ipr = ipr_in(own)
                         idx = _index(ipr, ifname)
                         ipr.tc("add", "clsact", index=idx)
-                        self.attached.append(("tc", None, ifname))
+                        self.attached.append(("tc", own, ifname))
                         ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd,
                                name=f"ecnq_in{i}", parent=TC_EGRESS, classid=1,
                                direct_action=True)
@@ -252,10 +258,10 @@ class DequeueMarker:
         sends into the void: bytes counted in that never come out.  Called
         once such a link is up again (dataplane.faults), so a port does not
         mark forever for a queue it no longer has."""
-        from pyroute2 import IPRoute
         wanted = [(i, p[0]) for i, p in enumerate(self.ports) if p[0] in set(ifnames)]
-        with IPRoute() as ipr:
+        with _netlink() as ipr_in:
             for i, ifname in wanted:
+                ipr = ipr_in(self.own_ns.get(ifname))
                 idx = _index(ipr, ifname, missing_ok=True)
                 if idx is None:
                     continue

@@ -39,6 +39,8 @@ from pyroute2 import IPRoute
 
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
+from emulator.dataplane.runstate import tag_of_name
+from emulator.dataplane.nftrules import corrupt_rule, loss_rule, nft_argv
 
 
 def nic_of(topo):
@@ -175,31 +177,6 @@ def surviving_pairs(topo, dead_links=(), dead_switches=()):
     return out
 
 
-def loss_rule(percent):
-    """The nftables rule dropping ``percent`` % of frames (0.01 % steps; 100 drops all)."""
-    return f"{_chance(percent)}counter drop"
-
-
-def _chance(percent):
-    """The nftables match of a random ``percent`` % of frames ('' for all of them).
-
-    ``numgen random mod N < K`` needs K < N, so 100 % matches every frame."""
-    basis_points = round(percent * 100)
-    return "" if basis_points >= 10000 else f"numgen random mod 10000 < {basis_points} "
-
-
-# the 48th byte after the UDP header: RoCEv2 payload (after the 12-byte BTH, and a
-# RETH), covered by the ICRC and by nothing the switches check
-CORRUPT_BIT = 48 * 8
-
-
-def corrupt_rule(percent):
-    """The nftables rule flipping bits of one payload byte in ``percent`` % of the
-    RoCEv2 frames: delivered, but the ICRC fails, so the receiving NIC drops it."""
-    return (f"udp dport 4791 {_chance(percent)}@th,{CORRUPT_BIT},8 set "
-            f"@th,{CORRUPT_BIT},8 ^ 0x5a counter")
-
-
 class Injector:
     """Injects faults into ``session`` and logs each with CLOCK_MONOTONIC ns."""
 
@@ -251,12 +228,13 @@ class Injector:
     def ends(self, link, side="both"):
         """[(netns path or None, ifname)] of the chosen side(s) of ``link``."""
         (sw_name, port), other = parse_link(link, self.s.topo) if isinstance(link, str) else link
-        a = (None, port["intf"])
+        a = (self.s.net.switch_netns(sw_name), port["intf"])
         if port["peer_kind"] == "host":
             b = (f"/proc/{self.s.net.hosts[other].pid}/ns/net", str(port["peer_port"]))
         else:
             peer = next(s for s in self.s.topo["switches"] if s["name"] == other)
-            b = (None, next(p["intf"] for p in peer["ports"] if p["port"] == port["peer_port"]))
+            b = (self.s.net.switch_netns(other),
+                 next(p["intf"] for p in peer["ports"] if p["port"] == port["peer_port"]))
         # side a is the first node the user named
         first = link_nodes(link)[0] if isinstance(link, str) else sw_name
         if nic_of(self.s.topo).get(first, first) != sw_name:
@@ -320,7 +298,7 @@ class Injector:
         self._set(self._resolved(ends), "up")
         self._requeue(self.switch_ports(link))
         for netns, ifname in ends:
-            if netns:
+            if netns and tag_of_name(ifname) is None:       # a host's end
                 self._restore_routes(netns, ifname)
         return self._log("link_up", link, t, side=side,
                          **self._signal(self.switch_ports(link), False, t))
@@ -352,7 +330,7 @@ class Injector:
         sw = next((s for s in self.s.topo["switches"] if s["name"] == name), None)
         if sw is None:
             raise ConfigError("fault", f"unknown switch {name!r}")
-        return [(None, p["intf"]) for p in sw["ports"]]
+        return [(self.s.net.switch_netns(name), p["intf"]) for p in sw["ports"]]
 
     def _neighbour_ports(self, name):
         """[(switch, port)] of the switches facing ``name``: they lose its signal."""
@@ -411,25 +389,29 @@ class Injector:
         if shutil.which("nft") is None:
             raise RunFailed("random loss needs nftables (nft) or netem; neither is here")
         ends = self.ends(link, side)
-        if any(netns for netns, _ in ends):
+        if any(tag_of_name(ifname) is None for _, ifname in ends):
             raise ConfigError("fault", "loss is injected on switch ends only")
         t = self.clock()
         if not keep:
             self.loss_stop()
-        for _, ifname in ends:
-            self._losses[ifname] = (corrupt_rule if corrupt else loss_rule)(percent)
+        for netns, ifname in ends:
+            self._losses[(netns or "", ifname)] = (corrupt_rule if corrupt else loss_rule)(percent)
         table = f"fl{self.s.state.tag}{self.nft_name}"
-        lines = [f"table netdev {table}", f"delete table netdev {table}",
-                 f"table netdev {table} {{"]
-        for i, (ifname, rule) in enumerate(sorted(self._losses.items())):
-            lines += [f"  chain c{i} {{",
-                      f"    type filter hook egress device \"{ifname}\" priority 0;",
-                      f"    {rule}",
-                      "  }"]
-        lines.append("}")
         self._nft_table = table
-        # one transaction: the table is replaced whole, never half-written
-        proc.run(["nft", "-f", "-"], input="\n".join(lines) + "\n", timeout=10)
+        # one table per namespace (a datapath instance has its own), each replaced
+        # whole in one transaction, never half-written
+        for netns in sorted({ns for ns, _ in self._losses}):
+            lines = [f"table netdev {table}", f"delete table netdev {table}",
+                     f"table netdev {table} {{"]
+            for i, ((ns, ifname), rule) in enumerate(sorted(self._losses.items())):
+                if ns != netns:
+                    continue
+                lines += [f"  chain c{i} {{",
+                          f"    type filter hook egress device \"{ifname}\" priority 0;",
+                          f"    {rule}",
+                          "  }"]
+            lines.append("}")
+            proc.run(nft_argv(netns), input="\n".join(lines) + "\n", timeout=10)
         return self._log("corrupt_start" if corrupt else "loss_start", link, t,
                          percent=percent, side=side)
 
@@ -438,6 +420,8 @@ class Injector:
             return None
         t = self.clock()
         table, self._nft_table = self._nft_table, None
+        spaces = sorted({ns for ns, _ in self._losses})
         self._losses.clear()
-        proc.run(["nft", "delete", "table", "netdev", table], timeout=10)
+        for netns in spaces:
+            proc.run(nft_argv(netns)[:-2] + ["delete", "table", "netdev", table], timeout=10)
         return self._log("loss_stop", table, t)

@@ -21,6 +21,7 @@ two nodes: the impairment goes on the first of them.
 
 import subprocess
 
+from emulator.dataplane.runstate import tag_of_name
 from emulator.errors import EnvironmentProblem, RunFailed
 
 
@@ -74,7 +75,8 @@ def apply(session, injector, progress=lambda m: None):
                            else ""))
         if imp.get("loss_pct") is not None:
             ends = injector.ends(name, "both")
-            switch_sides = [side for side, (netns, _) in zip("ab", ends) if netns is None]
+            switch_sides = [side for side, (_, ifname) in zip("ab", ends)
+                            if tag_of_name(ifname) is not None]
             side = "both" if len(switch_sides) == 2 else switch_sides[0]
             injector.loss_start(name, imp["loss_pct"], side, keep=True)
             done.append(f"{name}: loss {imp['loss_pct']:g} % ({side})")

@@ -26,16 +26,20 @@ def ovs_log_offset():
         return 0
 
 
-def ovs_problems(offset, tag, allow=()):
-    """ERR/EMER lines written since ``offset`` that name run ``tag``'s devices."""
-    try:
-        with open(OVS_LOG, errors="replace") as f:
-            if os.path.getsize(OVS_LOG) < offset:   # rotated meanwhile: read it all
-                offset = 0
-            f.seek(offset)
-            text = f.read()
-    except OSError:
-        return []
+def ovs_problems(offset, tag, allow=(), own_logs=()):
+    """ERR/EMER lines written since ``offset`` that name run ``tag``'s devices, in
+    the machine's ovs-vswitchd log and in ``own_logs`` (the run's datapath
+    instances' logs, read whole)."""
+    text = ""
+    for path, start in [(OVS_LOG, offset)] + [(p, 0) for p in own_logs]:
+        try:
+            with open(path, errors="replace") as f:
+                if os.path.getsize(path) < start:   # rotated meanwhile: read it all
+                    start = 0
+                f.seek(start)
+                text += f.read()
+        except OSError:
+            pass
     name = re.compile(rf"\bfl{re.escape(tag)}")
     allowed = EXPECTED + [re.compile(a) for a in allow]
     return [line for line in text.splitlines()

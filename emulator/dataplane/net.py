@@ -5,8 +5,10 @@ Model -> Linux:
     fabric ports keep their names (``eth0``) inside the namespace;
   * a switch is an OVS bridge ``fl<tag><k><i>`` (see ``addressing``), fail
     mode ``secure``, OpenFlow 1.3 + 1.5, datapath id and OpenFlow port numbers
-    from the addressing plan, created for all switches in ONE ovs-vsctl
-    transaction;
+    from the addressing plan, created for all switches of one Open vSwitch in
+    ONE ovs-vsctl transaction: the machine's own (layout ``shared``) or the
+    run's datapath instances (``instances``, ``fabric.layout``), each in its
+    own network namespace with its switches' veth ends;
   * a link is a veth pair made over netlink (pyroute2), the host end created
     directly inside the host's namespace; both ends get a TBF shaper at the
     link rate (``shaping``): host ends when the host is configured, switch
@@ -17,11 +19,6 @@ and removed by ``teardown`` (called from ``finally``), so an interrupted build
 leaves nothing behind.  Mininet objects are kept so ``--cli`` works.
 """
 
-import ctypes
-import fcntl
-import os
-import socket
-import struct
 import time
 from contextlib import contextmanager
 
@@ -32,13 +29,22 @@ from mininet.node import Host, OVSSwitch
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from emulator.dataplane import instances as ovs_instances
 from emulator.dataplane import proc
 from emulator.dataplane import shaping
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
 from emulator.errors import RunFailed
-from emulator.dataplane.runstate import child_env, tag_of_name
+from emulator.dataplane.ifaces import (delete_interfaces, link_group, ns_sockets,
+                                       quiet_ipv6, terminate_nodes, tx_checksum_off,
+                                       write_sysctl)
+from emulator.dataplane.runstate import child_env
 from traffic.netns import entered
 
+
+# Inside an instance's namespace: no IPv6 on the switch ports (their router
+# solicitations would only hit table-miss); set before any port is made there.
+INSTANCE_SYSCTLS = {"net/ipv6/conf/default/disable_ipv6": 1,
+                    "net/ipv6/conf/all/disable_ipv6": 1}
 
 # The userspace datapath reads each port through an AF_PACKET socket whose
 # receive buffer is net.core.rmem_default (208 kB, ~100 frames).  When the one
@@ -95,9 +101,15 @@ class FabricSwitch(_Tagged, OVSSwitch):
     while the bridge has the run's name (``self.bridge``).
     """
 
-    def __init__(self, name, bridge=None, **params):
+    def __init__(self, name, bridge=None, ovs=ovs_instances.SYSTEM, **params):
+        self.ovs = ovs          # before Node.__init__: it starts the shell
         super().__init__(name, **params)
         self.bridge = bridge
+
+    def startShell(self, mnopts=None):
+        """The shell runs where the switch's ports are: its instance's namespace."""
+        pid = getattr(self.ovs, "holder_pid", None)
+        super().startShell(mnopts if pid is None else f"-cda{pid}")
 
     def start(self, controllers):
         pass
@@ -106,7 +118,8 @@ class FabricSwitch(_Tagged, OVSSwitch):
         pass
 
     def dpctl(self, *args):
-        return self.cmd("ovs-ofctl", "-O", "OpenFlow15", args[0], self.bridge, *args[1:])
+        return self.cmd("ovs-ofctl", "-O", "OpenFlow15", args[0],
+                        self.ovs.target(self.bridge), *args[1:])
 
 
 class FabricLink(Link):
@@ -122,7 +135,10 @@ class FabricNet:
 
     def __init__(self, topo, state, datapath_type, controller_url,
                  queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None,
-                 roce_mtu=shaping.ROCE_MTU):
+                 roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None):
+        """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
+        empty: every switch in the machine's Open vSwitch); instances reach the
+        controller at ``controller_unix``, a unix socket path."""
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type
@@ -137,6 +153,10 @@ class FabricNet:
         self.switches = {}
         self.bridges = [sw["bridge"] for sw in topo["switches"]]
         self.timings = {}
+        self.placement = [(name, list(group)) for name, group in placement]
+        self.controller_unix = controller_unix
+        self.instances = []
+        self.ovs_of = {sw["name"]: ovs_instances.SYSTEM for sw in topo["switches"]}
 
     # ----- build ---------------------------------------------------------
 
@@ -145,6 +165,7 @@ class FabricNet:
         setLogLevel("error")
         self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                           autoStaticArp=False, inNamespace=False)
+        self._start_instances()
         self._start_nodes()
         self.timings["nodes_s"] = time.monotonic() - t0
         self._make_links()
@@ -164,6 +185,40 @@ class FabricNet:
         self.mn.built = True
         self.timings["build_s"] = time.monotonic() - t0
 
+    def _start_instances(self):
+        if not self.placement:
+            return
+        self.progress(f"starting {len(self.placement)} Open vSwitch instances")
+        # started one by one and appended as they go: a failure half-way leaves
+        # the started ones to teardown
+        for name, group in self.placement:
+            inst, = ovs_instances.start_all([(name, group)], self.state,
+                                            child_env(self.state.tag), INSTANCE_SYSCTLS)
+            self.instances.append(inst)
+            for sw in group:
+                self.ovs_of[sw] = inst
+
+    def ovs(self, switch):
+        """The Open vSwitch (``instances.Ovs``) that carries ``switch``."""
+        return self.ovs_of[switch]
+
+    def switch_netns(self, switch):
+        """Path of the network namespace of ``switch``'s ports (None: this one)."""
+        return self.ovs_of[switch].netns
+
+    def sysfs(self, switch):
+        """Where ``switch``'s ports' /sys/class/net is (its instance's own sysfs)."""
+        pid = getattr(self.ovs_of[switch], "holder_pid", None)
+        return "/sys" if pid is None else f"/proc/{pid}/root/sys"
+
+    def ovses(self):
+        """The Open vSwitches (``instances.Ovs``) carrying this fabric, each once."""
+        return list(dict.fromkeys(self.ovs_of.values()))
+
+    def dead_instances(self):
+        """{instance name: [its switches]} of instances with a daemon gone."""
+        return {i.name: i.switches for i in self.instances if not i.alive()}
+
     def _start_nodes(self):
         self.progress(f"starting {len(self.topo['hosts'])} host namespaces")
         for h in self.topo["hosts"]:
@@ -174,6 +229,7 @@ class FabricNet:
         for sw in self.topo["switches"]:
             node = self.mn.addSwitch(sw["name"], cls=FabricSwitch, bridge=sw["bridge"],
                                      env=child_env(self.state.tag),
+                                     ovs=self.ovs_of[sw["name"]],
                                      dpid=sw["dpid_hex"], failMode="secure",
                                      datapath="user" if self.datapath_type == "netdev"
                                      else "kernel")
@@ -191,7 +247,7 @@ class FabricNet:
         intf_of = {(sw["name"], p["port"]): p["intf"] for sw, p in self._switch_ports()}
         host_port = {(h["name"], p["port"]): p for h in self.topo["hosts"] for p in h["ports"]}
         group = link_group(self.state.tag)     # teardown deletes them all in one request
-        with IPRoute() as ipr:
+        with IPRoute() as ipr, ns_sockets() as sock:
             for link in self.topo["links"]:
                 ends = [link["a"].split(":"), link["b"].split(":")]
                 # Put the host end (if any) second: it is created in the host's netns.
@@ -199,55 +255,78 @@ class FabricNet:
                     ends.reverse()
                 (n1, p1), (n2, p2) = ends
                 name1 = intf_of[(n1, int(p1[3:]))]
+                # a switch end is made in its instance's namespace, if it has one
+                where1 = self._ns_pid(n1)
                 if n2 in self.hosts:
                     name2 = p2
                     peer = {"ifname": name2, "net_ns_pid": self.hosts[n2].pid,
                             "address": host_port[(n2, p2)]["mac"], "mtu": self.mtu}
                 else:
                     name2 = intf_of[(n2, int(p2[3:]))]
-                    peer = {"ifname": name2, "mtu": self.mtu, "group": group}
+                    peer = {"ifname": name2, "mtu": self.mtu, "group": group,
+                            **self._ns_pid(n2)}
                 self.state.record("interface", name1)
                 try:
                     ipr.link("add", ifname=name1, kind="veth", mtu=self.mtu, group=group,
-                             peer=peer)
+                             peer=peer, **where1)
                 except NetlinkError as e:
                     raise RunFailed(f"creating veth {name1} <-> {n2}:{name2}: {e.args[1]}")
-                quiet_ipv6(name1)
-                if n2 not in self.hosts:
-                    quiet_ipv6(name2)
                 node2 = self.hosts.get(n2) or self.switches[n2]
                 self.mn.addLink(self.switches[n1], node2, port1=int(p1[3:]),
                                 port2=int(p2[3:]) if p2.startswith("eth") else 0,  # bond0
                                 intfName1=name1, intfName2=name2,
                                 cls=FabricLink, up=None)
-                ipr.link("set", index=ipr.link_lookup(ifname=name1)[0], state="up")
-                if n2 not in self.hosts:
-                    ipr.link("set", index=ipr.link_lookup(ifname=name2)[0], state="up")
+                for node, name in ((n1, name1), (n2, name2)):
+                    if node in self.hosts:
+                        continue
+                    ns = self.switch_netns(node)
+                    if ns is None:                 # an instance's namespace has it off
+                        quiet_ipv6(name)
+                    s = sock(ns)
+                    s.link("set", index=s.link_lookup(ifname=name)[0], state="up")
+
+    def _ns_pid(self, switch):
+        """Netlink attributes that create an interface in ``switch``'s namespace."""
+        pid = getattr(self.ovs_of[switch], "holder_pid", None)
+        return {"net_ns_pid": pid} if pid else {}
 
     def _make_bridges(self):
+        where = f"{len(self.instances)} instances" if self.instances else "one instance"
         self.progress(f"creating {len(self.bridges)} Open vSwitch bridges "
-                      f"(datapath {self.datapath_type})")
-        args = []
+                      f"(datapath {self.datapath_type}, {where})")
+        by_ovs = {}
         for sw in self.topo["switches"]:
-            br = sw["bridge"]
-            self.state.record("bridge", br)
-            args += ["--", "add-br", br,
-                     "--", "set", "bridge", br, f"datapath_type={self.datapath_type}",
-                     "fail_mode=secure", "protocols=OpenFlow13,OpenFlow15",
-                     f"other-config:datapath-id={sw['dpid_hex']}",
-                     "other-config:disable-in-band=true",
-                     f"external-ids:fabric-lab-run={self.state.tag}"]
-            for p in sw["ports"]:
-                args += ["--", "add-port", br, p["intf"],
-                         "--", "set", "interface", p["intf"], f"ofport_request={p['port']}"]
-            if self.controller_url:
-                args += ["--", "set-controller", br, self.controller_url,
-                         "--", "set", "controller", br, "max_backoff=1000",
-                         "inactivity_probe=15000"]
-        # set-controller creates the Controller row; the 'set controller <br>' form
-        # addresses a bridge's controller by bridge name.
+            by_ovs.setdefault(self.ovs_of[sw["name"]], []).append(sw)
         with socket_buffers(OVS_PORT_RCVBUF):
-            proc.ovs_vsctl(*args[1:], timeout=120)
+            for ovs, switches in by_ovs.items():
+                url = self.controller_url
+                if ovs is not ovs_instances.SYSTEM and self.controller_unix:
+                    url = f"unix:{ovs.controller_link(self.controller_unix)}"
+                args = []
+                for sw in switches:
+                    args += self._bridge_args(sw, url)
+                ovs.vsctl(*args[1:], timeout=120)
+
+    def _bridge_args(self, sw, controller_url):
+        """ovs-vsctl commands ('--' separated) that make ``sw``'s bridge."""
+        br = sw["bridge"]
+        self.state.record("bridge", br)
+        args = ["--", "add-br", br,
+                "--", "set", "bridge", br, f"datapath_type={self.datapath_type}",
+                "fail_mode=secure", "protocols=OpenFlow13,OpenFlow15",
+                f"other-config:datapath-id={sw['dpid_hex']}",
+                "other-config:disable-in-band=true",
+                f"external-ids:fabric-lab-run={self.state.tag}"]
+        for p in sw["ports"]:
+            args += ["--", "add-port", br, p["intf"],
+                     "--", "set", "interface", p["intf"], f"ofport_request={p['port']}"]
+        if controller_url:
+            # set-controller creates the Controller row; the 'set controller <br>'
+            # form addresses a bridge's controller by bridge name.
+            args += ["--", "set-controller", br, controller_url,
+                     "--", "set", "controller", br, "max_backoff=1000",
+                     "inactivity_probe=15000"]
+        return args
 
     def _shape_switch_ports(self):
         """Shape every switch port, once its bridge exists.
@@ -259,8 +338,9 @@ class FabricNet:
         """
         if not self.shape:
             return
-        with IPRoute() as ipr:
-            for _, p in self._switch_ports():
+        with ns_sockets() as sock:
+            for sw, p in self._switch_ports():
+                ipr = sock(self.switch_netns(sw["name"]))
                 idx = ipr.link_lookup(ifname=p["intf"])[0]
                 shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms, self.frame)
 
@@ -319,8 +399,8 @@ class FabricNet:
     def intf_counters(self):
         """{intf: (tx_bytes, rx_bytes, tx_packets)} for every switch interface."""
         out = {}
-        for _, p in self._switch_ports():
-            base = f"/sys/class/net/{p['intf']}/statistics/"
+        for sw, p in self._switch_ports():
+            base = f"{self.sysfs(sw['name'])}/class/net/{p['intf']}/statistics/"
             try:
                 with open(base + "tx_bytes") as f1, open(base + "rx_bytes") as f2, \
                         open(base + "tx_packets") as f3:
@@ -331,9 +411,11 @@ class FabricNet:
 
     def controllers_connected(self):
         """Bridges whose controller connection is up."""
-        text = proc.ovs_vsctl("--format=csv", "--columns=_uuid,is_connected",
-                              "list", "controller", timeout=10)
-        connected = sum(1 for line in text.splitlines()[1:] if line.endswith("true"))
+        connected = 0
+        for ovs in {*self.ovs_of.values()}:
+            text = ovs.vsctl("--format=csv", "--columns=_uuid,is_connected",
+                             "list", "controller", timeout=10)
+            connected += sum(1 for line in text.splitlines()[1:] if line.endswith("true"))
         return connected
 
     # ----- teardown -------------------------------------------------------
@@ -342,13 +424,18 @@ class FabricNet:
         """Remove everything this run created; safe to call on a partial build."""
         errors = []
         t0 = time.monotonic()
+        shared = [sw["bridge"] for sw in self.topo["switches"]
+                  if self.ovs_of[sw["name"]] is ovs_instances.SYSTEM]
         try:
             args = []
-            for br in self.bridges:
+            for br in shared:
                 args += ["--", "--if-exists", "del-br", br]
-            proc.ovs_vsctl(*args[1:], timeout=120)
+            if args:
+                ovs_instances.SYSTEM.vsctl(*args[1:], timeout=120)
         except RunFailed as e:
             errors.append(str(e))
+        # an instance goes whole: its daemons, then its namespace with its veth ends
+        errors += ovs_instances.stop_all(self.instances)
         t1 = time.monotonic()
         errors += terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
         t2 = time.monotonic()
@@ -357,93 +444,3 @@ class FabricNet:
         self.timings.update({"teardown_bridges_s": t1 - t0, "teardown_nodes_s": t2 - t1,
                              "teardown_links_s": t3 - t2, "teardown_s": t3 - t0})
         return errors
-
-
-SIOCETHTOOL, ETHTOOL_STXCSUM = 0x8946, 0x17
-
-
-def tx_checksum_off(ifname):
-    """``ethtool -K IFNAME tx off`` (its ioctl: every TX checksum feature off) in the
-    calling thread's network namespace; OSError if the kernel refuses."""
-    value = ctypes.create_string_buffer(struct.pack("II", ETHTOOL_STXCSUM, 0))
-    ifreq = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
-
-
-def write_sysctl(key, value):
-    """Set ``/proc/sys/KEY`` as the calling thread's namespace sees it (net/... keys
-    are per namespace); a key compiled out of the kernel (IPv6) is skipped."""
-    try:
-        with open(f"/proc/sys/{key}", "w") as f:
-            f.write(value)
-    except FileNotFoundError:
-        pass
-
-
-def quiet_ipv6(ifname):
-    """No IPv6 on a switch port: its router solicitations would only hit table-miss."""
-    try:
-        with open(f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6", "w") as f:
-            f.write("1")
-    except FileNotFoundError:     # IPv6 compiled out: nothing to quiet
-        pass
-
-
-def link_group(tag):
-    """The interface group (IFLA_GROUP) of run ``tag``'s root-namespace veths: "FL"
-    and the tag, so one RTM_DELLINK removes them all (``delete_interfaces``)."""
-    return 0x464C0000 | int(tag, 16)
-
-
-def terminate_nodes(nodes):
-    """End the Mininet nodes' shells: SIGHUP to all first, then reap each (one at a
-    time, each shell's exit was waited for before the next was signalled)."""
-    import signal
-    errors = []
-    for node in nodes:
-        try:
-            node.unmountPrivateDirs()
-            if node.shell is not None and node.shell.poll() is None:
-                os.killpg(node.shell.pid, signal.SIGHUP)
-        except ProcessLookupError:
-            pass
-        except Exception as e:    # a half-started node: keep going
-            errors.append(f"{node.name}: {e}")
-    for node in nodes:
-        try:
-            node.cleanup()        # closes its pty and waits for its shell
-        except Exception as e:
-            errors.append(f"{node.name}: {e}")
-    return errors
-
-
-def delete_interfaces(tag):
-    """Delete every root-namespace interface named for run ``tag``.
-
-    Its veths carry the run's group (``link_group``): when every interface of that
-    group is named for the run, one request deletes them all, in one batch of the
-    kernel's (one by one, each paid its own RCU grace period: 768 links took
-    ~12 s on 2 cores).  Whatever is left (a group shared with a foreign
-    interface, names made by other modules) goes one at a time."""
-    errors = []
-    group = link_group(tag)
-    with IPRoute() as ipr:
-        links = [(link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_GROUP"), link["index"])
-                 for link in ipr.get_links()]
-        grouped = [name for name, g, _ in links if g == group]
-        if grouped and all(tag_of_name(name) == tag for name in grouped):
-            try:
-                ipr.link("del", group=group)
-            except NetlinkError as e:
-                errors.append(f"delete interface group {group:#x}: {e}")
-            links = [(link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_GROUP"),
-                      link["index"]) for link in ipr.get_links()]
-        for name, _, index in links:
-            if tag_of_name(name) == tag:
-                try:
-                    ipr.link("del", index=index)
-                except NetlinkError as e:
-                    if e.code != 19:   # ENODEV: its veth peer went first
-                        errors.append(f"delete {name}: {e}")
-    return errors

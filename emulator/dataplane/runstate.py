@@ -68,8 +68,13 @@ class RunState:
 
     def release(self):
         """Remove the state directory (after everything else is gone)."""
+        import shutil
         for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
+            path = os.path.join(self.dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)        # a datapath instance's directory
+            else:
+                os.unlink(path)
         os.rmdir(self.dir)
         os.close(self._lock_fd)
 

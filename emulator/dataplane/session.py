@@ -16,22 +16,22 @@ orderly exit and masked during teardown):
 
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import time
 
 from emulator.fabric import addressing
 from emulator.dataplane import datapath
+from emulator.dataplane import instances as ovs_instances
 from emulator.dataplane import logs
 from emulator.fabric import spec
 from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from emulator.dataplane.controller_proc import (REPO, Controller, controller_problems,  # noqa: F401
+                                                converged_events, free_port, listening,
+                                                wait_until)
 
 
 def require_root():
@@ -59,110 +59,6 @@ def check_dependencies():
     if probe.returncode != 0:
         raise EnvironmentProblem("Open vSwitch is not running (ovs-vsctl cannot reach "
                                  "ovsdb-server): run sudo ./setup.sh, which starts it")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port):
-    """True if something listens on TCP ``port`` in this namespace (no connect)."""
-    want = f":{port:04X}"
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(path) as f:
-                for line in f.readlines()[1:]:
-                    fields = line.split()
-                    if fields[1].endswith(want) and fields[3] == "0A":
-                        return True
-        except OSError:
-            pass
-    return False
-
-
-def converged_events(text):
-    """The controller's ``CONVERGED {json}`` log lines (its monotonic timings), parsed."""
-    return [json.loads(m) for m in re.findall(r"CONVERGED (\{.*\})", text)]
-
-
-def wait_until(cond, timeout, what, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RunFailed(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-class Controller:
-    """The project's controller as a child process on 127.0.0.1."""
-
-    def __init__(self, topology_path, log_path, app=None, lb="ecmp",
-                 failover="fast-failover", env=None, holddown=None):
-        self.port = free_port()
-        self.log_path = log_path
-        argv = [sys.executable, "-m", "controller", "--topology", topology_path,
-                "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path,
-                "--lb", lb, "--failover", failover]
-        if holddown is not None:
-            argv += ["--bfd-holddown", holddown]     # BASE:MAX s, controller/damping.py
-        if app:
-            argv += ["--app", app]
-        self.argv = argv
-        self.env = env
-        self.proc = None
-
-    @property
-    def url(self):
-        return f"tcp:127.0.0.1:{self.port}"
-
-    def start(self, timeout=30):
-        self.log = open(self.log_path + ".stdout", "a")   # a restart appends
-        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log, env=self.env,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RunFailed(f"controller exited with status {self.proc.returncode} "
-                                f"at start; see {self.log_path}")
-            return listening(self.port)
-        wait_until(ready, timeout, f"the controller to listen on 127.0.0.1:{self.port}")
-
-    def converged(self):
-        """Every ``CONVERGED`` event in the controller's log so far."""
-        with open(self.log_path, errors="replace") as f:
-            return converged_events(f.read())
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout=10):
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-        self.log.close()
-        return self.proc.returncode
-
-
-def controller_problems(log_path):
-    """Lines where the controller reported a handler exception or an OpenFlow error."""
-    bad = []
-    for path in (log_path, log_path + ".stdout"):
-        try:
-            with open(path, errors="replace") as f:
-                bad += [line.rstrip() for line in f
-                        if "CONTROLLER-EXCEPTION" in line or "OFP-ERROR" in line
-                        or "Traceback" in line]
-        except OSError:
-            pass
-    return bad
 
 
 def make_results_dir(base, tag):
@@ -195,8 +91,10 @@ class Session:
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
                  failover="fast-failover", capture=None, telemetry=None, ecn=None,
-                 holddown=None):
+                 holddown=None, layout=None):
         self.fabric = fabric
+        self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
+        self.watch = None
         self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
         self.lb = lb                     # the controller's load balancing (controller/lb.py)
         self.failover = failover         # none | controller | fast-failover
@@ -230,16 +128,15 @@ class Session:
             self._setup()
         except BaseException:
             self.close()
+            self._raise_failure()
             raise
         return self
 
-    def __exit__(self, *exc):
-        try:
-            self.close()
-        finally:
-            if self._signals is not None:
-                self._signals.__exit__(None, None, None)
-        return False
+    def _raise_failure(self):
+        """A dead datapath instance is the run's one error (not the SIGHUP it sent)."""
+        failure = self.watch and self.watch.failure
+        if failure:
+            raise RunFailed(failure) from None
 
     def _setup(self):
         from emulator.dataplane.net import FabricNet
@@ -251,6 +148,7 @@ class Session:
         send_buffer = None
         if dp_type == "netdev" and self.shape:
             send_buffer = datapath.check_send_buffer()
+        layout_choice = self._resolve_layout(dp_type)
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         from emulator.dataplane import capture
@@ -273,10 +171,16 @@ class Session:
                                                             send_buffer)
         if note:
             self.progress(note)
-        url = self._start_controller()
+        placement = self._place(*layout_choice)
+        url = self._start_controller(unix=self.state.path("controller.sock")
+                                     if placement else None)
         self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
-                             shape=self.shape, progress=self.progress, roce_mtu=self.mtu)
+                             shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
+                             placement=placement,
+                             controller_unix=self.controller and self.controller.unix)
+        self.watch = ovs_instances.Watch(self.net.instances)
         self.net.build()
+        self.watch.start()
         self.results["mtu"]["interfaces"] = self.net.mtu
         if self.ecn is not None:
             from emulator.dataplane.ecn import Marker
@@ -307,6 +211,42 @@ class Session:
             from emulator.dataplane.telemetry import Telemetry
             self.telemetry = Telemetry(self, self.telemetry_port).start()
             self.progress(f"telemetry: {self.telemetry.url}")
+
+    def _resolve_layout(self, dp_type):
+        """(layout, why), checked before anything is made: the tools an instance
+        layout needs, and a controller its namespaces can reach."""
+        import dataclasses
+        import shutil
+        from emulator.errors import ConfigError
+        from emulator.fabric import layout
+        fabric = self.fabric if self.layout is None else \
+            dataclasses.replace(self.fabric, layout=self.layout)
+        chosen, why = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+        if chosen == "shared":
+            return chosen, why
+        missing = [t for t in ovs_instances.TOOLS if shutil.which(t) is None]
+        if missing:
+            raise EnvironmentProblem(
+                f"layout {chosen} needs {', '.join(missing)}, which this machine lacks: "
+                "run sudo ./setup.sh (installs openvswitch-switch, mininet, util-linux), "
+                "or use --layout shared")
+        if self.controller_spec.startswith("remote:"):
+            raise ConfigError("--layout", f"layout {chosen} runs switches in their own "
+                                          "namespaces, which cannot reach a remote controller's "
+                                          "TCP address: use --layout shared with --controller "
+                                          "remote:HOST:PORT")
+        return chosen, why
+
+    def _place(self, chosen, why):
+        """The switches' datapath instances for the layout, said at start."""
+        from emulator.fabric import layout
+        placement = layout.place(self.topo, chosen)
+        crossing = layout.crossing_links(self.topo, placement)
+        self.results["layout"] = {"layout": chosen, "why": why, "crossing_links": crossing,
+                                  "instances": {n: g for n, g in placement}}
+        self.progress(f"layout {chosen} ({why}): {layout.describe(placement)}"
+                      + (f"; {crossing} links join two instances" if placement else ""))
+        return placement
 
     def _wait_installed(self):
         """The builtin controller has installed every switch (its CONVERGED connect
@@ -344,7 +284,7 @@ class Session:
         """The environment every process of this run starts with (it carries the tag)."""
         return child_env(self.state.tag)
 
-    def _start_controller(self):
+    def _start_controller(self, unix=None):
         spec_ = self.controller_spec
         if spec_.startswith("remote:"):
             hostport = spec_[len("remote:"):]
@@ -357,7 +297,7 @@ class Session:
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app,
                                      lb=self.lb, failover=self.failover, env=self.child_env(),
-                                     holddown=self.holddown)
+                                     holddown=self.holddown, unix=unix)
         self.state.record("controller", self.controller.argv)
         self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
         self.controller.start()
@@ -365,8 +305,19 @@ class Session:
                                       "listen": f"127.0.0.1:{self.controller.port}"}
         return self.controller.url
 
+    def __exit__(self, *exc):
+        try:
+            self.close()
+        finally:
+            if self._signals is not None:
+                self._signals.__exit__(None, None, None)
+        self._raise_failure()
+        return False
+
     def close(self):
         with signals_masked():
+            if self.watch is not None:
+                self.watch.stop()
             if self.impairer is not None:
                 self.impairer.close()
                 self.impairer = None
@@ -382,6 +333,7 @@ class Session:
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()
+                ovs_instances.keep_logs(self.net.instances, self.dir)
                 self.results.setdefault("timings", {}).update(
                     {k: round(v, 3) for k, v in self.net.timings.items()
                      if k.startswith("teardown")})
@@ -392,7 +344,10 @@ class Session:
                 ctl["exit_status"] = status
                 ctl["problems"] = controller_problems(self.controller.log_path)
             if self.state is not None:
-                problems = logs.ovs_problems(self._ovs_log_offset, self.state.tag)
+                own = [os.path.join(i.dir, "ovs-vswitchd.log")
+                       for i in (self.net.instances if self.net is not None else [])]
+                problems = logs.ovs_problems(self._ovs_log_offset, self.state.tag,
+                                             own_logs=own)
                 self.results["ovs_problems"] = problems
                 CLOSED.append((self.state.tag, problems
                                + self.results.get("controller", {}).get("problems", [])))

@@ -28,7 +28,6 @@ import re
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from emulator.dataplane import proc
 from emulator.dataplane.counters import QueueCounters, link_names
 from emulator.errors import RunFailed
 
@@ -85,7 +84,8 @@ class FabricCollector:
         for sw in s.topo["switches"]:
             for p in sw["ports"]:
                 try:
-                    with open(f"/sys/class/net/{p['intf']}/statistics/tx_packets") as f:
+                    with open(f"{s.net.sysfs(sw['name'])}/class/net/{p['intf']}"
+                              "/statistics/tx_packets") as f:
                         pkts.add_metric([self.links[p["intf"]]], int(f.read()))
                 except OSError:
                     continue
@@ -105,10 +105,9 @@ class FabricCollector:
                                       labels=["switch", "group", "bucket"])
         for sw in s.topo["switches"]:
             try:
-                fl = proc.ovs_ofctl("-O", "OpenFlow15", "--no-stats", "dump-flows",
-                                    sw["bridge"], timeout=10)
-                gs = proc.ovs_ofctl("-O", "OpenFlow15", "dump-group-stats", sw["bridge"],
-                                    timeout=10)
+                ovs = s.net.ovs(sw["name"])
+                fl = ovs.ofctl("dump-flows", sw["bridge"], "--no-stats", timeout=10)
+                gs = ovs.ofctl("dump-group-stats", sw["bridge"], timeout=10)
             except RunFailed:
                 continue
             flows.add_metric([sw["name"]], count_flows(fl))

@@ -28,7 +28,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from pyroute2 import IPRoute
 
 from emulator.fabric.addressing import home_leaf
 from emulator.dataplane.session import REPO
@@ -209,10 +208,13 @@ def parse_link(text, topo):
                                "(write it as NODE-NODE, e.g. leaf1-spine1)")
 
 
-def set_link(ends, state):
-    """Set both switch-side interfaces of a link up or down (netlink, root namespace)."""
-    with IPRoute() as ipr:
-        for _, p in ends:
+def set_link(ends, state, net):
+    """Set both switch-side interfaces of a link up or down (netlink, in the
+    namespaces of their switches' Open vSwitch)."""
+    from emulator.dataplane.ifaces import ns_sockets
+    with ns_sockets() as sock:
+        for sw, p in ends:
+            ipr = sock(net.switch_netns(sw))
             idx = ipr.link_lookup(ifname=p["intf"])
             if not idx:
                 raise RunFailed(f"interface {p['intf']} is gone")
@@ -311,14 +313,14 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
             if send.poll() is not None:
                 raise RunFailed(f"probe sender in {src} exited {send.returncode} early")
             time.sleep(0.01)
-        set_link(ends, "down")
+        set_link(ends, "down", net)
         cut = True
         _finish(send, duration + 30, f"probe sender in {src}")
         _finish(recv, 40, f"probe receiver in {dst}")
         watch.stop()
     finally:
         if cut:
-            set_link(ends, "up")
+            set_link(ends, "up", net)
         for p in (send, recv):
             if p is not None and p.poll() is None:
                 p.kill()

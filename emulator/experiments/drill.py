@@ -251,7 +251,7 @@ def run_mode(fabric, mode, events, args, base, out):
         if args.bfd:
             from emulator.dataplane import bfd
             bfd.enable(s.topo, bfd.parse_interval(args.bfd),
-                       progress=lambda m: out(f"... [{mode}] {m}"))
+                       progress=lambda m: out(f"... [{mode}] {m}"), net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
             wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()), 30,
                      "the controller to route over every port after BFD came up")

@@ -110,7 +110,7 @@ def path_pairs(s, planned):
         traced = {}
         for c in range(PATH_CANDIDATES):
             qpn = PATH_QPN_BASE + i * PATH_CANDIDATES + c
-            traced[qpn] = trace_path(s.topo, src["name"], hp, dp, udp_sport(qpn, qpn))
+            traced[qpn] = trace_path(s.topo, src["name"], hp, dp, udp_sport(qpn, qpn), s.net)
             if len(choose(traced)) >= want:
                 break
         chosen = list(choose(traced).items())[:want]
@@ -129,17 +129,19 @@ def hop(node, port):
     return f"{node}:{port}"
 
 
-def trace_path(topo, src_name, hp, dp, sport):
+def trace_path(topo, src_name, hp, dp, sport, net=None):
     """The path of one RoCEv2 flow (``hp`` -> ``dp`` host ports, UDP source port
-    ``sport``) by ``ofproto/trace`` hop by hop (see ``flow_paths``)."""
+    ``sport``) by ``ofproto/trace`` hop by hop (see ``flow_paths``), each asked of
+    the Open vSwitch carrying that switch in ``net`` (default: the machine's)."""
     sw = {x["name"]: x for x in topo["switches"]}
     hosts = {h["name"] for h in topo["hosts"]}
     node, in_port, path = hp["switch"], hp["switch_port"], [hop(src_name, hp["port"])]
     while node in sw and len(path) <= len(sw):
-        text = proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"],
-                         f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
-                         f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
-                         f"udp_src={sport},udp_dst=4791"], timeout=10)
+        flow = (f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
+                f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
+                f"udp_src={sport},udp_dst=4791")
+        text = net.ovs(node).appctl("ofproto/trace", sw[node]["bridge"], flow) if net \
+            else proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"], flow], timeout=10)
         outs = re.findall(r"\boutput:(\d+)", text)
         if not outs:
             break
@@ -165,7 +167,7 @@ def flow_paths(s, pairs, qps=None):
         hp, dp = src["ports"][0], dst["ports"][0]
         for q, qpn in enumerate(qpns):
             out[f"{hp['ip']}#{first + q}"] = trace_path(
-                s.topo, src["name"], hp, dp, udp_sport(qpn, qpn))
+                s.topo, src["name"], hp, dp, udp_sport(qpn, qpn), s.net)
     return out
 
 

@@ -115,14 +115,16 @@ class QueueSampler(threading.Thread):
             self.reader.close()
 
 
-def ovs_drops(intfs):
-    """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``."""
+def ovs_drops(intfs, net):
+    """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``
+    (in every Open vSwitch carrying ``net``)."""
     import json
-    from emulator.dataplane import proc
-    doc = json.loads(proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
-                                    "interface", timeout=20))
+    data = []
+    for ovs in net.ovses():
+        data += json.loads(ovs.vsctl("--format=json", "--columns=name,statistics", "list",
+                                     "interface", timeout=20))["data"]
     want, out = set(intfs), {}
-    for name, stats in doc["data"]:
+    for name, stats in data:
         if name in want:
             bad = {k: v for k, v in stats[1] if ("drop" in k or "error" in k) and v}
             if bad:
@@ -182,7 +184,7 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
         # packets the receivers counted lost (PSN gaps), warm-up call included
         out["lost"] = collective.rank_totals(os.path.join(s.dir, "collective"), "dropped_packets")
         out["ovs_drops"] = ovs_drops([p["intf"] for sw in s.topo["switches"]
-                                      for p in sw["ports"]])
+                                      for p in sw["ports"]], s.net)
         out["series"] = worst_series(ports, sampler.times, sampler.backlog)
     out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
     lk, q = out["links"], out["queues"]

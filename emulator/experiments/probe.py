@@ -106,7 +106,7 @@ def fault_hop(link, topo):
     return next(f"{node}:{port}" for node, port in link_ends(link, topo) if node == first)
 
 
-def select_paths(topo):
+def select_paths(topo, net=None):
     """{flow key: (src view, dst view, qpn, path)}: one probe per distinct path of
     every ``prober.probe_pairs`` pair, checked against the installed groups."""
     from traffic.frames import udp_sport
@@ -117,7 +117,7 @@ def select_paths(topo):
         traced = {}
         for c in range(CANDIDATES):
             qpn = QPN_BASE + i * CANDIDATES + c
-            traced[qpn] = trace_path(topo, src["name"], hp, dp, udp_sport(qpn, qpn))
+            traced[qpn] = trace_path(topo, src["name"], hp, dp, udp_sport(qpn, qpn), net)
             if len(pr.choose(traced)) >= width:
                 break
         for qpn, path in pr.choose(traced).items():
@@ -325,7 +325,7 @@ def main(fabric, args, out=print):
                  failover=args.failover, queue_ms=args.queue_ms,
                  progress=lambda m: out(f"... {m}")) as s:
         t0 = time.monotonic()
-        chosen = select_paths(s.topo)
+        chosen = select_paths(s.topo, s.net)
         paths = {k: v[3] for k, v in chosen.items()}
         names = pr.directed_links(s.topo)
         covered, total, missing = pr.coverage(paths, s.topo)

@@ -102,6 +102,7 @@ class Fabric:
     nodes: tuple
     links: tuple
     params: tuple = field(default=())   # the preset parameters it came from, if any
+    layout: object = None               # its datapath layout (fabric.layout), if it names one
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -157,4 +158,8 @@ class Fabric:
                 if value is not None:
                     entry[key] = f"{value * 1e3:g}ms"
             links.append(entry)
-        return {"name": self.name, "topology": {"nodes": nodes, "links": links}}
+        doc = {"name": self.name}
+        if self.layout is not None:
+            doc["layout"] = self.layout
+        doc["topology"] = {"nodes": nodes, "links": links}
+        return doc

@@ -31,7 +31,8 @@ NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PORT_RE = re.compile(r"^eth([0-9]{1,5})$")
 MAX_OFPORT = 0xFF00 - 1
 
-TOP_KEYS = {"name": "fabric name", "topology": "nodes and links"}
+TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
+            "layout": "datapath instances (shared, per-switch, N, pod, plane, rail, auto)"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
@@ -117,7 +118,14 @@ def parse(data, source="<fabric>"):
     _check_attachment(nodes, links, fail)
     _check_bonds(nodes, links, fail)
     _check_connected(nodes, links, fail)
-    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links))
+    layout = data.get("layout")
+    if layout is not None:
+        from emulator.fabric import layout as layouts
+        try:
+            layout = layouts.parse(layout, "layout")
+        except ConfigError as e:
+            fail("layout", e.message)
+    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout)
 
 
 def _reject_unknown(mapping, allowed, where, fail):

@@ -59,7 +59,7 @@ def test_ryu_app_makes_the_fabric_reachable(ryu_app):
 
 def test_ryu_app_speaks_openflow13_and_installed_its_flows(ryu_app):
     leaf1 = next(sw for sw in ryu_app.topo["switches"] if sw["name"] == "leaf1")
-    flows = proc.ovs_ofctl("-O", "OpenFlow13", "dump-flows", leaf1["bridge"])
+    flows = ryu_app.net.ovs("leaf1").ofctl("dump-flows", leaf1["bridge"], version="OpenFlow13")
     assert "priority=200,arp,arp_op=1 actions=CONTROLLER:65535" in flows
     assert flows.count("priority=100,ip,nw_dst=") == 4
 

@@ -13,7 +13,6 @@ import re
 
 import pytest
 
-from emulator.dataplane import proc
 from emulator.dataplane.session import Session
 from emulator.experiments.compare import ring_indices
 from emulator.fabric import presets
@@ -32,10 +31,11 @@ def fabric(tmp_path_factory):
 
 def uplink(s, leaf, src, dst, sport):
     sw = next(x for x in s.topo["switches"] if x["name"] == leaf)
-    text = proc.run(["ovs-appctl", "ofproto/trace", sw["bridge"],
-                     f"in_port={src['ports'][0]['switch_port']},udp,dl_src={src['mac']},"
-                     f"dl_dst={dst['mac']},nw_src={src['ip']},nw_dst={dst['ip']},nw_ttl=64,"
-                     f"udp_src={sport},udp_dst=4791"], timeout=10)
+    text = s.net.ovs(leaf).appctl(
+        "ofproto/trace", sw["bridge"],
+        f"in_port={src['ports'][0]['switch_port']},udp,dl_src={src['mac']},"
+        f"dl_dst={dst['mac']},nw_src={src['ip']},nw_dst={dst['ip']},nw_ttl=64,"
+        f"udp_src={sport},udp_dst=4791", timeout=10)
     return int(re.findall(r"\boutput:(\d+)", text)[-1])
 
 

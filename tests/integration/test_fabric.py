@@ -53,20 +53,21 @@ def test_every_host_pair_reaches_every_other(fabric):
 def test_bridges_match_the_plan(fabric):
     for sw in fabric.topo["switches"]:
         br = sw["bridge"]
-        got = proc.ovs_vsctl("get", "bridge", br, "fail_mode", "protocols",
-                             "datapath_type", "other-config:datapath-id").splitlines()
+        ovs = fabric.net.ovs(sw["name"])
+        got = ovs.vsctl("get", "bridge", br, "fail_mode", "protocols",
+                        "datapath_type", "other-config:datapath-id").splitlines()
         assert got[0] == "secure"
         assert got[1] == '[OpenFlow13, OpenFlow15]'
         assert got[2] == fabric.results["datapath"]["type"]
         assert got[3].strip('"') == sw["dpid_hex"]
         for p in sw["ports"]:
-            assert int(proc.ovs_vsctl("get", "interface", p["intf"], "ofport")) == p["port"]
+            assert int(ovs.vsctl("get", "interface", p["intf"], "ofport")) == p["port"]
     assert json.load(open(fabric.topology_path)) == fabric.topo
 
 
 def test_select_groups_hash_udp_source_port(fabric):
     leaf = fabric.topo["switches"][0]
-    groups = proc.ovs_ofctl("-O", "OpenFlow15", "dump-groups", leaf["bridge"])
+    groups = fabric.net.ovs(leaf["name"]).ofctl("dump-groups", leaf["bridge"])
     selects = [g for g in groups.splitlines() if "type=select" in g]
     assert selects, groups
     uplinks = [p["port"] for p in leaf["ports"] if p["peer_kind"] == "spine"]

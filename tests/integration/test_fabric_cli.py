@@ -39,9 +39,9 @@ def test_cli_cuts_restores_shows_links_and_captures(tmp_path):
             # the injector of the CLI logged every event, and left every link up
             events = [line for line in open(f"{s.dir}/faults.jsonl")]
             assert len(events) >= 2 + 2 + 4        # cut/up, loss start/stop, 2 flaps
-            up = {p["intf"] for sw in s.topo["switches"] for p in sw["ports"]}
-            for intf in up:
-                with open(f"/sys/class/net/{intf}/operstate") as f:
+            up = {(sw["name"], p["intf"]) for sw in s.topo["switches"] for p in sw["ports"]}
+            for sw, intf in up:
+                with open(f"{s.net.sysfs(sw)}/class/net/{intf}/operstate") as f:
                     assert f.read().strip() == "up", intf
             captures = s.results["captures"]
     finally:

@@ -67,7 +67,8 @@ def dump(s):
     for sw in s.topo["switches"]:
         for what in ("dump-flows", "dump-groups"):
             r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow15", "--no-stats", what,
-                                sw["bridge"]], capture_output=True, text=True, timeout=20)
+                                s.net.ovs(sw["name"]).target(sw["bridge"])],
+                               capture_output=True, text=True, timeout=20)
             assert r.returncode == 0, r.stderr
             # dump-groups starts with a reply header; dump-flows --no-stats has none
             out[(sw["name"], what)] = sorted(line for line in r.stdout.splitlines()
@@ -135,7 +136,8 @@ def test_flap_storm_ends_fully_reachable(session, tmp_path):
 def port_config_down(s, switch, port):
     """True if ``switch``'s port is config-down in OVS (``dump-ports-desc``)."""
     br = next(x["bridge"] for x in s.topo["switches"] if x["name"] == switch)
-    r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports-desc", br],
+    r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports-desc",
+                        s.net.ovs(switch).target(br)],
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
     block = re.search(rf"^ {port}\(.*?(?=^ \d+\(|\Z)", r.stdout, re.S | re.M).group(0)
@@ -218,8 +220,8 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
 def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     mode, s, inj, pairs, paths = session
     from emulator.dataplane import bfd
-    bfd.enable(s.topo, 10)
-    assert all(v["forwarding"] and v["tx_ms"] == 10 for i, v in bfd.show().items()
+    bfd.enable(s.topo, 10, net=s.net)
+    assert all(v["forwarding"] and v["tx_ms"] == 10 for i, v in bfd.show(s.net).items()
                if i in bfd.interfaces(s.topo))
     # sessions starting look like BFD downs to the controller: their hold-down runs out
     drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
@@ -252,7 +254,7 @@ def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
         paths = drill.flow_paths(s, pairs)
         inj = Injector(s)
         try:
-            bfd.enable(s.topo, 10)
+            bfd.enable(s.topo, 10, net=s.net)
             drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
                            "the controller to route over every port")
             events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)

@@ -104,7 +104,8 @@ def check_pings(s, want, forbid, timeout=SETTLE_S):
 def tables(s):
     """{(switch, dump-flows|dump-groups): sorted lines} without counters, in parallel."""
     procs = {(sw["name"], what): subprocess.Popen(
-        ["ovs-ofctl", "-O", "OpenFlow15", "--no-stats", what, sw["bridge"]],
+        ["ovs-ofctl", "-O", "OpenFlow15", "--no-stats", what,
+         s.net.ovs(sw["name"]).target(sw["bridge"])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for sw in s.topo["switches"] for what in ("dump-flows", "dump-groups")}
     out = {}

@@ -1,0 +1,329 @@
+"""Open vSwitch instances: the run's own ``ovsdb-server`` + ``ovs-vswitchd`` pairs.
+
+Model.  ``Ovs`` is how to reach one Open vSwitch: the machine's own (the
+``shared`` layout, ``SYSTEM``) or an ``Instance`` of this run.  Every caller
+that configures or reads a switch (ovs-vsctl, ovs-ofctl, ovs-appctl) asks the
+switch's ``Ovs``, never the default sockets.
+
+An instance lives in its own network namespace (the userspace datapath's
+internal ``ovs-netdev`` device has a fixed name: two daemons in one namespace
+clash).  The namespace is held by a small process (``mnexec -n``, which also
+mounts a sysfs of that namespace, so the daemon sees its own ports in
+``/sys/class/net``); its switches' veth ends are created in it.  Everything
+else is under the run's state directory, ``/run/fabric-lab/<tag>/<name>/``:
+the database (``conf.db``), the database socket (``db.sock``), the daemons'
+control sockets and pid files, their logs, and the bridges' management
+sockets (``<bridge>.mgmt``, ``OVS_RUNDIR``).  The daemons carry the run's tag
+in their environment, and ``clean`` finds them by their pid files.
+
+The controller is reached through a unix socket in the run's state directory
+(``controller.sock``, see ``controller.launch``): a file, not an address,
+reachable from every namespace and from nothing outside the machine.
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+from emulator.dataplane import proc
+from emulator.errors import EnvironmentProblem, RunFailed
+from traffic.netns import entered
+
+SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+DAEMONS = ("ovs-vswitchd", "ovsdb-server", "holder")
+TOOLS = ("ovsdb-server", "ovs-vswitchd", "ovsdb-tool", "ovs-appctl", "mnexec", "nsenter")
+
+
+class Ovs:
+    """The machine's Open vSwitch: default database and control sockets."""
+
+    name = "system"
+    netns = None           # where its switches' ports are (None: this namespace)
+    dir = None
+
+    def vsctl(self, *args, timeout=60):
+        return proc.ovs_vsctl(*args, timeout=timeout)
+
+    def target(self, bridge):
+        """What ovs-ofctl names ``bridge`` by."""
+        return bridge
+
+    def ofctl(self, command, bridge, *args, timeout=20, version="OpenFlow15"):
+        return proc.ovs_ofctl("-O", version, command, self.target(bridge), *args,
+                              timeout=timeout)
+
+    def appctl(self, *args, timeout=10):
+        return proc.run(["ovs-appctl", *args], timeout=timeout)
+
+    def in_netns(self, argv):
+        """``argv`` run where this instance's ports are."""
+        return argv
+
+    def alive(self):
+        return True
+
+
+SYSTEM = Ovs()
+
+
+class Instance(Ovs):
+    """One ``ovsdb-server`` + ``ovs-vswitchd`` of a run, in its own namespace."""
+
+    def __init__(self, name, switches, state_dir, env):
+        self.name = name
+        self.switches = list(switches)
+        self.dir = os.path.join(state_dir, name)
+        self.env = dict(env, OVS_RUNDIR=self.dir, OVS_DBDIR=self.dir, OVS_LOGDIR=self.dir)
+        self.procs = {}
+        self.netns = None
+
+    # ----- reaching it ----------------------------------------------------
+
+    @property
+    def db(self):
+        return f"unix:{self.dir}/db.sock"
+
+    @property
+    def ctl(self):
+        return f"{self.dir}/ovs-vswitchd.ctl"
+
+    def vsctl(self, *args, timeout=60):
+        return proc.run(["ovs-vsctl", f"--db={self.db}", f"--timeout={max(1, int(timeout) - 1)}",
+                         *args], timeout=timeout)
+
+    def target(self, bridge):
+        return f"unix:{self.dir}/{bridge}.mgmt"
+
+    def appctl(self, *args, timeout=10):
+        return proc.run(["ovs-appctl", "-t", self.ctl, *args], timeout=timeout)
+
+    def in_netns(self, argv):
+        return ["nsenter", f"--net={self.netns}", *argv]
+
+    def controller_link(self, path):
+        """A name for the controller's unix socket ``path`` inside this instance's
+        directory: ovs-vswitchd connects to unix sockets under its OVS_RUNDIR only."""
+        link = os.path.join(self.dir, "controller.sock")
+        if not os.path.islink(link):
+            os.symlink(path, link)
+        return link
+
+    def vswitchd_pid(self):
+        p = self.procs.get("ovs-vswitchd")
+        return p.pid if p is not None and p.poll() is None else None
+
+    @property
+    def holder_pid(self):
+        p = self.procs.get("holder")
+        return p.pid if p is not None else None
+
+    def alive(self):
+        return bool(self.procs) and all(p.poll() is None for p in self.procs.values())
+
+    def died(self):
+        """The daemons of this instance that have exited, with their status."""
+        return {name: p.returncode for name, p in self.procs.items() if p.poll() is not None}
+
+    # ----- life -------------------------------------------------------------
+
+    def start(self, sysctls, timeout=30):
+        """Namespace, database, daemons; returns once ovs-vswitchd answers.
+
+        ``sysctls``: {key: value} set inside the namespace before the daemon opens
+        any socket (its packet sockets' buffers are fixed when opened)."""
+        os.makedirs(self.dir, exist_ok=False)
+        self._spawn("holder", ["mnexec", "-cn", "sleep", "infinity"])
+        self.netns = f"/proc/{self.holder_pid}/ns/net"
+        wait_for(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
+                 f"{self.name}'s namespace")
+        with entered(self.netns):
+            for key, value in sysctls.items():
+                try:
+                    with open(f"/proc/sys/{key}", "w") as f:
+                        f.write(str(value))
+                except FileNotFoundError:      # IPv6 compiled out
+                    pass
+        proc.run(["ovsdb-tool", "create", f"{self.dir}/conf.db", SCHEMA], timeout=20)
+        self._spawn("ovsdb-server", [
+            "ovsdb-server", f"{self.dir}/conf.db", f"--remote=punix:{self.dir}/db.sock",
+            f"--pidfile={self.dir}/ovsdb-server.pid", f"--unixctl={self.dir}/ovsdb-server.ctl",
+            f"--log-file={self.dir}/ovsdb-server.log"])
+        wait_for(lambda: self._check() and os.path.exists(f"{self.dir}/db.sock"), timeout,
+                 f"{self.name}'s ovsdb-server")
+        self.vsctl("--no-wait", "init", timeout=timeout)
+        self._spawn("ovs-vswitchd", [
+            "mnexec", "-a", str(self.holder_pid), "ovs-vswitchd", self.db,
+            f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
+            f"--log-file={self.dir}/ovs-vswitchd.log"])
+        wait_for(lambda: self._check() and os.path.exists(self.ctl), timeout,
+                 f"{self.name}'s ovs-vswitchd")
+        self.appctl("version", timeout=timeout)
+        return self
+
+    def _spawn(self, name, argv):
+        out = open(os.path.join(self.dir, f"{name}.out"), "ab")
+        try:
+            self.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                                stderr=subprocess.STDOUT, env=self.env,
+                                                start_new_session=True)
+        except FileNotFoundError:
+            raise EnvironmentProblem(f"{argv[0]}: command not found (datapath instances need "
+                                     "Open vSwitch's ovsdb-server, ovs-vswitchd and ovsdb-tool "
+                                     "and Mininet's mnexec: run sudo ./setup.sh)")
+        finally:
+            out.close()
+        # ``clean``'s record (the daemons also write their own ``.pid`` once up)
+        with open(os.path.join(self.dir, f"{name}.child"), "w") as f:
+            f.write(f"{self.procs[name].pid}\n")
+
+    def _check(self):
+        dead = self.died()
+        if "holder" in dead:
+            raise EnvironmentProblem(
+                f"datapath instance {self.name}: cannot create a network namespace "
+                f"(mnexec -n exited {dead['holder']}; see {self.dir}/holder.out): run as "
+                "root where namespaces are allowed, or use --layout shared")
+        if dead:
+            raise RunFailed(f"datapath instance {self.name}: {', '.join(dead)} exited "
+                            f"({', '.join(str(s) for s in dead.values())}) at start; "
+                            f"see {self.dir}")
+        return True
+
+    def signal_all(self, sig=signal.SIGTERM):
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def reap(self, deadline):
+        """Wait for the daemons until ``deadline`` (monotonic), then SIGKILL them."""
+        errors = []
+        for name, p in self.procs.items():
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    errors.append(f"{self.name}: {name} (pid {p.pid}) did not exit")
+        return errors
+
+
+def _own_netns(pid):
+    """True once ``pid`` has left this process's network namespace."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
+
+
+def wait_for(cond, timeout, what, interval=0.01):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RunFailed(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def start_all(placement, state, env, sysctls, timeout=30):
+    """Start an Instance per ``placement`` entry; on failure stop the started ones."""
+    started = []
+    try:
+        for name, switches in placement:
+            inst = Instance(name, switches, state.dir, env)
+            state.record("instance", {"name": name, "dir": inst.dir})
+            started.append(inst)
+            inst.start(sysctls, timeout=timeout)
+    except BaseException:
+        stop_all(started)
+        raise
+    return started
+
+
+def stop_all(instances, grace=5.0):
+    """SIGTERM every daemon of every instance at once, then reap (SIGKILL stragglers).
+    The namespace goes with its holder, and every veth end in it with the namespace."""
+    for inst in instances:
+        inst.signal_all()
+    deadline = time.monotonic() + grace
+    errors = []
+    for inst in instances:
+        errors += inst.reap(deadline)
+    return errors
+
+
+def pidfile_daemons(state_dir, tag):
+    """PIDs named by the pid files of run ``tag``'s instances that are alive and still
+    carry the tag in their environment (a recycled pid is never ours)."""
+    from emulator.dataplane.runstate import processes_of
+    ours = processes_of(tag)
+    pids = []
+    try:
+        names = sorted(os.listdir(state_dir))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        for daemon in DAEMONS:
+            try:
+                with open(os.path.join(state_dir, name, f"{daemon}.child")) as f:
+                    pid = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            if pid in ours:
+                pids.append(pid)
+    return pids
+
+
+class Watch:
+    """Ends the run when an instance dies: a daemon thread polls the instances and,
+    on the first death, records what died (``failure``) and sends the run's process
+    SIGHUP, which unwinds it through its ``finally`` (``dataplane.signals``); the
+    session then reports ``failure`` as its one error."""
+
+    def __init__(self, instances, interval=0.2):
+        import threading
+        self.instances = instances
+        self.interval = interval
+        self.failure = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="instance-watch", daemon=True)
+
+    def start(self):
+        if self.instances:
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            for inst in self.instances:
+                dead = inst.died()
+                if dead:
+                    self.failure = (
+                        f"datapath instance {inst.name} died "
+                        f"({', '.join(f'{d} exited {s}' for d, s in dead.items())}): "
+                        f"its switches {', '.join(inst.switches)} are gone; the run was torn "
+                        f"down (its logs: ovs-{inst.name}/ in the results directory)")
+                    os.kill(os.getpid(), signal.SIGHUP)
+                    return
+
+    def stop(self):
+        self._stop.set()
+
+
+def keep_logs(instances, results_dir):
+    """Copy each instance's daemon logs to ``results_dir``/ovs-<name>/ (the state
+    directory they live in goes with the run)."""
+    import shutil
+    for inst in instances:
+        dest = os.path.join(results_dir, f"ovs-{inst.name}")
+        os.makedirs(dest, exist_ok=True)
+        for name in ("ovs-vswitchd.log", "ovsdb-server.log", "ovs-vswitchd.out",
+                     "ovsdb-server.out"):
+            try:
+                shutil.copy(os.path.join(inst.dir, name), dest)
+            except OSError:
+                pass

@@ -1,0 +1,136 @@
+"""Datapath instances: the fabric's switches on the run's own Open vSwitch daemons.
+
+Real ovsdb-server/ovs-vswitchd pairs, each in its own network namespace; the
+controller reached through its unix socket; the run gone whole afterwards, and
+a dead instance ending the run with one error.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulator.dataplane import cleanup, proc, runstate
+from emulator.dataplane.instances import Instance, stop_all
+from emulator.dataplane.session import REPO, Session
+from emulator.errors import RunFailed
+from emulator.fabric import presets
+
+from test_fabric import NOTHING, leftovers
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    with Session(presets.build("leaf-spine"), layout="2",
+                 results_base=str(tmp_path_factory.mktemp("two"))) as s:
+        yield s
+    assert leftovers(s.results["run"]) == NOTHING
+
+
+def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
+    n = len(two.topo["hosts"])
+    assert two.results["reachability"]["reachable"] == n * (n - 1)
+    assert two.results["layout"] == {
+        "layout": "2", "why": "asked for", "crossing_links": 8,
+        "instances": {"ovs0": ["leaf1", "leaf2", "spine1", "spine2"],
+                      "ovs1": ["leaf3", "leaf4", "spine3", "spine4"]}}
+    # nothing of the run in the machine's own Open vSwitch or root namespace
+    tag = two.state.tag
+    assert not [b for b in proc.ovs_vsctl("list-br").split() if tag in b]
+    assert not [i for i, t in cleanup.our_interfaces().items() if t == tag]
+    for inst in two.net.instances:
+        assert sorted(inst.vsctl("list-br").split()) == sorted(
+            sw["bridge"] for sw in two.topo["switches"] if sw["name"] in inst.switches)
+        # the daemon forwards in its own namespace, holding its switches' ports
+        pid = inst.vswitchd_pid()
+        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink(inst.netns)
+        assert runstate.processes_of(tag).get(pid) == tag
+        ports = os.listdir(f"{two.net.sysfs(inst.switches[0])}/class/net")
+        assert {p["intf"] for sw in two.topo["switches"] if sw["name"] in inst.switches
+                for p in sw["ports"]} <= set(ports)
+    # every bridge reached the controller through its unix socket (OVS writes the
+    # connection's state to its database every few seconds)
+    deadline = time.monotonic() + 20
+    while two.net.controllers_connected() != 8:
+        assert time.monotonic() < deadline, "bridges not connected to the controller"
+        time.sleep(0.5)
+    ctl = two.net.ovs("leaf1").vsctl("get", "controller", two.topo["switches"][0]["bridge"],
+                                     "target")
+    assert ctl.strip().strip('"').startswith("unix:") and tag in ctl
+
+
+def test_a_cut_in_one_instance_is_repaired(two):
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.reach import ping_round
+    inj = Injector(two)
+    try:
+        inj.link_down("leaf1-spine1")
+        names = [h["name"] for h in two.topo["hosts"]]
+        pairs = [(a, b) for a in names for b in names if a != b]
+        deadline = time.monotonic() + 20
+        while ping_round(two.net, pairs) != set(pairs):
+            assert time.monotonic() < deadline, "not repaired around leaf1-spine1"
+    finally:
+        inj.link_up("leaf1-spine1")
+        inj.close()
+
+
+def test_a_dead_instance_ends_the_run_naming_its_switches(tmp_path):
+    t0 = None
+    with pytest.raises(RunFailed) as e:
+        with Session(presets.build("leaf-spine"), layout="2",
+                     results_base=str(tmp_path)) as s:
+            tag = s.state.tag
+            victim = s.net.instances[1]
+            t0 = time.monotonic()
+            victim.procs["ovs-vswitchd"].send_signal(signal.SIGKILL)
+            while time.monotonic() - t0 < 30:
+                time.sleep(0.05)
+    assert time.monotonic() - t0 < 10, "the run did not notice its dead instance"
+    msg = str(e.value)
+    assert "datapath instance ovs1 died" in msg and "leaf3, leaf4, spine3, spine4" in msg
+    assert leftovers(tag) == NOTHING
+    logs = os.path.join(s.dir, "ovs-ovs1", "ovs-vswitchd.log")
+    assert os.path.exists(logs)
+
+
+def test_clean_stops_only_this_projects_instances(tmp_path):
+    # a foreign Open vSwitch pair (no run tag), and a dead run whose pid file names it
+    env = {k: v for k, v in os.environ.items() if k != runstate.RUN_ENV}
+    foreign = Instance("ovs0", ["x"], str(tmp_path), env).start({})
+    fake = os.path.join(runstate.STATE_ROOT, "fe11")
+    os.makedirs(os.path.join(fake, "ovs0"))
+    try:
+        with open(os.path.join(fake, "ovs0", "ovs-vswitchd.child"), "w") as f:
+            f.write(f"{foreign.vswitchd_pid()}\n")
+        c = subprocess.run([sys.executable, "-m", "emulator", "clean"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+        assert c.returncode == 0, c.stderr
+        assert "removed 0 instance daemons" in c.stdout
+        assert foreign.alive() and not os.path.exists(fake)
+    finally:
+        stop_all([foreign])
+        subprocess.run(["rm", "-rf", fake], timeout=10, check=True)
+
+
+def test_sigkill_then_clean_removes_the_instances(tmp_path):
+    from test_interrupts import start_run, wait_for_text, run_tag
+    p, log = start_run(tmp_path, "--layout", "2", "--duration", "30")
+    tag = run_tag(wait_for_text(log, "traffic:", p))
+    p.kill()
+    p.wait(timeout=30)
+    from emulator.dataplane.instances import pidfile_daemons
+    daemons = pidfile_daemons(os.path.join(runstate.STATE_ROOT, tag), tag)
+    assert len(daemons) == 6                   # 2 x (holder, ovsdb-server, ovs-vswitchd)
+    c = subprocess.run([sys.executable, "-m", "emulator", "clean"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert c.returncode == 0, c.stderr
+    assert "removed 6 instance daemons" in c.stdout
+    assert leftovers(tag) == NOTHING
+    # gone, or a zombie waiting for whoever inherited it to reap it
+    assert not [d for d in daemons if os.path.exists(f"/proc/{d}")
+                and not cleanup._is_zombie(d)]
