@@ -132,6 +132,14 @@ cd "$HERE"
 case "$cmd" in
     "") say "done; run: ${SUDO_USER:+sudo }$VENV/bin/python -m emulator run (as root)" ;;
     run) exec "$VENV/bin/python" -m emulator run "$@" ;;
-    test) exec "$VENV/bin/python" -m pytest "$@" ;;
+    test)
+        if [ $# -gt 0 ]; then
+            exec "$VENV/bin/python" -m pytest "$@"
+        fi
+        # every test, then the integration tests once more with every fabric on two
+        # datapath instances of its own (docs/datapath-instances.md)
+        "$VENV/bin/python" -m pytest
+        say "the integration tests again, with FABRIC_LAB_LAYOUT=2"
+        FABRIC_LAB_LAYOUT=2 exec "$VENV/bin/python" -m pytest tests/integration ;;
     *) die "unknown command '$cmd' (use: run, test, or nothing)" ;;
 esac

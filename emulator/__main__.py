@@ -128,6 +128,9 @@ def build_parser():
     p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
                    help="RoCE path MTU of the frames (default 4096)")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    p.add_argument("--layout", metavar="LAYOUT",
+                   help="the datapath layout to measure (shared, per-switch, N, ...; default: "
+                        "$FABRIC_LAB_LAYOUT, else auto); each is cached apart")
     p.add_argument("--results", default="results", metavar="DIR")
 
     from emulator.experiments import drill
@@ -199,6 +202,13 @@ def main(argv=None):
                 print(f"{args.picture}: {fabric.name}, {len(fabric.nodes)} nodes")
             else:
                 print(report.describe_fabric(fabric, addressing.plan(fabric)))
+                if fabric.layout not in (None, "auto"):
+                    from emulator.fabric import layout
+                    topo = addressing.plan(fabric)
+                    placement = layout.place(topo, fabric.layout)
+                    print(f"layout {fabric.layout}: {layout.describe(placement)}"
+                          + (f"; {layout.crossing_links(topo, placement)} links join two "
+                             "instances" if placement else ""))
             return 0
         if args.command == "clean":
             from emulator.dataplane import cleanup
@@ -211,7 +221,9 @@ def main(argv=None):
             from emulator.experiments import calibrate
             session.require_root()
             session.check_dependencies()
-            calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath)
+            from emulator.fabric import layout
+            calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath,
+                                layout=layout.parse(args.layout) if args.layout else None)
             return 0
         if args.command == "run":
             from emulator.experiments import run

@@ -30,7 +30,6 @@ between; Kmin == Kmax is a step at K.  The IPv4 checksum is updated
 
 import os
 import struct
-from contextlib import contextmanager
 
 from pyroute2 import NetlinkError
 
@@ -300,21 +299,10 @@ class DequeueMarker:
         return errors
 
 
-@contextmanager
 def _netlink():
     """``get(netns path or None)``: one netlink socket per namespace, closed after."""
-    from pyroute2 import IPRoute
-    socks = {}
-
-    def get(ns):
-        if ns not in socks:
-            socks[ns] = IPRoute(netns=ns) if ns else IPRoute()
-        return socks[ns]
-    try:
-        yield get
-    finally:
-        for sock in socks.values():
-            sock.close()
+    from emulator.dataplane.ifaces import ns_sockets
+    return ns_sockets()
 
 
 def _index(ipr, ifname, missing_ok=False):

@@ -37,6 +37,8 @@ import time
 
 from pyroute2 import IPRoute
 
+from traffic.netns import entered
+
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
 from emulator.dataplane.runstate import tag_of_name
@@ -202,8 +204,11 @@ class Injector:
     # ---- plumbing --------------------------------------------------------
 
     def _ipr_for(self, netns):
+        """A netlink socket made inside ``netns`` (a thread enters it: no helper
+        process, whose every call a cut would wait on)."""
         if netns not in self._ipr:
-            self._ipr[netns] = IPRoute(netns=netns) if netns else IPRoute()
+            with entered(netns):
+                self._ipr[netns] = IPRoute()
         return self._ipr[netns]
 
     def close(self):

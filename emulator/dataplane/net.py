@@ -211,6 +211,12 @@ class FabricNet:
         pid = getattr(self.ovs_of[switch], "holder_pid", None)
         return "/sys" if pid is None else f"/proc/{pid}/root/sys"
 
+    def intf_netns(self):
+        """{switch interface: its namespace path} for the ports in a datapath
+        instance's namespace (none for the machine's own)."""
+        return {p["intf"]: self.switch_netns(sw["name"]) for sw, p in self._switch_ports()
+                if self.switch_netns(sw["name"])}
+
     def ovses(self):
         """The Open vSwitches (``instances.Ovs``) carrying this fabric, each once."""
         return list(dict.fromkeys(self.ovs_of.values()))

@@ -224,6 +224,7 @@ class Session:
         chosen, why = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
         if chosen == "shared":
             return chosen, why
+        layout.place(addressing.plan(self.fabric), chosen)   # a bad layout: before anything
         missing = [t for t in ovs_instances.TOOLS if shutil.which(t) is None]
         if missing:
             raise EnvironmentProblem(

@@ -50,18 +50,28 @@ def load_cache(path=CACHE):
         return {}
 
 
-def cached_budget(datapath, frame_len, path=CACHE):
-    """The calibration of this machine for ``frame_len``, or for another frame size
-    (a budget in packets carries over roughly: per-packet costs dominate), or None."""
+def layout_key(layout):
+    """The cache key's suffix of a datapath layout (none for shared: the keys of
+    calibrations made before layouts existed stay valid)."""
+    return "" if layout in (None, "shared") else f"|layout={layout}"
+
+
+def cached_budget(datapath, frame_len, path=CACHE, layout="shared"):
+    """The calibration of this machine and datapath ``layout`` for ``frame_len``, or
+    for another frame size (a budget in packets carries over roughly: per-packet
+    costs dominate), or None.  Another layout's budget never stands in: one
+    instance and several differ by a factor (docs/datapath-instances.md)."""
     try:
-        key = budget.machine_key(ovs_version(), datapath, frame_len)
+        base = budget.machine_key(ovs_version(), datapath, frame_len)
     except Exception:          # no OVS: no budget (the run itself will say why)
         return None
+    suffix = layout_key(layout)
     cache = load_cache(path)
-    if key in cache:
-        return cache[key]
-    machine = key.rsplit("|", 1)[0] + "|"
-    others = [doc for k, doc in cache.items() if k.startswith(machine)]
+    if base + suffix in cache:
+        return cache[base + suffix]
+    machine = base.rsplit("|", 1)[0] + "|"
+    others = [doc for k, doc in cache.items() if k.startswith(machine)
+              and k.endswith(suffix) and (suffix or "|layout=" not in k)]
     return max(others, key=lambda d: d["frame_len"]) if others else None
 
 
@@ -124,13 +134,15 @@ def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
 
 
 def calibrate(mtu=4096, results="results", datapath="auto", out=print,
-              max_bps=20e9, cache=CACHE):
-    """Measure and cache this machine's budget; returns the budget document."""
+              max_bps=20e9, cache=CACHE, layout=None):
+    """Measure and cache this machine's budget for a datapath ``layout`` (None: the
+    one a run would choose); returns the budget document."""
     from emulator.dataplane.session import Session
     frame_len = frame_len_for_mtu(mtu)
     fabric = calibration_fabric()
-    with Session(fabric, results_base=results, datapath_request=datapath,
+    with Session(fabric, results_base=results, datapath_request=datapath, layout=layout,
                  progress=lambda m: out(f"... {m}")) as s:
+        used = s.results["layout"]["layout"]
         hosts = {h["name"]: h for h in s.topo["hosts"]}
         same = (hosts["h1"], hosts["h2"])           # both on leaf1: 1 switch hop
         across = (hosts["h1"], hosts["h3"])         # leaf1 -> spine1 -> leaf2: 3 hops
@@ -148,7 +160,9 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
             found[label] = best / (frame_len * 8)
         dp = s.results["datapath"]["type"]
     doc = budget.budget_doc(frame_len, found["1 hop"], found["3 hops"],
-                            budget.machine_key(ovs_version(), dp, frame_len))
+                            budget.machine_key(ovs_version(), dp, frame_len)
+                            + layout_key(used))
+    doc["layout"] = used
     doc["measured_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     doc["datapath"] = dp
     doc["trials_failed_under_steal"] = len(steals)
@@ -166,9 +180,16 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
     return doc
 
 
-def say_load(streams, frame_len, datapath_request, out):
-    """Print the share of this machine's cached budget ``streams`` will use, or a warning."""
+def say_load(streams, frame_len, datapath_request, out, fabric=None):
+    """Print the share of this machine's cached budget, for the datapath layout
+    ``fabric`` will run in, ``streams`` will use, or a warning."""
     from emulator.dataplane import datapath
+    from emulator.fabric import layout as layouts
     dp_type, _ = datapath.detect(datapath_request)
-    fits, message = budget.check(streams, cached_budget(dp_type, frame_len))
+    layout = "shared"
+    if fabric is not None:
+        layout, _ = layouts.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+    fits, message = budget.check(streams, cached_budget(dp_type, frame_len, layout=layout))
+    if layout != "shared":
+        message = f"layout {layout}: {message}"
     out(f"... load: {message}" if fits else f"warning: {message}")

@@ -406,7 +406,7 @@ def main(fabric, args, out=print):
     from traffic.frames import frame_len_for_mtu
     frame_len = frame_len_for_mtu(args.mtu)
     calibrate.say_load(budget.collective_streams(addressing.plan(fabric), frame_len), frame_len,
-                 "auto", out)
+                       "auto", out, fabric)
     base = make_results_dir(args.results, "compare")
     args.results = base                     # every session's directory goes inside
     from emulator.experiments.options import job_seed

@@ -135,7 +135,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
                   "name": f"{sw['name']}->{p['peer']}"}
                  for sw in s.topo["switches"] for p in sw["ports"]]
-        sampler = QueueSampler(ports, args.sample_ms / 1e3)
+        sampler = QueueSampler(ports, args.sample_ms / 1e3, s.net.intf_netns())
         sampler.start()
         try:
             hosts = args.hosts.split(",") if args.hosts else None

@@ -358,14 +358,17 @@ def main(fabric, args, out=print):
     rails = parse_rails(getattr(args, "rails", None))
     planned = planned_flows(topo, args.probes, args.qps, rails)
     from emulator.dataplane import datapath
+    from emulator.fabric import layout
+    dp_type = datapath.detect(args.datapath)[0]
+    used, _ = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
     args.pps, note = probe_rate(topo, planned, args.frame_len, resolution,
-                                calibrate.cached_budget(datapath.detect(args.datapath)[0],
-                                                        args.frame_len), args.pps)
+                                calibrate.cached_budget(dp_type, args.frame_len, layout=used),
+                                args.pps)
     if note:
         out(f"... {note}")
     calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
                          budget.path_hops(topo, s, d)) for s, d, n in planned],
-                       args.frame_len, args.datapath, out)
+                       args.frame_len, args.datapath, out, fabric)
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     results = [run_mode(fabric, m, events, args, base, out) for m in modes]

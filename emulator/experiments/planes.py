@@ -71,12 +71,22 @@ from emulator.experiments.planes_stats import (
 class QueueSampler(threading.Thread):
     """Reads every measured port's shaper (backlog, drops, bytes sent) every ``interval``."""
 
-    def __init__(self, ports, interval):
+    def __init__(self, ports, interval, netns_of=None):
+        """``netns_of``: {intf: namespace path} of ports outside this namespace (a
+        datapath instance's); one qdisc dump per namespace per sample."""
         super().__init__(daemon=True)
         from emulator.dataplane.shaping import QdiscReader
+        from traffic.netns import entered
         self.ports, self.interval = ports, interval
-        self.index = [socket.if_nametoindex(p["intf"]) for p in ports]
-        self.reader = QdiscReader()
+        netns_of = netns_of or {}
+        self.readers = {}              # namespace -> (reader, [(port position, ifindex)])
+        for i, p in enumerate(ports):
+            ns = netns_of.get(p["intf"])
+            if ns not in self.readers:
+                with entered(ns):
+                    self.readers[ns] = (QdiscReader(), [])
+            with entered(ns):
+                self.readers[ns][1].append((i, socket.if_nametoindex(p["intf"])))
         self.times = []
         self.backlog = [[] for _ in ports]
         self.sent = [[] for _ in ports]
@@ -87,11 +97,14 @@ class QueueSampler(threading.Thread):
 
     def sample(self):
         t0 = time.monotonic()
-        stats = self.reader.read()
+        row = [(0, 0, 0)] * len(self.ports)
+        for reader, where in self.readers.values():
+            stats = reader.read()
+            for i, ix in where:
+                row[i] = stats.get(ix, (0, 0, 0))
         self.read_s += time.monotonic() - t0
         self.times.append(t0)
-        for i, ix in enumerate(self.index):
-            b, d, s = stats.get(ix, (0, 0, 0))
+        for i, (b, d, s) in enumerate(row):
             self.backlog[i].append(b)
             self.drops[i].append(d)
             self.sent[i].append(s)
@@ -112,7 +125,8 @@ class QueueSampler(threading.Thread):
                 raise self.error
             self.sample()
         finally:
-            self.reader.close()
+            for reader, _ in self.readers.values():
+                reader.close()
 
 
 def ovs_drops(intfs, net):
@@ -162,7 +176,7 @@ def run_one(fabric, label, seeding, seed, args, progress=print):
                  seed=seed if seeding == "shared" else None,
                  queue_ms=args.queue_ms) as s:
         ports = shaped_ports(s.topo)
-        sampler = QueueSampler(ports, args.sample_ms / 1000.0)
+        sampler = QueueSampler(ports, args.sample_ms / 1000.0, s.net.intf_netns())
         sampler.start()
         try:
             rep = collective.run_collective(s, args.workload, args.size_list,

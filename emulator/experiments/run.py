@@ -87,7 +87,7 @@ def warn_load(fabric, args, sizes, out):
     else:
         return
     from emulator.experiments import calibrate
-    calibrate.say_load(streams, frame_len, args.datapath, out)
+    calibrate.say_load(streams, frame_len, args.datapath, out, fabric)
 
 
 def _workload_seconds(session, args, sizes):

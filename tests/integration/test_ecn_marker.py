@@ -6,6 +6,9 @@ more than K bytes queued on, the same frames paced below the link rate are
 never marked, and a marked frame keeps a valid ICRC and IPv4 header checksum.
 """
 
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): its own namespaces, no fabric
+LAYOUT_INDEPENDENT = True
+
 import struct
 
 from emulator.dataplane import ecn

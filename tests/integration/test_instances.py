@@ -5,6 +5,9 @@ controller reached through its unix socket; the run gone whole afterwards, and
 a dead instance ending the run with one error.
 """
 
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): names its layouts itself
+LAYOUT_INDEPENDENT = True
+
 import os
 import signal
 import subprocess
@@ -134,3 +137,45 @@ def test_sigkill_then_clean_removes_the_instances(tmp_path):
     # gone, or a zombie waiting for whoever inherited it to reap it
     assert not [d for d in daemons if os.path.exists(f"/proc/{d}")
                 and not cleanup._is_zombie(d)]
+
+
+def emulator(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_layout_the_fabric_cannot_have_is_one_error_and_builds_nothing(tmp_path):
+    before = leftovers()
+    p = emulator("run", "--layout", "pod", "--results", str(tmp_path / "res"))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "error: --layout: layout pod: this fabric has no pods; use a number of instances "
+        "or per-switch"]
+    assert not (tmp_path / "res").exists() and leftovers() == before
+
+
+def test_a_missing_instance_tool_is_one_error_and_builds_nothing(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("ovs-vsctl", "ovs-ofctl", "mnexec", "ping", "ethtool", "ip", "sh",
+                 "ovs-vswitchd", "ovsdb-tool", "ovs-appctl", "nsenter", "modprobe"):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        if found:
+            os.symlink(found, bin_dir / tool)
+    before = leftovers()
+    p = emulator("run", "--layout", "2", "--results", str(tmp_path / "res"),
+                 env={**os.environ, "PATH": str(bin_dir)})
+    assert p.returncode == 2, p.stderr
+    (line,) = [x for x in p.stderr.strip().splitlines() if x.startswith("error")]
+    assert "layout 2 needs ovsdb-server" in line and "setup.sh" in line, line
+    assert not (tmp_path / "res").exists() and leftovers() == before
+
+
+def test_a_remote_controller_with_instances_is_refused_before_anything(tmp_path):
+    from emulator.errors import ConfigError
+    with pytest.raises(ConfigError, match="cannot reach a remote controller"):
+        with Session(presets.build("leaf-spine"), layout="2", controller="remote:127.0.0.1:1",
+                     results_base=str(tmp_path / "res")):
+            pass
+    assert not (tmp_path / "res").exists()

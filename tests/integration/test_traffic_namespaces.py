@@ -1,5 +1,8 @@
 """Root tests of the traffic engine over real namespaces, veths and a bridge."""
 
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): its own namespaces, no fabric
+LAYOUT_INDEPENDENT = True
+
 import json
 import os
 import subprocess

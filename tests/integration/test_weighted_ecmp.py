@@ -19,7 +19,7 @@ def test_unequal_uplinks_share_flows_by_rate(tmp_path):
                                          "primary_rate": "40Mbps", "secondary_rate": "20Mbps"})
     with Session(fabric, results_base=str(tmp_path)) as s:
         leaf1 = next(sw for sw in s.topo["switches"] if sw["name"] == "leaf1")
-        groups = proc.ovs_ofctl("-O", "OpenFlow15", "dump-groups", leaf1["bridge"])
+        groups = s.net.ovs("leaf1").ofctl("dump-groups", leaf1["bridge"])
         (select,) = [g for g in groups.splitlines() if "type=select" in g]
         weights = {}                     # ovs-ofctl omits the default weight:1
         for bucket in select.split("bucket=")[1:]:

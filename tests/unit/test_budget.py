@@ -98,3 +98,20 @@ def test_calibration_waits_for_a_quiet_machine():
     assert not wait_quiet(said.append, limit_s=2.0, sample=lambda: next(busy),
                           sleep=slept.append)
     assert len(slept) == 4 and "95% busy" in said[0]
+
+
+def test_each_layout_has_its_own_budget_and_none_stands_in_for_another(tmp_path, monkeypatch):
+    import json
+    from emulator.experiments import calibrate
+    monkeypatch.setattr(calibrate, "ovs_version", lambda: "3.1.0")
+    base = budget.machine_key("3.1.0", "netdev", 4170)
+    shared = {"frame_len": 4170, "hop_pps": 140e3}
+    two = {"frame_len": 4170, "hop_pps": 90e3}
+    path = tmp_path / "cache.json"
+    path.write_text(json.dumps({base: shared, base + calibrate.layout_key("2"): two}))
+    assert calibrate.cached_budget("netdev", 4170, str(path)) == shared
+    assert calibrate.cached_budget("netdev", 4170, str(path), layout="2") == two
+    assert calibrate.cached_budget("netdev", 4170, str(path), layout="per-switch") is None
+    # another frame size of the same layout carries over; of another layout never
+    assert calibrate.cached_budget("netdev", 1098, str(path), layout="2") == two
+    assert calibrate.cached_budget("netdev", 1098, str(path)) == shared
