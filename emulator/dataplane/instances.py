@@ -284,8 +284,11 @@ class Watch:
     SIGHUP, which unwinds it through its ``finally`` (``dataplane.signals``); the
     session then reports ``failure`` as its one error."""
 
-    def __init__(self, instances, interval=0.2):
+    def __init__(self, instances, interval=0.2, interrupt=True):
+        """``interrupt``: send the SIGHUP (only where the run turned signals into
+        exceptions: elsewhere SIGHUP would kill the process); else only record."""
         import threading
+        self.interrupt = interrupt
         self.instances = instances
         self.interval = interval
         self.failure = None
@@ -307,7 +310,8 @@ class Watch:
                         f"({', '.join(f'{d} exited {s}' for d, s in dead.items())}): "
                         f"its switches {', '.join(inst.switches)} are gone; the run was torn "
                         f"down (its logs: ovs-{inst.name}/ in the results directory)")
-                    os.kill(os.getpid(), signal.SIGHUP)
+                    if self.interrupt:
+                        os.kill(os.getpid(), signal.SIGHUP)
                     return
 
     def stop(self):

@@ -178,7 +178,8 @@ class Session:
                              shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
                              placement=placement,
                              controller_unix=self.controller and self.controller.unix)
-        self.watch = ovs_instances.Watch(self.net.instances)
+        self.watch = ovs_instances.Watch(self.net.instances,
+                                         interrupt=self._signals is not None)
         self.net.build()
         self.watch.start()
         self.results["mtu"]["interfaces"] = self.net.mtu
