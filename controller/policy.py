@@ -340,7 +340,10 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
 
 
 def _sort_key(msg):
-    return repr(msg.key)
+    """Added and modified flows by priority, highest first; deleted ones lowest
+    first: a flow's higher-priority exceptions are in before it and go after it."""
+    prio = getattr(msg, "priority", 0)
+    return (prio if msg.command == "delete" else -prio, repr(msg.key))
 
 
 def diff(old, new):
@@ -351,7 +354,9 @@ def diff(old, new):
     New flows go in before groups are modified: a destination that stops
     following a folded repair flow gets its own repair flow before the
     folded flow's group changes (every other flow keeps its group, whose id
-    keeps its destination).  Entries present in both unchanged produce
+    keeps its destination).  Flows go highest priority first (deletions
+    lowest first): a folded repair flow's exceptions are in before it and
+    stay until it is gone.  Entries present in both unchanged produce
     nothing, so counters survive.
     """
     old_f = {f.key: f for f in old.flows}

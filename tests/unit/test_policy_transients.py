@@ -17,6 +17,7 @@ over every single link cut and its restore.
 import pytest
 
 from controller import policy, topology
+from controller.fakeswitch import FakeSwitch, udp_packet
 from controller.messages import Group, Output
 from emulator.fabric import addressing
 from emulator.fabric import presets
@@ -124,3 +125,42 @@ def test_no_group_changes_meaning_on_any_single_cut(name, params):
     # the finders saw groups modified in place (dual-link: a cut only changes
     # routes' form, fast-failover [active, standby] <-> the standby port)
     assert modified or name == "dual-link"
+
+
+def stepwise_misroutes(topo, old_live, new_live, mode, names):
+    """[(switch, message index, in_port, dst)]: a packet that, with ``diff``'s
+    messages applied one at a time (liveness already ``new_live``), leaves by a
+    port neither the old nor the new state sends it to."""
+    old = policy.desired_state(topo, old_live, mode)
+    new = policy.desired_state(topo, new_live, mode)
+    src, out = topo.host_ports[0], []
+    for name in names:
+        dpid = topo.by_name[name].dpid
+        live = {p for d, p in new_live if d == dpid}
+        ends = [FakeSwitch(dpid, live) for _ in range(3)]
+        for sw, st in zip(ends, (old, new, old)):
+            sw.apply(policy.install(st[dpid]))
+        before, after, now = ends
+        pkts = [dict(udp_packet(src, dst), in_port=p.port)
+                for p in topo.by_name[name].ports for dst in topo.host_ports]
+        ok = [{q for q, _ in before.forward(pk)} | {q for q, _ in after.forward(pk)}
+              for pk in pkts]
+        for n, msg in enumerate(policy.diff(old[dpid], new[dpid])):
+            now.apply([msg])
+            out += [(name, n, pk["in_port"], pk["ipv4_dst"]) for pk, allowed in zip(pkts, ok)
+                    if not {q for q, _ in now.forward(pk)} <= allowed]
+    return out
+
+
+def test_folded_repairs_change_without_a_window():
+    """A cut on a fabric whose repairs fold: leaf1's folded flows lose an
+    uplink, every other leaf's fold gains leaf1's hosts as exceptions or
+    unfolds (fewer flows saved).  Applied one message at a time, no packet
+    leaves by a port that neither state uses."""
+    fabric = presets.build("leaf-spine", {"spines": "3", "leaves": "12", "hosts_per_leaf": "2"})
+    topo = topology.from_dict(addressing.plan(fabric, "ab12"))
+    live = topo.all_ports()
+    p = next(p for p in topo.by_name["leaf1"].ports if p.peer == "spine1")
+    cut = live - {(p.dpid, p.port), topo.peer_of(p.dpid, p.port)}
+    for old, new in ((live, cut), (cut, live)):
+        assert stepwise_misroutes(topo, old, new, "fast-failover", ["leaf1", "leaf2"]) == []
