@@ -49,6 +49,7 @@ Failover modes (``failover=``, see docs/failover.md):
   status): nothing repairs, for comparison.
 """
 
+import functools
 from collections import Counter, deque
 
 from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
@@ -240,7 +241,7 @@ def merge_standby(backups, standby):
     return out
 
 
-def fold_repairs(repairs, ips, plain=None):
+def fold_repairs(repairs, ips, plain=None, folds=None):
     """One switch's repairs {(in_port, ip): ports}, per in_port: {in_port: (ports, rules)}.
 
     Folded: every IPv4 packet in through in_port is repaired through
@@ -249,7 +250,8 @@ def fold_repairs(repairs, ips, plain=None):
     (``plain``: {ip: ports} of routes to a port or select group) is ``ports``
     needs no rule: only bounced packets arrive so; one more dec_ttl bounds them.
     Folded where that saves FOLD_SAVES flows (on a small fabric a cut would
-    flip ports between the forms); unfolded, ``ports`` is None, ``rules`` its repairs.
+    flip ports between the forms), or, given ``folds``, the in_ports in it;
+    unfolded, ``ports`` is None, ``rules`` its repairs.
     """
     plain, by_port, out = plain or {}, {}, {}
     for (q, ip), ports in repairs.items():
@@ -259,13 +261,14 @@ def fold_repairs(repairs, ips, plain=None):
         common = min(counts, key=lambda ports: (-counts[ports], ports))
         rules = {ip: mine.get(ip) for ip in ips or ()
                  if mine.get(ip, plain.get(ip)) != common}
-        fold = ips is not None and counts[common] - len(rules) - 1 >= FOLD_SAVES
+        fold = ips is not None and (counts[common] - len(rules) - 1 >= FOLD_SAVES
+                                    if folds is None else q in folds)
         out[q] = (common, rules) if fold else (None, mine)
     return out
 
 
 def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None,
-                  arp=(), slots=None):
+                  arp=(), slots=None, folds=None):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
     own = {(hp.dpid, hp.switch_port): hp for hp in topo.host_ports}
@@ -294,7 +297,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     unique = len(set(mac_of.values())) == len(mac_of)
     plain = {ip: ports for ip, ports in routes.items() if ports and ip not in backups}
     for in_port, (common, rules) in fold_repairs(repairs, mac_of if unique else None,
-                                                 plain).items():
+                                                 plain, folds).items():
         if common is not None:
             flows.append(FlowMod(0, PRIO_REPAIR_ANY, match(in_port=in_port, eth_type=ETH_TYPE_IPV4),
                                  (DecNwTtl(), groups.fold(in_port, common))))
@@ -320,10 +323,8 @@ def check_mode(failover):
     return failover
 
 
-def desired_state(topo, live, failover=DEFAULT_MODE):
-    """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
-    check_mode(failover)
-    live = frozenset(live)
+def _plan(topo, live, failover):
+    """(routes, backups, repairs) of every switch."""
     every_hop = next_hops(topo, live)
     routes, standby = standby_split(topo, every_hop, next_hops(topo, live, active_only=True))
     backups = repairs = {}
@@ -333,9 +334,41 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
         standby_landing(topo, every_hop, routes, repairs)
     if failover != "none":
         backups = merge_standby(backups, standby)
+    return routes, backups, repairs
+
+
+@functools.lru_cache(maxsize=8)
+def healthy_folds(topo, failover, fold_saves):
+    """{dpid: in_ports whose repair flows fold with every port live}
+    (``fold_saves``: FOLD_SAVES, in the cache key).
+
+    The fold is decided once per topology, not per liveness: a cut elsewhere
+    makes a remote leaf's hosts exceptions on every other leaf, and deciding
+    again would unfold (and on the restore refold) a whole fabric's repair
+    flows for it.  A fold is only a shorter table for the same forwarding
+    (tests/unit/test_repair_fold.py), whichever ports are live.
+    """
+    routes, backups, repairs = _plan(topo, topo.all_ports(), failover)
+    mac_of = {hp.ip: hp.mac for hp in topo.host_ports}
+    out = {}
+    for sw in topo.switches:
+        plain = {ip: ports for ip, ports in routes[sw.dpid].items()
+                 if ports and ip not in backups.get(sw.dpid, {})}
+        out[sw.dpid] = frozenset(q for q, (common, _) in fold_repairs(
+            repairs.get(sw.dpid, {}), mac_of, plain).items() if common is not None)
+    return out
+
+
+def desired_state(topo, live, failover=DEFAULT_MODE):
+    """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
+    check_mode(failover)
+    live = frozenset(live)
+    routes, backups, repairs = _plan(topo, live, failover)
+    folds = healthy_folds(topo, failover, FOLD_SAVES) if repairs else {}
     arp, slots = arp_responders(topo), Slots(topo)
     return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,
-                                   backups.get(sw.dpid), repairs.get(sw.dpid), arp, slots)
+                                   backups.get(sw.dpid), repairs.get(sw.dpid), arp, slots,
+                                   folds.get(sw.dpid))
             for sw in topo.switches}
 
 
