@@ -43,7 +43,8 @@ import struct
 from dataclasses import dataclass, field
 
 from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
-from .policy import FF_GROUP_BASE, PRIO_IPV4, next_hops
+from .groups import FF_GROUP_BASE
+from .policy import PRIO_IPV4, next_hops
 
 MODES = ("ecmp", "flowlet", "dlb", "spray")
 LB_ENV = "FABRIC_LB"

@@ -18,10 +18,12 @@ ARP request is answered by its own leaf and ARP works with the controller dead.
 Routing: shortest paths by hop count over the *live* switch graph (a link is
 live when both its ends are in ``live``), computed per destination switch with
 a BFS, so any number of tiers works. A switch whose set of next-hop ports
-toward a destination has several ports outputs to a select group; one group
-per distinct port set on a switch, its id derived from the set (``stable_ids``),
-hashing ipv4_src, ipv4_dst, udp_src, udp_dst with the switch's hash_seed as
-basis. Buckets watch their output port so OVS skips dead buckets.
+toward a destination has several ports outputs to a select group, hashing
+ipv4_src, ipv4_dst, udp_src, udp_dst with the switch's hash_seed as basis.
+Buckets watch their output port so OVS skips dead buckets.  A switch has one
+group per destination switch and purpose, its id fixed by the topology
+(controller.groups): a failure modifies groups in place and leaves the
+flows pointing at them alone.
 
 Failover modes (``failover=``, see docs/failover.md):
 
@@ -47,19 +49,17 @@ Failover modes (``failover=``, see docs/failover.md):
   status): nothing repairs, for comparison.
 """
 
-import math
-import zlib
+import functools
 from collections import Counter, deque
 
+from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
 from .topology import NIC
 from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
-                       OFPP_IN_PORT, Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod,
-                       Output, Selection, SetField, SwitchState, match)
+                       OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Output, SetField,
+                       SwitchState, match)
 
 MODES = ("none", "controller", "fast-failover")
 DEFAULT_MODE = "controller"
-FF_GROUP_BASE = 1 << 30      # select ids below, FF ids from here: a type never changes under an id
-GROUP_ID_SPAN = 1 << 30
 PRIO_REPAIR = 1100
 PRIO_REPAIR_ANY = 1050       # a port's folded repair flow: below its exceptions, above routes
 FOLD_SAVES = 16              # fold a port's repair flows when that saves this many
@@ -68,7 +68,6 @@ PRIO_ARP_GUARD = 300
 PRIO_ARP_REPLY = 200
 PRIO_ARP_DROP = 100
 PRIO_MISS = 0
-HASH_FIELDS = ("ipv4_src", "ipv4_dst", "udp_src", "udp_dst")
 STANDBY = "standby"
 
 
@@ -242,49 +241,7 @@ def merge_standby(backups, standby):
     return out
 
 
-MAX_WEIGHT = 1000
-
-
-def bucket_weights(sw):
-    """weight(ports, port): select-bucket weight proportional to the link rate.
-
-    Equal rates (or unknown ones) give weight 1 each; unequal links (a 40 and
-    a 20 Mbit/s uplink) share flows 2:1, so neither is overloaded first.
-    """
-    rate = {p.port: p.rate_bps for p in sw.ports}
-
-    def weight(ports, port):
-        rates = [rate.get(p) for p in ports]
-        if None in rates or len(set(rates)) == 1:
-            return 1
-        g = math.gcd(*rates)
-        top = max(rates) // g
-        w = rate[port] // g
-        return w if top <= MAX_WEIGHT else max(1, round(w * MAX_WEIGHT / top))
-    return weight
-
-
-def stable_ids(port_tuples, base):
-    """{port tuple: group id in [base, base + GROUP_ID_SPAN)} derived from the tuple itself.
-
-    An id names the same buckets in every liveness state, so a failure only
-    adds and deletes groups, never modifies one: a MODIFY that changed an
-    id's meaning would, until the flows are re-pointed (``diff`` sends groups
-    first), send other destinations' flows through the new buckets.  A CRC
-    collision on one switch (about n^2 / 2^31 for n groups) takes the next
-    free id, in sorted order of the tuples.
-    """
-    out, used = {}, set()
-    for ports in sorted(port_tuples):
-        gid = base + zlib.crc32(repr(ports).encode()) % (GROUP_ID_SPAN - 1)
-        while gid in used:
-            gid = base + (gid - base + 1) % (GROUP_ID_SPAN - 1)
-        used.add(gid)
-        out[ports] = gid
-    return out
-
-
-def fold_repairs(repairs, ips, plain=None):
+def fold_repairs(repairs, ips, plain=None, folds=None):
     """One switch's repairs {(in_port, ip): ports}, per in_port: {in_port: (ports, rules)}.
 
     Folded: every IPv4 packet in through in_port is repaired through
@@ -293,7 +250,8 @@ def fold_repairs(repairs, ips, plain=None):
     (``plain``: {ip: ports} of routes to a port or select group) is ``ports``
     needs no rule: only bounced packets arrive so; one more dec_ttl bounds them.
     Folded where that saves FOLD_SAVES flows (on a small fabric a cut would
-    flip ports between the forms); unfolded, ``ports`` is None, ``rules`` its repairs.
+    flip ports between the forms), or, given ``folds``, the in_ports in it;
+    unfolded, ``ports`` is None, ``rules`` its repairs.
     """
     plain, by_port, out = plain or {}, {}, {}
     for (q, ip), ports in repairs.items():
@@ -303,13 +261,14 @@ def fold_repairs(repairs, ips, plain=None):
         common = min(counts, key=lambda ports: (-counts[ports], ports))
         rules = {ip: mine.get(ip) for ip in ips or ()
                  if mine.get(ip, plain.get(ip)) != common}
-        fold = ips is not None and counts[common] - len(rules) - 1 >= FOLD_SAVES
+        fold = ips is not None and (counts[common] - len(rules) - 1 >= FOLD_SAVES
+                                    if folds is None else q in folds)
         out[q] = (common, rules) if fold else (None, mine)
     return out
 
 
 def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs=None,
-                  arp=()):
+                  arp=(), slots=None, folds=None):
     flows = [FlowMod(0, PRIO_MISS, ()),
              FlowMod(0, PRIO_ARP_DROP, match(eth_type=ETH_TYPE_ARP))]
     own = {(hp.dpid, hp.switch_port): hp for hp in topo.host_ports}
@@ -326,48 +285,29 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     backups = backups or {}
     repairs = repairs or {}
     # Without watch ports a select group keeps hashing onto a dead port: mode none.
-    watch = failover != "none"
-    port_sets = sorted({ports for ports in routes.values() if len(ports) > 1}
-                       | {ports for ports in repairs.values() if len(ports) > 1})
-    group_of = stable_ids(port_sets, 1)
-    weight = bucket_weights(sw)
-    groups = [GroupMod(gid, "select",
-                       tuple(Bucket((Output(p),), weight(ports, p), p if watch else None)
-                             for p in ports),
-                       Selection(HASH_FIELDS, sw.hash_seed))
-              for ports, gid in group_of.items()]
-    ff_sets = sorted({(routes[ip][0],) + b for ip, b in backups.items()})
-    ff_of = stable_ids(ff_sets, FF_GROUP_BASE)
-    groups += [GroupMod(gid, "ff", tuple(Bucket((Output(p),), 1, p) for p in ports))
-               for ports, gid in ff_of.items()]
-
-    def action(ports):
-        return Output(ports[0]) if len(ports) == 1 else Group(group_of[ports])
-
+    groups = SwitchGroups(slots or Slots(topo), sw, watch=failover != "none")
     route_acts = {}
     for ip, ports in routes.items():
         if not ports:
             continue                     # no live path: table miss drops it
-        if ip in backups:
-            act = Group(ff_of[(ports[0],) + backups[ip]])
-        else:
-            act = action(ports)
+        act = groups.route(ip, ports, backups.get(ip, ()))
         route_acts[ip] = (act,)
         flows.append(FlowMod(0, PRIO_IPV4, match(eth_type=ETH_TYPE_IPV4, ipv4_dst=ip), (act,)))
     mac_of = {hp.ip: hp.mac for hp in topo.host_ports}
     unique = len(set(mac_of.values())) == len(mac_of)
     plain = {ip: ports for ip, ports in routes.items() if ports and ip not in backups}
     for in_port, (common, rules) in fold_repairs(repairs, mac_of if unique else None,
-                                                 plain).items():
+                                                 plain, folds).items():
         if common is not None:
             flows.append(FlowMod(0, PRIO_REPAIR_ANY, match(in_port=in_port, eth_type=ETH_TYPE_IPV4),
-                                 (DecNwTtl(), action(common))))
+                                 (DecNwTtl(), groups.fold(in_port, common))))
         for ip, ports in rules.items():
             # eth_dst, not ipv4_dst: host MACs are unique too (never rewritten here)
             flows.append(FlowMod(0, PRIO_REPAIR, match(in_port=in_port, eth_type=ETH_TYPE_IPV4,
                                                        eth_dst=mac_of[ip]),
-                                 (DecNwTtl(), action(ports)) if ports else route_acts.get(ip, ())))
-    return SwitchState(frozenset(flows), frozenset(groups))
+                                 (DecNwTtl(), groups.repair(in_port, ip, ports)) if ports
+                                 else route_acts.get(ip, ())))
+    return SwitchState(frozenset(flows), groups.entries())
 
 
 def arp_responders(topo):
@@ -383,10 +323,8 @@ def check_mode(failover):
     return failover
 
 
-def desired_state(topo, live, failover=DEFAULT_MODE):
-    """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
-    check_mode(failover)
-    live = frozenset(live)
+def _plan(topo, live, failover):
+    """(routes, backups, repairs) of every switch."""
     every_hop = next_hops(topo, live)
     routes, standby = standby_split(topo, every_hop, next_hops(topo, live, active_only=True))
     backups = repairs = {}
@@ -396,14 +334,49 @@ def desired_state(topo, live, failover=DEFAULT_MODE):
         standby_landing(topo, every_hop, routes, repairs)
     if failover != "none":
         backups = merge_standby(backups, standby)
-    arp = arp_responders(topo)
+    return routes, backups, repairs
+
+
+@functools.lru_cache(maxsize=8)
+def healthy_folds(topo, failover, fold_saves):
+    """{dpid: in_ports whose repair flows fold with every port live}
+    (``fold_saves``: FOLD_SAVES, in the cache key).
+
+    The fold is decided once per topology, not per liveness: a cut elsewhere
+    makes a remote leaf's hosts exceptions on every other leaf, and deciding
+    again would unfold (and on the restore refold) a whole fabric's repair
+    flows for it.  A fold is only a shorter table for the same forwarding
+    (tests/unit/test_repair_fold.py), whichever ports are live.
+    """
+    routes, backups, repairs = _plan(topo, topo.all_ports(), failover)
+    mac_of = {hp.ip: hp.mac for hp in topo.host_ports}
+    out = {}
+    for sw in topo.switches:
+        plain = {ip: ports for ip, ports in routes[sw.dpid].items()
+                 if ports and ip not in backups.get(sw.dpid, {})}
+        out[sw.dpid] = frozenset(q for q, (common, _) in fold_repairs(
+            repairs.get(sw.dpid, {}), mac_of, plain).items() if common is not None)
+    return out
+
+
+def desired_state(topo, live, failover=DEFAULT_MODE):
+    """{dpid: SwitchState} for every switch, given the set of live (dpid, port)."""
+    check_mode(failover)
+    live = frozenset(live)
+    routes, backups, repairs = _plan(topo, live, failover)
+    folds = healthy_folds(topo, failover, FOLD_SAVES) if repairs else {}
+    arp, slots = arp_responders(topo), Slots(topo)
     return {sw.dpid: _switch_state(topo, sw, routes[sw.dpid], failover,
-                                   backups.get(sw.dpid), repairs.get(sw.dpid), arp)
+                                   backups.get(sw.dpid), repairs.get(sw.dpid), arp, slots,
+                                   folds.get(sw.dpid))
             for sw in topo.switches}
 
 
 def _sort_key(msg):
-    return repr(msg.key)
+    """Added and modified flows by priority, highest first; deleted ones lowest
+    first: a flow's higher-priority exceptions are in before it and go after it."""
+    prio = getattr(msg, "priority", 0)
+    return (prio if msg.command == "delete" else -prio, repr(msg.key))
 
 
 def diff(old, new):
@@ -411,7 +384,13 @@ def diff(old, new):
 
     Groups are added before flows that use them and deleted only after the
     flows pointing at them are gone (deleting a group deletes its flows).
-    Entries present in both unchanged produce nothing, so counters survive.
+    New flows go in before groups are modified: a destination that stops
+    following a folded repair flow gets its own repair flow before the
+    folded flow's group changes (every other flow keeps its group, whose id
+    keeps its destination).  Flows go highest priority first (deletions
+    lowest first): a folded repair flow's exceptions are in before it and
+    stay until it is gone.  Entries present in both unchanged produce
+    nothing, so counters survive.
     """
     old_f = {f.key: f for f in old.flows}
     new_f = {f.key: f for f in new.flows}
@@ -428,7 +407,7 @@ def diff(old, new):
              if k in old_f and old_f[k] != f and old_f[k].cookie == f.cookie]
     f_del = [f.as_command("delete") for k, f in old_f.items() if k not in new_f]
     out = []
-    for batch in (g_add, g_mod, f_add, f_mod, f_del, g_del):
+    for batch in (g_add, f_add, g_mod, f_mod, f_del, g_del):
         out.extend(sorted(batch, key=_sort_key))
     return out
 

@@ -81,18 +81,24 @@ def test_ecmp_groups_hold_exactly_the_equal_cost_ports(topo):
             assert not groups          # one down-link per leaf: no ECMP
             continue
         uplinks = tuple(p.port for p in sw.ports if p.peer_kind == "spine")
-        assert len(groups) == 1        # one group shared by all remote hosts
-        (g,) = groups.values()
-        assert g.type == "select"
-        assert tuple(b.actions[0].port for b in g.buckets) == uplinks
-        assert all(b.watch_port == b.actions[0].port for b in g.buckets)
-        assert g.selection.fields == ("ipv4_src", "ipv4_dst", "udp_src", "udp_dst")
-        assert g.selection.basis == sw.hash_seed
+        assert len(groups) == 3        # one per remote leaf, shared by its hosts
+        for g in groups.values():
+            assert g.type == "select"
+            assert tuple(b.actions[0].port for b in g.buckets) == uplinks
+            assert all(b.watch_port == b.actions[0].port for b in g.buckets)
+            assert g.selection.fields == ("ipv4_src", "ipv4_dst", "udp_src", "udp_dst")
+            assert g.selection.basis == sw.hash_seed
+        group_of = {}
         for hp in topo.host_ports:
             flow = next(f for f in state[sw.dpid].flows
                         if dict(f.match).get("ipv4_dst") == hp.ip)
-            want = Output(hp.switch_port) if hp.dpid == sw.dpid else Group(g.group_id)
-            assert flow.actions == (want,)
+            if hp.dpid == sw.dpid:
+                assert flow.actions == (Output(hp.switch_port),)
+                continue
+            (act,) = flow.actions
+            assert act.group_id in groups
+            assert group_of.setdefault(hp.dpid, act.group_id) == act.group_id
+        assert len(set(group_of.values())) == 3
 
 
 def test_arp_reply_is_built_in_the_switch(topo):
@@ -134,18 +140,20 @@ def test_no_path_uses_a_dead_port_and_all_pairs_still_shortest(topo):
     per_switch = policy.changes(topo, live, new_live)
     # leaves lose a bucket; spine2/spine3 now reach leaf1/leaf4 via another leaf
     assert set(per_switch) == {0x10001, 0x10002, 0x10003, 0x10004, 0x20002, 0x20003}
-    # leaf1's ECMP group over 4 uplinks is replaced by one over 3 (a new id:
-    # an id never changes meaning), added before the flows move to it
+    # leaf1's ECMP groups toward the other leaves lose a bucket in place (the
+    # same ids): its flows are left alone
     kinds = [(type(m).__name__, m.command) for m in per_switch[0x10001]]
-    assert ("GroupMod", "modify") not in kinds
-    assert kinds.index(("GroupMod", "add")) < kinds.index(("FlowMod", "modify"))
-    assert kinds[-1] == ("GroupMod", "delete")
+    assert kinds == [("GroupMod", "modify")] * 3
+    # spine2 now reaches leaf1 over the other leaves: a group where it had a port
+    kinds = [(type(m).__name__, m.command) for m in per_switch[0x20002]]
+    assert kinds == [("GroupMod", "add"), ("FlowMod", "modify"), ("FlowMod", "modify")]
     fab.apply(per_switch)
     fab.set_live(new_live)
     assert assert_all_pairs_shortest(topo, fab, new_live) == 56
     # toward leaf2/leaf3 over the 3 live uplinks; toward leaf4 not via spine3 either
     assert sorted([b.watch_port for b in g.buckets]
-                  for g in fab.switches[0x10001].groups.values()) == [[3, 5, 6], [3, 6]]
+                  for g in fab.switches[0x10001].groups.values()) == [[3, 5, 6], [3, 5, 6],
+                                                                      [3, 6]]
 
 
 def test_changes_bring_switch_to_exactly_the_desired_state(topo):
@@ -170,10 +178,11 @@ def test_diff_from_switch_state_resyncs_and_keeps_unchanged_entries(topo):
     wrong = GroupMod(group.group_id, "select", group.buckets[:1], group.selection)
     extra = GroupMod(99, "select", group.buckets, group.selection)
     missing = next(f for f in want.flows if f.priority == policy.PRIO_IPV4)
-    current = SwitchState((want.flows - {missing}) | {junk}, frozenset({wrong, extra}))
+    current = SwitchState((want.flows - {missing}) | {junk},
+                          (want.groups - {group}) | {wrong, extra})
     msgs = policy.diff(current, want)
     kinds = [(type(m).__name__, m.command) for m in msgs]
-    assert kinds == [("GroupMod", "modify"), ("FlowMod", "add"), ("FlowMod", "delete"),
+    assert kinds == [("FlowMod", "add"), ("GroupMod", "modify"), ("FlowMod", "delete"),
                      ("GroupMod", "delete")]
     sw = FakeSwitch(0x10001)
     sw.apply(policy.install(current))
@@ -256,9 +265,11 @@ def test_three_tiers_shortest_paths_and_superspine_ecmp():
     assert hops == {5}          # leaf, spine, superspine, spine, leaf
     # pod-local spine spreads over both superspines toward the other pod
     spine1 = topo.by_name["spine1"]
-    (g,) = policy.desired_state(topo, live)[spine1.dpid].groups
-    assert {topo.by_dpid[spine1.dpid].port(b.watch_port).peer for b in g.buckets} == \
-        {"superspine1", "superspine2"}
+    groups = policy.desired_state(topo, live)[spine1.dpid].groups
+    assert len(groups) == 2          # one per leaf of the other pod
+    for g in groups:
+        assert {topo.by_dpid[spine1.dpid].port(b.watch_port).peer for b in g.buckets} == \
+            {"superspine1", "superspine2"}
     # cut superspine1 from spine3: nothing may use that link any more
     cut = live - {(topo.by_name["superspine1"].dpid,
                    next(p.port for p in topo.by_name["superspine1"].ports if p.peer == "spine3"))}

@@ -112,3 +112,24 @@ def test_local_repair_with_folded_flows_delivers_every_pair(topo):
                 continue
             for hops, end in fab.paths(src, udp_packet(src, dst), max_hops=20):
                 assert end[0] == "host" and end[1] == dst, (src.host, dst.host, hops, end)
+
+
+def test_a_cut_elsewhere_keeps_every_leaf_folded(topo):
+    """The fold is decided with every port live: cutting leaf1-spine1 makes
+    leaf1's hosts exceptions on the other leaves (their repairs avoid spine1),
+    which alone would no longer save FOLD_SAVES flows there; they stay folded,
+    and the push is exceptions and group modifies, not every leaf's repair
+    flows unfolded."""
+    live = topo.all_ports()
+    p = next(p for p in topo.by_name["leaf1"].ports if p.peer == "spine1")
+    cut = live - {(p.dpid, p.port), topo.peer_of(p.dpid, p.port)}
+    state = policy.desired_state(topo, cut, "fast-failover")
+    for leaf in (s for s in topo.switches if s.kind == "leaf"):
+        uplinks = {q.port for q in leaf.ports if q.peer_kind == "spine"
+                   and (leaf.dpid, q.port) in cut}
+        folded = {dict(f.match)["in_port"] for f in state[leaf.dpid].flows
+                  if f.priority == policy.PRIO_REPAIR_ANY}
+        assert folded == uplinks, leaf.name
+    for old, new in ((live, cut), (cut, live)):
+        msgs = [m for ms in policy.changes(topo, old, new, "fast-failover").values() for m in ms]
+        assert len(msgs) < 100, len(msgs)        # unfolding them: 837
