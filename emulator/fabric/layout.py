@@ -32,7 +32,7 @@ NAMED = ("shared", "per-switch", "pod", "plane", "rail", "auto")
 # On this project's 2-core machines one instance batches best: two instances lost
 # 2 % and one per switch 19 % of 6000 pps flows that one instance forwarded
 # whole, while a cut stalled other flows 14.0 ms in one instance against 9.4 ms
-# in two (PLATFORM.md; docs/datapath-instances.md).  Below this many cores the
+# in two (docs/platform.md, docs/datapath-instances.md).  Below this many cores the
 # automatic layout keeps capacity.
 ISOLATION_CORES = 4
 
