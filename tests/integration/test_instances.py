@@ -179,3 +179,17 @@ def test_a_remote_controller_with_instances_is_refused_before_anything(tmp_path)
                      results_base=str(tmp_path / "res")):
             pass
     assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("preset,lay,instances", [
+    ("three-tier", "pod", 3),            # two pods and the super-spines
+    ("multi-plane", "rail", 2),          # one per plane
+    ("dual-tor", "per-switch", 6),       # the hosts' NIC switches go with their leaves
+])
+def test_named_layouts_build_reachable_fabrics(preset, lay, instances, tmp_path):
+    with Session(presets.build(preset), layout=lay, results_base=str(tmp_path)) as s:
+        n = s.results["reachability"]["pairs"]
+        assert n and s.results["reachability"]["reachable"] == n
+        assert len(s.net.instances) == instances
+        assert sorted(sw for i in s.net.instances for sw in i.switches) == \
+            sorted(sw["name"] for sw in s.topo["switches"])
