@@ -26,7 +26,7 @@ import shlex
 import subprocess
 import sys
 from importlib import metadata
-from emulator.report.summary import fidelity_lines
+from emulator.report.summary import fidelity_lines, layout_text
 
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
@@ -146,7 +146,8 @@ def markdown(results, topo, pictures, summary_text=None):
     r = results
     out = [f"# Run {r['run']}: {r['fabric']}", "",
            f"- command: `{r.get('command_line', '')}`",
-           f"- datapath: {r['datapath']['type']} ({r['datapath']['reason']})",
+           f"- datapath: {r['datapath']['type']} ({r['datapath']['reason']})"
+           + layout_text(r.get("layout")),
            f"- controller: {r.get('controller', {}).get('kind', '?')}"]
     v = r.get("versions", {})
     out.append("- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()))

@@ -49,10 +49,21 @@ def _tier(kind):
     return {"host": 0, "leaf": 1, "spine": 2, "superspine": 3}.get(kind, 0)
 
 
+def layout_text(layout):
+    """', layout 2 (asked for): 2 Open vSwitch instances, 8 links between them'."""
+    if not layout:
+        return ""
+    n = len(layout.get("instances") or {})
+    where = (f"{n} Open vSwitch instances, {layout['crossing_links']} links between them"
+             if n else "one Open vSwitch")
+    return f", layout {layout['layout']} ({layout['why']}): {where}"
+
+
 def summary(results, topo):
     r = results
     out = ["", f"== run {r['run']}: {r['fabric']} ==",
-           f"datapath: {r['datapath']['type']} ({r['datapath']['reason']})",
+           f"datapath: {r['datapath']['type']} ({r['datapath']['reason']})"
+           + layout_text(r.get("layout")),
            f"controller: {r.get('controller', {}).get('kind', '?')}"]
     n_nic = sum(1 for s in topo["switches"] if s["kind"] == "nic")
     n_sw, n_h = len(topo["switches"]) - n_nic, len(topo["hosts"])

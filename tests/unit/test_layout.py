@@ -123,3 +123,13 @@ def test_a_bad_layout_in_the_fabric_file_names_the_key():
     with pytest.raises(ConfigError) as e:
         spec.load_text(FABRIC.format(layout="sideways"))
     assert e.value.where == "layout" and "sideways" in str(e.value)
+
+
+def test_the_summary_says_the_layout():
+    from emulator.report.summary import layout_text
+    assert layout_text(None) == ""
+    assert layout_text({"layout": "shared", "why": "2 cores", "instances": {},
+                        "crossing_links": 0}) == ", layout shared (2 cores): one Open vSwitch"
+    assert layout_text({"layout": "2", "why": "asked for", "crossing_links": 8,
+                        "instances": {"ovs0": ["leaf1"], "ovs1": ["leaf2"]}}) == \
+        ", layout 2 (asked for): 2 Open vSwitch instances, 8 links between them"
