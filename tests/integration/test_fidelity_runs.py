@@ -75,7 +75,8 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     else:
         assert "hypervisor" in lines[-1], log
     assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1
-    cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache))
+    cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache),
+                                     layout=doc["layout"])
     assert cached == json.loads(cache.read_text())[doc["key"]]
     fits, msg = budget.check([(100e6, 4170, 3)], cached)
     assert fits and "of this machine's measured budget" in msg
