@@ -19,6 +19,20 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_drill(args, params, results):
+    """``emulator drill ARGS -P PARAM... --results RESULTS``: (its directory, drill.json)."""
+    argv = [sys.executable, "-m", "emulator", "drill", *args, "--results", results]
+    for p in params:
+        argv += ["-P", p]
+    before = set(glob.glob(os.path.join(results, "drill-*")))
+    r = subprocess.run(argv, cwd=REPO, timeout=60 * 60, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"drill {' '.join(args)} exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    (new,) = set(glob.glob(os.path.join(results, "drill-*"))) - before
+    with open(os.path.join(new, "drill.json")) as f:
+        return new, json.load(f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10)
@@ -29,17 +43,8 @@ def main():
     ap.add_argument("--results", default="/tmp/bench-failover")
     a = ap.parse_args()
     params = a.param or ["spines=2", "leaves=2", "hosts_per_leaf=1"]
-    argv = [sys.executable, "-m", "emulator", "drill", "--fault", a.fault,
-            "--repeat", str(a.repeat), "--failover", a.modes, "--results", a.results]
-    for p in params:
-        argv += ["-P", p]
-    before = set(glob.glob(os.path.join(a.results, "drill-*")))
-    r = subprocess.run(argv, cwd=REPO, timeout=60 * 60, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"drill exited {r.returncode}: {r.stderr.strip()[-500:]}")
-    (new,) = set(glob.glob(os.path.join(a.results, "drill-*"))) - before
-    with open(os.path.join(new, "drill.json")) as f:
-        doc = json.load(f)
+    new, doc = run_drill(["--fault", a.fault, "--repeat", str(a.repeat),
+                          "--failover", a.modes], params, a.results)
     print(f"fault {a.fault}, {a.repeat} repeats, fabric {' '.join(params)}")
     print(f"{'mode':<14} {'metric':<26} {'median':>9} {'p95':>9} {'max':>9} {'n':>4}")
     for m in doc["modes"]:

@@ -12,28 +12,15 @@ CPU of the ovs-vswitchd daemons, and how many repeats were faithful.
 """
 
 import argparse
-import glob
-import json
-import os
 import statistics
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_failover import run_drill
 
 
 def drill(layout, a):
-    argv = [sys.executable, "-m", "emulator", "drill", "--layout", layout,
-            "--failover", a.failover, "--repeat", str(a.repeat), "--results", a.results]
-    for p in a.param:
-        argv += ["-P", p]
-    before = set(glob.glob(os.path.join(a.results, "drill-*")))
-    r = subprocess.run(argv, cwd=REPO, timeout=60 * 60, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"drill --layout {layout} exited {r.returncode}: {r.stderr.strip()[-500:]}")
-    (new,) = set(glob.glob(os.path.join(a.results, "drill-*"))) - before
-    with open(os.path.join(new, "drill.json")) as f:
-        return json.load(f)["modes"][0]
+    _, doc = run_drill(["--layout", layout, "--failover", a.failover,
+                        "--repeat", str(a.repeat)], a.param, a.results)
+    return doc["modes"][0]
 
 
 def values(mode, key):

@@ -27,6 +27,7 @@ import subprocess
 import time
 
 from emulator.dataplane import proc
+from emulator.dataplane.controller_proc import wait_until
 from emulator.errors import EnvironmentProblem, RunFailed
 from traffic.netns import entered
 
@@ -135,7 +136,7 @@ class Instance(Ovs):
         os.makedirs(self.dir, exist_ok=False)
         self._spawn("holder", ["mnexec", "-cn", "sleep", "infinity"])
         self.netns = f"/proc/{self.holder_pid}/ns/net"
-        wait_for(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
+        wait_until(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
                  f"{self.name}'s namespace")
         with entered(self.netns):
             for key, value in sysctls.items():
@@ -149,14 +150,14 @@ class Instance(Ovs):
             "ovsdb-server", f"{self.dir}/conf.db", f"--remote=punix:{self.dir}/db.sock",
             f"--pidfile={self.dir}/ovsdb-server.pid", f"--unixctl={self.dir}/ovsdb-server.ctl",
             f"--log-file={self.dir}/ovsdb-server.log"])
-        wait_for(lambda: self._check() and os.path.exists(f"{self.dir}/db.sock"), timeout,
+        wait_until(lambda: self._check() and os.path.exists(f"{self.dir}/db.sock"), timeout,
                  f"{self.name}'s ovsdb-server")
         self.vsctl("--no-wait", "init", timeout=timeout)
         self._spawn("ovs-vswitchd", [
             "mnexec", "-a", str(self.holder_pid), "ovs-vswitchd", self.db,
             f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
             f"--log-file={self.dir}/ovs-vswitchd.log"])
-        wait_for(lambda: self._check() and os.path.exists(self.ctl), timeout,
+        wait_until(lambda: self._check() and os.path.exists(self.ctl), timeout,
                  f"{self.name}'s ovs-vswitchd")
         self.appctl("version", timeout=timeout)
         return self
@@ -219,14 +220,6 @@ def _own_netns(pid):
         return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
     except OSError:
         return False
-
-
-def wait_for(cond, timeout, what, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RunFailed(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def start_all(placement, state, env, sysctls, timeout=30):
