@@ -45,6 +45,9 @@ def load_fabric(args):
         import dataclasses
         from emulator.fabric import layout
         fabric = dataclasses.replace(fabric, layout=layout.parse(args.layout))
+    if fabric.layout not in (None, "auto", "shared"):
+        from emulator.fabric import layout
+        layout.place(addressing.plan(fabric), fabric.layout)   # a layout it cannot have
     return fabric
 
 
