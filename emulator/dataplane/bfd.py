@@ -21,7 +21,7 @@ for seconds).  Bridges are deleted at teardown with their BFD state.
 import re
 import time
 
-from emulator.dataplane import proc
+from emulator.dataplane.instances import SYSTEM
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.units import parse_duration
 
@@ -64,10 +64,8 @@ def parse_show(text):
 def show(net=None):
     """Every BFD session of the Open vSwitches carrying ``net`` (default: the
     machine's own)."""
-    if net is None:
-        return parse_show(proc.run(["ovs-appctl", "bfd/show"], timeout=10))
     out = {}
-    for ovs in net.ovses():
+    for ovs in net.ovses() if net is not None else [SYSTEM]:
         out.update(parse_show(ovs.appctl("bfd/show", timeout=10)))
     return out
 
@@ -81,7 +79,7 @@ def enable(topo, interval_ms, timeout=30.0, progress=lambda m: None, net=None):
         return 0.0
     by_ovs = {}
     for sw in topo["switches"]:
-        ovs = net.ovs(sw["name"]) if net is not None else None
+        ovs = net.ovs(sw["name"]) if net is not None else SYSTEM
         for p in sw["ports"]:
             if p["peer_kind"] != "host":
                 by_ovs.setdefault(ovs, []).extend(
@@ -90,10 +88,7 @@ def enable(topo, interval_ms, timeout=30.0, progress=lambda m: None, net=None):
     progress(f"BFD on {len(intfs)} switch ports at {interval_ms} ms")
     t0 = time.monotonic()
     for ovs, args in by_ovs.items():
-        if ovs is None:
-            proc.ovs_vsctl(*args[1:], timeout=60)
-        else:
-            ovs.vsctl(*args[1:], timeout=60)
+        ovs.vsctl(*args[1:], timeout=60)
     pending = intfs
     while pending:
         sessions = show(net)

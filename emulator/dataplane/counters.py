@@ -28,6 +28,7 @@ import threading
 import time
 
 from emulator.dataplane import proc
+from emulator.dataplane.instances import SYSTEM
 from emulator.dataplane.shaping import QdiscReader
 from traffic.netns import entered
 
@@ -42,9 +43,9 @@ def ovs_socket_drops(tag, ovses=None):
     """{interface: drops} of ovs-vswitchd's packet sockets on this run's ports, in
     the namespace of each Open vSwitch of ``ovses`` (default: this one)."""
     out = {}
-    for ovs in ovses or [None]:
-        argv = ["ss", "-0", "-m", "-e", "-n", "-p"]
-        _socket_drops(proc.run(ovs.in_netns(argv) if ovs else argv, timeout=15), tag, out)
+    for ovs in ovses or [SYSTEM]:
+        _socket_drops(proc.run(ovs.in_netns(["ss", "-0", "-m", "-e", "-n", "-p"]),
+                               timeout=15), tag, out)
     return out
 
 
@@ -67,12 +68,9 @@ def ovs_interface_drops(tag, ovses=None):
     """{interface: (rx_dropped, tx_dropped)} from the OVS databases (of ``ovses``,
     default the machine's), this run's ports."""
     out = {}
-    for ovs in ovses or [None]:
-        text = ovs.vsctl("--format=json", "--columns=name,statistics", "list",
-                         "interface", timeout=20) if ovs else \
-            proc.ovs_vsctl("--format=json", "--columns=name,statistics", "list",
-                           "interface", timeout=20)
-        _interface_drops(text, tag, out)
+    for ovs in ovses or [SYSTEM]:
+        _interface_drops(ovs.vsctl("--format=json", "--columns=name,statistics", "list",
+                                   "interface", timeout=20), tag, out)
     return out
 
 
@@ -112,25 +110,11 @@ def machine_cpu(path="/proc/stat"):
     return sum(values) - idle, sum(values), steal
 
 
-OVS_RUNDIRS = ("/run/openvswitch", "/var/run/openvswitch")
-
-
-def ovs_pid():
-    """ovs-vswitchd's pid from its pidfile, or None."""
-    for d in OVS_RUNDIRS:
-        try:
-            with open(os.path.join(d, "ovs-vswitchd.pid")) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-    return None
-
-
 def ovs_cpu_s(net):
     """CPU seconds of every ovs-vswitchd carrying ``net``'s switches, or None."""
     total, seen = 0.0, False
     for ovs in net.ovses():
-        pid = ovs.vswitchd_pid() if ovs.dir else ovs_pid()
+        pid = ovs.vswitchd_pid()
         if pid:
             try:
                 total += process_cpu_s(pid)

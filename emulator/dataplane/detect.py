@@ -41,7 +41,6 @@ from os_ken.ofproto import ofproto_parser
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from emulator.dataplane.counters import OVS_RUNDIRS
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.units import parse_duration
 
@@ -63,14 +62,6 @@ def parse_detect(text):
         return v
     raise ConfigError("--detect", f"{text!r}: use os, or a delay such as 1ms, 500us "
                                   "(0 to 10 s)")
-
-
-def rundir():
-    for d in OVS_RUNDIRS:
-        if os.path.exists(os.path.join(d, "ovs-vswitchd.pid")):
-            return d
-    raise RunFailed("ovs-vswitchd's run directory (its pid file) was not found in "
-                    + " or ".join(OVS_RUNDIRS))
 
 
 class _Datapath:
@@ -197,10 +188,8 @@ class Detector:
         self._conns = {}
         try:
             for sw in session.topo["switches"]:
-                ovs = net.ovs(sw["name"])
-                path = ovs.target(sw["bridge"])[len("unix:"):] if ovs.dir else \
-                    os.path.join(rundir(), f"{sw['bridge']}.mgmt")
-                self._conns[sw["bridge"]] = MgmtConnection(path)
+                self._conns[sw["bridge"]] = MgmtConnection(
+                    net.ovs(sw["name"]).mgmt_path(sw["bridge"]))
         except BaseException:
             self.close()
             raise

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass
 
 from emulator.dataplane import proc
+from emulator.dataplane.ifaces import in_netns
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
@@ -146,7 +147,7 @@ class Marker:
         self.spaces = sorted({self.netns_of.get(i) or "" for i, _ in self.ports})
 
     def _nft(self, netns, *args):
-        return (["nsenter", f"--net={netns}"] if netns else []) + ["nft", *args]
+        return in_netns(netns, ["nft", *args])
 
     @classmethod
     def for_session(cls, session):

@@ -35,6 +35,7 @@ from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf, shaping
 from emulator.dataplane.ecn import record_marks
+from emulator.dataplane.ifaces import ns_sockets
 from emulator.errors import EnvironmentProblem, RunFailed
 
 ENTRY = struct.Struct("<QQQQ")        # in bytes, out bytes, marked packets, spare
@@ -202,7 +203,7 @@ class DequeueMarker:
         self.map = bpf.Map(ENTRY.size, max(1, len(self.ports)))
         m = self.ecn
         try:
-            with _netlink() as ipr_in:
+            with ns_sockets() as ipr_in:
                 for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
                                                                        self.limits)):
                     fd = bpf.load(bpf.PROG_SCHED_CLS, enqueue_program(self.map.fd, i, limit),
@@ -258,7 +259,7 @@ class DequeueMarker:
         once such a link is up again (dataplane.faults), so a port does not
         mark forever for a queue it no longer has."""
         wanted = [(i, p[0]) for i, p in enumerate(self.ports) if p[0] in set(ifnames)]
-        with _netlink() as ipr_in:
+        with ns_sockets() as ipr_in:
             for i, ifname in wanted:
                 ipr = ipr_in(self.own_ns.get(ifname))
                 idx = _index(ipr, ifname, missing_ok=True)
@@ -277,7 +278,7 @@ class DequeueMarker:
 
     def remove(self):
         errors = []
-        with _netlink() as ipr_in:
+        with ns_sockets() as ipr_in:
             for kind, ns, ifname in reversed(self.attached):
                 try:
                     ipr = ipr_in(ns)
@@ -297,12 +298,6 @@ class DequeueMarker:
             self.map.close()
             self.map = None
         return errors
-
-
-def _netlink():
-    """``get(netns path or None)``: one netlink socket per namespace, closed after."""
-    from emulator.dataplane.ifaces import ns_sockets
-    return ns_sockets()
 
 
 def _index(ipr, ifname, missing_ok=False):

@@ -42,7 +42,8 @@ from traffic.netns import entered
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
 from emulator.dataplane.runstate import tag_of_name
-from emulator.dataplane.nftrules import corrupt_rule, loss_rule, nft_argv
+from emulator.dataplane.ifaces import in_netns
+from emulator.dataplane.nftrules import corrupt_rule, loss_rule
 
 
 def nic_of(topo):
@@ -416,7 +417,8 @@ class Injector:
                           f"    {rule}",
                           "  }"]
             lines.append("}")
-            proc.run(nft_argv(netns), input="\n".join(lines) + "\n", timeout=10)
+            proc.run(in_netns(netns, ["nft", "-f", "-"]), input="\n".join(lines) + "\n",
+                     timeout=10)
         return self._log("corrupt_start" if corrupt else "loss_start", link, t,
                          percent=percent, side=side)
 
@@ -428,5 +430,5 @@ class Injector:
         spaces = sorted({ns for ns, _ in self._losses})
         self._losses.clear()
         for netns in spaces:
-            proc.run(nft_argv(netns)[:-2] + ["delete", "table", "netdev", table], timeout=10)
+            proc.run(in_netns(netns, ["nft", "delete", "table", "netdev", table]), timeout=10)
         return self._log("loss_stop", table, t)

@@ -26,6 +26,11 @@ def tx_checksum_off(ifname):
         fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
 
 
+def in_netns(netns, argv):
+    """``argv`` run inside the network namespace at path ``netns`` (None: here)."""
+    return (["nsenter", f"--net={netns}"] if netns else []) + list(argv)
+
+
 def write_sysctl(key, value):
     """Set ``/proc/sys/KEY`` as the calling thread's namespace sees it (net/... keys
     are per namespace); a key compiled out of the kernel (IPv6) is skipped."""

@@ -21,6 +21,7 @@ two nodes: the impairment goes on the first of them.
 
 import subprocess
 
+from emulator.dataplane.ifaces import in_netns
 from emulator.dataplane.runstate import tag_of_name
 from emulator.errors import EnvironmentProblem, RunFailed
 
@@ -94,9 +95,8 @@ def _netem(session, name, imp, injector):
     if imp.get("jitter_s"):
         args += [f"{imp['jitter_s'] * 1e6:.0f}us"]
     for netns, ifname in injector.ends(name, "both"):
-        enter = ["nsenter", f"--net={netns}"] if netns else []
-        r = subprocess.run(enter + ["tc", "qdisc", "add", "dev", ifname, "parent", "1:1",
-                                    "handle", "10:", "netem", *args],
+        r = subprocess.run(in_netns(netns, ["tc", "qdisc", "add", "dev", ifname, "parent",
+                                            "1:1", "handle", "10:", "netem", *args]),
                            capture_output=True, text=True, timeout=10)
         if r.returncode != 0:
             raise RunFailed(f"netem on {ifname}: {r.stderr.strip()}")

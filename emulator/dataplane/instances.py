@@ -28,11 +28,13 @@ import time
 
 from emulator.dataplane import proc
 from emulator.dataplane.controller_proc import wait_until
+from emulator.dataplane.ifaces import in_netns, write_sysctl
 from emulator.errors import EnvironmentProblem, RunFailed
 from traffic.netns import entered
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovs-vswitchd", "ovsdb-server", "holder")
+OVS_RUNDIRS = ("/run/openvswitch", "/var/run/openvswitch")   # the machine's daemon
 TOOLS = ("ovsdb-server", "ovs-vswitchd", "ovsdb-tool", "ovs-appctl", "mnexec", "nsenter")
 
 
@@ -41,6 +43,7 @@ class Ovs:
 
     name = "system"
     netns = None           # where its switches' ports are (None: this namespace)
+    holder_pid = None      # the process holding that namespace
     dir = None
 
     def vsctl(self, *args, timeout=60):
@@ -49,6 +52,28 @@ class Ovs:
     def target(self, bridge):
         """What ovs-ofctl names ``bridge`` by."""
         return bridge
+
+    def rundir(self):
+        """The directory of ovs-vswitchd's pid file and bridge sockets."""
+        for d in OVS_RUNDIRS:
+            if os.path.exists(os.path.join(d, "ovs-vswitchd.pid")):
+                return d
+        raise RunFailed("ovs-vswitchd's run directory (its pid file) was not found in "
+                        + " or ".join(OVS_RUNDIRS))
+
+    def mgmt_path(self, bridge):
+        """The unix socket of ``bridge``'s OpenFlow management connection."""
+        return os.path.join(self.rundir(), f"{bridge}.mgmt")
+
+    def vswitchd_pid(self):
+        """ovs-vswitchd's pid from its pid file, or None."""
+        for d in OVS_RUNDIRS:
+            try:
+                with open(os.path.join(d, "ovs-vswitchd.pid")) as f:
+                    return int(f.read().strip())
+            except (OSError, ValueError):
+                continue
+        return None
 
     def ofctl(self, command, bridge, *args, timeout=20, version="OpenFlow15"):
         return proc.ovs_ofctl("-O", version, command, self.target(bridge), *args,
@@ -59,10 +84,7 @@ class Ovs:
 
     def in_netns(self, argv):
         """``argv`` run where this instance's ports are."""
-        return argv
-
-    def alive(self):
-        return True
+        return in_netns(self.netns, argv)
 
 
 SYSTEM = Ovs()
@@ -93,14 +115,14 @@ class Instance(Ovs):
         return proc.run(["ovs-vsctl", f"--db={self.db}", f"--timeout={max(1, int(timeout) - 1)}",
                          *args], timeout=timeout)
 
+    def mgmt_path(self, bridge):
+        return f"{self.dir}/{bridge}.mgmt"
+
     def target(self, bridge):
-        return f"unix:{self.dir}/{bridge}.mgmt"
+        return f"unix:{self.mgmt_path(bridge)}"
 
     def appctl(self, *args, timeout=10):
         return proc.run(["ovs-appctl", "-t", self.ctl, *args], timeout=timeout)
-
-    def in_netns(self, argv):
-        return ["nsenter", f"--net={self.netns}", *argv]
 
     def controller_link(self, path):
         """A name for the controller's unix socket ``path`` inside this instance's
@@ -137,28 +159,24 @@ class Instance(Ovs):
         self._spawn("holder", ["mnexec", "-cn", "sleep", "infinity"])
         self.netns = f"/proc/{self.holder_pid}/ns/net"
         wait_until(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
-                 f"{self.name}'s namespace")
+                   f"{self.name}'s namespace")
         with entered(self.netns):
             for key, value in sysctls.items():
-                try:
-                    with open(f"/proc/sys/{key}", "w") as f:
-                        f.write(str(value))
-                except FileNotFoundError:      # IPv6 compiled out
-                    pass
+                write_sysctl(key, str(value))
         proc.run(["ovsdb-tool", "create", f"{self.dir}/conf.db", SCHEMA], timeout=20)
         self._spawn("ovsdb-server", [
             "ovsdb-server", f"{self.dir}/conf.db", f"--remote=punix:{self.dir}/db.sock",
             f"--pidfile={self.dir}/ovsdb-server.pid", f"--unixctl={self.dir}/ovsdb-server.ctl",
             f"--log-file={self.dir}/ovsdb-server.log"])
         wait_until(lambda: self._check() and os.path.exists(f"{self.dir}/db.sock"), timeout,
-                 f"{self.name}'s ovsdb-server")
+                   f"{self.name}'s ovsdb-server")
         self.vsctl("--no-wait", "init", timeout=timeout)
         self._spawn("ovs-vswitchd", [
             "mnexec", "-a", str(self.holder_pid), "ovs-vswitchd", self.db,
             f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
             f"--log-file={self.dir}/ovs-vswitchd.log"])
         wait_until(lambda: self._check() and os.path.exists(self.ctl), timeout,
-                 f"{self.name}'s ovs-vswitchd")
+                   f"{self.name}'s ovs-vswitchd")
         self.appctl("version", timeout=timeout)
         return self
 
@@ -220,21 +238,6 @@ def _own_netns(pid):
         return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
     except OSError:
         return False
-
-
-def start_all(placement, state, env, sysctls, timeout=30):
-    """Start an Instance per ``placement`` entry; on failure stop the started ones."""
-    started = []
-    try:
-        for name, switches in placement:
-            inst = Instance(name, switches, state.dir, env)
-            state.record("instance", {"name": name, "dir": inst.dir})
-            started.append(inst)
-            inst.start(sysctls, timeout=timeout)
-    except BaseException:
-        stop_all(started)
-        raise
-    return started
 
 
 def stop_all(instances, grace=5.0):

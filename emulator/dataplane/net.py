@@ -130,12 +130,14 @@ class FabricNet:
         if not self.placement:
             return
         self.progress(f"starting {len(self.placement)} Open vSwitch instances")
-        # started one by one and appended as they go: a failure half-way leaves
-        # the started ones to teardown
+        # each is listed before it starts: a failure half-way leaves the started
+        # ones (and the one that failed) to teardown
         for name, group in self.placement:
-            inst, = ovs_instances.start_all([(name, group)], self.state,
-                                            child_env(self.state.tag), INSTANCE_SYSCTLS)
+            inst = ovs_instances.Instance(name, group, self.state.dir,
+                                          child_env(self.state.tag))
+            self.state.record("instance", {"name": name, "dir": inst.dir})
             self.instances.append(inst)
+            inst.start(INSTANCE_SYSCTLS)
             for sw in group:
                 self.ovs_of[sw] = inst
 
@@ -149,7 +151,7 @@ class FabricNet:
 
     def sysfs(self, switch):
         """Where ``switch``'s ports' /sys/class/net is (its instance's own sysfs)."""
-        pid = getattr(self.ovs_of[switch], "holder_pid", None)
+        pid = self.ovs_of[switch].holder_pid
         return "/sys" if pid is None else f"/proc/{pid}/root/sys"
 
     def intf_netns(self):
@@ -230,7 +232,7 @@ class FabricNet:
 
     def _ns_pid(self, switch):
         """Netlink attributes that create an interface in ``switch``'s namespace."""
-        pid = getattr(self.ovs_of[switch], "holder_pid", None)
+        pid = self.ovs_of[switch].holder_pid
         return {"net_ns_pid": pid} if pid else {}
 
     def _make_bridges(self):
@@ -355,7 +357,7 @@ class FabricNet:
     def controllers_connected(self):
         """Bridges whose controller connection is up."""
         connected = 0
-        for ovs in {*self.ovs_of.values()}:
+        for ovs in self.ovses():
             text = ovs.vsctl("--format=csv", "--columns=_uuid,is_connected",
                              "list", "controller", timeout=10)
             connected += sum(1 for line in text.splitlines()[1:] if line.endswith("true"))

@@ -25,8 +25,3 @@ def corrupt_rule(percent):
     RoCEv2 frames: delivered, but the ICRC fails, so the receiving NIC drops it."""
     return (f"udp dport 4791 {_chance(percent)}@th,{CORRUPT_BIT},8 set "
             f"@th,{CORRUPT_BIT},8 ^ 0x5a counter")
-
-
-def nft_argv(netns):
-    """``nft -f -`` in network namespace ``netns`` ('' or None: this one)."""
-    return (["nsenter", f"--net={netns}"] if netns else []) + ["nft", "-f", "-"]

@@ -43,7 +43,7 @@ class FabricSwitch(_Tagged, OVSSwitch):
 
     def startShell(self, mnopts=None):
         """The shell runs where the switch's ports are: its instance's namespace."""
-        pid = getattr(self.ovs, "holder_pid", None)
+        pid = self.ovs.holder_pid
         super().startShell(mnopts if pid is None else f"-cda{pid}")
 
     def start(self, controllers):

@@ -214,8 +214,10 @@ class Session:
             self.progress(f"telemetry: {self.telemetry.url}")
 
     def _resolve_layout(self, dp_type):
-        """(layout, why), checked before anything is made: the tools an instance
-        layout needs, and a controller its namespaces can reach."""
+        """(layout, why, placement), checked before anything is made: the layout
+        the fabric can have, the tools an instance layout needs, and a controller
+        its namespaces can reach.  A placement names switches only, so the plan
+        without the run's tag gives the run's."""
         import dataclasses
         import shutil
         from emulator.errors import ConfigError
@@ -224,8 +226,8 @@ class Session:
             dataclasses.replace(self.fabric, layout=self.layout)
         chosen, why = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
         if chosen == "shared":
-            return chosen, why
-        layout.place(addressing.plan(self.fabric), chosen)   # a bad layout: before anything
+            return chosen, why, []
+        placement = layout.place(addressing.plan(self.fabric), chosen)
         missing = [t for t in ovs_instances.TOOLS if shutil.which(t) is None]
         if missing:
             raise EnvironmentProblem(
@@ -237,12 +239,11 @@ class Session:
                                           "namespaces, which cannot reach a remote controller's "
                                           "TCP address: use --layout shared with --controller "
                                           "remote:HOST:PORT")
-        return chosen, why
+        return chosen, why, placement
 
-    def _place(self, chosen, why):
-        """The switches' datapath instances for the layout, said at start."""
+    def _place(self, chosen, why, placement):
+        """Say the switches' datapath instances at start, and record them."""
         from emulator.fabric import layout
-        placement = layout.place(self.topo, chosen)
         crossing = layout.crossing_links(self.topo, placement)
         self.results["layout"] = {"layout": chosen, "why": why, "crossing_links": crossing,
                                   "instances": {n: g for n, g in placement}}

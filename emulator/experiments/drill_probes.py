@@ -16,7 +16,7 @@ the port each node is left by, then the host reached.
 
 import re
 
-from emulator.dataplane import proc
+from emulator.dataplane.instances import SYSTEM
 from emulator.errors import ConfigError, RunFailed
 
 def parse_rails(text):
@@ -140,8 +140,8 @@ def trace_path(topo, src_name, hp, dp, sport, net=None):
         flow = (f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
                 f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
                 f"udp_src={sport},udp_dst=4791")
-        text = net.ovs(node).appctl("ofproto/trace", sw[node]["bridge"], flow) if net \
-            else proc.run(["ovs-appctl", "ofproto/trace", sw[node]["bridge"], flow], timeout=10)
+        text = (net.ovs(node) if net else SYSTEM).appctl("ofproto/trace", sw[node]["bridge"],
+                                                         flow)
         outs = re.findall(r"\boutput:(\d+)", text)
         if not outs:
             break

@@ -82,10 +82,9 @@ class QueueSampler(threading.Thread):
         self.readers = {}              # namespace -> (reader, [(port position, ifindex)])
         for i, p in enumerate(ports):
             ns = netns_of.get(p["intf"])
-            if ns not in self.readers:
-                with entered(ns):
-                    self.readers[ns] = (QdiscReader(), [])
             with entered(ns):
+                if ns not in self.readers:
+                    self.readers[ns] = (QdiscReader(), [])
                 self.readers[ns][1].append((i, socket.if_nametoindex(p["intf"])))
         self.times = []
         self.backlog = [[] for _ in ports]
