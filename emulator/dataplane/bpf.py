@@ -32,9 +32,11 @@ CALL, EXIT = 0x80, 0x90
 SIZES = {1: B, 2: H, 4: W, 8: DW}
 
 # helpers, program and map types, commands, flags
-MAP_LOOKUP_ELEM, GET_PRANDOM_U32, XDP_GET_BUFF_LEN = 1, 7, 188
+MAP_LOOKUP_ELEM, KTIME_GET_NS, GET_PRANDOM_U32, SKB_PULL_DATA, XDP_GET_BUFF_LEN = \
+    1, 5, 7, 39, 188
 PROG_SCHED_CLS, PROG_XDP = 3, 6
 MAP_ARRAY = 2
+F_MMAPABLE = 1 << 10
 _MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _PROG_LOAD, _PROG_TEST_RUN = 0, 1, 2, 5, 10
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _ATTR = 128
@@ -75,9 +77,9 @@ class Asm:
         """``*(uSIZE *)(dst + off) = imm``."""
         self.items.append(_insn(ST | SIZES[size] | MEM, dst, 0, off, imm))
 
-    def atomic_add(self, dst, off, src):
-        """``lock *(u64 *)(dst + off) += src``."""
-        self.items.append(_insn(STX | DW | ATOMIC, dst, src, off, 0))
+    def atomic_add(self, dst, off, src, fetch=False):
+        """``lock *(u64 *)(dst + off) += src``; with ``fetch``, ``src`` gets the old value."""
+        self.items.append(_insn(STX | DW | ATOMIC, dst, src, off, 1 if fetch else 0))
 
     def map_fd(self, dst, fd):
         """``dst = map`` (the two-instruction 64-bit load of a map's fd)."""
@@ -125,17 +127,19 @@ def _ptr(buf):
 
 
 class Map:
-    """A BPF array map of ``entries`` values of ``value_size`` bytes (u32 keys)."""
+    """A BPF array map of ``entries`` values of ``value_size`` bytes (u32 keys);
+    ``flags`` F_MMAPABLE lets a process map its values into memory."""
 
-    def __init__(self, value_size, entries):
+    def __init__(self, value_size, entries, flags=0):
         self.value_size = value_size
         self.entries = entries
         try:
             self.fd, _ = _sys(_MAP_CREATE, struct.pack("<IIIII", MAP_ARRAY, 4, value_size,
-                                                       entries, 0))
+                                                       entries, flags))
         except OSError as e:
-            raise EnvironmentProblem(f"eBPF maps unavailable ({e.strerror}): the dequeue "
-                                     "ECN marker needs CONFIG_BPF_SYSCALL and root")
+            raise EnvironmentProblem(f"eBPF maps unavailable ({e.strerror}): dequeue ECN "
+                                     "marking and the lossless fabric need "
+                                     "CONFIG_BPF_SYSCALL and root")
 
     def _elem(self, cmd, key, value):
         k = ctypes.create_string_buffer(struct.pack("<I", key), 4)

@@ -174,6 +174,7 @@ def snapshot(net, queues=None):
         "ovs_interface": ovs_interface_drops(tag, net.ovses()),
         "softnet": softnet_drops(),
         "queues": queues.read(),
+        "pfc_drops": net.pfc.drops() if getattr(net, "pfc", None) is not None else {},
         "ovs_cpu_s": ovs_cpu_s(net),
         "machine": machine_cpu(),
     }
@@ -193,6 +194,11 @@ def delta(before, after, topo, active_s=None):
         if drops - b[1] > 0:
             name = link_of.get(intf, intf)
             network[name] = network.get(name, 0) + drops - b[1]
+    for intf, drops in after.get("pfc_drops", {}).items():   # lossless: at ingress
+        n = drops - before.get("pfc_drops", {}).get(intf, 0)
+        if n > 0:
+            name = link_of.get(intf, intf)
+            network[name] = network.get(name, 0) + n
     sock = {i: n - before["ovs_socket"].get(i, 0) for i, n in after["ovs_socket"].items()}
     txd = {i: v[1] - before["ovs_interface"].get(i, (0, 0))[1]
            for i, v in after["ovs_interface"].items()}

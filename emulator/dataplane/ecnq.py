@@ -89,6 +89,17 @@ def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
     a.ldx(8, 9, 8, IN)
     a.ldx(8, 1, 8, OUT)
     a.alu(9, "-=", src=1)                 # r9 = queue behind this frame
+    mark_tail(a, kmin, kmax, pmax, min_len)
+    a.label("pass")
+    a.alu(0, "=", imm=XDP_PASS)
+    a.exit()
+    return a
+
+
+def mark_tail(a, kmin, kmax, pmax, min_len, marks_off=MARKS):
+    """With r6 the XDP context, r7 the frame length, r8 its port's map entry and
+    r9 the queue behind it: mark it CE by DCQCN's RED profile and count the mark
+    at ``marks_off`` of the entry; on to the label "pass" (the caller's) if not."""
     a.jmp("s<=", 9, "pass", imm=kmin)
     a.jmp("<=", 7, "pass", imm=min_len)
     _headers(a)
@@ -108,11 +119,7 @@ def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
     a.label("mark")
     _set_ce(a)
     a.alu(1, "=", imm=1)
-    a.atomic_add(8, MARKS, 1)
-    a.label("pass")
-    a.alu(0, "=", imm=XDP_PASS)
-    a.exit()
-    return a
+    a.atomic_add(8, marks_off, 1)
 
 
 def _headers(a):

@@ -76,7 +76,8 @@ class FabricNet:
 
     def __init__(self, topo, state, datapath_type, controller_url,
                  queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None,
-                 roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None):
+                 roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
+                 flow_control="none"):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path."""
@@ -96,6 +97,8 @@ class FabricNet:
         self.timings = {}
         self.placement = [(name, list(group)) for name, group in placement]
         self.controller_unix = controller_unix
+        self.flow_control = flow_control           # none | pfc: classes and a pause gate
+        self.pfc = None                            # its running PFC (dataplane.pfc_run)
         self.instances = []
         self.ovs_of = {sw["name"]: ovs_instances.SYSTEM for sw in topo["switches"]}
 
@@ -287,7 +290,17 @@ class FabricNet:
             for sw, p in self._switch_ports():
                 ipr = sock(self.switch_netns(sw["name"]))
                 idx = ipr.link_lookup(ifname=p["intf"])[0]
-                shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms, self.frame)
+                self._shape(ipr, idx, p["rate_bps"], switch=True)
+
+    def _shape(self, ipr, idx, rate_bps, switch):
+        """A TBF at the link rate; with PFC, classes and the lossless gate under it."""
+        if self.flow_control != "pfc":
+            shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
+            return
+        from emulator.dataplane import pfc
+        pfc.apply_tree(ipr, idx, rate_bps,
+                       shaping.tbf_params(rate_bps, self.queue_ms, self.frame)["limit"],
+                       self.frame, pfc.SWITCH_QUEUE if switch else pfc.HOST_QUEUE)
 
     def _configure_hosts(self):
         """Addresses, MTU-safe offloads and quiet IPv6 inside every host namespace.
@@ -316,7 +329,7 @@ class FabricNet:
                                  prefixlen=p["prefix_len"])
                         ipr.link("set", index=idx, state="up")
                         if self.shape:
-                            shaping.apply(ipr, idx, p["rate_bps"], self.queue_ms, self.frame)
+                            self._shape(ipr, idx, p["rate_bps"], switch=False)
                     for r in h.get("routes", ()):
                         # multi-plane: another rail's address leaves through that rail's NIC
                         ipr.route("add", dst=r["dst"], prefsrc=r["src"],

@@ -112,6 +112,7 @@ class Session:
         self.impairer = None              # the fabric file's loss:/state: (dataplane.impair)
         self.ecn = ecn                    # marking thresholds (dataplane.ecn.Ecn) or None
         self.marker = None
+        self.pfc = None                   # the lossless fabric (dataplane.pfc_run), if PFC
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
@@ -177,13 +178,21 @@ class Session:
         self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
                              shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
                              placement=placement,
-                             controller_unix=self.controller and self.controller.unix)
+                             controller_unix=self.controller and self.controller.unix,
+                             flow_control=self.fabric.flow_control)
         self.watch = ovs_instances.Watch(self.net.instances,
                                          interrupt=self._signals is not None)
         self.net.build()
         self.watch.start()
         self.results["mtu"]["interfaces"] = self.net.mtu
-        if self.ecn is not None:
+        self.results["flow_control"] = self.fabric.flow_control
+        if self.fabric.flow_control == "pfc":
+            from emulator.dataplane.pfc_run import Pfc
+            self.pfc = self.net.pfc = Pfc.for_session(self)
+        if self.ecn is not None and self.pfc is not None and self.ecn.at == "dequeue":
+            self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
+            self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")
+        elif self.ecn is not None:
             from emulator.dataplane.ecn import Marker
             from emulator.dataplane.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
@@ -333,6 +342,9 @@ class Session:
             if self.marker is not None:
                 self.marker.close(self)
                 self.marker = None
+            if self.pfc is not None:
+                self.pfc.close(self)
+                self.pfc = self.net.pfc = None
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()

@@ -103,6 +103,7 @@ class Fabric:
     links: tuple
     params: tuple = field(default=())   # the preset parameters it came from, if any
     layout: object = None               # its datapath layout (fabric.layout), if it names one
+    flow_control: str = "none"          # none | pfc (fabric.lossless)
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -161,5 +162,7 @@ class Fabric:
         doc = {"name": self.name}
         if self.layout is not None:
             doc["layout"] = self.layout
+        if self.flow_control != "none":
+            doc["flow_control"] = self.flow_control
         doc["topology"] = {"nodes": nodes, "links": links}
         return doc

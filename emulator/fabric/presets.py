@@ -50,11 +50,28 @@ def leaf_spine(**given):
 PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS}
 
 
+# parameters every preset takes: the fabric's link-level flow control (fabric.lossless)
+COMMON = ("lossless", "flow_control")
+
+
 def build(name, params=None):
     """Build preset ``name`` with ``params`` (name -> value strings)."""
+    import dataclasses
+    from emulator.fabric.lossless import parse_flow_control
     if name not in PRESETS:
         raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    return PRESETS[name][0](**(params or {}))
+    params = dict(params or {})
+    modes = set()
+    for key in COMMON:
+        if key in params:
+            try:
+                modes.add(parse_flow_control(params.pop(key), key))
+            except ValueError as e:
+                raise ConfigError(f"-P {key}", str(e).split(": ", 1)[-1])
+    if len(modes) > 1:
+        raise ConfigError("-P lossless", "lossless and flow_control disagree: give one")
+    fabric = PRESETS[name][0](**params)
+    return dataclasses.replace(fabric, flow_control=modes.pop()) if modes else fabric
 
 
 def parse_assignments(items):
@@ -75,6 +92,9 @@ def describe(name):
     for p in schema:
         default = p.default if p.default is not None else "-"
         lines.append(f"  {p.name:<18} {p.kind:<6} default {default!s:<8} {p.doc}")
+    lines.append(f"  {'lossless':<18} {'bool':<6} default {'false':<8} PFC on every link "
+                 "(flow_control=pfc)")
+    lines.append(f"  {'flow_control':<18} {'choice':<6} default {'none':<8} none | pfc")
     return "\n".join(lines)
 
 

@@ -32,7 +32,9 @@ PORT_RE = re.compile(r"^eth([0-9]{1,5})$")
 MAX_OFPORT = 0xFF00 - 1
 
 TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
-            "layout": "datapath instances (shared, per-switch, N, pod, plane, rail, auto)"}
+            "layout": "datapath instances (shared, per-switch, N, pod, plane, rail, auto)",
+            "lossless": "true: PFC on every link (flow_control: pfc)",
+            "flow_control": "none or pfc (link-level flow control)"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
@@ -125,7 +127,25 @@ def parse(data, source="<fabric>"):
             layout = layouts.parse(layout, "layout")
         except ConfigError as e:
             fail("layout", e.message)
-    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout)
+    flow_control = _flow_control(data, fail)
+    return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout,
+                  flow_control=flow_control)
+
+
+def _flow_control(data, fail):
+    """``lossless: true`` or ``flow_control: pfc`` (not both, unless they agree)."""
+    from emulator.fabric.lossless import parse_flow_control
+    modes = {}
+    for key in ("lossless", "flow_control"):
+        if key in data:
+            try:
+                modes[key] = parse_flow_control(data[key], key)
+            except ValueError as e:
+                fail(key, str(e).split(": ", 1)[-1])
+    if len(set(modes.values())) > 1:
+        fail("lossless", f"lossless: {data['lossless']} and flow_control: "
+                         f"{data['flow_control']} disagree: give one of them")
+    return next(iter(modes.values()), "none")
 
 
 def _reject_unknown(mapping, allowed, where, fail):

@@ -1,0 +1,256 @@
+"""The pause model's process: polls every switch port's lossless buffer and pauses,
+resumes, watches and mitigates the upstream queues (dataplane.pfc).
+
+Run by ``dataplane.pfc.Pfc`` as ``python -m emulator.dataplane.pfc_agent CONFIG``
+with the accounting map's descriptor inherited.  Every ``poll_s`` it reads
+the map (mapped into memory: no system call), runs each switch port's
+``IngressPause`` and, on a change, sends the upstream's gate change
+(a prepared netlink message in the upstream's namespace; a kick frame
+after a resume).  Every ``wd_poll_s`` the watchdog of each queue that is
+asked to pause, and a search for a cycle of stuck paused queues.
+
+Commands on standard input, one per line: ``storm KEY on|off`` (interface
+end KEY pauses its peer forever, or stops), ``exit PATH`` (write the
+counters as JSON to PATH and exit).
+"""
+
+import json
+import mmap
+import os
+import select
+import socket
+import sys
+import time
+
+from emulator.dataplane import pfc
+from emulator.fabric import lossless
+
+W = pfc.WORDS
+ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
+                                                pfc.E_CROSS_NS // 8, pfc.E_LAST_NS // 8,
+                                                pfc.E_FLAGS // 8, pfc.E_EG_IN // 8,
+                                                pfc.E_EG_OUT // 8)
+
+
+class Gates:
+    """The lossless gate of every interface end, closed and opened by netlink in
+    its namespace; a kick frame after each opening."""
+
+    def __init__(self, ports, frame):
+        from traffic.netns import entered
+        self.nl, self.kick, self.msgs = {}, {}, {}
+        self.errors = []
+        for p in ports:
+            ns = p["netns"]
+            with entered(ns):
+                if ns not in self.nl:
+                    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                      0)
+                    s.bind((0, 0))
+                    s.setblocking(False)
+                    self.nl[ns] = s
+                k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
+                k.bind((p["ifname"], 0))
+                self.kick[p["key"]] = k
+            limit = pfc.HOST_QUEUE if p["kind"] == "host" else pfc.SWITCH_QUEUE
+            open_rate = min(p["rate_bps"] * pfc.GATE_OPEN_FACTOR // 8, 2 ** 32 - 1)
+            self.msgs[p["key"]] = (
+                ns, pfc.gate_message(p["ifindex"], 1, frame, limit),
+                pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit))
+
+    def set(self, key, closed):
+        ns, close_msg, open_msg = self.msgs[key]
+        self.nl[ns].send(close_msg if closed else open_msg)
+        if not closed:
+            self.kick[key].send(pfc.kick_frame())
+
+    def drain(self):
+        """Read the kernel's answers; keep the errors."""
+        import struct
+        for s in self.nl.values():
+            while True:
+                try:
+                    buf = s.recv(65536)
+                except BlockingIOError:
+                    break
+                off = 0
+                while off + 20 <= len(buf):
+                    n, mtype = struct.unpack_from("=IH", buf, off)
+                    if mtype == 2:
+                        err = struct.unpack_from("=i", buf, off + 16)[0]
+                        if err and len(self.errors) < 20:
+                            self.errors.append(os.strerror(-err))
+                    off += max(n, 20)
+
+
+class Agent:
+    def __init__(self, cfg, mv, gates, clock=time.monotonic):
+        self.cfg = cfg
+        self.pc = lossless.PfcConfig(**cfg["pfc"])
+        self.mv = mv
+        self.gates = gates
+        self.clock = clock
+        self.ports = {p["key"]: p for p in cfg["ports"]}
+        self.switch_ports = [p["key"] for p in cfg["ports"] if p["kind"] == "switch"]
+        self.pause = {k: lossless.IngressPause(self.ports[k]["xoff"], self.ports[k]["xon"])
+                      for k in self.switch_ports}
+        self.requested = {k: False for k in self.ports}     # egress key: its peer asks pause
+        self.storming = {}                                   # storming end -> since
+        self.storms = {k: [] for k in self.ports}            # (start, end) per storming end
+        self.closed = {k: None for k in self.ports}          # egress key: gate closed since
+        self.closed_s = {k: 0.0 for k in self.ports}
+        self.wd = {k: lossless.Watchdog(self.pc.wd_detect_s, self.pc.wd_restore_s)
+                   for k in self.ports}
+        self.reactions = []                                  # (ingress key, ns)
+        self.cycles = []
+        self.next_wd = 0.0
+
+    # -- the gate of an egress queue follows its peer's request and the watchdog --
+    def _apply(self, egress, now):
+        want = self.requested[egress] and not self.wd[egress].mitigating
+        if want == (self.closed[egress] is not None):
+            return
+        self.gates.set(egress, want)
+        if want:
+            self.closed[egress] = now
+        else:
+            self.closed_s[egress] += now - self.closed[egress]
+            self.closed[egress] = None
+
+    def _request(self, end, now):
+        """Interface end ``end`` asks its peer's queue to pause or not."""
+        egress = self.ports[end]["peer_key"]
+        ing = self.pause.get(end)
+        self.requested[egress] = (end in self.storming) or (
+            ing is not None and ing.paused_since is not None)
+        self._apply(egress, now)
+
+    def poll(self, now):
+        mv = self.mv
+        occ = mv[ING::W]
+        for k in self.switch_ports:
+            ev = self.pause[k].update(occ[k], now)
+            if ev is None:
+                continue
+            if ev == "resume":
+                cross, last = mv[k * W + CROSS], mv[self.ports[k]["peer_key"] * W + LAST]
+                if cross:
+                    self.reactions.append((k, max(0, last - cross)))
+                    mv[k * W + CROSS] = 0
+            self._request(k, now)
+        if now >= self.next_wd:
+            self.next_wd = now + self.pc.wd_poll_s
+            self.watch(now)
+
+    def watch(self, now):
+        mv = self.mv
+        stuck = {}
+        for k, wd in self.wd.items():
+            if not self.requested[k] and not wd.mitigating:
+                wd.stuck_since = None
+                wd.last_sent = mv[k * W + EG_OUT]
+                continue
+            backlog = mv[k * W + EG_IN] - mv[k * W + EG_OUT]
+            ev = wd.update(now, self.requested[k], backlog, mv[k * W + EG_OUT])
+            if ev == "storm" and self.pc.wd_action == "drop":
+                mv[k * W + FLAGS] |= pfc.FLAG_DROP
+            elif ev == "restore":
+                mv[k * W + FLAGS] &= ~pfc.FLAG_DROP
+            if ev:
+                self._apply(k, now)
+            if wd.stuck_since is not None and self.ports[k]["kind"] == "switch":
+                peer = self.ports[self.ports[k]["peer_key"]]
+                if peer["kind"] == "switch":
+                    stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
+        cycle = lossless.paused_cycle(stuck)
+        if cycle and (not self.cycles or self.cycles[-1]["cycle"] != cycle):
+            self.cycles.append({"cycle": cycle, "t": now})
+
+    def storm(self, end, on, now):
+        if on and end not in self.storming:
+            self.storming[end] = now
+        elif not on and end in self.storming:
+            self.storms[end].append((self.storming.pop(end), now))
+        self._request(end, now)
+
+    def report(self, now, t0):
+        """The counters of every interface end (see docs/lossless.md)."""
+        mv, rate = self.mv, {k: p["rate_bps"] for k, p in self.ports.items()}
+        out = {}
+        for k, p in self.ports.items():
+            sent_eps = list(self.pause[k].episodes) if k in self.pause else []
+            if k in self.pause and self.pause[k].paused_since is not None:
+                sent_eps.append((self.pause[k].paused_since, now))
+            storms = self.storms[k] + ([(self.storming[k], now)] if k in self.storming else [])
+            peer = p["peer_key"]
+            frames = sum(lossless.pause_frames(b - a, rate[peer], self.pc.quanta)
+                         for a, b in sent_eps + storms)
+            closed = self.closed_s[k] + (now - self.closed[k] if self.closed[k] else 0.0)
+            e = {"peer": self.ports[peer]["node"], "pauses_sent": len(sent_eps) + len(storms),
+                 "pause_frames_sent": frames, "paused_s": round(closed, 4),
+                 "ingress_drops": mv[k * W + pfc.E_ING_DROPS // 8],
+                 "watchdog_drops": mv[k * W + pfc.E_WD_DROPS // 8],
+                 "watchdog": [(ev, round(t - t0, 4)) for ev, t in self.wd[k].events],
+                 "ecn_marks": mv[k * W + pfc.E_MARKS // 8]}
+            if k in self.pause:
+                peak = mv[k * W + pfc.E_PEAK // 8]
+                e.update({"xoff": p["xoff"], "headroom": p["headroom"], "peak_bytes": peak,
+                          "headroom_used": max(0, peak - p["xoff"])})
+            if storms:
+                e["storms"] = [(round(a - t0, 4), round(b - t0, 4)) for a, b in storms]
+            out[p["name"]] = e
+        for k, p in self.ports.items():          # frames received = the peer's sent
+            out[p["name"]]["pause_frames_received"] = \
+                out[self.ports[p["peer_key"]]["name"]]["pause_frames_sent"]
+        return {"ports": out,
+                "reactions": [{"port": self.ports[k]["name"], "ns": ns,
+                               "frames": round(ns / 1e9 / lossless.frame_time_s(
+                                   rate[self.ports[k]["peer_key"]], self.cfg["frame"]), 2)}
+                              for k, ns in self.reactions],
+                "deadlocks": [{"cycle": c["cycle"], "t": round(c["t"] - t0, 4)}
+                              for c in self.cycles],
+                "gate_errors": self.gates.errors}
+
+
+def main(argv):
+    with open(argv[0]) as f:
+        cfg = json.load(f)
+    size = -(-cfg["map_bytes"] // mmap.PAGESIZE) * mmap.PAGESIZE
+    mm = mmap.mmap(cfg["map_fd"], size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    mv = memoryview(mm).cast("q")
+    gates = Gates(cfg["ports"], cfg["frame"])
+    try:        # a pause is a link-level reaction: run before the datapath's threads
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.get("rt_priority", 10)))
+    except (OSError, AttributeError):
+        pass    # without real-time scheduling the reaction is longer: it is measured
+    agent = Agent(cfg, mv, gates)
+    t0 = time.monotonic()
+    agent.next_wd = t0
+    stdin = sys.stdin.buffer.raw
+    buf = b""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        ready, _, _ = select.select([stdin], [], [], agent.pc.poll_s)
+        now = time.monotonic()
+        if ready:
+            chunk = os.read(stdin.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                words = line.decode().split()
+                if words[:1] == ["storm"]:
+                    agent.storm(int(words[1]), words[2] == "on", now)
+                elif words[:1] == ["exit"]:
+                    with open(words[1], "w") as f:
+                        json.dump(agent.report(time.monotonic(), t0), f)
+                    return 0
+        agent.poll(now)
+        gates.drain()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,272 @@
+"""The lossless fabric of a run: PFC attached to every link end, the pause agent,
+and the counters in the run's results (dataplane.pfc has the mechanism)."""
+
+import struct
+
+from emulator.dataplane import bpf
+from emulator.dataplane.pfc import (E_ING_DROPS, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF,
+                                    ENTRY_SIZE, WORDS,
+                                    egress_program, ingress_program)
+from emulator.errors import RunFailed
+from emulator.fabric import lossless
+
+
+class Pfc:
+    """PFC over every link of a running fabric: programs attached on both ends of
+    every link, thresholds in the map, the agent process polling it.
+
+    ``ends``: [{key, name, node, kind, ifname, netns, rate_bps, peer_key, base,
+    stamp}] in key order (each switch's ports consecutive, from ``base``)."""
+
+    def __init__(self, ends, frame, cfg=lossless.PfcConfig(), ecn=None, min_len=0,
+                 env=None, workdir=None):
+        self.ends = ends
+        self.frame = frame
+        self.cfg = cfg
+        self.ecn = ecn
+        self.min_len = min_len
+        self.env = env
+        self.workdir = workdir
+        self.map = None
+        self.agent = None
+        self.attached = []
+        self.by_name = {e["name"]: e for e in ends}
+
+    @classmethod
+    def for_session(cls, session, cfg=lossless.PfcConfig()):
+        from traffic.frames import frame_len_for_mtu
+        ends, host_ends, key_of = [], [], {}
+        for sw in session.topo["switches"]:
+            base = len(ends)
+            for local, p in enumerate(sw["ports"]):
+                if local >= 255:
+                    raise RunFailed(f"lossless: {sw['name']} has more than 255 ports")
+                key_of[(sw["name"], p["port"])] = len(ends)
+                ends.append({"key": len(ends), "node": sw["name"], "kind": "switch",
+                             "name": f"{sw['name']}:{p['port']}", "ifname": p["intf"],
+                             "netns": session.net.switch_netns(sw["name"]),
+                             "rate_bps": p["rate_bps"], "base": base, "stamp": local + 1,
+                             "peer": (p["peer"], p["peer_port"]), "peer_kind": p["peer_kind"]})
+        for e in list(ends):
+            peer, port = e["peer"]
+            if e["peer_kind"] != "host":
+                e["peer_key"] = key_of[(peer, port)]
+                continue
+            key = len(ends) + len(host_ends)
+            host_ends.append({"key": key, "node": peer, "kind": "host", "name": f"{peer}:{port}",
+                              "ifname": port, "rate_bps": e["rate_bps"], "base": -1,
+                              "netns": f"/proc/{session.net.hosts[peer].pid}/ns/net",
+                              "stamp": 0, "peer_key": e["key"]})
+            e["peer_key"] = key
+        ends += host_ends
+        for e in ends:
+            e.pop("peer", None)
+            e.pop("peer_kind", None)
+        ecn = session.ecn if session.ecn is not None and session.ecn.at == "dequeue" else None
+        pfc = cls(ends, session.net.frame, cfg, ecn=ecn,
+                  min_len=frame_len_for_mtu(session.mtu) // 2, env=session.child_env(),
+                  workdir=session.dir)
+        pfc.install()
+        session.progress(f"lossless fabric (PFC) on {len(ends)} interface ends: "
+                         + pfc.describe())
+        return pfc
+
+    def describe(self):
+        rates = sorted({e["rate_bps"] for e in self.ends if e["kind"] == "switch"})
+        t = lossless.thresholds(rates[0], self.frame, self.cfg) if rates else {}
+        return (f"xoff {t.get('xoff')} B, xon {t.get('xon')} B, headroom {t.get('headroom')} B "
+                f"per ingress port at {rates[0] / 1e6:g} Mbit/s; watchdog "
+                f"{self.cfg.wd_detect_s * 1e3:g}/{self.cfg.wd_restore_s * 1e3:g} ms "
+                f"({self.cfg.wd_action})" if rates else "no switch ports")
+
+    def install(self):
+        import os
+        from emulator.dataplane.ifaces import ns_sockets
+        from emulator.dataplane.ecnq import TC_EGRESS, XDP_FLAGS_SKB_MODE
+        self.map = bpf.Map(ENTRY_SIZE, len(self.ends), flags=bpf.F_MMAPABLE)
+        try:
+            for e in self.ends:
+                if e["kind"] == "switch":
+                    t = lossless.thresholds(e["rate_bps"], self.frame, self.cfg)
+                    e.update(t)
+                    entry = [0] * WORDS
+                    entry[E_XOFF // 8], entry[E_LIMIT // 8] = t["xoff"], t["limit"]
+                    self.map.update(e["key"], struct.pack(f"<{WORDS}q", *entry))
+            with ns_sockets() as sock:
+                for e in self.ends:
+                    ipr = sock(e["netns"])
+                    idx = ipr.link_lookup(ifname=e["ifname"])[0]
+                    e["ifindex"] = idx
+                    fd = bpf.load(bpf.PROG_SCHED_CLS, egress_program(self.map.fd, e["key"]),
+                                  f"pfc_eg{e['key']}")
+                    try:
+                        ipr.tc("add", "clsact", index=idx)
+                        self.attached.append(("tc", e["netns"], e["ifname"]))
+                        ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd,
+                               name=f"pfc_eg{e['key']}", parent=TC_EGRESS, classid=1,
+                               direct_action=True)
+                    finally:
+                        os.close(fd)
+                    up = self.ends[e["peer_key"]]
+                    fd = bpf.load(bpf.PROG_XDP, ingress_program(
+                        self.map.fd, up["key"], up["base"] if up["kind"] == "switch" else -1,
+                        e["key"], e["stamp"], self.ecn, self.min_len), f"pfc_in{e['key']}")
+                    try:
+                        ipr.link("set", index=idx,
+                                 xdp={"attrs": [("IFLA_XDP_FD", fd),
+                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+                        self.attached.append(("xdp", e["netns"], e["ifname"]))
+                    finally:
+                        os.close(fd)
+            self._start_agent()
+        except Exception:
+            self.remove()
+            raise
+        return self
+
+    def _start_agent(self):
+        import json
+        import os
+        import select
+        import subprocess
+        import sys
+        from emulator.dataplane.controller_proc import REPO
+        path = os.path.join(self.workdir, "pfc-agent.json")
+        cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends),
+               "frame": self.frame, "ports": self.ends,
+               "pfc": {k: getattr(self.cfg, k) for k in self.cfg.__dataclass_fields__}}
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "emulator.dataplane.pfc_agent", path], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.map.fd,),
+            env=self.env)
+        ready, _, _ = select.select([self.agent.stdout], [], [], 20)
+        line = self.agent.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            self.agent.kill()
+            self.agent.wait(timeout=5)
+            raise RunFailed("the PFC agent did not start (see the run's output)")
+
+    def storm(self, end_name, on):
+        """Interface end ``end_name`` (``node:port``) pauses its peer forever, or stops."""
+        self._command(f"storm {self.by_name[end_name]['key']} {'on' if on else 'off'}")
+
+    def _command(self, line):
+        self.agent.stdin.write(line.encode() + b"\n")
+        self.agent.stdin.flush()
+
+    def stop_agent(self):
+        """The agent's counters (dict), the agent stopped."""
+        import json
+        import os
+        if self.agent is None:
+            return None
+        path = os.path.join(self.workdir, "pfc-counters.json")
+        try:
+            self._command(f"exit {path}")
+            self.agent.wait(timeout=10)
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise RunFailed(f"the PFC agent's counters: {e}")
+        finally:
+            if self.agent.poll() is None:
+                self.agent.kill()
+                self.agent.wait(timeout=5)
+            self.agent = None
+
+    def marks(self):
+        """{switch end name: packets it marked CE} (dequeue ECN in the gate's XDP)."""
+        return {e["name"]: self._word(e["key"], E_MARKS)
+                for e in self.ends if e["kind"] == "switch"}
+
+    def drops(self):
+        """{interface end, named as dataplane.counters names queues: frames of the
+        lossless class lost on the link it sends on}: ingress drops at the far end
+        (headroom exceeded) and the watchdog's drops of its queue."""
+        out = {}
+        for e in self.ends:
+            up = self.ends[e["peer_key"]]
+            name = up["ifname"] if up["kind"] == "switch" else f"{up['node']}:{up['ifname']}"
+            n = self._word(e["key"], E_ING_DROPS) + self._word(up["key"], E_WD_DROPS)
+            out[name] = out.get(name, 0) + n
+        return out
+
+    def _word(self, key, off):
+        return struct.unpack_from("<q", self.map.lookup(key), off)[0]
+
+    def close(self, session):
+        """Counters into ``session.results["lossless"]``, then everything detached."""
+        try:
+            counters = self.stop_agent()
+            if self.ecn is not None:
+                from emulator.dataplane.ecn import record_marks
+                record_marks(session, self)
+            session.results["lossless"] = summarize(counters, self)
+        except RunFailed as e:
+            session.teardown_errors.append(str(e))
+        finally:
+            session.teardown_errors += [f"PFC: {e}" for e in self.remove()]
+
+    def remove(self):
+        from emulator.dataplane.ecnq import XDP_FLAGS_SKB_MODE
+        from emulator.dataplane.ifaces import ns_sockets
+        errors = []
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.kill()
+            self.agent.wait(timeout=5)
+        with ns_sockets() as sock:
+            for kind, ns, ifname in reversed(self.attached):
+                try:
+                    ipr = sock(ns)
+                    found = ipr.link_lookup(ifname=ifname)
+                    if not found:
+                        continue
+                    if kind == "tc":
+                        ipr.tc("del", "clsact", index=found[0])
+                    else:
+                        ipr.link("set", index=found[0],
+                                 xdp={"attrs": [("IFLA_XDP_FD", -1),
+                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+                except Exception as e:        # its namespace went first
+                    errors.append(f"{ifname}: {e}")
+        self.attached = []
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        return errors
+
+
+def summarize(counters, pfc):
+    """``results["lossless"]``: the settings, per interface end the counters that
+    moved, and the run's totals (reaction in frame times, median and max)."""
+    ports = counters["ports"]
+    moved = {n: {k: v for k, v in c.items() if v not in (0, [], 0.0)}
+             for n, c in ports.items()
+             if c["pause_frames_sent"] or c["pause_frames_received"] or c["ingress_drops"]
+             or c["watchdog"] or c["watchdog_drops"]}
+    frames = sorted(r["frames"] for r in counters["reactions"])
+    thresholds = {e["name"]: {k: e[k] for k in ("xoff", "xon", "headroom", "limit")}
+                  for e in pfc.ends if e["kind"] == "switch"}
+    return {
+        "flow_control": "pfc", "lossless_priority": lossless.LOSSLESS_PRIORITY,
+        "settings": {k: getattr(pfc.cfg, k) for k in pfc.cfg.__dataclass_fields__},
+        "thresholds": dict(sorted(thresholds.items())[:1]) | {"ports": len(thresholds)},
+        "pause_frames": sum(c["pause_frames_sent"] for c in ports.values()),
+        "pauses": sum(c["pauses_sent"] for c in ports.values()),
+        "paused_s_max": max((c["paused_s"] for c in ports.values()), default=0.0),
+        "ingress_drops": sum(c["ingress_drops"] for c in ports.values()),
+        "watchdog_drops": sum(c["watchdog_drops"] for c in ports.values()),
+        "headroom_used_max": max((c.get("headroom_used", 0) for c in ports.values()),
+                                 default=0),
+        "watchdog_events": sorted(
+            ((ev, t, n) for n, c in ports.items() for ev, t in c["watchdog"]),
+            key=lambda x: x[1]),
+        "deadlocks": counters["deadlocks"],
+        "reaction_frames": {"count": len(frames),
+                            "median": frames[len(frames) // 2] if frames else None,
+                            "max": frames[-1] if frames else None},
+        "gate_errors": counters["gate_errors"],
+        "ports": moved,
+    }

@@ -1,0 +1,206 @@
+"""Lossless Ethernet, pure: flow-control modes, switch buffer thresholds, the pause
+state of an ingress port, the PFC watchdog's state machine, paused-queue cycles.
+
+Model (docs/lossless.md).  One lossless traffic class (priority 3) carries
+RoCE data; RoCE ACKs and CNPs and small control frames (BFD, ARP, ICMP) ride
+a strict-priority class above it, other traffic a best-effort class below.
+A switch accounts its lossless buffer per ingress port, as ns-3 HPCC's MMU
+does: the bytes that entered through a port and still wait in any of the
+switch's egress queues.  Past ``xoff`` the port pauses its upstream peer's
+lossless egress queue; at ``xon`` it resumes it.  ``headroom`` above xoff
+absorbs what the upstream sends before the pause takes hold: the model's
+pause reaction at the link rate plus one frame in flight at each end.  A
+frame that would exceed xoff + headroom is dropped at ingress (a lossless
+run counts these: they must be 0).
+
+Times scale with the emulated rate, in frame times (a 4 KiB RoCE frame is
+0.85 ms at 40 Mbit/s): pause reaction (a few frame times) << DCQCN's timers
+(traffic.dcqcn: 10-20 ms) << the watchdog's detection (200 ms).
+"""
+
+import math
+from dataclasses import dataclass
+
+FLOW_CONTROLS = ("none", "pfc")
+LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
+QUANTUM_BITS = 512                    # one PFC pause quantum, in bit times
+MAX_QUANTA = 0xFFFF
+WD_ACTIONS = ("drop", "forward")
+
+
+def parse_flow_control(value, where="flow_control"):
+    """``none``/``pfc``, or a boolean for ``lossless`` (true means pfc).
+
+    Returns the mode; ValueError with a message naming the accepted values."""
+    if isinstance(value, bool):
+        return "pfc" if value else "none"
+    text = str(value).strip().lower()
+    if text in ("true", "on", "yes", "1"):
+        return "pfc"
+    if text in ("false", "off", "no", "0"):
+        return "none"
+    if text in FLOW_CONTROLS:
+        return text
+    if text == "credit":
+        raise ValueError(f"{where}: credit-based flow control is not available yet; "
+                         "use none or pfc")
+    raise ValueError(f"{where}: {value!r} is not a flow control (none, pfc; "
+                     "lossless: true or false)")
+
+
+@dataclass(frozen=True)
+class PfcConfig:
+    """The switch buffer and watchdog settings of a lossless fabric (defaults
+    documented in docs/lossless.md)."""
+    reaction_s: float = 0.003          # Xoff crossing -> upstream stopped, measured (bench)
+    poll_s: float = 0.0005             # the pause model's sampling of ingress buffers
+    xoff_frames: float = 8             # per ingress port: pause past this many full frames
+    xon_gap_frames: float = 2          # resume this far below xoff
+    quanta: int = MAX_QUANTA           # quanta in each XOFF frame; refreshed at half
+    wd_detect_s: float = 0.2           # SONiC pfcwd defaults: detection 200 ms,
+    wd_restore_s: float = 0.4          # restoration (SONiC 200 ms; here 2 x detection)
+    wd_poll_s: float = 0.05            # and polling
+    wd_action: str = "drop"
+
+    def __post_init__(self):
+        if self.wd_action not in WD_ACTIONS:
+            raise ValueError(f"watchdog action {self.wd_action!r}: one of {WD_ACTIONS}")
+        if not 0 < self.xon_gap_frames < self.xoff_frames:
+            raise ValueError("0 < xon gap < xoff required")
+
+
+def frame_time_s(rate_bps, frame):
+    return frame * 8.0 / rate_bps
+
+
+def headroom_bytes(rate_bps, frame, reaction_s):
+    """What an upstream at ``rate_bps`` still sends after xoff is crossed: the
+    reaction time at the link rate plus one full frame in flight at each end."""
+    return int(math.ceil(rate_bps / 8.0 * reaction_s)) + 2 * frame
+
+
+def thresholds(rate_bps, frame, cfg=PfcConfig()):
+    """{xoff, xon, headroom, limit} in bytes of the ingress port of a link at
+    ``rate_bps`` carrying frames of up to ``frame`` bytes (limit = xoff + headroom:
+    a frame beyond it is an ingress drop)."""
+    xoff = int(cfg.xoff_frames * frame)
+    head = headroom_bytes(rate_bps, frame, cfg.reaction_s)
+    return {"xoff": xoff, "xon": xoff - int(cfg.xon_gap_frames * frame),
+            "headroom": head, "limit": xoff + head}
+
+
+def quantum_s(rate_bps):
+    """One pause quantum (512 bit times) at ``rate_bps``."""
+    return QUANTUM_BITS / rate_bps
+
+
+def pause_frames(paused_s, rate_bps, quanta=MAX_QUANTA):
+    """PFC frames a port sends for one pause of ``paused_s``: the XOFF, a refresh
+    every half of its pause time (as switches refresh), and the XON."""
+    refresh = quanta * quantum_s(rate_bps) / 2
+    return 2 + int(paused_s // refresh) if refresh > 0 else 2
+
+
+class IngressPause:
+    """The pause an ingress port asks of its upstream, from its buffer occupancy.
+
+    ``update(occupancy, now)`` returns "pause", "resume" or None; the port keeps
+    its episodes (start, end) and its peak occupancy."""
+
+    def __init__(self, xoff, xon):
+        self.xoff, self.xon = xoff, xon
+        self.paused_since = None
+        self.episodes = []
+        self.peak = 0
+
+    def update(self, occupancy, now):
+        self.peak = max(self.peak, occupancy)
+        if self.paused_since is None and occupancy >= self.xoff:
+            self.paused_since = now
+            return "pause"
+        if self.paused_since is not None and occupancy <= self.xon:
+            self.episodes.append((self.paused_since, now))
+            self.paused_since = None
+            return "resume"
+        return None
+
+    def paused_s(self, now):
+        return sum(b - a for a, b in self.episodes) + (
+            now - self.paused_since if self.paused_since is not None else 0.0)
+
+
+class Watchdog:
+    """SONiC's PFC watchdog on one lossless egress queue.
+
+    Every poll: ``update(now, paused, backlog, sent)`` with whether the peer
+    pauses the queue, its bytes waiting and its bytes sent so far.  A queue
+    paused, not empty and not sending for ``detect_s`` is a storm: "storm"
+    (mitigate: the queue stops honouring pauses, and with the drop action its
+    packets are discarded).  Mitigated, once the peer has asked no pause for
+    ``restore_s``: "restore".  Returns the event or None; ``events`` keeps them.
+    """
+
+    def __init__(self, detect_s, restore_s):
+        self.detect_s, self.restore_s = detect_s, restore_s
+        self.stuck_since = None
+        self.last_sent = None
+        self.mitigating_since = None
+        self.quiet_since = None
+        self.events = []
+
+    @property
+    def mitigating(self):
+        return self.mitigating_since is not None
+
+    def update(self, now, paused, backlog, sent):
+        moved = self.last_sent is not None and sent != self.last_sent
+        self.last_sent = sent
+        if self.mitigating:
+            if paused:
+                self.quiet_since = None
+            elif self.quiet_since is None:
+                self.quiet_since = now
+            if self.quiet_since is not None and now - self.quiet_since >= self.restore_s:
+                self.events.append(("restore", now))
+                self.mitigating_since = self.quiet_since = self.stuck_since = None
+                return "restore"
+            return None
+        if paused and backlog > 0 and not moved:
+            if self.stuck_since is None:
+                self.stuck_since = now
+            if now - self.stuck_since >= self.detect_s:
+                self.events.append(("storm", now))
+                self.mitigating_since, self.quiet_since = now, None
+                return "storm"
+        else:
+            self.stuck_since = None
+        return None
+
+
+def paused_cycle(edges):
+    """A cycle in the "is paused by" graph ``edges`` ({node: set of nodes whose
+    buffers hold it paused}), as a list of nodes, or None: a cyclic buffer
+    dependency (deadlock) when none of its queues sends."""
+    state = {}
+    for start in sorted(edges):
+        if state.get(start):
+            continue
+        stack, path, on_path = [(start, iter(sorted(edges.get(start, ()))))], [start], {start}
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                state[node] = 2
+                continue
+            if nxt in on_path:
+                return path[path.index(nxt):]
+            if not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                path.append(nxt)
+                on_path.add(nxt)
+    return None
