@@ -381,6 +381,13 @@ class Injector:
         ctl.start(timeout=timeout)
         return self._log("controller_restart", "controller", t, pid=ctl.proc.pid)
 
+    def pfc_storm(self, target, on):
+        """``target`` (fabric.lossless.storm_end) pauses its peer forever, or stops."""
+        from emulator.fabric.lossless import storm_end
+        end, t = storm_end(target, self.s.topo), self.clock()
+        self.s.pfc.storm(end, on)
+        return self._log("pfc_storm" if on else "pfc_storm_stop", target, t, end=end)
+
     # ---- gray failure ----------------------------------------------------
 
     def loss_start(self, link, percent, side="a", keep=False, corrupt=False):

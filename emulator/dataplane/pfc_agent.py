@@ -94,7 +94,7 @@ class Agent:
         self.switch_ports = [p["key"] for p in cfg["ports"] if p["kind"] == "switch"]
         self.pause = {k: lossless.IngressPause(self.ports[k]["xoff"], self.ports[k]["xon"])
                       for k in self.switch_ports}
-        self.requested = {k: False for k in self.ports}     # egress key: its peer asks pause
+        self.requested = {k: None for k in self.ports}      # egress key: paused by its peer since
         self.storming = {}                                   # storming end -> since
         self.storms = {k: [] for k in self.ports}            # (start, end) per storming end
         self.closed = {k: None for k in self.ports}          # egress key: gate closed since
@@ -107,7 +107,7 @@ class Agent:
 
     # -- the gate of an egress queue follows its peer's request and the watchdog --
     def _apply(self, egress, now):
-        want = self.requested[egress] and not self.wd[egress].mitigating
+        want = self.requested[egress] is not None and not self.wd[egress].mitigating
         if want == (self.closed[egress] is not None):
             return
         self.gates.set(egress, want)
@@ -121,8 +121,11 @@ class Agent:
         """Interface end ``end`` asks its peer's queue to pause or not."""
         egress = self.ports[end]["peer_key"]
         ing = self.pause.get(end)
-        self.requested[egress] = (end in self.storming) or (
-            ing is not None and ing.paused_since is not None)
+        asked = (end in self.storming) or (ing is not None and ing.paused_since is not None)
+        if not asked:
+            self.requested[egress] = None
+        elif self.requested[egress] is None:
+            self.requested[egress] = now
         self._apply(egress, now)
 
     def poll(self, now):
@@ -146,8 +149,8 @@ class Agent:
         mv = self.mv
         stuck = {}
         for k, wd in self.wd.items():
-            if not self.requested[k] and not wd.mitigating:
-                wd.stuck_since = None
+            if self.requested[k] is None and not wd.mitigating:
+                wd.stuck = False
                 wd.last_sent = mv[k * W + EG_OUT]
                 continue
             backlog = mv[k * W + EG_IN] - mv[k * W + EG_OUT]
@@ -158,7 +161,7 @@ class Agent:
                 mv[k * W + FLAGS] &= ~pfc.FLAG_DROP
             if ev:
                 self._apply(k, now)
-            if wd.stuck_since is not None and self.ports[k]["kind"] == "switch":
+            if wd.stuck and self.ports[k]["kind"] == "switch":
                 peer = self.ports[self.ports[k]["peer_key"]]
                 if peer["kind"] == "switch":
                     stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
@@ -202,7 +205,24 @@ class Agent:
         for k, p in self.ports.items():          # frames received = the peer's sent
             out[p["name"]]["pause_frames_received"] = \
                 out[self.ports[p["peer_key"]]["name"]]["pause_frames_sent"]
-        return {"ports": out,
+        storms = []
+        for k, p in self.ports.items():
+            egress = p["peer_key"]
+            for a, b in self.storms[k] + ([(self.storming[k], None)] if k in self.storming
+                                          else []):
+                det = next((t for ev, t in self.wd[egress].events if ev == "storm" and t >= a),
+                           None)
+                res = next((t for ev, t in self.wd[egress].events
+                            if ev == "restore" and b is not None and t >= b), None)
+                storms.append({"end": p["name"], "queue": self.ports[egress]["name"],
+                               "start": round(a - t0, 4),
+                               "duration_s": None if b is None else round(b - a, 4),
+                               "detected_after_s": None if det is None or (b is not None and
+                                                                           det > b)
+                               else round(det - a, 4),
+                               "restored_after_stop_s": None if res is None
+                               else round(res - b, 4)})
+        return {"ports": out, "storms": storms,
                 "reactions": [{"port": self.ports[k]["name"], "ns": ns,
                                "frames": round(ns / 1e9 / lossless.frame_time_s(
                                    rate[self.ports[k]["peer_key"]], self.cfg["frame"]), 2)}

@@ -43,7 +43,7 @@ class Pfc:
                     raise RunFailed(f"lossless: {sw['name']} has more than 255 ports")
                 key_of[(sw["name"], p["port"])] = len(ends)
                 ends.append({"key": len(ends), "node": sw["name"], "kind": "switch",
-                             "name": f"{sw['name']}:{p['port']}", "ifname": p["intf"],
+                             "name": f"{sw['name']}:{p['name']}", "ifname": p["intf"],
                              "netns": session.net.switch_netns(sw["name"]),
                              "rate_bps": p["rate_bps"], "base": base, "stamp": local + 1,
                              "peer": (p["peer"], p["peer_port"]), "peer_kind": p["peer_kind"]})
@@ -263,7 +263,7 @@ def summarize(counters, pfc):
         "watchdog_events": sorted(
             ((ev, t, n) for n, c in ports.items() for ev, t in c["watchdog"]),
             key=lambda x: x[1]),
-        "deadlocks": counters["deadlocks"],
+        "deadlocks": counters["deadlocks"], "storms": counters["storms"],
         "reaction_frames": {"count": len(frames),
                             "median": frames[len(frames) // 2] if frames else None,
                             "max": frames[-1] if frames else None},

@@ -317,6 +317,13 @@ def add_arguments(p):
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/planes.py)")
+    p.add_argument("--lossless", default=None, metavar="on,off",
+                   help="instead of modes: the lossless fabric (PFC) against the lossy one on "
+                        "an incast (or allreduce), a victim stream beside it; with --cc, the "
+                        "senders' congestion control too (experiments/lossless_cmp.py)")
+    p.add_argument("--victim", default=None, metavar="SRC:DST",
+                   help="--lossless: the victim stream's hosts (default: the last host to "
+                        "the second, on the incast root's leaf)")
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
@@ -358,9 +365,10 @@ def add_arguments(p):
     p.add_argument("--sweep-rings", default="", help="ECMP ring sweep, e.g. topology,strided")
     p.add_argument("--flowlet-gap-ms", type=float, default=25.0,
                    help="NIC idle gap that starts a new flowlet (ms)")
-    p.add_argument("--queue-ms", type=float, default=2000.0,
+    p.add_argument("--queue-ms", type=float, default=None,
                    help="egress queue per link, ms at link rate (default 2000: a deep, "
-                        "lossless stand-in for PFC, so collisions slow flows, not drop them)")
+                        "lossless stand-in for PFC, so collisions slow flows, not drop them; "
+                        "30 with --lossless, where the lossy fabric drops)")
     p.add_argument("--results", default="results", metavar="DIR")
     add_fidelity_args(p)
     add_capture_arg(p)
@@ -370,6 +378,11 @@ def main(fabric, args, out=print):
     """``emulator compare``: returns the exit status."""
     from emulator.experiments.collective import parse_sizes
     from emulator.dataplane.session import make_results_dir, write_json
+    if getattr(args, "queue_ms", None) is None:
+        args.queue_ms = 30.0 if getattr(args, "lossless", None) else 2000.0
+    if getattr(args, "lossless", None):
+        from emulator.experiments import lossless_cmp
+        return lossless_cmp.main(fabric, args, out)
     if getattr(args, "planes", False):
         from emulator.experiments import planes
         args.workload = args.workload or "alltoall"

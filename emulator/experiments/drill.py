@@ -247,7 +247,7 @@ def run_mode(fabric, mode, events, args, base, out):
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
                  mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
-        scenario.check_targets(events, s.topo)
+        scenario.check_targets(events, s.topo, fabric.flow_control)
         if args.bfd:
             from emulator.dataplane import bfd
             bfd.enable(s.topo, bfd.parse_interval(args.bfd),
@@ -300,7 +300,7 @@ def run_mode(fabric, mode, events, args, base, out):
             inj.close()
     problems = s.results.get("controller", {}).get("problems", [])
     return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
-            "captures": s.results.get("captures"),
+            "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
             "repeats": repeats,
             "summary": summarise(repeats), "controller_problems": problems}
 
@@ -345,6 +345,7 @@ def main(fabric, args, out=print):
     from emulator.experiments.options import check_capture
     check_capture(args, fabric)
     events = schedule_from(args, topo, out)
+    scenario.check_targets(events, topo, fabric.flow_control)
     if args.repeat < 1:
         raise ConfigError("--repeat", "at least 1")
     if args.qps is not None and args.qps < 1:
@@ -378,7 +379,10 @@ def main(fabric, args, out=print):
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
+    from emulator.report.summary import pfc_text
     for r in results:
+        if r.get("lossless"):
+            out(f"[{r['mode']}] " + pfc_text(r["lossless"]))
         for name, n in sorted((r.get("captures") or {}).items()):
             out(f"capture [{r['mode']}]: {os.path.join(r['results_dir'], name)} ({n} packets)")
     out(f"results: {base}/drill.json, plots throughput-<mode>.png")

@@ -173,7 +173,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
             out(f"... [{mode}] no --fault given: cutting {link}, the first leaf uplink "
                 f"a connection of the {args.workload} crosses")
             events = scenario.fault_spec(link, at_s=args.at, hold_s=args.hold)
-        scenario.check_targets(events, s.topo)
+        scenario.check_targets(events, s.topo, fabric.flow_control)
         from emulator.experiments.drill import crosses
         crossing = sorted(k for k, p in paths.items() if crosses(p, events, s.topo))
         out(f"... [{mode}] {len(crossing)} of {len(paths)} connections cross the fault")

@@ -185,7 +185,11 @@ def crosses(path, events, topo):
     hops = {tuple(h.rsplit(":", 1)) for h in path if ":" in h}
     nodes = {h.rsplit(":", 1)[0] for h in path}
     for ev in events:
-        if ev.action in ("crash", "recover"):
+        if ev.action in ("pfc_storm", "pfc_storm_stop"):
+            from emulator.fabric.lossless import paused_hop
+            if paused_hop(ev.target, topo) in hops:
+                return True
+        elif ev.action in ("crash", "recover"):
             if ev.target in nodes:
                 return True
         elif ev.action != "controller":
@@ -200,6 +204,8 @@ def fault_ports(events, topo):
     dpid = {sw["name"]: sw["dpid"] for sw in topo["switches"]}
     out = set()
     for ev in events:
+        if ev.action in ("pfc_storm", "pfc_storm_stop"):
+            continue                            # a storm pauses a queue, downs no port
         if ev.action in ("crash", "recover"):
             for sw in topo["switches"]:
                 for p in sw["ports"]:

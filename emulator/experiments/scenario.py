@@ -44,6 +44,7 @@ ACTIONS = {
     "crash": {}, "recover": {},
     "controller": {},
     "loss": {"percent": "percent", "side": "side"}, "loss_stop": {},
+    "pfc_storm": {}, "pfc_storm_stop": {},
 }
 
 
@@ -174,19 +175,33 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
             raise ConfigError(where, "loss takes PERCENT, e.g. leaf1-spine1:loss:5")
         return [Event(at_s, "loss", target, {"percent": _param("percent", pct, where)}),
                 Event(at_s + hold_s, "loss_stop", target)]
+    if kind == "pfc-storm":
+        if args:
+            raise ConfigError(where, "pfc-storm takes no arguments: h1:pfc-storm (a host's "
+                                     "NIC) or leaf1-spine1:pfc-storm (leaf1's port to spine1)")
+        return [Event(at_s, "pfc_storm", target), Event(at_s + hold_s, "pfc_storm_stop", target)]
     if kind == "crash":
         if args:
             raise ConfigError(where, "crash takes no arguments")
         return [Event(at_s, "crash", target), Event(at_s + hold_s, "recover", target)]
-    raise ConfigError(where, f"unknown fault kind {kind!r} (cut, flap, loss, crash, kill)")
+    raise ConfigError(where, f"unknown fault kind {kind!r} (cut, flap, loss, crash, kill, "
+                             "pfc-storm)")
 
 
-def check_targets(events, topo):
-    """Raise ConfigError if a link or switch of ``events`` is not in the topology."""
+def check_targets(events, topo, flow_control="none"):
+    """Raise ConfigError if a link or switch of ``events`` is not in the topology,
+    or a PFC storm is asked of a fabric without PFC."""
     from emulator.dataplane.faults import parse_link
+    from emulator.fabric.lossless import storm_end
     switches = {s["name"] for s in topo["switches"]}
     for ev in events:
-        if ev.action in ("crash", "recover"):
+        if ev.action in ("pfc_storm", "pfc_storm_stop"):
+            if flow_control != "pfc":
+                raise ConfigError(f"fault {ev.target}:pfc-storm",
+                                  "a PFC storm needs a lossless fabric: -P lossless=true or "
+                                  "lossless: true in the fabric file")
+            storm_end(ev.target, topo)
+        elif ev.action in ("crash", "recover"):
             if ev.target not in switches:
                 raise ConfigError(f"fault {ev.action}", f"unknown switch {ev.target!r}")
         elif ev.action != "controller":
@@ -212,4 +227,6 @@ def execute(injector, ev):
         return injector.loss_start(ev.target, p["percent"], p.get("side", "a"))
     if ev.action == "loss_stop":
         return injector.loss_stop()
+    if ev.action in ("pfc_storm", "pfc_storm_stop"):
+        return injector.pfc_storm(ev.target, ev.action == "pfc_storm")
     raise ValueError(ev.action)

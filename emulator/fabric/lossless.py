@@ -69,6 +69,44 @@ class PfcConfig:
             raise ValueError("0 < xon gap < xoff required")
 
 
+def storm_end(text, topo):
+    """The interface end (``node:port``) a ``--fault TARGET:pfc-storm`` makes pause
+    its peer forever: a host's NIC port (``h1``), or the first node's port
+    towards the second (``leaf1-spine1``: leaf1's port to spine1)."""
+    from emulator.errors import ConfigError
+    where = f"fault {text}:pfc-storm"
+    hosts = {h["name"]: h for h in topo["hosts"]}
+    switches = {s["name"]: s for s in topo["switches"]}
+    if text in hosts:
+        return f"{text}:{hosts[text]['ports'][0]['port']}"
+    left, sep, right = text.replace(":", "-").partition("-")
+    if not sep or left not in hosts and left not in switches:
+        raise ConfigError(where, f"{text!r}: a host (h1) or a link from the storming node "
+                                 "(leaf1-spine1)")
+    for sw in ([switches[left]] if left in switches else topo["switches"]):
+        for p in sw["ports"]:
+            if left in switches and p["peer"] == right:
+                return f"{left}:{p['name']}"
+            if left in hosts and sw["name"] == right and p["peer"] == left:
+                return f"{left}:{p['peer_port']}"
+    raise ConfigError(where, f"no link from {left!r} to {right!r}")
+
+
+def paused_hop(text, topo):
+    """(node, port) whose egress queue the storm ``text`` pauses: the storming
+    end's peer."""
+    node, port = storm_end(text, topo).split(":", 1)
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            if (p["peer"], p["peer_port"] if p["peer_kind"] == "host" else None) == (node, port):
+                return sw["name"], p["name"]
+            if sw["name"] == node and p["name"] == port and p["peer_kind"] != "host":
+                peer = next(s for s in topo["switches"] if s["name"] == p["peer"])
+                back = next(q for q in peer["ports"] if q["port"] == p["peer_port"])
+                return peer["name"], back["name"]
+    return None
+
+
 def frame_time_s(rate_bps, frame):
     return frame * 8.0 / rate_bps
 
@@ -132,18 +170,20 @@ class IngressPause:
 class Watchdog:
     """SONiC's PFC watchdog on one lossless egress queue.
 
-    Every poll: ``update(now, paused, backlog, sent)`` with whether the peer
-    pauses the queue, its bytes waiting and its bytes sent so far.  A queue
-    paused, not empty and not sending for ``detect_s`` is a storm: "storm"
+    Every poll: ``update(now, paused_since, backlog, sent)`` with since when
+    the peer has paused the queue without a break (None: not paused), its
+    bytes waiting and its bytes sent so far.  A queue paused for ``detect_s``,
+    not empty and not sending since the last poll is a storm: "storm"
     (mitigate: the queue stops honouring pauses, and with the drop action its
-    packets are discarded).  Mitigated, once the peer has asked no pause for
-    ``restore_s``: "restore".  Returns the event or None; ``events`` keeps them.
+    frames are discarded) -- found within detection + one poll of the pause's
+    start.  Mitigated, once the peer has asked no pause for ``restore_s``:
+    "restore".  Returns the event or None; ``events`` keeps them.
     """
 
     def __init__(self, detect_s, restore_s):
         self.detect_s, self.restore_s = detect_s, restore_s
-        self.stuck_since = None
         self.last_sent = None
+        self.stuck = False
         self.mitigating_since = None
         self.quiet_since = None
         self.events = []
@@ -152,9 +192,11 @@ class Watchdog:
     def mitigating(self):
         return self.mitigating_since is not None
 
-    def update(self, now, paused, backlog, sent):
+    def update(self, now, paused_since, backlog, sent):
         moved = self.last_sent is not None and sent != self.last_sent
         self.last_sent = sent
+        paused = paused_since is not None
+        self.stuck = paused and backlog > 0 and not moved
         if self.mitigating:
             if paused:
                 self.quiet_since = None
@@ -162,18 +204,13 @@ class Watchdog:
                 self.quiet_since = now
             if self.quiet_since is not None and now - self.quiet_since >= self.restore_s:
                 self.events.append(("restore", now))
-                self.mitigating_since = self.quiet_since = self.stuck_since = None
+                self.mitigating_since = self.quiet_since = None
                 return "restore"
             return None
-        if paused and backlog > 0 and not moved:
-            if self.stuck_since is None:
-                self.stuck_since = now
-            if now - self.stuck_since >= self.detect_s:
-                self.events.append(("storm", now))
-                self.mitigating_since, self.quiet_since = now, None
-                return "storm"
-        else:
-            self.stuck_since = None
+        if self.stuck and now - paused_since >= self.detect_s:
+            self.events.append(("storm", now))
+            self.mitigating_since, self.quiet_since = now, None
+            return "storm"
         return None
 
 

@@ -59,6 +59,39 @@ def layout_text(layout):
     return f", layout {layout['layout']} ({layout['why']}): {where}"
 
 
+def pfc_text(doc):
+    """One paragraph on a lossless run's PFC (``results["lossless"]``), or ''."""
+    if not doc:
+        return ""
+    r = doc.get("reaction_frames") or {}
+    t = next((v for k, v in (doc.get("thresholds") or {}).items() if k != "ports"), {})
+    lines = [f"lossless (PFC, priority {doc['lossless_priority']}): {doc['pauses']} pauses "
+             f"({doc['pause_frames']} PFC frames), longest paused {doc['paused_s_max']:.3f} s on "
+             f"a port; ingress drops {doc['ingress_drops']}"]
+    if r.get("count"):
+        lines.append(f"  pause reaction (xoff crossed -> upstream stopped): median "
+                     f"{r['median']} / max {r['max']} frame times over {r['count']} pauses; "
+                     f"headroom used up to {doc['headroom_used_max']} of {t.get('headroom')} B")
+    for st in doc.get("storms") or ():
+        det, res = st["detected_after_s"], st["restored_after_stop_s"]
+        lines.append(f"  storm by {st['end']} at {st['start']:.3f} s for "
+                     f"{st['duration_s'] if st['duration_s'] is not None else '-'} s: "
+                     + (f"watchdog on {st['queue']} after {det * 1e3:.0f} ms" if det is not None
+                        else "no watchdog action")
+                     + (f", restored {res * 1e3:.0f} ms after it stopped" if res is not None
+                        else ""))
+    for ev, t_s, port in doc.get("watchdog_events") or ():
+        lines.append(f"  watchdog: {ev} on {port} at {t_s:.3f} s"
+                     + (f" ({doc['watchdog_drops']} frames dropped while mitigating)"
+                        if ev == "storm" and doc.get("watchdog_drops") else ""))
+    for d in doc.get("deadlocks") or ():
+        lines.append(f"  deadlock: paused queues in a cycle {' -> '.join(d['cycle'])} at "
+                     f"{d['t']:.3f} s")
+    if doc.get("gate_errors"):
+        lines.append(f"  pause gate errors: {'; '.join(doc['gate_errors'][:3])}")
+    return "\n".join(lines)
+
+
 def summary(results, topo):
     r = results
     out = ["", f"== run {r['run']}: {r['fabric']} ==",
@@ -77,6 +110,8 @@ def summary(results, topo):
         out.append(f"reachability: {reach['reachable']}/{reach['pairs']} host pairs "
                    f"({reach.get('checked', 'every host pair')}, ICMP echo, "
                    f"{reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
+    if r.get("lossless"):
+        out.append(pfc_text(r["lossless"]))
     if r.get("impairments"):
         out.append("impairments from the fabric file, on after the reachability check: "
                    + "; ".join(r["impairments"]))
