@@ -235,17 +235,17 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.ldx(8, 1, 9, E_ING)
         a.alu(1, "+=", src=7)
         a.ldx(8, 2, 9, E_LIMIT)
-        a.jmp(">", 1, "ingress_drop", src=2)
-        a.ldx(8, 2, 9, E_PEAK)
-        a.jmp("<=", 1, "nopeak", src=2)
+        a.jmp("s>", 1, "ingress_drop", src=2)    # signed: a count off by a lost frame
+        a.ldx(8, 2, 9, E_PEAK)                    # may dip below 0
+        a.jmp("s<=", 1, "nopeak", src=2)
         a.stx(8, 9, E_PEAK, 1)
         a.label("nopeak")
         a.alu(1, "=", src=7)
         a.atomic_add(9, E_ING, 1, fetch=True)     # r1 = the occupancy before
         a.ldx(8, 2, 9, E_XOFF)
-        a.jmp(">=", 1, "stamp", src=2)            # over xoff already
+        a.jmp("s>=", 1, "stamp", src=2)           # over xoff already
         a.alu(1, "+=", src=7)
-        a.jmp("<", 1, "stamp", src=2)
+        a.jmp("s<", 1, "stamp", src=2)
         a.call(bpf.KTIME_GET_NS)
         a.stx(8, 9, E_CROSS_NS, 0)                # this frame crossed xoff
     a.label("stamp")

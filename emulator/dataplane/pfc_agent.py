@@ -83,8 +83,34 @@ class Gates:
                     off += max(n, 20)
 
 
+class Backlogs:
+    """The root shaper's backlog of every switch interface end, one qdisc dump per
+    switch namespace (dataplane.shaping.QdiscReader)."""
+
+    def __init__(self, ports):
+        from emulator.dataplane.shaping import QdiscReader
+        from traffic.netns import entered
+        self.readers = {}
+        for p in ports:
+            if p["kind"] != "switch":
+                continue
+            if p["netns"] not in self.readers:
+                with entered(p["netns"]):
+                    self.readers[p["netns"]] = (QdiscReader(), {})
+            self.readers[p["netns"]][1][p["ifindex"]] = p["key"]
+
+    def read(self):
+        """{key: backlog bytes}."""
+        out = {}
+        for reader, keys in self.readers.values():
+            for ifindex, (backlog, _, _) in reader.read().items():
+                if ifindex in keys:
+                    out[keys[ifindex]] = backlog
+        return out
+
+
 class Agent:
-    def __init__(self, cfg, mv, gates, clock=time.monotonic):
+    def __init__(self, cfg, mv, gates, clock=time.monotonic, backlogs=None):
         self.cfg = cfg
         self.pc = lossless.PfcConfig(**cfg["pfc"])
         self.mv = mv
@@ -104,6 +130,12 @@ class Agent:
         self.reactions = []                                  # (ingress key, ns)
         self.cycles = []
         self.next_wd = 0.0
+        self.backlogs = backlogs
+        self.idle = {}                     # key: (EG_IN, EG_OUT, ING) at the last idle look
+        self.by_switch = {}
+        for k in self.switch_ports:
+            self.by_switch.setdefault(self.ports[k]["node"], []).append(k)
+        self.reconciled = 0
 
     # -- the gate of an egress queue follows its peer's request and the watchdog --
     def _apply(self, egress, now):
@@ -136,10 +168,13 @@ class Agent:
             if ev is None:
                 continue
             if ev == "resume":
-                cross, last = mv[k * W + CROSS], mv[self.ports[k]["peer_key"] * W + LAST]
-                if cross:
+                up = self.ports[k]["peer_key"]
+                cross, last = mv[k * W + CROSS], mv[up * W + LAST]
+                start, _ = self.pause[k].episodes[-1]
+                held = not any(t >= start for _, t in self.wd[up].events)
+                if cross and held:        # the gate stayed shut all the pause: it stopped
                     self.reactions.append((k, max(0, last - cross)))
-                    mv[k * W + CROSS] = 0
+                mv[k * W + CROSS] = 0
             self._request(k, now)
         if now >= self.next_wd:
             self.next_wd = now + self.pc.wd_poll_s
@@ -165,9 +200,31 @@ class Agent:
                 peer = self.ports[self.ports[k]["peer_key"]]
                 if peer["kind"] == "switch":
                     stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
+        if self.backlogs is not None:
+            self.reconcile(self.backlogs.read())
         cycle = lossless.paused_cycle(stuck)
         if cycle and (not self.cycles or self.cycles[-1]["cycle"] != cycle):
             self.cycles.append({"cycle": cycle, "t": now})
+
+    def reconcile(self, backlog):
+        """Forget counts of frames no queue holds any more: a link set down purges
+        its queue, and those frames never reach the far end.  A switch whose
+        every queue was empty at two looks in a row, with the same counts, holds
+        nothing: its queues' and ports' counts are set to match."""
+        mv = self.mv
+        for node, keys in self.by_switch.items():
+            if any(backlog.get(k, 1) for k in keys):
+                for k in keys:
+                    self.idle.pop(k, None)
+                continue
+            for k in keys:
+                now = (mv[k * W + EG_IN], mv[k * W + EG_OUT], mv[k * W + ING])
+                if self.idle.get(k) == now and (now[0] != now[1] or now[2]):
+                    mv[k * W + EG_IN] = now[1]
+                    mv[k * W + ING] = 0
+                    self.reconciled += 1
+                    now = (now[1], now[1], 0)
+                self.idle[k] = now
 
     def storm(self, end, on, now):
         if on and end not in self.storming:
@@ -190,6 +247,7 @@ class Agent:
                          for a, b in sent_eps + storms)
             closed = self.closed_s[k] + (now - self.closed[k] if self.closed[k] else 0.0)
             e = {"peer": self.ports[peer]["node"], "pauses_sent": len(sent_eps) + len(storms),
+                 "longest_pause_s": round(max((b - a for a, b in sent_eps), default=0.0), 4),
                  "pause_frames_sent": frames, "paused_s": round(closed, 4),
                  "ingress_drops": mv[k * W + pfc.E_ING_DROPS // 8],
                  "watchdog_drops": mv[k * W + pfc.E_WD_DROPS // 8],
@@ -229,7 +287,7 @@ class Agent:
                               for k, ns in self.reactions],
                 "deadlocks": [{"cycle": c["cycle"], "t": round(c["t"] - t0, 4)}
                               for c in self.cycles],
-                "gate_errors": self.gates.errors}
+                "gate_errors": self.gates.errors, "reconciled": self.reconciled}
 
 
 def main(argv):
@@ -243,7 +301,7 @@ def main(argv):
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(cfg.get("rt_priority", 10)))
     except (OSError, AttributeError):
         pass    # without real-time scheduling the reaction is longer: it is measured
-    agent = Agent(cfg, mv, gates)
+    agent = Agent(cfg, mv, gates, backlogs=Backlogs(cfg["ports"]))
     t0 = time.monotonic()
     agent.next_wd = t0
     stdin = sys.stdin.buffer.raw

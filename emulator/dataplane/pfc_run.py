@@ -256,6 +256,7 @@ def summarize(counters, pfc):
         "pause_frames": sum(c["pause_frames_sent"] for c in ports.values()),
         "pauses": sum(c["pauses_sent"] for c in ports.values()),
         "paused_s_max": max((c["paused_s"] for c in ports.values()), default=0.0),
+        "longest_pause_s": max((c["longest_pause_s"] for c in ports.values()), default=0.0),
         "ingress_drops": sum(c["ingress_drops"] for c in ports.values()),
         "watchdog_drops": sum(c["watchdog_drops"] for c in ports.values()),
         "headroom_used_max": max((c.get("headroom_used", 0) for c in ports.values()),

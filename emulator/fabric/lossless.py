@@ -15,7 +15,11 @@ run counts these: they must be 0).
 
 Times scale with the emulated rate, in frame times (a 4 KiB RoCE frame is
 0.85 ms at 40 Mbit/s): pause reaction (a few frame times) << DCQCN's timers
-(traffic.dcqcn: 10-20 ms) << the watchdog's detection (200 ms).
+(traffic.dcqcn: 10-20 ms) << the watchdog's detection (1 s).  The watchdog
+must also stay above the longest pause congestion alone causes: an 8:1
+incast with PFC and no congestion control paused a sender's port for up to
+0.31 s (PFC's unfairness: far senders starve), which a 200 ms watchdog took
+for a storm.
 """
 
 import math
@@ -57,9 +61,9 @@ class PfcConfig:
     xoff_frames: float = 8             # per ingress port: pause past this many full frames
     xon_gap_frames: float = 2          # resume this far below xoff
     quanta: int = MAX_QUANTA           # quanta in each XOFF frame; refreshed at half
-    wd_detect_s: float = 0.2           # SONiC pfcwd defaults: detection 200 ms,
-    wd_restore_s: float = 0.4          # restoration (SONiC 200 ms; here 2 x detection)
-    wd_poll_s: float = 0.05            # and polling
+    wd_detect_s: float = 1.0           # SONiC: detection 200 ms, restoration 200 ms, poll
+    wd_restore_s: float = 1.0          # 200 ms at 100 Gbit/s; here 1200 frame times: PFC
+    wd_poll_s: float = 0.1             # alone pauses a port for up to ~350 (docs/lossless.md)
     wd_action: str = "drop"
 
     def __post_init__(self):

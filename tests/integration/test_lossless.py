@@ -1,0 +1,111 @@
+"""The lossless fabric on real fabrics (root): an 8:1 incast without a drop or a
+retransmission, a PFC storm caught by the watchdog (and a short one not), the lossy
+fabric left as it was, and bad input refused."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+from emulator.dataplane.session import REPO, Session
+from emulator.experiments import collective, drill, drill_traffic, scenario
+from emulator.dataplane.faults import Injector
+from emulator.fabric import presets
+
+PARAMS = {"spines": "2", "leaves": "3", "hosts_per_leaf": "3"}     # 9 hosts: an 8:1 incast
+ARGS = argparse.Namespace(pps=200.0, frame_len=128, post=1.5, gap_ms=1.0, qps=1)
+
+
+def lossless_fabric(**extra):
+    return presets.build("leaf-spine", {**PARAMS, "lossless": "true", **extra})
+
+
+def tc(netns, *args):
+    cmd = ["tc", *args] if netns is None else ["nsenter", f"--net={netns}", "tc", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path):
+    with Session(lossless_fabric(), results_base=str(tmp_path)) as s:
+        report = collective.run_collective(s, "incast", [1 << 19], warmup=0,
+                                           rank_extra={"transport": "rc"})
+        leaf1 = s.topo["switches"][0]
+        port = leaf1["ports"][0]                         # leaf1 -> h1, the incast's root
+        classes = tc(s.net.switch_netns("leaf1"), "-s", "class", "show", "dev", port["intf"])
+    assert report["fidelity"]["network_drops"]["total"] == 0, report["fidelity"]
+    assert report["transport"]["retransmitted_packets"] == 0
+    assert sum(r["wrong"] for r in report["rows"]) == 0
+    doc = s.results["lossless"]
+    assert s.results["flow_control"] == "pfc"
+    assert doc["ingress_drops"] == 0 and doc["gate_errors"] == []
+    assert doc["pauses"] > 0 and doc["pause_frames"] >= 2 * doc["pauses"]
+    # the pauses took hold: generous bounds (bench/bench_lossless.py measures it)
+    assert doc["reaction_frames"]["count"] > 0
+    assert doc["reaction_frames"]["median"] <= 10
+    assert doc["headroom_used_max"] <= doc["thresholds"]["leaf1:eth1"]["headroom"]
+    # the data went through the lossless class (10:20) of the port's shaper
+    lossless_class = classes.split("class htb 10:20")[1].split("class htb")[0]
+    sent = int(lossless_class.split("Sent ")[1].split(" bytes")[0])
+    assert sent > 8 * (1 << 19) // 2
+
+
+def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
+    fabric = lossless_fabric()
+    with Session(fabric, results_base=str(tmp_path)) as s:
+        detect = 1.0                                      # PfcConfig's default
+        pairs = drill.probe_pairs(s.topo, ARGS.qps)
+        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        inj = Injector(s)
+        try:
+            flows = {}
+            for name, hold in (("short", 0.5 * detect), ("long", 3 * detect)):
+                events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=hold)
+                scenario.check_targets(events, s.topo, fabric.flow_control)
+                sent, recv, _, _, _ = drill_traffic.repeat(s, inj, pairs, events, ARGS,
+                                                          str(tmp_path / name))
+                flows[name] = {k: (n, (recv.get(k) or {}).get("received_packets", 0),
+                                   drill.crosses(paths[k], events, s.topo))
+                               for k, n in sent.items()}
+        finally:
+            inj.close()
+    storms = s.results["lossless"]["storms"]
+    assert [st["end"] for st in storms] == ["h1:eth0", "h1:eth0"]
+    short, long = storms
+    assert short["detected_after_s"] is None
+    assert long["queue"] == "leaf1:eth1"
+    assert detect <= long["detected_after_s"] <= detect + 0.1 + 0.15     # + one poll
+    assert long["restored_after_stop_s"] is not None
+    # flows that do not go to the storming host lose nothing: the fabric is lossless
+    # and the watchdog ends the pause spreading from leaf1
+    for name, fl in flows.items():
+        others = {k: v for k, v in fl.items() if not v[2]}
+        assert others, name
+        assert all(recv == n for n, recv, _ in others.values()), (name, others)
+    assert any(v[2] for v in flows["long"].values())      # some probes go to h1
+
+
+def test_lossy_fabric_is_left_as_it_was(tmp_path):
+    fabric = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1"})
+    with Session(fabric, results_base=str(tmp_path)) as s:
+        port = s.topo["switches"][0]["ports"][0]
+        qdiscs = tc(s.net.switch_netns("leaf1"), "qdisc", "show", "dev", port["intf"])
+        assert s.pfc is None
+    assert "htb" not in qdiscs and "tbf 1: root" in qdiscs
+    assert "lossless" not in s.results and s.results["flow_control"] == "none"
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def test_bad_lossless_input_is_one_error():
+    p = cli("run", "-P", "lossless=maybe")
+    assert p.returncode == 2 and "lossless" in p.stderr and "true or false" in p.stderr
+    p = cli("drill", "--fault", "h1:pfc-storm")
+    assert p.returncode == 2 and "needs a lossless fabric" in p.stderr
+    p = cli("drill", "-P", "lossless=true", "--fault", "h99:pfc-storm")
+    assert p.returncode == 2 and "h99" in p.stderr

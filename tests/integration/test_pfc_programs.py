@@ -1,0 +1,110 @@
+"""The lossless fabric's eBPF programs (root), run by the kernel on given frames
+(BPF_PROG_TEST_RUN): classes at egress, the per-ingress accounting, the stamp,
+ingress drops past the limit, the watchdog's drops and the kick frame."""
+
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): no fabric
+LAYOUT_INDEPENDENT = True
+
+import os
+import struct
+from contextlib import contextmanager
+
+from emulator.dataplane import bpf, pfc
+from traffic.frames import FrameTemplate, icrc
+
+LEN = 3042                    # BPF_PROG_TEST_RUN takes frames up to ~3.5 kB
+W = pfc.WORDS
+
+
+def roce(opcode="WRITE_ONLY", stamp=0):
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
+                      0x100, opcode=opcode, frame_len=LEN)
+    raw = bytearray(t.raw)
+    raw[pfc.STAMP_OFF] = stamp
+    return bytes(raw)
+
+
+def words(m, key):
+    return struct.unpack(f"<{W}q", m.lookup(key))
+
+
+@contextmanager
+def entries(n, limits=()):
+    """A map of ``n`` entries; ``limits``: {key: (xoff, limit)} written in."""
+    m = bpf.Map(pfc.ENTRY_SIZE, n, flags=bpf.F_MMAPABLE)
+    try:
+        for key, (xoff, limit) in dict(limits).items():
+            e = [0] * W
+            e[pfc.E_XOFF // 8], e[pfc.E_LIMIT // 8] = xoff, limit
+            m.update(key, struct.pack(f"<{W}q", *e))
+        yield m
+    finally:
+        m.close()
+
+
+@contextmanager
+def loaded(kind, asm, name):
+    fd = bpf.load(kind, asm, name)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def test_egress_counts_only_the_lossless_class():
+    with entries(1) as m, loaded(bpf.PROG_SCHED_CLS, pfc.egress_program(m.fd, 0), "t_eg") as fd:
+        for frame in (roce(), roce(0x11), roce(0x81), b"\xff" * 12 + b"\x08\x06" + b"\0" * 46):
+            ret, _ = bpf.test_run(fd, frame)
+            assert ret == pfc.TC_ACT_OK
+        assert words(m, 0)[pfc.E_EG_IN // 8] == LEN      # the data frame only
+
+
+def test_switch_ingress_counts_stamps_and_keeps_the_icrc():
+    # key 0: a switch port (its own buffer), key 1: the host NIC it receives from
+    with entries(2, {0: (2 * LEN, 3 * LEN)}) as m, \
+            loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, -1, 0, 1), "t_in") as fd:
+        ret, out = bpf.test_run(fd, roce())
+        assert ret == pfc.XDP_PASS
+        assert out[pfc.STAMP_OFF] == 1                     # this port's number + 1
+        assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
+        e = words(m, 0)
+        assert e[pfc.E_ING // 8] == LEN and e[pfc.E_PEAK // 8] == LEN
+        assert e[pfc.E_CROSS_NS // 8] == 0                 # still under xoff
+        assert words(m, 1)[pfc.E_EG_OUT // 8] == LEN       # off the host's queue
+        bpf.test_run(fd, roce())
+        assert words(m, 0)[pfc.E_CROSS_NS // 8] > 0        # the second frame crossed xoff
+        bpf.test_run(fd, roce())
+        ret, _ = bpf.test_run(fd, roce())                  # 4 frames > limit of 3
+        assert ret == pfc.XDP_DROP
+        e = words(m, 0)
+        assert e[pfc.E_ING_DROPS // 8] == 1 and e[pfc.E_ING // 8] == 3 * LEN
+        ret, _ = bpf.test_run(fd, roce(0x11))             # control class: not counted
+        assert ret == pfc.XDP_PASS and words(m, 0)[pfc.E_ING // 8] == 3 * LEN
+
+
+def test_the_next_hop_frees_the_buffer_the_stamp_names():
+    # keys 0-1: a switch's two ports (base 0); key 2: the host behind port 2 (key 1)
+    with entries(3, {0: (10 ** 6, 10 ** 7), 1: (10 ** 6, 10 ** 7)}) as m:
+        e = [0] * W
+        e[pfc.E_ING // 8] = 2 * LEN
+        m.update(0, struct.pack(f"<{W}q", *e))
+        with loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, 0, 2, 0), "t_host") as fd:
+            ret, out = bpf.test_run(fd, roce(stamp=1))     # entered the switch by port 1
+            assert ret == pfc.XDP_PASS and out[pfc.STAMP_OFF] == 0
+        assert words(m, 0)[pfc.E_ING // 8] == LEN
+        assert words(m, 1)[pfc.E_EG_OUT // 8] == LEN
+        assert words(m, 1)[pfc.E_LAST_NS // 8] > 0
+
+
+def test_watchdog_drop_and_kick_frames():
+    with entries(2, {0: (10 ** 6, 10 ** 7)}) as m, \
+            loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, -1, 0, 1), "t_wd") as fd:
+        ret, _ = bpf.test_run(fd, pfc.kick_frame())
+        assert ret == pfc.XDP_DROP
+        e = [0] * W
+        e[pfc.E_FLAGS // 8] = pfc.FLAG_DROP
+        m.update(1, struct.pack(f"<{W}q", *e))
+        ret, _ = bpf.test_run(fd, roce())
+        assert ret == pfc.XDP_DROP
+        assert words(m, 1)[pfc.E_WD_DROPS // 8] == 1
+        assert words(m, 0)[pfc.E_ING // 8] == 0           # dropped before it was counted

@@ -1,0 +1,253 @@
+"""The lossless fabric's pure parts: flow-control settings, thresholds, the pause
+state of a port, the watchdog, cycles, storms' targets, the agent's decisions and
+the pause gate's netlink message."""
+
+import struct
+
+import pytest
+
+from emulator.errors import ConfigError
+from emulator.fabric import addressing, lossless, presets, spec
+from emulator.fabric.lossless import IngressPause, PfcConfig, Watchdog
+
+FRAME = 4238
+
+
+def test_flow_control_values():
+    assert lossless.parse_flow_control(True) == "pfc"
+    assert lossless.parse_flow_control("false") == "none"
+    assert lossless.parse_flow_control("pfc") == "pfc"
+    with pytest.raises(ValueError, match="credit-based flow control is not available"):
+        lossless.parse_flow_control("credit")
+    with pytest.raises(ValueError, match="not a flow control"):
+        lossless.parse_flow_control("maybe")
+
+
+def test_preset_and_file_keys():
+    assert presets.build("leaf-spine", {"lossless": "true"}).flow_control == "pfc"
+    assert presets.build("dual-plane", {"flow_control": "pfc"}).flow_control == "pfc"
+    assert presets.build("leaf-spine", {}).flow_control == "none"
+    with pytest.raises(ConfigError, match="lossless"):
+        presets.build("leaf-spine", {"lossless": "maybe"})
+    with pytest.raises(ConfigError, match="disagree"):
+        presets.build("leaf-spine", {"lossless": "true", "flow_control": "none"})
+    text = spec.dump(presets.build("leaf-spine", {"lossless": "true"}))
+    assert "flow_control: pfc" in text
+    assert spec.load_text(text).flow_control == "pfc"
+    doc = text.replace("flow_control: pfc", "lossless: true\nflow_control: none")
+    with pytest.raises(ConfigError, match="disagree"):
+        spec.load_text(doc)
+
+
+def test_thresholds_scale_with_rate_and_reaction():
+    cfg = PfcConfig()
+    t = lossless.thresholds(40_000_000, FRAME, cfg)
+    assert t["xoff"] == 8 * FRAME
+    assert t["xon"] == 6 * FRAME
+    # 3 ms at 40 Mbit/s is 15000 bytes, plus one frame in flight at each end
+    assert t["headroom"] == 15000 + 2 * FRAME
+    assert t["limit"] == t["xoff"] + t["headroom"]
+    fast = lossless.thresholds(400_000_000, FRAME, cfg)
+    assert fast["headroom"] - 2 * FRAME == 10 * 15000
+    assert lossless.quantum_s(40_000_000) == pytest.approx(12.8e-6)
+
+
+def test_pause_frames_count_refreshes():
+    # 65535 quanta at 40 Mbit/s pause 0.84 s: refreshed every 0.42 s
+    assert lossless.pause_frames(0.1, 40_000_000) == 2
+    assert lossless.pause_frames(1.0, 40_000_000) == 4
+
+
+def test_ingress_pause_hysteresis():
+    p = IngressPause(xoff=100, xon=60)
+    assert p.update(99, 0.0) is None
+    assert p.update(100, 1.0) == "pause"
+    assert p.update(70, 2.0) is None           # between xon and xoff: still paused
+    assert p.update(120, 3.0) is None
+    assert p.update(60, 4.0) == "resume"
+    assert p.episodes == [(1.0, 4.0)]
+    assert p.paused_s(10.0) == 3.0
+    assert p.peak == 120
+
+
+def _run_watchdog(storm_s, detect=1.0, restore=1.0, poll=0.1, sending=False):
+    wd, events = Watchdog(detect, restore), []
+    t, sent = 0.0, 0
+    while t < storm_s + restore + 3 * poll:
+        paused = 0.0 if t < storm_s else None
+        if sending:
+            sent += 1
+        ev = wd.update(t, paused, 5000, sent)
+        if ev:
+            events.append((ev, round(t, 3)))
+        t += poll
+    return events
+
+
+def test_watchdog_storm_three_times_detection_triggers_within_detection_plus_poll():
+    events = _run_watchdog(3.0)
+    assert events[0][0] == "storm" and events[0][1] <= 1.0 + 0.1
+    assert events[1][0] == "restore" and 3.0 + 1.0 <= events[1][1] <= 3.0 + 1.0 + 0.1 + 1e-9
+
+
+def test_watchdog_short_storm_or_moving_queue_triggers_nothing():
+    assert _run_watchdog(0.5) == []
+    assert _run_watchdog(3.0, sending=True) == []      # paused but transmitting
+
+
+def test_watchdog_empty_queue_is_no_storm():
+    wd = Watchdog(1.0, 1.0)
+    assert all(wd.update(t / 10, 0.0, 0, 0) is None for t in range(40))
+
+
+def test_paused_cycle():
+    ring = {"leaf2": {"spine2"}, "spine2": {"leaf3"}, "leaf3": {"spine1"}, "spine1": {"leaf2"}}
+    cycle = lossless.paused_cycle(ring)
+    assert sorted(cycle) == ["leaf2", "leaf3", "spine1", "spine2"]
+    assert lossless.paused_cycle({"a": {"b"}, "b": {"c"}, "d": {"c"}}) is None
+    assert lossless.paused_cycle({}) is None
+
+
+def test_storm_targets():
+    topo = addressing.plan(presets.build("leaf-spine", {}))
+    assert lossless.storm_end("h1", topo) == "h1:eth0"
+    assert lossless.paused_hop("h1", topo) == ("leaf1", "eth1")
+    assert lossless.storm_end("leaf1-spine1", topo) == "leaf1:eth3"
+    assert lossless.paused_hop("leaf1-spine1", topo) == ("spine1", "eth1")
+    assert lossless.storm_end("h3-leaf2", topo) == "h3:eth0"
+    with pytest.raises(ConfigError, match="no link"):
+        lossless.storm_end("leaf1-leaf2", topo)
+    with pytest.raises(ConfigError, match="a host"):
+        lossless.storm_end("nosuch", topo)
+
+
+def test_gate_message_encodes_a_tbf_change():
+    from emulator.dataplane import pfc
+    msg = pfc.gate_message(7, 1, FRAME, 1 << 20, seq=3)
+    length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", msg)
+    assert (length, mtype, seq) == (len(msg), 36, 3)
+    assert flags == 1 | 4                              # request, ack; no create: a change
+    _, _, _, ifindex, handle, parent, _ = struct.unpack_from("=BBHiIII", msg, 16)
+    assert (ifindex, handle, parent) == (7, pfc.GATE_HANDLE, pfc.CLASS_LOSSLESS)
+    assert b"tbf\0" in msg
+    assert struct.pack("=I", FRAME) in msg             # TCA_TBF_BURST in bytes
+    assert len(pfc.kick_frame()) == 60
+    assert pfc.kick_frame()[12:14] == b"\x88\xb5"
+
+
+class FakeGates:
+    def __init__(self):
+        self.calls, self.errors = [], []
+
+    def set(self, key, closed):
+        self.calls.append((key, closed))
+
+
+def _agent():
+    """Two switch ports facing each other's hosts: key 0 (leaf1:eth1, from h1 = key 2)
+    and key 1 (leaf1:eth2, from h2 = key 3)."""
+    from emulator.dataplane import pfc
+    from emulator.dataplane.pfc_agent import Agent
+    t = lossless.thresholds(40_000_000, FRAME)
+    ports = [{"key": 0, "name": "leaf1:eth1", "node": "leaf1", "kind": "switch",
+              "peer_key": 2, "rate_bps": 40_000_000, **t},
+             {"key": 1, "name": "leaf1:eth2", "node": "leaf1", "kind": "switch",
+              "peer_key": 3, "rate_bps": 40_000_000, **t},
+             {"key": 2, "name": "h1:eth0", "node": "h1", "kind": "host", "peer_key": 0,
+              "rate_bps": 40_000_000},
+             {"key": 3, "name": "h2:eth0", "node": "h2", "kind": "host", "peer_key": 1,
+              "rate_bps": 40_000_000}]
+    cfg = {"ports": ports, "frame": FRAME,
+           "pfc": {"wd_detect_s": 1.0, "wd_restore_s": 1.0, "wd_poll_s": 0.1}}
+    mv = [0] * (pfc.WORDS * len(ports))
+    gates = FakeGates()
+    return Agent(cfg, mv, gates), mv, gates, t
+
+
+def test_agent_pauses_the_upstream_past_xoff_and_resumes_at_xon():
+    from emulator.dataplane import pfc
+    agent, mv, gates, t = _agent()
+    ing = pfc.E_ING // 8
+    mv[0 * pfc.WORDS + ing] = t["xoff"]
+    agent.poll(0.001)
+    assert gates.calls == [(2, True)]                  # h1's NIC paused
+    mv[0 * pfc.WORDS + ing] = t["xon"]
+    agent.poll(0.002)
+    assert gates.calls == [(2, True), (2, False)]
+    rep = agent.report(1.0, 0.0)
+    assert rep["ports"]["leaf1:eth1"]["pauses_sent"] == 1
+    assert rep["ports"]["h1:eth0"]["pause_frames_received"] == 2     # XOFF and XON
+    assert rep["ports"]["h1:eth0"]["paused_s"] == pytest.approx(0.001)
+
+
+def test_agent_storm_is_detected_mitigated_and_restored():
+    from emulator.dataplane import pfc
+    agent, mv, gates, _ = _agent()
+    w = pfc.WORDS
+    mv[0 * w + pfc.E_EG_IN // 8] = 9000                 # leaf1 -> h1 holds frames
+    agent.storm(2, True, 0.0)                          # h1's NIC pauses leaf1 forever
+    assert gates.calls == [(0, True)]
+    t = 0.0
+    while t < 3.0:
+        agent.poll(t)
+        t += 0.01
+    assert mv[0 * w + pfc.E_FLAGS // 8] & pfc.FLAG_DROP
+    assert gates.calls[1] == (0, False)                # mitigated: the queue sends again
+    agent.storm(2, False, 3.0)
+    while t < 4.3:
+        agent.poll(t)
+        t += 0.01
+    assert not mv[0 * w + pfc.E_FLAGS // 8] & pfc.FLAG_DROP
+    storm = agent.report(t, 0.0)["storms"][0]
+    assert storm["end"] == "h1:eth0" and storm["queue"] == "leaf1:eth1"
+    assert 1.0 <= storm["detected_after_s"] <= 1.1 + 1e-9
+    assert 1.0 <= storm["restored_after_stop_s"] <= 1.2
+
+
+def test_agent_forgets_counts_no_queue_holds():
+    from emulator.dataplane import pfc
+    agent, mv, _, _ = _agent()
+    w = pfc.WORDS
+    mv[0 * w + pfc.E_EG_IN // 8] = 5000                # a queue purged by a link down
+    mv[1 * w + pfc.E_ING // 8] = 4000
+    agent.reconcile({0: 0, 1: 0})
+    assert mv[1 * w + pfc.E_ING // 8] == 4000          # one look is not enough
+    agent.reconcile({0: 0, 1: 0})
+    assert mv[0 * w + pfc.E_EG_IN // 8] == 0 and mv[1 * w + pfc.E_ING // 8] == 0
+    mv[1 * w + pfc.E_ING // 8] = 4000
+    agent.reconcile({0: 4238, 1: 0})                  # a queue not empty: left alone
+    agent.reconcile({0: 4238, 1: 0})
+    assert mv[1 * w + pfc.E_ING // 8] == 4000
+
+
+def test_pfc_text_names_storms_and_reaction():
+    from emulator.report.summary import pfc_text
+    doc = {"lossless_priority": 3, "pauses": 2, "pause_frames": 4, "paused_s_max": 0.5,
+           "ingress_drops": 0, "headroom_used_max": 100,
+           "thresholds": {"leaf1:eth1": {"headroom": 23476}, "ports": 8},
+           "reaction_frames": {"count": 2, "median": 1.9, "max": 3.2},
+           "storms": [{"end": "h1:eth0", "queue": "leaf1:eth1", "start": 1.0,
+                       "duration_s": 3.0, "detected_after_s": 1.05,
+                       "restored_after_stop_s": 1.02}],
+           "watchdog_events": [], "deadlocks": [{"cycle": ["a", "b"], "t": 2.0}]}
+    text = pfc_text(doc)
+    assert "median 1.9 / max 3.2 frame times" in text
+    assert "watchdog on leaf1:eth1 after 1050 ms" in text
+    assert "a -> b" in text
+    assert pfc_text(None) == ""
+
+
+def test_lossless_compare_roles_and_victim_window():
+    from emulator.experiments import lossless_cmp
+    topo = addressing.plan(presets.build("leaf-spine", {"hosts_per_leaf": "3"}))
+    hosts, victim = lossless_cmp.roles(topo, "incast")
+    assert victim == ("h12", "h2") and hosts[0] == "h1"
+    assert len(hosts) == 9 and "h2" not in hosts and "h12" not in hosts
+    with pytest.raises(ConfigError, match="--victim"):
+        lossless_cmp.roles(topo, "incast", "h1:h2")
+    rx = {"flows": [{"flow": "x"}], "t0_ns": 0, "bin_ms": 10.0,
+          "timelines": {"x": [12500] * 100}}             # 12.5 kB per 10 ms: 10 Mbit/s
+    assert lossless_cmp.window_mbps(rx, 100_000_000, 500_000_000) == 10.0
+    assert lossless_cmp.parse_settings("on,off") == ["pfc", "none"]
+    with pytest.raises(ConfigError):
+        lossless_cmp.parse_settings("sometimes")
