@@ -129,6 +129,7 @@ class Agent:
                    for k in self.ports}
         self.reactions = []                                  # (ingress key, ns)
         self.cycles = []
+        self.last_cycle = None
         self.next_wd = 0.0
         self.backlogs = backlogs
         self.idle = {}                     # key: (EG_IN, EG_OUT, ING) at the last idle look
@@ -203,8 +204,9 @@ class Agent:
         if self.backlogs is not None:
             self.reconcile(self.backlogs.read())
         cycle = lossless.paused_cycle(stuck)
-        if cycle and (not self.cycles or self.cycles[-1]["cycle"] != cycle):
+        if cycle and cycle != self.last_cycle:        # each time a cycle forms
             self.cycles.append({"cycle": cycle, "t": now})
+        self.last_cycle = cycle
 
     def reconcile(self, backlog):
         """Forget counts of frames no queue holds any more: a link set down purges

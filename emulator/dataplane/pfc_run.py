@@ -271,3 +271,35 @@ def summarize(counters, pfc):
         "gate_errors": counters["gate_errors"],
         "ports": moved,
     }
+
+
+MISROUTE_COOKIE = 0xDEAD10C
+
+
+def misroute(injector, on):
+    """Install (or remove) fabric.lossless.deadlock_plan's routes on the running
+    fabric: OpenFlow flows above the controller's (priority 1200), under a
+    cookie of their own; logged as a fault event."""
+    import subprocess
+    from emulator.fabric.lossless import deadlock_plan
+    s, t = injector.s, injector.clock()
+    routes, _ = deadlock_plan(s.topo)
+    by_name = {sw["name"]: sw for sw in s.topo["switches"]}
+    by_switch = {}
+    for name, in_ports, dsts, out in routes:
+        number = {p["name"]: p["port"] for p in by_name[name]["ports"]}
+        by_switch.setdefault(name, "")
+        by_switch[name] += "".join(
+            f"cookie={MISROUTE_COOKIE:#x},priority=1200,ip,in_port={number[i]},"
+            f"nw_dst={d},actions=output:{number[out]}\n" for i in in_ports for d in dsts)
+    for name, lines in by_switch.items():
+        target = s.net.ovs(name).target(by_name[name]["bridge"])
+        args = ["add-flows", target, "-"] if on else \
+            ["del-flows", target, f"cookie={MISROUTE_COOKIE:#x}/-1"]
+        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args],
+                           input=lines if on else None, capture_output=True, text=True,
+                           timeout=20)
+        if r.returncode != 0:
+            raise RunFailed(f"deadlock routes on {name}: {r.stderr.strip()}")
+    return injector._log("deadlock" if on else "deadlock_stop", "routes", t,
+                         switches=sorted(by_switch))

@@ -185,6 +185,8 @@ def crosses(path, events, topo):
     hops = {tuple(h.rsplit(":", 1)) for h in path if ":" in h}
     nodes = {h.rsplit(":", 1)[0] for h in path}
     for ev in events:
+        if ev.action in ("deadlock", "deadlock_stop"):
+            return True                         # a deadlock may stop any flow
         if ev.action in ("pfc_storm", "pfc_storm_stop"):
             from emulator.fabric.lossless import paused_hop
             if paused_hop(ev.target, topo) in hops:
@@ -204,8 +206,8 @@ def fault_ports(events, topo):
     dpid = {sw["name"]: sw["dpid"] for sw in topo["switches"]}
     out = set()
     for ev in events:
-        if ev.action in ("pfc_storm", "pfc_storm_stop"):
-            continue                            # a storm pauses a queue, downs no port
+        if ev.action in ("pfc_storm", "pfc_storm_stop", "deadlock", "deadlock_stop"):
+            continue                            # pauses and routes: no port goes down
         if ev.action in ("crash", "recover"):
             for sw in topo["switches"]:
                 for p in sw["ports"]:

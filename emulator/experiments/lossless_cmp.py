@@ -60,21 +60,25 @@ def roles(topo, workload, victim=None, senders=8):
     return hosts, (src, dst)
 
 
-def victim_plan(net, topo, src, dst, duration, frame_len):
-    """One engine stream from ``src`` to ``dst`` at half ``src``'s link rate."""
+def streams_plan(net, topo, pairs, duration, frame_len, share=0.5, timeline_ms=10.0):
+    """An engine plan: one RoCE stream per (source, destination) of ``pairs`` at
+    ``share`` of its source's link rate, in frames of ``frame_len``."""
     from emulator.experiments.mix import netns_of
     hosts = {h["name"]: h for h in topo["hosts"]}
-    s, d = hosts[src], hosts[dst]
-    sp, dp = s["ports"][0], d["ports"][0]
-    pps = sp["rate_bps"] / 2 / (frame_len * 8)
+    streams, receivers = [], {}
+    for i, (src, dst) in enumerate(pairs):
+        sp, d = hosts[src]["ports"][0], hosts[dst]
+        dp = d["ports"][0]
+        streams.append({"name": f"{src}:{sp['port']}", "netns": netns_of(net, src),
+                        "intf": sp["port"], "src_mac": sp["mac"], "src_ip": sp["ip"],
+                        "dst_mac": d["mac"], "dst_ip": dp["ip"],
+                        "rate_pps": sp["rate_bps"] * share / (frame_len * 8), "qps": 1,
+                        "first_flow": i, "qpns": [0x7F0001 + i]})
+        receivers[dst] = {"name": f"{dst}:{dp['port']}", "netns": netns_of(net, dst),
+                          "intf": dp["port"]}
     return {"duration": duration, "frame_len": frame_len, "idle": 1.0, "tick_ms": 2.0,
-            "gap_ms": 5.0, "timeline_ms": 10.0, "expect_flows": 1, "progress_ms": 500,
-            "streams": [{"name": f"{src}:{sp['port']}", "netns": netns_of(net, src),
-                         "intf": sp["port"], "src_mac": sp["mac"], "src_ip": sp["ip"],
-                         "dst_mac": d["mac"], "dst_ip": d["ip"], "rate_pps": pps, "qps": 1,
-                         "first_flow": 0, "qpns": [0x7F0001]}],
-            "receivers": [{"name": f"{dst}:{dp['port']}", "netns": netns_of(net, dst),
-                           "intf": dp["port"]}]}
+            "gap_ms": 5.0, "timeline_ms": timeline_ms, "expect_flows": len(pairs),
+            "progress_ms": 500, "streams": streams, "receivers": list(receivers.values())}
 
 
 def window_mbps(receiver, t0_ns, t1_ns):
@@ -108,7 +112,7 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
         sampler = QueueSampler(ports, args.sample_ms / 1e3, s.net.intf_netns())
         work = os.path.join(s.dir, "victim")
         os.makedirs(work)
-        eng = EngineProcess(victim_plan(s.net, s.topo, vsrc, vdst, 600, frame_len), work,
+        eng = EngineProcess(streams_plan(s.net, s.topo, [(vsrc, vdst)], 600, frame_len), work,
                             env=child_env(s), name="victim")
         eng.start()
         try:

@@ -45,6 +45,7 @@ ACTIONS = {
     "controller": {},
     "loss": {"percent": "percent", "side": "side"}, "loss_stop": {},
     "pfc_storm": {}, "pfc_storm_stop": {},
+    "deadlock": {}, "deadlock_stop": {},
 }
 
 
@@ -153,6 +154,11 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
     kind = rest[0] if rest else ("crash" if not ("-" in target or target == "controller")
                                  else "cut")
     args = rest[1:]
+    if target == "deadlock":
+        if args or kind not in ("crash", "deadlock"):
+            raise ConfigError(where, "deadlock takes nothing: --fault deadlock")
+        return [Event(at_s, "deadlock", "routes"), Event(at_s + hold_s, "deadlock_stop",
+                                                         "routes")]
     if target == "controller":
         if kind not in ("kill", "crash", "cut"):
             raise ConfigError(where, "controller:kill")
@@ -195,7 +201,10 @@ def check_targets(events, topo, flow_control="none"):
     from emulator.fabric.lossless import storm_end
     switches = {s["name"] for s in topo["switches"]}
     for ev in events:
-        if ev.action in ("pfc_storm", "pfc_storm_stop"):
+        if ev.action in ("deadlock", "deadlock_stop"):
+            from emulator.fabric.lossless import deadlock_plan
+            deadlock_plan(topo)
+        elif ev.action in ("pfc_storm", "pfc_storm_stop"):
             if flow_control != "pfc":
                 raise ConfigError(f"fault {ev.target}:pfc-storm",
                                   "a PFC storm needs a lossless fabric: -P lossless=true or "
@@ -229,4 +238,7 @@ def execute(injector, ev):
         return injector.loss_stop()
     if ev.action in ("pfc_storm", "pfc_storm_stop"):
         return injector.pfc_storm(ev.target, ev.action == "pfc_storm")
+    if ev.action in ("deadlock", "deadlock_stop"):
+        from emulator.dataplane.pfc_run import misroute
+        return misroute(injector, ev.action == "deadlock")
     raise ValueError(ev.action)

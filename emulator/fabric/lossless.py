@@ -111,6 +111,55 @@ def paused_hop(text, topo):
     return None
 
 
+def deadlock_plan(topo):
+    """A route change that breaks up-down routing into a cyclic buffer dependency,
+    and the four streams that fill it (docs/lossless.md).
+
+    With leaves L1-L4 and spines S1, S2 (the first of each): traffic for L4's
+    hosts that S1 gets from L1 or L3 is sent down to L2, which sends it back
+    up to S2; traffic for L1's hosts that S2 gets from L4 or L2 goes down to
+    L3 and back up to S1.  L1 and L3 send to L4 through S1, L4 and L2 send to
+    L1 through S2.  The links S1->L2, L2->S2, S2->L3 and L3->S1 then wait on
+    each other in a ring.  Returns ``(routes, streams)``: routes [(switch,
+    [in ports], [destination IPs], out port)], streams [(source host,
+    destination host)]; ConfigError if the fabric has no such ring."""
+    from emulator.errors import ConfigError
+    leaves = [s for s in topo["switches"] if s.get("tier") == 1 and s.get("kind") != "nic"]
+    spines = [s for s in topo["switches"] if s.get("tier") == 2]
+    if len(leaves) < 4 or len(spines) < 2 or any(s.get("tier", 0) > 2
+                                                  for s in topo["switches"]):
+        raise ConfigError("fault deadlock", "the deadlock scenario needs a two-tier "
+                                            "leaf-spine fabric with at least 4 leaves and "
+                                            "2 spines (-P leaves=4 -P spines=2)")
+    (l1, l2, l3, l4), (s1, s2) = leaves[:4], spines[:2]
+
+    def port(sw, peer):
+        return next(p["name"] for p in sw["ports"] if p["peer"] == peer)
+
+    def hosts(leaf):
+        return [p["peer"] for p in leaf["ports"] if p["peer_kind"] == "host"]
+
+    ip = {h["name"]: h["ports"][0]["ip"] for h in topo["hosts"]}
+    to_l4 = [ip[h] for h in hosts(l4)]
+    to_l1 = [ip[h] for h in hosts(l1)]
+    routes = [
+        (s1["name"], [port(s1, l1["name"]), port(s1, l3["name"])], to_l4, port(s1, l2["name"])),
+        (l2["name"], [port(l2, s1["name"])], to_l4, port(l2, s2["name"])),
+        (s2["name"], [port(s2, l4["name"]), port(s2, l2["name"])], to_l1, port(s2, l3["name"])),
+        (l3["name"], [port(l3, s2["name"])], to_l1, port(l3, s1["name"])),
+    ]
+    for leaf, spine, dsts in ((l1, s1, to_l4), (l3, s1, to_l4), (l4, s2, to_l1),
+                              (l2, s2, to_l1)):
+        routes.append((leaf["name"], [port(leaf, h) for h in hosts(leaf)], dsts,
+                       port(leaf, spine["name"])))
+    streams = []
+    for src_leaf, dst_leaf in ((l1, l4), (l3, l4), (l4, l1), (l2, l1)):
+        for i, h in enumerate(hosts(src_leaf)):
+            dst = hosts(dst_leaf)
+            streams.append((h, dst[i % len(dst)]))
+    return routes, streams
+
+
 def frame_time_s(rate_bps, frame):
     return frame * 8.0 / rate_bps
 

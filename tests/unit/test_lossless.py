@@ -251,3 +251,33 @@ def test_lossless_compare_roles_and_victim_window():
     assert lossless_cmp.parse_settings("on,off") == ["pfc", "none"]
     with pytest.raises(ConfigError):
         lossless_cmp.parse_settings("sometimes")
+
+
+def test_deadlock_plan_makes_a_ring_of_buffer_dependencies():
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "4"}))
+    routes, streams = lossless.deadlock_plan(topo)
+    ports = {(sw["name"], p["name"]): p["peer"] for sw in topo["switches"] for p in sw["ports"]}
+    hosts_of = {p["peer"]: sw["name"] for sw in topo["switches"] for p in sw["ports"]
+                if p["peer_kind"] == "host"}
+    ip_of = {h["name"]: h["ports"][0]["ip"] for h in topo["hosts"]}
+    table = {(sw, ports[(sw, i)] if (sw, i) in ports else None, d): ports[(sw, out)]
+             for sw, ins, dsts, out in routes for i in ins for d in dsts}
+
+    def path(src, dst):
+        node, prev, hops = hosts_of[src], src, []
+        while node != hosts_of[dst]:
+            # beyond the plan's routes, the controller's: a spine goes down to the leaf
+            nxt = table.get((node, prev, ip_of[dst]), hosts_of[dst])
+            hops.append((node, nxt))
+            prev, node = node, nxt
+        return hops
+    deps = {}
+    for src, dst in streams:
+        hops = path(src, dst)
+        for (a, b), (c, d) in zip(hops, hops[1:]):
+            deps.setdefault(f"{a}->{b}", set()).add(f"{c}->{d}")
+    cycle = lossless.paused_cycle(deps)
+    assert sorted(cycle) == ["leaf2->spine2", "leaf3->spine1", "spine1->leaf2",
+                             "spine2->leaf3"]
+    with pytest.raises(ConfigError, match="at least 4 leaves"):
+        lossless.deadlock_plan(addressing.plan(presets.build("leaf-spine", {"leaves": "3"})))
