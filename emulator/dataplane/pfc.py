@@ -37,8 +37,8 @@ from emulator.fabric import lossless
 
 # one map entry per interface end: u64 fields, byte offsets
 (E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
- E_WD_DROPS, E_PEAK, E_MARKS) = range(0, 96, 8)
-ENTRY_SIZE = 96
+ E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS) = range(0, 112, 8)
+ENTRY_SIZE = 112                       # E_PAUSES, E_PAUSED_NS: the agent's, for telemetry
 WORDS = ENTRY_SIZE // 8
 FLAG_DROP = 1                          # the watchdog drops this egress queue's lossless frames
 

@@ -30,6 +30,7 @@ ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
                                                 pfc.E_CROSS_NS // 8, pfc.E_LAST_NS // 8,
                                                 pfc.E_FLAGS // 8, pfc.E_EG_IN // 8,
                                                 pfc.E_EG_OUT // 8)
+PAUSES, PAUSED_NS = pfc.E_PAUSES // 8, pfc.E_PAUSED_NS // 8
 
 
 class Gates:
@@ -146,8 +147,10 @@ class Agent:
         self.gates.set(egress, want)
         if want:
             self.closed[egress] = now
+            self.mv[self.ports[egress]["peer_key"] * W + PAUSES] += 1
         else:
             self.closed_s[egress] += now - self.closed[egress]
+            self.mv[egress * W + PAUSED_NS] += int((now - self.closed[egress]) * 1e9)
             self.closed[egress] = None
 
     def _request(self, end, now):
@@ -282,7 +285,7 @@ class Agent:
                                else round(det - a, 4),
                                "restored_after_stop_s": None if res is None
                                else round(res - b, 4)})
-        return {"ports": out, "storms": storms,
+        return {"ports": out, "storms": storms, "t0_ns": int(t0 * 1e9),
                 "reactions": [{"port": self.ports[k]["name"], "ns": ns,
                                "frames": round(ns / 1e9 / lossless.frame_time_s(
                                    rate[self.ports[k]["peer_key"]], self.cfg["frame"]), 2)}

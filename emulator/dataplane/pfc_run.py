@@ -193,6 +193,19 @@ class Pfc:
             out[name] = out.get(name, 0) + n
         return out
 
+    def live(self):
+        """[(end name, buffer bytes, pauses it sent, s its queue was paused, ingress drops,
+        watchdog drops)] now, for telemetry (pauses count when they begin, paused time
+        when they end)."""
+        from emulator.dataplane import pfc
+        out = []
+        for e in self.ends:
+            w = struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
+            out.append((e["name"], w[pfc.E_ING // 8], w[pfc.E_PAUSES // 8],
+                        w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
+                        w[pfc.E_WD_DROPS // 8]))
+        return out
+
     def _word(self, key, off):
         return struct.unpack_from("<q", self.map.lookup(key), off)[0]
 
@@ -265,6 +278,7 @@ def summarize(counters, pfc):
             ((ev, t, n) for n, c in ports.items() for ev, t in c["watchdog"]),
             key=lambda x: x[1]),
         "deadlocks": counters["deadlocks"], "storms": counters["storms"],
+        "agent_t0_ns": counters["t0_ns"],          # the times above count from it
         "reaction_frames": {"count": len(frames),
                             "median": frames[len(frames) // 2] if frames else None,
                             "max": frames[-1] if frames else None},

@@ -13,17 +13,9 @@ import struct
 from emulator.dataplane.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
                                      attrs, error_of, messages)
 
+from emulator.fabric.units import ROCE_MTU, link_mtu  # noqa: F401 (re-exported)
+
 MTU_FRAME = 1514
-ROCE_MTU = 4096          # RoCE path MTU of AI fabrics: 4 KiB of payload per packet
-
-
-def link_mtu(roce_mtu=ROCE_MTU):
-    """The IP MTU every fabric interface gets so frames of RoCE MTU ``roce_mtu`` fit.
-
-    A RoCEv2 RDMA WRITE ONLY packet carries 62 bytes of IP/UDP/BTH/RETH/ICRC
-    around its payload; 128 leave room, and 1500 stays the floor.
-    """
-    return max(1500, roce_mtu + 128)
 # 30 ms is 100 full frames at 40 Mbit/s: a shallow switch buffer in packets, and
 # enough to absorb the scheduling stalls of a userspace datapath on 2 shared cores.
 DEFAULT_QUEUE_MS = 30.0

@@ -15,6 +15,11 @@ vSwitch afresh (nothing is sampled in between):
   first are switchovers to a backup;
 * with ``--ecn``: ``fabric_link_ecn_marked_packets_total`` per switch end,
   the frames its queue marked CE (``dataplane.ecn``);
+* on a lossless fabric, per interface end (``port="leaf1:eth1"``):
+  ``fabric_pfc_buffer_bytes`` (its ingress buffer now),
+  ``fabric_pfc_pauses_sent_total``, ``fabric_pfc_paused_seconds_total`` (its
+  own queue's), ``fabric_pfc_ingress_drops_total`` and
+  ``fabric_pfc_watchdog_drops_total`` (dataplane.pfc);
 * ``fabric_fidelity_faithful``: 1 faithful, 0 emulator-bound, -1 not yet
   measured (the run's traffic or collective verdict);
 * ``fabric_run_info{run, fabric}``.
@@ -47,6 +52,24 @@ def parse_group_stats(text):
 def count_flows(text):
     """Flow entries in a ``dump-flows`` reply (each has its actions)."""
     return sum(1 for line in text.splitlines() if "actions=" in line)
+
+
+def pfc_metrics(rows):
+    """The lossless fabric's families from ``Pfc.live()`` rows."""
+    fams = [GaugeMetricFamily("fabric_pfc_buffer_bytes", "lossless bytes in the switch that "
+                              "entered by this port", labels=["port"]),
+            CounterMetricFamily("fabric_pfc_pauses_sent", "pauses this port asked of its peer",
+                                labels=["port"]),
+            CounterMetricFamily("fabric_pfc_paused_seconds", "time this port's lossless queue "
+                                "was paused", labels=["port"]),
+            CounterMetricFamily("fabric_pfc_ingress_drops", "lossless frames dropped past "
+                                "xoff + headroom", labels=["port"]),
+            CounterMetricFamily("fabric_pfc_watchdog_drops", "frames of this port's queue the "
+                                "PFC watchdog dropped", labels=["port"])]
+    for row in rows:
+        for fam, value in zip(fams, row[1:]):
+            fam.add_metric([row[0]], value)
+    return fams
 
 
 class FabricCollector:
@@ -98,6 +121,8 @@ class FabricCollector:
                 if intf in self.links:
                     marks.add_metric([self.links[intf]], n)
             yield marks
+        if s.pfc is not None:
+            yield from pfc_metrics(s.pfc.live())
         flows = GaugeMetricFamily("fabric_switch_flows", "flow entries", labels=["switch"])
         groups = GaugeMetricFamily("fabric_switch_groups", "groups", labels=["switch"])
         buckets = CounterMetricFamily("fabric_group_bucket_packets",

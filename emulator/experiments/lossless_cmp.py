@@ -146,6 +146,7 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
          "retransmitted": tr.get("retransmitted_packets"), "timeouts": tr.get("timeouts"),
          "pause_frames": pfc.get("pause_frames", 0), "paused_s_max": pfc.get("paused_s_max", 0.0),
          "ingress_drops": pfc.get("ingress_drops", 0),
+         "reaction_median_frames": (pfc.get("reaction_frames") or {}).get("median"),
          "reaction_max_frames": (pfc.get("reaction_frames") or {}).get("max"),
          "queue_p99": bott.get("queue_p99_bytes"), "bottleneck": bott.get("port"),
          "victim_Mbps": victim, "victim": f"{vsrc}->{vdst}",

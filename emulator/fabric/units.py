@@ -61,3 +61,15 @@ def parse_duration(text):
     if not m:
         raise ValueError(f"{text!r}: a duration needs a unit, e.g. 2s, 200ms or 500us")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+ROCE_MTU = 4096          # RoCE path MTU of AI fabrics: 4 KiB of payload per packet
+
+
+def link_mtu(roce_mtu=ROCE_MTU):
+    """The IP MTU every fabric interface gets so frames of RoCE MTU ``roce_mtu`` fit.
+
+    A RoCEv2 RDMA WRITE ONLY packet carries 62 bytes of IP/UDP/BTH/RETH/ICRC
+    around its payload; 128 leave room, and 1500 stays the floor.
+    """
+    return max(1500, roce_mtu + 128)

@@ -162,6 +162,9 @@ def markdown(results, topo, pictures, summary_text=None):
     out.append(_md_table(("switch", "kind", "dpid", "ports"),
                          [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
                           for s in topo["switches"]]))
+    if r.get("lossless"):
+        from emulator.report.summary import pfc_text
+        out += ["", "## Lossless fabric (PFC)", "", "```", pfc_text(r["lossless"]), "```"]
     traffic = r.get("traffic")
     fid = (traffic or r.get("collective") or {}).get("fidelity")
     if fid is not None:

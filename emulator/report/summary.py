@@ -42,7 +42,32 @@ def describe_fabric(fabric, topo):
     out.append("\nlinks:")
     rows = [(lk["a"], lk["b"], format_rate(lk["rate_bps"])) for lk in topo["links"]]
     out.append(_table(rows, ("a", "b", "rate")))
+    if fabric.flow_control == "pfc":
+        out.append("\n" + lossless_text(topo))
     return "\n".join(out)
+
+
+def lossless_text(topo, roce_mtu=None):
+    """The switch buffer thresholds of a lossless fabric, per link rate."""
+    from emulator.fabric import lossless, units
+    cfg = lossless.PfcConfig()
+    frame = units.link_mtu(roce_mtu or units.ROCE_MTU) + 14
+    rates = sorted({p["rate_bps"] for sw in topo["switches"] for p in sw["ports"]})
+    rows = []
+    for rate in rates:
+        t = lossless.thresholds(rate, frame, cfg)
+        ft = lossless.frame_time_s(rate, frame)
+        rows.append((format_rate(rate), t["xoff"], t["xon"], t["headroom"], t["limit"],
+                     f"{ft * 1e3:.3g} ms", f"{t['headroom'] / frame:.1f}"))
+    return (f"lossless (PFC): RoCE data in priority {lossless.LOSSLESS_PRIORITY}, ACK/NAK/CNP "
+            "and control frames above it; per ingress port (bytes, frames of "
+            f"{frame} B):\n" + _table(rows, ("link rate", "xoff", "xon", "headroom", "limit",
+                                              "frame time", "headroom frames"))
+            + f"\n  headroom = {cfg.reaction_s * 1e3:g} ms of pause reaction at the link rate "
+              "+ one frame in flight at each end; pause quanta "
+              f"{cfg.quanta} x 512 bit times, refreshed at half; watchdog: detection "
+              f"{cfg.wd_detect_s * 1e3:g} ms, restoration {cfg.wd_restore_s * 1e3:g} ms, poll "
+              f"{cfg.wd_poll_s * 1e3:g} ms, action {cfg.wd_action} (docs/lossless.md)")
 
 
 def _tier(kind):

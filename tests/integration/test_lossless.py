@@ -28,9 +28,14 @@ def tc(netns, *args):
 
 
 def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path):
-    with Session(lossless_fabric(), results_base=str(tmp_path)) as s:
+    import urllib.request
+    from emulator.dataplane.session import free_port
+    port = free_port()
+    with Session(lossless_fabric(), results_base=str(tmp_path), telemetry=port) as s:
         report = collective.run_collective(s, "incast", [1 << 19], warmup=0,
                                            rank_extra={"transport": "rc"})
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
         leaf1 = s.topo["switches"][0]
         port = leaf1["ports"][0]                         # leaf1 -> h1, the incast's root
         classes = tc(s.net.switch_netns("leaf1"), "-s", "class", "show", "dev", port["intf"])
@@ -49,6 +54,11 @@ def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path):
     lossless_class = classes.split("class htb 10:20")[1].split("class htb")[0]
     sent = int(lossless_class.split("Sent ")[1].split(" bytes")[0])
     assert sent > 8 * (1 << 19) // 2
+    # live counters: the pauses the root's leaf asked of its uplinks and senders
+    pauses = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith("fabric_pfc_pauses_sent_total{"))
+    assert pauses > 0
+    assert 'fabric_pfc_ingress_drops_total{port="leaf1:eth1"} 0.0' in metrics
 
 
 def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
