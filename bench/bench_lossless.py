@@ -52,7 +52,8 @@ def compare(a):
     print(r.stdout.split("# incast", 1)[-1])
     pfc = [x for x in doc["runs"] if x["flow_control"] == "pfc"]
     print(f"pause reaction, frame times: median of the runs' medians "
-          f"{med(x.get('reaction_median_frames') for x in pfc)}, max "
+          f"{med(x.get('reaction_median_frames') for x in pfc)}, of their p95 "
+          f"{med(x.get('reaction_p95_frames') for x in pfc)}, max "
           f"{max((x.get('reaction_max_frames') or 0) for x in pfc)} over {len(pfc)} runs")
 
 

@@ -294,7 +294,7 @@ class FabricNet:
 
     def _shape(self, ipr, idx, rate_bps, switch):
         """A TBF at the link rate; with PFC, classes and the lossless gate under it."""
-        if self.flow_control != "pfc":
+        if self.flow_control == "none":
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
             return
         from emulator.dataplane import pfc

@@ -248,8 +248,9 @@ class Agent:
                 sent_eps.append((self.pause[k].paused_since, now))
             storms = self.storms[k] + ([(self.storming[k], now)] if k in self.storming else [])
             peer = p["peer_key"]
-            frames = sum(lossless.pause_frames(b - a, rate[peer], self.pc.quanta)
-                         for a, b in sent_eps + storms)
+            frames = 0 if self.pc.mode == "credit" else sum(
+                lossless.pause_frames(b - a, rate[peer], self.pc.quanta)
+                for a, b in sent_eps + storms)
             closed = self.closed_s[k] + (now - self.closed[k] if self.closed[k] else 0.0)
             e = {"peer": self.ports[peer]["node"], "pauses_sent": len(sent_eps) + len(storms),
                  "longest_pause_s": round(max((b - a for a, b in sent_eps), default=0.0), 4),

@@ -67,7 +67,7 @@ class Pfc:
                   min_len=frame_len_for_mtu(session.mtu) // 2, env=session.child_env(),
                   workdir=session.dir)
         pfc.install()
-        session.progress(f"lossless fabric (PFC) on {len(ends)} interface ends: "
+        session.progress(f"lossless fabric ({cfg.mode}) on {len(ends)} interface ends: "
                          + pfc.describe())
         return pfc
 
@@ -263,7 +263,7 @@ def summarize(counters, pfc):
     thresholds = {e["name"]: {k: e[k] for k in ("xoff", "xon", "headroom", "limit")}
                   for e in pfc.ends if e["kind"] == "switch"}
     return {
-        "flow_control": "pfc", "lossless_priority": lossless.LOSSLESS_PRIORITY,
+        "flow_control": pfc.cfg.mode, "lossless_priority": lossless.LOSSLESS_PRIORITY,
         "settings": {k: getattr(pfc.cfg, k) for k in pfc.cfg.__dataclass_fields__},
         "thresholds": dict(sorted(thresholds.items())[:1]) | {"ports": len(thresholds)},
         "pause_frames": sum(c["pause_frames_sent"] for c in ports.values()),
@@ -281,6 +281,7 @@ def summarize(counters, pfc):
         "agent_t0_ns": counters["t0_ns"],          # the times above count from it
         "reaction_frames": {"count": len(frames),
                             "median": frames[len(frames) // 2] if frames else None,
+                            "p95": frames[int(0.95 * (len(frames) - 1))] if frames else None,
                             "max": frames[-1] if frames else None},
         "gate_errors": counters["gate_errors"],
         "ports": moved,

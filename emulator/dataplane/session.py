@@ -186,9 +186,11 @@ class Session:
         self.watch.start()
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.results["flow_control"] = self.fabric.flow_control
-        if self.fabric.flow_control == "pfc":
+        if self.fabric.flow_control != "none":
             from emulator.dataplane.pfc_run import Pfc
-            self.pfc = self.net.pfc = Pfc.for_session(self)
+            from emulator.fabric.lossless import PfcConfig
+            self.pfc = self.net.pfc = Pfc.for_session(
+                self, PfcConfig(mode=self.fabric.flow_control))
         if self.ecn is not None and self.pfc is not None and self.ecn.at == "dequeue":
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")

@@ -24,14 +24,16 @@ import os
 
 from emulator.errors import ConfigError
 
-SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none"}
+SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none", "credit": "credit"}
+NAMES = {"pfc": "lossless", "none": "lossy", "credit": "credit"}
 
 
 def parse_settings(text):
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
         if item not in SETTINGS:
-            raise ConfigError("--lossless", f"{item!r}: a comma list of on, off")
+            raise ConfigError("--lossless", f"{item!r}: a comma list of on, off (or of none, "
+                                            "pfc, credit)")
         out.append(SETTINGS[item])
     if not out:
         raise ConfigError("--lossless", "give on, off or on,off")
@@ -147,11 +149,12 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
          "pause_frames": pfc.get("pause_frames", 0), "paused_s_max": pfc.get("paused_s_max", 0.0),
          "ingress_drops": pfc.get("ingress_drops", 0),
          "reaction_median_frames": (pfc.get("reaction_frames") or {}).get("median"),
+         "reaction_p95_frames": (pfc.get("reaction_frames") or {}).get("p95"),
          "reaction_max_frames": (pfc.get("reaction_frames") or {}).get("max"),
          "queue_p99": bott.get("queue_p99_bytes"), "bottleneck": bott.get("port"),
          "victim_Mbps": victim, "victim": f"{vsrc}->{vdst}",
          "fidelity": fid["verdict"], "fidelity_notes": fid["reasons"] + fid["warnings"]}
-    out(f"... {'lossless' if fc == 'pfc' else 'lossy'} cc {cc} rep {rep + 1}: "
+    out(f"... {NAMES[fc]} cc {cc} rep {rep + 1}: "
         f"{r['time_s']:.2f} s, drops {r['drops']}, retx {r['retransmitted']}, "
         f"pause frames {r['pause_frames']}, victim {victim} Mbit/s, {r['fidelity']}")
     return r
@@ -184,7 +187,7 @@ def table(rows):
     def f(v, spec):
         return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
     for r in rows:
-        lines.append(f"{'lossless' if r['flow_control'] == 'pfc' else 'lossy':9s} "
+        lines.append(f"{NAMES[r['flow_control']]:9s} "
                      f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['busbw_Mbps'], '7.2f')} "
                      f"{f(r['drops'], '6d')} {f(r['retransmitted'], '6d')} "
                      f"{f(r['timeouts'], '5d')} {f(r['pause_frames'], '10d')} "

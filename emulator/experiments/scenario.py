@@ -205,7 +205,7 @@ def check_targets(events, topo, flow_control="none"):
             from emulator.fabric.lossless import deadlock_plan
             deadlock_plan(topo)
         elif ev.action in ("pfc_storm", "pfc_storm_stop"):
-            if flow_control != "pfc":
+            if flow_control != "pfc":           # credits have no pause frames to storm
                 raise ConfigError(f"fault {ev.target}:pfc-storm",
                                   "a PFC storm needs a lossless fabric: -P lossless=true or "
                                   "lossless: true in the fabric file")

@@ -25,7 +25,7 @@ for a storm.
 import math
 from dataclasses import dataclass
 
-FLOW_CONTROLS = ("none", "pfc")
+FLOW_CONTROLS = ("none", "pfc", "credit")
 LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
 QUANTUM_BITS = 512                    # one PFC pause quantum, in bit times
 MAX_QUANTA = 0xFFFF
@@ -45,17 +45,19 @@ def parse_flow_control(value, where="flow_control"):
         return "none"
     if text in FLOW_CONTROLS:
         return text
-    if text == "credit":
-        raise ValueError(f"{where}: credit-based flow control is not available yet; "
-                         "use none or pfc")
-    raise ValueError(f"{where}: {value!r} is not a flow control (none, pfc; "
+    raise ValueError(f"{where}: {value!r} is not a flow control (none, pfc, credit; "
                      "lossless: true or false)")
 
 
 @dataclass(frozen=True)
 class PfcConfig:
     """The switch buffer and watchdog settings of a lossless fabric (defaults
-    documented in docs/lossless.md)."""
+    documented in docs/lossless.md).  ``mode`` pfc, or credit: InfiniBand-style
+    link-level credits on the same buffer accounting -- the upstream may send
+    while the port's free buffer (its credits) covers what it can still send
+    before it stops, and may again as soon as one frame's credit returns; no
+    PFC frames, and the watchdog plays InfiniBand's head-of-queue lifetime."""
+    mode: str = "pfc"
     reaction_s: float = 0.003          # Xoff crossing -> upstream stopped, measured (bench)
     poll_s: float = 0.0005             # the pause model's sampling of ingress buffers
     xoff_frames: float = 8             # per ingress port: pause past this many full frames
@@ -69,6 +71,8 @@ class PfcConfig:
     def __post_init__(self):
         if self.wd_action not in WD_ACTIONS:
             raise ValueError(f"watchdog action {self.wd_action!r}: one of {WD_ACTIONS}")
+        if self.mode not in ("pfc", "credit"):
+            raise ValueError(f"flow control mode {self.mode!r}: pfc or credit")
         if not 0 < self.xon_gap_frames < self.xoff_frames:
             raise ValueError("0 < xon gap < xoff required")
 
@@ -176,8 +180,8 @@ def thresholds(rate_bps, frame, cfg=PfcConfig()):
     a frame beyond it is an ingress drop)."""
     xoff = int(cfg.xoff_frames * frame)
     head = headroom_bytes(rate_bps, frame, cfg.reaction_s)
-    return {"xoff": xoff, "xon": xoff - int(cfg.xon_gap_frames * frame),
-            "headroom": head, "limit": xoff + head}
+    gap = 1 if cfg.mode == "credit" else cfg.xon_gap_frames     # one frame's credit back
+    return {"xoff": xoff, "xon": xoff - int(gap * frame), "headroom": head, "limit": xoff + head}
 
 
 def quantum_s(rate_bps):

@@ -42,15 +42,15 @@ def describe_fabric(fabric, topo):
     out.append("\nlinks:")
     rows = [(lk["a"], lk["b"], format_rate(lk["rate_bps"])) for lk in topo["links"]]
     out.append(_table(rows, ("a", "b", "rate")))
-    if fabric.flow_control == "pfc":
-        out.append("\n" + lossless_text(topo))
+    if fabric.flow_control != "none":
+        out.append("\n" + lossless_text(topo, mode=fabric.flow_control))
     return "\n".join(out)
 
 
-def lossless_text(topo, roce_mtu=None):
+def lossless_text(topo, roce_mtu=None, mode="pfc"):
     """The switch buffer thresholds of a lossless fabric, per link rate."""
     from emulator.fabric import lossless, units
-    cfg = lossless.PfcConfig()
+    cfg = lossless.PfcConfig(mode=mode)
     frame = units.link_mtu(roce_mtu or units.ROCE_MTU) + 14
     rates = sorted({p["rate_bps"] for sw in topo["switches"] for p in sw["ports"]})
     rows = []
@@ -59,7 +59,8 @@ def lossless_text(topo, roce_mtu=None):
         ft = lossless.frame_time_s(rate, frame)
         rows.append((format_rate(rate), t["xoff"], t["xon"], t["headroom"], t["limit"],
                      f"{ft * 1e3:.3g} ms", f"{t['headroom'] / frame:.1f}"))
-    return (f"lossless (PFC): RoCE data in priority {lossless.LOSSLESS_PRIORITY}, ACK/NAK/CNP "
+    what = "PFC" if mode == "pfc" else "credit-based, InfiniBand-style"
+    return (f"lossless ({what}): RoCE data in priority {lossless.LOSSLESS_PRIORITY}, ACK/NAK/CNP "
             "and control frames above it; per ingress port (bytes, frames of "
             f"{frame} B):\n" + _table(rows, ("link rate", "xoff", "xon", "headroom", "limit",
                                               "frame time", "headroom frames"))
@@ -90,12 +91,18 @@ def pfc_text(doc):
         return ""
     r = doc.get("reaction_frames") or {}
     t = next((v for k, v in (doc.get("thresholds") or {}).items() if k != "ports"), {})
-    lines = [f"lossless (PFC, priority {doc['lossless_priority']}): {doc['pauses']} pauses "
-             f"({doc['pause_frames']} PFC frames), longest paused {doc['paused_s_max']:.3f} s on "
-             f"a port; ingress drops {doc['ingress_drops']}"]
+    if doc.get("flow_control") == "credit":
+        lines = [f"lossless (credit-based, priority {doc['lossless_priority']}): "
+                 f"{doc['pauses']} credit stalls, longest {doc['longest_pause_s']:.3f} s; "
+                 f"ingress drops {doc['ingress_drops']}"]
+    else:
+        lines = [f"lossless (PFC, priority {doc['lossless_priority']}): {doc['pauses']} pauses "
+                 f"({doc['pause_frames']} PFC frames), longest paused {doc['paused_s_max']:.3f} s "
+                 f"on a port; ingress drops {doc['ingress_drops']}"]
     if r.get("count"):
         lines.append(f"  pause reaction (xoff crossed -> upstream stopped): median "
-                     f"{r['median']} / max {r['max']} frame times over {r['count']} pauses; "
+                     f"{r['median']} / p95 {r.get('p95')} / max {r['max']} frame times over "
+                     f"{r['count']} pauses; "
                      f"headroom used up to {doc['headroom_used_max']} of {t.get('headroom')} B")
     for st in doc.get("storms") or ():
         det, res = st["detected_after_s"], st["restored_after_stop_s"]

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from emulator.dataplane.session import REPO, Session
 from emulator.experiments import collective, drill, drill_traffic, scenario
 from emulator.dataplane.faults import Injector
@@ -16,8 +18,8 @@ PARAMS = {"spines": "2", "leaves": "3", "hosts_per_leaf": "3"}     # 9 hosts: an
 ARGS = argparse.Namespace(pps=200.0, frame_len=128, post=1.5, gap_ms=1.0, qps=1)
 
 
-def lossless_fabric(**extra):
-    return presets.build("leaf-spine", {**PARAMS, "lossless": "true", **extra})
+def lossless_fabric(mode="pfc"):
+    return presets.build("leaf-spine", {**PARAMS, "flow_control": mode})
 
 
 def tc(netns, *args):
@@ -27,11 +29,12 @@ def tc(netns, *args):
     return r.stdout
 
 
-def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path):
+@pytest.mark.parametrize("mode", ["pfc", "credit"])
+def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path, mode):
     import urllib.request
     from emulator.dataplane.session import free_port
     port = free_port()
-    with Session(lossless_fabric(), results_base=str(tmp_path), telemetry=port) as s:
+    with Session(lossless_fabric(mode), results_base=str(tmp_path), telemetry=port) as s:
         report = collective.run_collective(s, "incast", [1 << 19], warmup=0,
                                            rank_extra={"transport": "rc"})
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
@@ -43,9 +46,15 @@ def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path):
     assert report["transport"]["retransmitted_packets"] == 0
     assert sum(r["wrong"] for r in report["rows"]) == 0
     doc = s.results["lossless"]
-    assert s.results["flow_control"] == "pfc"
+    assert s.results["flow_control"] == doc["flow_control"] == mode
     assert doc["ingress_drops"] == 0 and doc["gate_errors"] == []
-    assert doc["pauses"] > 0 and doc["pause_frames"] >= 2 * doc["pauses"]
+    assert doc["pauses"] > 0
+    if mode == "pfc":       # XOFF + XON at least; credits send no PFC frames
+        assert doc["pause_frames"] >= 2 * doc["pauses"]
+    else:
+        assert doc["pause_frames"] == 0
+        xoff, xon = (doc["thresholds"]["leaf1:eth1"][k] for k in ("xoff", "xon"))
+        assert xoff - xon == 4238                        # one frame's credit
     # the pauses took hold: generous bounds (bench/bench_lossless.py measures it)
     assert doc["reaction_frames"]["count"] > 0
     assert doc["reaction_frames"]["median"] <= 10

@@ -17,8 +17,7 @@ def test_flow_control_values():
     assert lossless.parse_flow_control(True) == "pfc"
     assert lossless.parse_flow_control("false") == "none"
     assert lossless.parse_flow_control("pfc") == "pfc"
-    with pytest.raises(ValueError, match="credit-based flow control is not available"):
-        lossless.parse_flow_control("credit")
+    assert lossless.parse_flow_control("credit") == "credit"
     with pytest.raises(ValueError, match="not a flow control"):
         lossless.parse_flow_control("maybe")
 
@@ -50,6 +49,15 @@ def test_thresholds_scale_with_rate_and_reaction():
     fast = lossless.thresholds(400_000_000, FRAME, cfg)
     assert fast["headroom"] - 2 * FRAME == 10 * 15000
     assert lossless.quantum_s(40_000_000) == pytest.approx(12.8e-6)
+
+
+def test_credit_mode_returns_credit_frame_by_frame():
+    pfc = lossless.thresholds(40_000_000, FRAME, PfcConfig())
+    credit = lossless.thresholds(40_000_000, FRAME, PfcConfig(mode="credit"))
+    assert credit["limit"] == pfc["limit"] and credit["xoff"] == pfc["xoff"]
+    assert credit["xon"] == credit["xoff"] - FRAME
+    with pytest.raises(ValueError, match="pfc or credit"):
+        PfcConfig(mode="xon")
 
 
 def test_pause_frames_count_refreshes():
@@ -225,13 +233,13 @@ def test_pfc_text_names_storms_and_reaction():
     doc = {"lossless_priority": 3, "pauses": 2, "pause_frames": 4, "paused_s_max": 0.5,
            "ingress_drops": 0, "headroom_used_max": 100,
            "thresholds": {"leaf1:eth1": {"headroom": 23476}, "ports": 8},
-           "reaction_frames": {"count": 2, "median": 1.9, "max": 3.2},
+           "reaction_frames": {"count": 2, "median": 1.9, "p95": 3.2, "max": 3.2},
            "storms": [{"end": "h1:eth0", "queue": "leaf1:eth1", "start": 1.0,
                        "duration_s": 3.0, "detected_after_s": 1.05,
                        "restored_after_stop_s": 1.02}],
            "watchdog_events": [], "deadlocks": [{"cycle": ["a", "b"], "t": 2.0}]}
     text = pfc_text(doc)
-    assert "median 1.9 / max 3.2 frame times" in text
+    assert "median 1.9 / p95 3.2 / max 3.2 frame times" in text
     assert "watchdog on leaf1:eth1 after 1050 ms" in text
     assert "a -> b" in text
     assert pfc_text(None) == ""
