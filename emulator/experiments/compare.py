@@ -317,16 +317,8 @@ def add_arguments(p):
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/planes.py)")
-    p.add_argument("--lossless", default=None, metavar="on,off",
-                   help="instead of modes: the lossless fabric (PFC) against the lossy one on "
-                        "an incast (or allreduce), a victim stream beside it; with --cc, the "
-                        "senders' congestion control too (experiments/lossless_cmp.py)")
-    p.add_argument("--flow-control", dest="lossless", default=None, metavar="none,pfc,credit",
-                   help="as --lossless, naming the modes: none (lossy), pfc, credit "
-                        "(InfiniBand-style link-level credits)")
-    p.add_argument("--victim", default=None, metavar="SRC:DST",
-                   help="--lossless: the victim stream's hosts (default: the last host to "
-                        "the second, on the incast root's leaf)")
+    from emulator.experiments.lossless_cmp import add_arguments as add_lossless_args
+    add_lossless_args(p)
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "

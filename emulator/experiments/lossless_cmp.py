@@ -28,6 +28,20 @@ SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none", "credit": 
 NAMES = {"pfc": "lossless", "none": "lossy", "credit": "credit"}
 
 
+def add_arguments(p):
+    """compare's options of this comparison."""
+    p.add_argument("--lossless", default=None, metavar="on,off",
+                   help="instead of modes: the lossless fabric (PFC) against the lossy one on "
+                        "an incast (or allreduce), a victim stream beside it; with --cc, the "
+                        "senders' congestion control too (experiments/lossless_cmp.py)")
+    p.add_argument("--flow-control", dest="lossless", default=None, metavar="none,pfc,credit",
+                   help="as --lossless, naming the modes: none (lossy), pfc, credit "
+                        "(InfiniBand-style link-level credits)")
+    p.add_argument("--victim", default=None, metavar="SRC:DST",
+                   help="--lossless: the victim stream's hosts (default: the last host to "
+                        "the second, on the incast root's leaf)")
+
+
 def parse_settings(text):
     out = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
