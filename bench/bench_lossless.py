@@ -3,9 +3,10 @@ head-of-line blocking, storms against the watchdog, and the deadlock ring.
 
     sudo .venv/bin/python bench/bench_lossless.py --reps 3 [--parts compare,storm,deadlock]
 
-- compare: ``emulator compare --lossless on,off --cc none,dcqcn`` on an 8:1
-  incast (``-P spines=2 -P leaves=3 -P hosts_per_leaf=3``: 9 hosts) with a
-  victim stream; per setting, medians over ``--reps``: time, drops,
+- compare: ``emulator compare --flow-control none,pfc,credit --cc none,dcqcn``
+  on an 8:1 incast (``-P spines=2 -P leaves=3 -P hosts_per_leaf=3``: 9 hosts;
+  ``--workload allreduce``: a ring over 7 of them) with a victim stream; per
+  setting, medians over ``--reps``: time, drops,
   retransmissions, PFC frames, the victim's Mbit/s, and the pause reaction
   (xoff crossed -> the upstream's last frame) in frame times;
 - storm: ``emulator drill --fault h1:pfc-storm`` held 3 x and 0.5 x the
@@ -37,8 +38,9 @@ def med(xs):
 
 
 def compare(a):
-    argv = [sys.executable, "-m", "emulator", "compare", "--lossless", "on,off",
-            "--cc", "none,dcqcn", "--reps", str(a.reps), "--results", a.results]
+    argv = [sys.executable, "-m", "emulator", "compare", "--flow-control", "none,pfc,credit",
+            "--cc", "none,dcqcn", "--reps", str(a.reps), "--results", a.results,
+            "--workload", a.workload]
     for p in INCAST:
         argv += ["-P", p]
     before = set(glob.glob(os.path.join(a.results, "*-lossless")))
@@ -48,9 +50,10 @@ def compare(a):
     (new,) = set(glob.glob(os.path.join(a.results, "*-lossless"))) - before
     with open(os.path.join(new, "lossless.json")) as f:
         doc = json.load(f)
-    print(f"## compare --lossless on,off --cc none,dcqcn, {a.reps} reps ({new})")
-    print(r.stdout.split("# incast", 1)[-1])
-    pfc = [x for x in doc["runs"] if x["flow_control"] == "pfc"]
+    print(f"## compare --flow-control none,pfc,credit --cc none,dcqcn --workload {a.workload}, "
+          f"{a.reps} reps ({new})")
+    print(r.stdout.split(f"# {a.workload}", 1)[-1])
+    pfc = [x for x in doc["runs"] if x["flow_control"] != "none"]
     print(f"pause reaction, frame times: median of the runs' medians "
           f"{med(x.get('reaction_median_frames') for x in pfc)}, of their p95 "
           f"{med(x.get('reaction_p95_frames') for x in pfc)}, max "
@@ -127,6 +130,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", default="compare,storm,deadlock")
+    ap.add_argument("--workload", default="incast", choices=("incast", "allreduce"))
     ap.add_argument("--detect", type=float, default=1.0,
                     help="the watchdog's detection time (fabric.lossless.PfcConfig)")
     ap.add_argument("--results", default="/tmp/bench-lossless")
