@@ -111,6 +111,31 @@ class FabricCLI(CLI):
             output(f"{args[0]}: dropping {pct:g} % ({side}); 'restore' ends it\n")
         self._guard(loss, line)
 
+    def do_storm(self, line):
+        """storm NODE|LINK on|off: a PFC storm (lossless fabric): h1 pauses its ToR,
+        leaf1-spine1 leaf1's port pauses spine1, until 'storm ... off'"""
+        def storm(args):
+            from emulator.errors import ConfigError
+            if self.session.pfc is None:
+                raise ConfigError("storm", "the fabric is not lossless (-P lossless=true)")
+            on = (args[1] if len(args) > 1 else "on") == "on"
+            ev = self.inj.pfc_storm(args[0], on)
+            output(f"{ev['end']} {'pauses its peer forever' if on else 'stopped pausing'}\n")
+        self._guard(storm, line)
+
+    def do_pfc(self, line):
+        """pfc: every lossless port's buffer, pauses sent, paused s, ingress/watchdog drops"""
+        def pfc(args):
+            if self.session.pfc is None:
+                output("the fabric is not lossless\n")
+                return
+            output(f"{'port':14s} {'buffer':>8s} {'pauses':>7s} {'paused_s':>9s} "
+                   f"{'in_drops':>8s} {'wd_drops':>8s}\n")
+            for name, buf, pauses, paused, ind, wdd in self.session.pfc.live():
+                if buf or pauses or paused or ind or wdd:
+                    output(f"{name:14s} {buf:8d} {pauses:7d} {paused:9.3f} {ind:8d} {wdd:8d}\n")
+        self._guard(pfc, line)
+
     # ---- views ---------------------------------------------------------------
 
     def do_links(self, line):

@@ -9,6 +9,8 @@ flowing.  Actions map one to one onto ``faults.Injector`` methods:
     crash/recover SWITCH                 switch_crash / switch_recover
     controller: kill|restart             controller_kill / controller_restart
     loss LINK percent: P [side]          loss_start;  loss_stop: LINK
+    pfc_storm NODE|LINK                  pfc_storm (on);  pfc_storm_stop: NODE|LINK
+    deadlock: routes                     pfc_run.misroute (on);  deadlock_stop: routes
 
 A scenario file::
 
@@ -20,7 +22,8 @@ A scenario file::
 
 A ``--fault`` spec is an inject/restore pair: ``leaf1-spine1`` (cut, both
 ends), ``leaf1-spine1:cut:a`` (one end), ``leaf1-spine1:flap:5:200ms``,
-``leaf1-spine1:loss:5``, ``spine1:crash``, ``controller:kill``; it becomes
+``leaf1-spine1:loss:5``, ``spine1:crash``, ``controller:kill``,
+``h1:pfc-storm``, ``deadlock``; it becomes
 [inject at ``at``, restore at ``at + hold``].
 
 Every problem raises one ``ConfigError`` naming its place

@@ -176,3 +176,35 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
     for rx in res["receivers"]:
         for bins in rx["timelines"].values():
             assert sum(bins[-8:]) > 0, rx["name"]
+
+
+def test_cli_storms_and_shows_the_pauses(tmp_path):
+    import io
+    import logging
+    from mininet.log import lg, setLogLevel
+    from emulator.experiments.cli import FabricCLI
+    script = tmp_path / "commands"
+    script.write_text("storm h1\nh2 ping -c 3 -i 0.05 -W 1 h1\npfc\nstorm h1 off\n"
+                      "storm nosuch\n")
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    lg.addHandler(handler)
+    fabric = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1",
+                                          "lossless": "true"})
+    try:
+        with Session(fabric, results_base=str(tmp_path)) as s, open(os.devnull) as null:
+            setLogLevel("output")
+            FabricCLI(s, stdin=null, script=str(script))
+    finally:
+        lg.removeHandler(handler)
+        setLogLevel("error")
+    text = buf.getvalue()
+    assert "h1:eth0 pauses its peer forever" in text
+    assert "h1:eth0 stopped pausing" in text
+    table = text.split("paused_s")[1]
+    assert any(line.split()[:3] == ["h1:eth0", "0", "1"] for line in
+               (x.split("log.py:137")[-1] for x in table.splitlines()) if line.split())
+    # pings ride the control class: the storm pauses RoCE data only
+    assert "3 packets transmitted, 3 received" in text
+    assert "error:" in text and "nosuch" in text
+    assert [st["end"] for st in s.results["lossless"]["storms"]] == ["h1:eth0"]
