@@ -126,7 +126,8 @@ class Agent:
         self.storms = {k: [] for k in self.ports}            # (start, end) per storming end
         self.closed = {k: None for k in self.ports}          # egress key: gate closed since
         self.closed_s = {k: 0.0 for k in self.ports}
-        self.wd = {k: lossless.Watchdog(self.pc.wd_detect_s, self.pc.wd_restore_s)
+        self.wd = {k: lossless.Watchdog(self.pc.wd_detect_s, self.pc.wd_restore_s,
+                                        mitigate=self.pc.wd_action != "off")
                    for k in self.ports}
         self.reactions = []                                  # (ingress key, ns)
         self.cycles = []

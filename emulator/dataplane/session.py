@@ -190,7 +190,7 @@ class Session:
             from emulator.dataplane.pfc_run import Pfc
             from emulator.fabric.lossless import PfcConfig
             self.pfc = self.net.pfc = Pfc.for_session(
-                self, PfcConfig(mode=self.fabric.flow_control))
+                self, PfcConfig(mode=self.fabric.flow_control, **dict(self.fabric.pfc)))
         if self.ecn is not None and self.pfc is not None and self.ecn.at == "dequeue":
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")

@@ -29,7 +29,42 @@ FLOW_CONTROLS = ("none", "pfc", "credit")
 LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
 QUANTUM_BITS = 512                    # one PFC pause quantum, in bit times
 MAX_QUANTA = 0xFFFF
-WD_ACTIONS = ("drop", "forward")
+WD_ACTIONS = ("drop", "forward", "off")
+# a fabric's ``pfc:`` settings (file keys; -P pfc_<key>) -> PfcConfig fields
+SETTINGS = {"watchdog": "wd_action", "detection": "wd_detect_s", "restoration": "wd_restore_s",
+            "xoff_frames": "xoff_frames"}
+
+
+def parse_settings(raw, where="pfc"):
+    """``{watchdog: drop|forward|off, detection: 1s, restoration: 1s, xoff_frames: 8}``
+    -> sorted ((PfcConfig field, value), ...); ValueError naming the key."""
+    from emulator.fabric.units import parse_duration
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: a mapping of {', '.join(SETTINGS)}")
+    out = {}
+    for key, value in raw.items():
+        if key not in SETTINGS:
+            raise ValueError(f"{where}.{key}: unknown (known: {', '.join(SETTINGS)})")
+        if key == "watchdog":
+            if value not in WD_ACTIONS:
+                raise ValueError(f"{where}.watchdog: {value!r}: one of {', '.join(WD_ACTIONS)}")
+        elif key == "xoff_frames":
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                value = None
+            if value is None or not 3 <= value <= 64:
+                raise ValueError(f"{where}.xoff_frames: {raw[key]!r}: a number of frames, "
+                                 "3 to 64")
+        else:
+            try:
+                value = parse_duration(str(value))
+            except ValueError as e:
+                raise ValueError(f"{where}.{key}: {e}")
+            if not 0.05 <= value <= 60:
+                raise ValueError(f"{where}.{key}: {raw[key]!r}: 50ms to 60s")
+        out[SETTINGS[key]] = value
+    return tuple(sorted(out.items()))
 
 
 def parse_flow_control(value, where="flow_control"):
@@ -234,11 +269,13 @@ class Watchdog:
     (mitigate: the queue stops honouring pauses, and with the drop action its
     frames are discarded) -- found within detection + one poll of the pause's
     start.  Mitigated, once the peer has asked no pause for ``restore_s``:
-    "restore".  Returns the event or None; ``events`` keeps them.
+    "restore".  Returns the event or None; ``events`` keeps them.  With
+    ``mitigate`` False (action off) it only tells whether the queue is stuck.
     """
 
-    def __init__(self, detect_s, restore_s):
+    def __init__(self, detect_s, restore_s, mitigate=True):
         self.detect_s, self.restore_s = detect_s, restore_s
+        self.mitigate = mitigate
         self.last_sent = None
         self.stuck = False
         self.mitigating_since = None
@@ -264,7 +301,7 @@ class Watchdog:
                 self.mitigating_since = self.quiet_since = None
                 return "restore"
             return None
-        if self.stuck and now - paused_since >= self.detect_s:
+        if self.stuck and self.mitigate and now - paused_since >= self.detect_s:
             self.events.append(("storm", now))
             self.mitigating_since, self.quiet_since = now, None
             return "storm"

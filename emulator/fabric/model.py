@@ -103,7 +103,8 @@ class Fabric:
     links: tuple
     params: tuple = field(default=())   # the preset parameters it came from, if any
     layout: object = None               # its datapath layout (fabric.layout), if it names one
-    flow_control: str = "none"          # none | pfc (fabric.lossless)
+    flow_control: str = "none"          # none | pfc | credit (fabric.lossless)
+    pfc: tuple = ()                     # ((PfcConfig field, value), ...): its pfc: settings
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -164,5 +165,9 @@ class Fabric:
             doc["layout"] = self.layout
         if self.flow_control != "none":
             doc["flow_control"] = self.flow_control
+        if self.pfc:
+            from emulator.fabric.lossless import SETTINGS
+            key = {v: k for k, v in SETTINGS.items()}
+            doc["pfc"] = {key[f]: (f"{v:g}s" if f.endswith("_s") else v) for f, v in self.pfc}
         doc["topology"] = {"nodes": nodes, "links": links}
         return doc

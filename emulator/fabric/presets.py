@@ -50,14 +50,16 @@ def leaf_spine(**given):
 PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS}
 
 
-# parameters every preset takes: the fabric's link-level flow control (fabric.lossless)
+# parameters every preset takes: the fabric's link-level flow control and its settings
+# (fabric.lossless; -P pfc_watchdog=forward is the file's pfc: {watchdog: forward})
 COMMON = ("lossless", "flow_control")
+PFC_PARAMS = ("pfc_watchdog", "pfc_detection", "pfc_restoration", "pfc_xoff_frames")
 
 
 def build(name, params=None):
     """Build preset ``name`` with ``params`` (name -> value strings)."""
     import dataclasses
-    from emulator.fabric.lossless import parse_flow_control
+    from emulator.fabric.lossless import parse_flow_control, parse_settings
     if name not in PRESETS:
         raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
     params = dict(params or {})
@@ -70,8 +72,15 @@ def build(name, params=None):
                 raise ConfigError(f"-P {key}", str(e).split(": ", 1)[-1])
     if len(modes) > 1:
         raise ConfigError("-P lossless", "lossless and flow_control disagree: give one")
+    settings = {k[len("pfc_"):]: params.pop(k) for k in PFC_PARAMS if k in params}
+    try:
+        pfc = parse_settings(settings, "-P pfc") if settings else ()
+    except ValueError as e:
+        where, _, msg = str(e).partition(": ")
+        raise ConfigError(where.replace("-P pfc.", "-P pfc_"), msg)
     fabric = PRESETS[name][0](**params)
-    return dataclasses.replace(fabric, flow_control=modes.pop()) if modes else fabric
+    changes = {"flow_control": modes.pop()} if modes else {}
+    return dataclasses.replace(fabric, pfc=pfc, **changes) if changes or pfc else fabric
 
 
 def parse_assignments(items):
@@ -94,7 +103,11 @@ def describe(name):
         lines.append(f"  {p.name:<18} {p.kind:<6} default {default!s:<8} {p.doc}")
     lines.append(f"  {'lossless':<18} {'bool':<6} default {'false':<8} PFC on every link "
                  "(flow_control=pfc)")
-    lines.append(f"  {'flow_control':<18} {'choice':<6} default {'none':<8} none | pfc")
+    lines.append(f"  {'flow_control':<18} {'choice':<6} default {'none':<8} none | pfc | credit")
+    lines.append(f"  {'pfc_watchdog':<18} {'choice':<6} default {'drop':<8} drop | forward | off")
+    lines.append(f"  {'pfc_detection':<18} {'time':<6} default {'1s':<8} watchdog detection")
+    lines.append(f"  {'pfc_restoration':<18} {'time':<6} default {'1s':<8} watchdog restoration")
+    lines.append(f"  {'pfc_xoff_frames':<18} {'float':<6} default {'8':<8} xoff per ingress port")
     return "\n".join(lines)
 
 

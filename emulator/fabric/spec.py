@@ -34,7 +34,8 @@ MAX_OFPORT = 0xFF00 - 1
 TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
             "layout": "datapath instances (shared, per-switch, N, pod, plane, rail, auto)",
             "lossless": "true: PFC on every link (flow_control: pfc)",
-            "flow_control": "none or pfc (link-level flow control)"}
+            "flow_control": "none, pfc or credit (link-level flow control)",
+            "pfc": "lossless settings: watchdog, detection, restoration, xoff_frames"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
@@ -128,8 +129,16 @@ def parse(data, source="<fabric>"):
         except ConfigError as e:
             fail("layout", e.message)
     flow_control = _flow_control(data, fail)
+    pfc = ()
+    if "pfc" in data:
+        from emulator.fabric.lossless import parse_settings
+        try:
+            pfc = parse_settings(data["pfc"])
+        except ValueError as e:
+            where, _, msg = str(e).partition(": ")
+            fail(where, msg)
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout,
-                  flow_control=flow_control)
+                  flow_control=flow_control, pfc=pfc)
 
 
 def _flow_control(data, fail):

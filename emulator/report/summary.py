@@ -43,14 +43,15 @@ def describe_fabric(fabric, topo):
     rows = [(lk["a"], lk["b"], format_rate(lk["rate_bps"])) for lk in topo["links"]]
     out.append(_table(rows, ("a", "b", "rate")))
     if fabric.flow_control != "none":
-        out.append("\n" + lossless_text(topo, mode=fabric.flow_control))
+        out.append("\n" + lossless_text(topo, mode=fabric.flow_control,
+                                         settings=dict(fabric.pfc)))
     return "\n".join(out)
 
 
-def lossless_text(topo, roce_mtu=None, mode="pfc"):
+def lossless_text(topo, roce_mtu=None, mode="pfc", settings=None):
     """The switch buffer thresholds of a lossless fabric, per link rate."""
     from emulator.fabric import lossless, units
-    cfg = lossless.PfcConfig(mode=mode)
+    cfg = lossless.PfcConfig(mode=mode, **(settings or {}))
     frame = units.link_mtu(roce_mtu or units.ROCE_MTU) + 14
     rates = sorted({p["rate_bps"] for sw in topo["switches"] for p in sw["ports"]})
     rows = []

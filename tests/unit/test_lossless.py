@@ -103,6 +103,28 @@ def test_watchdog_short_storm_or_moving_queue_triggers_nothing():
     assert _run_watchdog(3.0, sending=True) == []      # paused but transmitting
 
 
+def test_watchdog_off_watches_without_acting():
+    wd = Watchdog(1.0, 1.0, mitigate=False)
+    assert all(wd.update(t / 10, 0.0, 5000, 0) is None for t in range(40))
+    assert wd.stuck and not wd.mitigating
+
+
+def test_pfc_settings_from_file_and_presets():
+    assert lossless.parse_settings({"watchdog": "forward", "detection": "500ms"}) == \
+        (("wd_action", "forward"), ("wd_detect_s", 0.5))
+    with pytest.raises(ValueError, match="pfc.detection: '5'"):
+        lossless.parse_settings({"detection": "5"})
+    with pytest.raises(ValueError, match="unknown"):
+        lossless.parse_settings({"quanta": 3})
+    f = presets.build("leaf-spine", {"lossless": "true", "pfc_watchdog": "off",
+                                     "pfc_xoff_frames": "12"})
+    assert dict(f.pfc) == {"wd_action": "off", "xoff_frames": 12.0}
+    back = spec.load_text(spec.dump(f))
+    assert back.pfc == f.pfc and back.flow_control == "pfc"
+    with pytest.raises(ConfigError, match="-P pfc_watchdog"):
+        presets.build("leaf-spine", {"pfc_watchdog": "maybe"})
+
+
 def test_watchdog_empty_queue_is_no_storm():
     wd = Watchdog(1.0, 1.0)
     assert all(wd.update(t / 10, 0.0, 0, 0) is None for t in range(40))
