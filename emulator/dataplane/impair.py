@@ -8,6 +8,8 @@ Model.  A link of the fabric file may carry, from the start of the run:
   namespace has no nftables table of the run.
 * ``state: down``: the link is cut (carrier down at both ends); the
   controller routes around it before the traffic starts.
+* ``pfc_storm: h1`` (a lossless fabric): that end pauses the other forever,
+  a NIC with a stuck receive pipeline (dataplane.pfc);
 * ``delay: 5ms`` / ``jitter: 1ms``: netem under the link's shaper, on a
   kernel that has netem.  Without it (this project's machines) the run stops
   before anything is built, with an error naming the missing module.
@@ -84,6 +86,11 @@ def apply(session, injector, progress=lambda m: None):
         if imp.get("state") == "down":
             injector.link_down(name)
             done.append(f"{name}: down")
+        if imp.get("pfc_storm"):
+            a, b = (lk[k].split(":")[0] for k in ("a", "b"))
+            storming = imp["pfc_storm"]
+            ev = injector.pfc_storm(f"{storming}-{b if storming == a else a}", True)
+            done.append(f"{name}: PFC storm from {ev['end']}")
     for line in done:
         progress(f"impairment {line}")
     return done

@@ -196,7 +196,8 @@ def plan_links(fabric):
             links[-1]["role"] = lk.role
         if lk.impaired:
             links[-1]["impair"] = {"loss_pct": lk.loss_pct, "state": lk.state,
-                                   "delay_s": lk.delay_s, "jitter_s": lk.jitter_s}
+                                   "delay_s": lk.delay_s, "jitter_s": lk.jitter_s,
+                                   "pfc_storm": lk.pfc_storm}
     return links
 
 

@@ -60,10 +60,12 @@ class Link:
     state: str = "up"
     delay_s: Optional[float] = None
     jitter_s: Optional[float] = None
+    pfc_storm: Optional[str] = None  # the end (its node) that pauses the other forever
 
     @property
     def impaired(self):
-        return (self.loss_pct is not None or self.state != "up" or self.delay_s is not None)
+        return (self.loss_pct is not None or self.state != "up" or self.delay_s is not None
+                or self.pfc_storm is not None)
 
     def other(self, node):
         """The endpoint facing ``node``'s end of the link."""
@@ -159,6 +161,8 @@ class Fabric:
             for key, value in (("delay", lk.delay_s), ("jitter", lk.jitter_s)):
                 if value is not None:
                     entry[key] = f"{value * 1e3:g}ms"
+            if lk.pfc_storm is not None:
+                entry["pfc_storm"] = lk.pfc_storm
             links.append(entry)
         doc = {"name": self.name}
         if self.layout is not None:

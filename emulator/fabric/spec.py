@@ -39,7 +39,7 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
-LINK_KEYS = {"endpoints", "rate", "role", "loss", "state", "delay", "jitter"}
+LINK_KEYS = {"endpoints", "rate", "role", "loss", "state", "delay", "jitter", "pfc_storm"}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -129,6 +129,10 @@ def parse(data, source="<fabric>"):
         except ConfigError as e:
             fail("layout", e.message)
     flow_control = _flow_control(data, fail)
+    for i, lk in enumerate(links):
+        if lk.pfc_storm is not None and flow_control != "pfc":
+            fail(f"topology.links[{i}].pfc_storm", "a PFC storm needs a lossless fabric "
+                                                   "(lossless: true)")
     pfc = ()
     if "pfc" in data:
         from emulator.fabric.lossless import parse_settings
@@ -266,7 +270,11 @@ def _parse_links(raw, by_name, default_rate, fail):
             if host is not None and host.bond != "active-standby":
                 fail(f"{where}.role", "only switch-to-switch links and the links of a host "
                                       "with bond: active-standby can be standby")
-        links.append(Link(a=a, b=b, rate_bps=rate, role=role,
+        storm = entry.get("pfc_storm")
+        if storm is not None and storm not in (a.node, b.node):
+            fail(f"{where}.pfc_storm", f"{storm!r}: the node of the end that storms, "
+                                       f"{a.node} or {b.node}")
+        links.append(Link(a=a, b=b, rate_bps=rate, role=role, pfc_storm=storm,
                           **_impairments(entry, where, fail)))
     return links
 

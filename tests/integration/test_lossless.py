@@ -208,3 +208,16 @@ def test_cli_storms_and_shows_the_pauses(tmp_path):
     assert "3 packets transmitted, 3 received" in text
     assert "error:" in text and "nosuch" in text
     assert [st["end"] for st in s.results["lossless"]["storms"]] == ["h1:eth0"]
+
+
+def test_fabric_file_storm_starts_once_reachable(tmp_path):
+    from emulator.fabric import spec
+    fabric = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1",
+                                          "lossless": "true"})
+    text = spec.dump(fabric).replace("endpoints: ['h1:eth0', 'leaf1:eth1']",
+                                     "endpoints: ['h1:eth0', 'leaf1:eth1']\n    pfc_storm: h1")
+    fabric = spec.load_text(text)
+    assert fabric.links[0].pfc_storm == "h1", text
+    with Session(fabric, results_base=str(tmp_path)) as s:
+        assert s.results["impairments"] == ["h1:leaf1: PFC storm from h1:eth0"]
+    assert [st["end"] for st in s.results["lossless"]["storms"]] == ["h1:eth0"]

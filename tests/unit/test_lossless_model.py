@@ -311,3 +311,28 @@ def test_deadlock_plan_makes_a_ring_of_buffer_dependencies():
                              "spine2->leaf3"]
     with pytest.raises(ConfigError, match="at least 4 leaves"):
         lossless.deadlock_plan(addressing.plan(presets.build("leaf-spine", {"leaves": "3"})))
+
+
+def test_fabric_file_storm_is_a_link_impairment():
+    doc = """
+name: s
+lossless: true
+topology:
+  defaults: {rate: 40Mbps}
+  nodes: {h1: {kind: host}, h2: {kind: host}, leaf1: {kind: leaf}, leaf2: {kind: leaf},
+          spine1: {kind: spine}}
+  links:
+    - {endpoints: ["h1:eth0", "leaf1:eth1"], pfc_storm: h1}
+    - {endpoints: ["h2:eth0", "leaf2:eth1"]}
+    - {endpoints: ["leaf1:eth2", "spine1:eth1"]}
+    - {endpoints: ["leaf2:eth2", "spine1:eth2"]}
+"""
+    f = spec.load_text(doc)
+    assert f.links[0].pfc_storm == "h1" and f.links[0].impaired
+    topo = addressing.plan(f)
+    assert topo["links"][0]["impair"]["pfc_storm"] == "h1"
+    assert spec.load_text(spec.dump(f)).links[0].pfc_storm == "h1"
+    with pytest.raises(ConfigError, match="pfc_storm.*h1 or leaf1"):
+        spec.load_text(doc.replace("pfc_storm: h1", "pfc_storm: h2"))
+    with pytest.raises(ConfigError, match="needs a lossless fabric"):
+        spec.load_text(doc.replace("lossless: true", "lossless: false"))
