@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from bench_failover import REPO, run_drill
 
@@ -80,40 +79,18 @@ def storms(a):
 
 def deadlock(a):
     sys.path.insert(0, REPO)
-    from emulator.dataplane.faults import Injector
-    from emulator.dataplane.pfc_run import misroute
     from emulator.dataplane.session import Session
-    from emulator.experiments.lossless_cmp import streams_plan
-    from emulator.experiments.mix import EngineProcess, child_env
-    from emulator.fabric import lossless, presets
+    from emulator.experiments.lossless_cmp import drive_deadlock
+    from emulator.fabric import presets
     print(f"## deadlock: the route change of deadlock_plan under line-rate streams, "
           f"{a.reps} times")
     fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "4", "hosts_per_leaf": "2",
                                           "lossless": "true"})
     for rep in range(a.reps):
         with Session(fabric, results_base=a.results) as s:
-            _, pairs = lossless.deadlock_plan(s.topo)
             work = os.path.join(s.dir, "deadlock")
             os.makedirs(work)
-            eng = EngineProcess(streams_plan(s.net, s.topo, pairs, 60, 4170, share=1.0,
-                                             timeline_ms=100.0), work, env=child_env(s),
-                                name="deadlock")
-            inj = Injector(s)
-            try:
-                eng.start()
-                eng.go()
-                eng.wait_line("flowing", 20)
-                time.sleep(1.0)
-                t_on = inj.clock()
-                misroute(inj, True)
-                time.sleep(a.detect * 3)
-                misroute(inj, False)
-                time.sleep(1.0)
-                eng.stop()
-                eng.result(timeout=60)
-            finally:
-                eng.kill()
-                inj.close()
+            t_on, _ = drive_deadlock(s, work, a.detect * 3)
         doc = s.results["lossless"]
         t0 = doc.get("agent_t0_ns")
         on = (t_on - t0) / 1e9 if t0 else None

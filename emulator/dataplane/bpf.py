@@ -91,6 +91,19 @@ class Asm:
         mode = X if src is not None else K
         self.items.append((JMP | JUMP[op] | mode, dst, src or 0, label, imm))
 
+    def lookup(self, map_fd, on_miss, key=None, key_reg=None):
+        """``r0 = &map[key]`` (a constant, or the u32 in register ``key_reg``); to
+        ``on_miss`` if absent.  r1-r5 are clobbered."""
+        if key_reg is None:
+            self.st(4, 10, -4, key)
+        else:
+            self.stx(4, 10, -4, key_reg)
+        self.alu(2, "=", src=10)
+        self.alu(2, "+=", imm=-4)
+        self.map_fd(1, map_fd)
+        self.call(MAP_LOOKUP_ELEM)
+        self.jmp("==", 0, on_miss, imm=0)
+
     def call(self, helper):
         self.items.append(_insn(JMP | CALL, 0, 0, 0, helper))
 

@@ -46,23 +46,13 @@ PSCALE = 1 << 16                      # marking probability in 1/65536ths
 TC_EGRESS = 0xFFFFFFF3                # clsact's egress parent (ffff:fff3)
 
 
-def _lookup(a, map_fd, index, on_miss):
-    """r0 = &map[index] (r1-r5 clobbered); to ``on_miss`` if absent."""
-    a.st(4, 10, -4, index)
-    a.alu(2, "=", src=10)
-    a.alu(2, "+=", imm=-4)
-    a.map_fd(1, map_fd)
-    a.call(bpf.MAP_LOOKUP_ELEM)
-    a.jmp("==", 0, on_miss, imm=0)
-
-
 def enqueue_program(map_fd, index, limit):
     """tc egress of port ``index``: count the frame into the queue unless the TBF's
     ``limit`` bytes would drop it."""
     a = bpf.Asm()
     a.alu(6, "=", src=1)
     a.ldx(4, 7, 6, 0)                     # r7 = skb->len
-    _lookup(a, map_fd, index, "out")
+    a.lookup(map_fd, "out", key=index)
     a.ldx(8, 1, 0, IN)
     a.ldx(8, 2, 0, OUT)
     a.alu(1, "-=", src=2)
@@ -83,7 +73,7 @@ def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
     a.alu(1, "=", src=6)
     a.call(bpf.XDP_GET_BUFF_LEN)
     a.alu(7, "=", src=0)                  # r7 = frame length
-    _lookup(a, map_fd, index, "pass")
+    a.lookup(map_fd, "pass", key=index)
     a.alu(8, "=", src=0)
     a.atomic_add(8, OUT, 7)
     a.ldx(8, 9, 8, IN)
@@ -284,27 +274,35 @@ class DequeueMarker:
             session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
 
     def remove(self):
-        errors = []
-        with ns_sockets() as ipr_in:
-            for kind, ns, ifname in reversed(self.attached):
-                try:
-                    ipr = ipr_in(ns)
-                    idx = _index(ipr, ifname, missing_ok=True)
-                    if idx is None:
-                        continue                   # its link is gone already
-                    if kind == "tc":
-                        ipr.tc("del", "clsact", index=idx)
-                    else:
-                        ipr.link("set", index=idx,
-                                 xdp={"attrs": [("IFLA_XDP_FD", -1),
-                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-                except Exception as e:            # its namespace went first
-                    errors.append(f"{ifname}: {e}")
+        errors = detach(self.attached)
         self.attached = []
         if self.map is not None:
             self.map.close()
             self.map = None
         return errors
+
+
+def detach(attached):
+    """Take off the programs of ``attached`` [("tc" | "xdp", netns, ifname)] (clsact
+    and its filters, or XDP), last first; returns the errors.  An interface
+    already gone took its programs with it."""
+    errors = []
+    with ns_sockets() as ipr_in:
+        for kind, ns, ifname in reversed(attached):
+            try:
+                ipr = ipr_in(ns)
+                idx = _index(ipr, ifname, missing_ok=True)
+                if idx is None:
+                    continue
+                if kind == "tc":
+                    ipr.tc("del", "clsact", index=idx)
+                else:
+                    ipr.link("set", index=idx,
+                             xdp={"attrs": [("IFLA_XDP_FD", -1),
+                                            ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+            except Exception as e:            # its namespace went first
+                errors.append(f"{ifname}: {e}")
+    return errors
 
 
 def _index(ipr, ifname, missing_ok=False):

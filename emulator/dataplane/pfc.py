@@ -33,7 +33,6 @@ import socket
 import struct
 
 from emulator.dataplane import bpf
-from emulator.fabric import lossless
 
 # one map entry per interface end: u64 fields, byte offsets
 (E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
@@ -115,19 +114,6 @@ def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
 
 # ---- eBPF ---------------------------------------------------------------------
 
-def _lookup(a, map_fd, key_reg=None, key=None, on_miss="out"):
-    """r0 = &map[key] (a constant, or the u32 in ``key_reg``); r1-r5 clobbered."""
-    if key_reg is None:
-        a.st(4, 10, -4, key)
-    else:
-        a.stx(4, 10, -4, key_reg)
-    a.alu(2, "=", src=10)
-    a.alu(2, "+=", imm=-4)
-    a.map_fd(1, map_fd)
-    a.call(bpf.MAP_LOOKUP_ELEM)
-    a.jmp("==", 0, on_miss, imm=0)
-
-
 def _roce_data(a, data, end, not_roce, control):
     """With packet pointers in registers ``data``/``end``: to ``not_roce`` unless an
     IPv4 RoCEv2 frame with its BTH stamp byte; to ``control`` for ACK/NAK/CNP.
@@ -161,7 +147,7 @@ def egress_program(map_fd, key):
     a.ldx(4, 2, 6, SKB_DATA)
     a.ldx(4, 3, 6, SKB_DATA_END)
     _roce_data(a, 2, 3, "other", "control")
-    _lookup(a, map_fd, key=key)
+    a.lookup(map_fd, "out", key=key)
     a.atomic_add(0, E_EG_IN, 7)
     a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
     a.alu(0, "=", imm=TC_ACT_OK)
@@ -206,7 +192,7 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
     _roce_data(a, 2, 3, "pass", "pass")
     a.ldx(1, 4, 2, STAMP_OFF)
     a.stx(8, 10, -16, 4)
-    _lookup(a, map_fd, key=up_key, on_miss="pass")
+    a.lookup(map_fd, "pass", key=up_key)
     a.alu(8, "=", src=0)
     a.atomic_add(8, E_EG_OUT, 7)
     a.call(bpf.KTIME_GET_NS)
@@ -215,7 +201,7 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.ldx(8, 1, 10, -16)
         a.jmp("==", 1, "freed", imm=0)
         a.alu(1, "+=", imm=up_base - 1)
-        _lookup(a, map_fd, key_reg=1, on_miss="freed")
+        a.lookup(map_fd, "freed", key_reg=1)
         a.alu(1, "=", imm=0)
         a.alu(1, "-=", src=7)
         a.atomic_add(0, E_ING, 1)
@@ -230,7 +216,7 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
     a.exit()
     a.label("keep")
     if stamp:
-        _lookup(a, map_fd, key=key, on_miss="pass")
+        a.lookup(map_fd, "pass", key=key)
         a.alu(9, "=", src=0)
         a.ldx(8, 1, 9, E_ING)
         a.alu(1, "+=", src=7)

@@ -223,27 +223,11 @@ class Pfc:
             session.teardown_errors += [f"PFC: {e}" for e in self.remove()]
 
     def remove(self):
-        from emulator.dataplane.ecnq import XDP_FLAGS_SKB_MODE
-        from emulator.dataplane.ifaces import ns_sockets
-        errors = []
+        from emulator.dataplane.ecnq import detach
         if self.agent is not None and self.agent.poll() is None:
             self.agent.kill()
             self.agent.wait(timeout=5)
-        with ns_sockets() as sock:
-            for kind, ns, ifname in reversed(self.attached):
-                try:
-                    ipr = sock(ns)
-                    found = ipr.link_lookup(ifname=ifname)
-                    if not found:
-                        continue
-                    if kind == "tc":
-                        ipr.tc("del", "clsact", index=found[0])
-                    else:
-                        ipr.link("set", index=found[0],
-                                 xdp={"attrs": [("IFLA_XDP_FD", -1),
-                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-                except Exception as e:        # its namespace went first
-                    errors.append(f"{ifname}: {e}")
+        errors = detach(self.attached)
         self.attached = []
         if self.map is not None:
             self.map.close()

@@ -97,6 +97,40 @@ def streams_plan(net, topo, pairs, duration, frame_len, share=0.5, timeline_ms=1
             "progress_ms": 500, "streams": streams, "receivers": list(receivers.values())}
 
 
+def drive_deadlock(s, workdir, hold_s, until=lambda: False):
+    """On Session ``s`` (a lossless leaf-spine): the four streams of
+    fabric.lossless.deadlock_plan at line rate, its route change for at most
+    ``hold_s`` (or until ``until()``), then the routes taken back and 1.5 s
+    more.  Returns (the injector's clock at the change, the engine's result)."""
+    import time
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.pfc_run import misroute
+    from emulator.experiments.mix import EngineProcess, child_env
+    from emulator.fabric import lossless
+    _, pairs = lossless.deadlock_plan(s.topo)
+    eng = EngineProcess(streams_plan(s.net, s.topo, pairs, 60, 4170, share=1.0,
+                                     timeline_ms=100.0), workdir, env=child_env(s),
+                        name="deadlock")
+    inj = Injector(s)
+    try:
+        eng.start()
+        eng.go()
+        eng.wait_line("flowing", 20)
+        time.sleep(0.5)
+        t_on = inj.clock()
+        misroute(inj, True)
+        deadline = time.monotonic() + hold_s
+        while time.monotonic() < deadline and not until():
+            time.sleep(0.05)
+        misroute(inj, False)
+        time.sleep(1.5)
+        eng.stop()
+        return t_on, eng.result(timeout=60)
+    finally:
+        eng.kill()
+        inj.close()
+
+
 def window_mbps(receiver, t0_ns, t1_ns):
     """Mbit/s the receiver's (one) flow got between two CLOCK_MONOTONIC times, from
     its timeline (bytes per bin)."""

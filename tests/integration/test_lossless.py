@@ -134,38 +134,12 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
     """The route change of fabric.lossless.deadlock_plan under its four streams at
     line rate: the paused queues form the ring S1->L2->S2->L3, the report names it,
     the watchdog's drops break it, and traffic flows again once the routes go."""
-    import time
-    from emulator.dataplane.pfc_run import misroute
-    from emulator.experiments.lossless_cmp import streams_plan
-    from emulator.experiments.mix import EngineProcess, child_env
-    from emulator.fabric import lossless
+    from emulator.experiments.lossless_cmp import drive_deadlock
     fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "4", "hosts_per_leaf": "2",
                                           "lossless": "true"})
     with Session(fabric, results_base=str(tmp_path)) as s:
-        _, pairs = lossless.deadlock_plan(s.topo)
-        plan = streams_plan(s.net, s.topo, pairs, 60, 4170, share=1.0, timeline_ms=100.0)
-        eng = EngineProcess(plan, str(tmp_path), env=child_env(s), name="deadlock")
-        inj = Injector(s)
-        try:
-            eng.start()
-            eng.go()
-            eng.wait_line("flowing", 20)
-            time.sleep(0.5)
-            t_on = time.monotonic()
-            misroute(inj, True)
-            # wait for the watchdog to act on the ring (a condition, with a deadline)
-            deadline = t_on + 10
-            while time.monotonic() < deadline and not s.pfc.drops():
-                time.sleep(0.1)
-            while time.monotonic() < deadline and not any(s.pfc.drops().values()):
-                time.sleep(0.1)
-            misroute(inj, False)
-            time.sleep(1.5)
-            eng.stop()
-            res = eng.result(timeout=60)
-        finally:
-            eng.kill()
-            inj.close()
+        # until the watchdog acts on the ring (a condition, 10 s at most)
+        _, res = drive_deadlock(s, str(tmp_path), 10, until=lambda: any(s.pfc.drops().values()))
     doc = s.results["lossless"]
     assert doc["deadlocks"], doc
     assert sorted(doc["deadlocks"][0]["cycle"]) == ["leaf2", "leaf3", "spine1", "spine2"]
