@@ -40,7 +40,7 @@ def compare(a):
     argv = [sys.executable, "-m", "emulator", "compare", "--flow-control", "none,pfc,credit",
             "--cc", "none,dcqcn", "--reps", str(a.reps), "--results", a.results,
             "--workload", a.workload]
-    for p in INCAST:
+    for p in a.param or INCAST:
         argv += ["-P", p]
     before = set(glob.glob(os.path.join(a.results, "*-lossless")))
     r = subprocess.run(argv, cwd=REPO, timeout=3600, capture_output=True, text=True)
@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--parts", default="compare,storm,deadlock")
     ap.add_argument("--workload", default="incast", choices=("incast", "allreduce"))
+    ap.add_argument("-P", "--param", action="append", default=[],
+                    help="compare's fabric parameters (default: " + " ".join(INCAST) + ")")
     ap.add_argument("--detect", type=float, default=1.0,
                     help="the watchdog's detection time (fabric.lossless.PfcConfig)")
     ap.add_argument("--results", default="/tmp/bench-lossless")
