@@ -2,7 +2,8 @@
 resumes, watches and mitigates the upstream queues (dataplane.pfc).
 
 Run by ``dataplane.pfc.Pfc`` as ``python -m emulator.dataplane.pfc_agent CONFIG``
-with the accounting map's descriptor inherited.  Every ``poll_s`` it reads
+with the accounting map's descriptor inherited.  Every ``poll_s`` (every
+``idle_s``, up to 2 ms, while all buffers are under half their xoff) it reads
 the map (mapped into memory: no system call), runs each switch port's
 ``IngressPause`` and, on a change, sends the upstream's gate change
 (a prepared netlink message in the upstream's namespace; a kick frame
@@ -133,6 +134,10 @@ class Agent:
         self.cycles = []
         self.last_cycle = None
         self.next_wd = 0.0
+        fastest = max((p["rate_bps"] for p in cfg["ports"]), default=1)
+        # half of xoff (>= 1.5 frames) at the fastest link, bounded to 0.5-2 ms
+        self.idle_s = max(self.pc.poll_s, min(0.002, lossless.frame_time_s(
+            fastest, cfg["frame"]) * max(1.5, self.pc.xoff_frames / 2) * 0.8))
         self.backlogs = backlogs
         self.idle = {}                     # key: (EG_IN, EG_OUT, ING) at the last idle look
         self.by_switch = {}
@@ -166,9 +171,16 @@ class Agent:
         self._apply(egress, now)
 
     def poll(self, now):
+        """One look at every ingress buffer; returns how long to wait before the
+        next: ``poll_s`` while any port is past half its xoff or pauses, else
+        ``idle_s`` (a port at link rate needs longer than that to climb the
+        other half: it is seen on the way)."""
         mv = self.mv
         occ = mv[ING::W]
+        busy = False
         for k in self.switch_ports:
+            busy = busy or occ[k] * 2 >= self.pause[k].xoff or \
+                self.pause[k].paused_since is not None
             ev = self.pause[k].update(occ[k], now)
             if ev is None:
                 continue
@@ -184,6 +196,7 @@ class Agent:
         if now >= self.next_wd:
             self.next_wd = now + self.pc.wd_poll_s
             self.watch(now)
+        return self.pc.poll_s if busy or self.storming else self.idle_s
 
     def watch(self, now):
         mv = self.mv
@@ -315,8 +328,9 @@ def main(argv):
     buf = b""
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    wait = agent.pc.poll_s
     while True:
-        ready, _, _ = select.select([stdin], [], [], agent.pc.poll_s)
+        ready, _, _ = select.select([stdin], [], [], wait)
         now = time.monotonic()
         if ready:
             chunk = os.read(stdin.fileno(), 4096)
@@ -332,7 +346,7 @@ def main(argv):
                     with open(words[1], "w") as f:
                         json.dump(agent.report(time.monotonic(), t0), f)
                     return 0
-        agent.poll(now)
+        wait = agent.poll(now)
         gates.drain()
     return 0
 

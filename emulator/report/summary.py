@@ -98,8 +98,9 @@ def pfc_text(doc):
                  f"ingress drops {doc['ingress_drops']}"]
     else:
         lines = [f"lossless (PFC, priority {doc['lossless_priority']}): {doc['pauses']} pauses "
-                 f"({doc['pause_frames']} PFC frames), longest paused {doc['paused_s_max']:.3f} s "
-                 f"on a port; ingress drops {doc['ingress_drops']}"]
+                 f"({doc['pause_frames']} PFC frames); a port paused {doc['paused_s_max']:.3f} s "
+                 f"in all at most, {doc.get('longest_pause_s', 0):.3f} s at once; ingress drops "
+                 f"{doc['ingress_drops']}"]
     if r.get("count"):
         lines.append(f"  pause reaction (xoff crossed -> upstream stopped): median "
                      f"{r['median']} / p95 {r.get('p95')} / max {r['max']} frame times over "

@@ -195,3 +195,26 @@ def test_fabric_file_storm_starts_once_reachable(tmp_path):
     with Session(fabric, results_base=str(tmp_path)) as s:
         assert s.results["impairments"] == ["h1:leaf1: PFC storm from h1:eth0"]
     assert [st["end"] for st in s.results["lossless"]["storms"]] == ["h1:eth0"]
+
+
+def test_storm_with_the_forward_action_loses_nothing(tmp_path):
+    """pfc_watchdog=forward: the stormed queue ignores the pauses once caught and
+    still delivers; every flow, the storming host's too, loses nothing."""
+    fabric = presets.build("leaf-spine", {**PARAMS, "lossless": "true",
+                                          "pfc_watchdog": "forward"})
+    with Session(fabric, results_base=str(tmp_path)) as s:
+        pairs = drill.probe_pairs(s.topo, ARGS.qps)
+        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        inj = Injector(s)
+        try:
+            events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=2.5)
+            sent, recv, _, _, _ = drill_traffic.repeat(s, inj, pairs, events, ARGS,
+                                                      str(tmp_path / "forward"))
+        finally:
+            inj.close()
+    assert any(drill.crosses(paths[k], events, s.topo) for k in sent)
+    for k, n in sent.items():
+        assert (recv.get(k) or {}).get("received_packets") == n, k
+    doc = s.results["lossless"]
+    assert doc["storms"][0]["detected_after_s"] is not None
+    assert doc["watchdog_drops"] == 0 and doc["settings"]["wd_action"] == "forward"

@@ -198,6 +198,9 @@ def test_agent_pauses_the_upstream_past_xoff_and_resumes_at_xon():
     from emulator.dataplane import pfc
     agent, mv, gates, t = _agent()
     ing = pfc.E_ING // 8
+    assert agent.poll(0.0) == agent.idle_s == 0.002     # quiet: looks every 2 ms
+    mv[0 * pfc.WORDS + ing] = t["xoff"] // 2
+    assert agent.poll(0.0005) == agent.pc.poll_s       # half way up: every 0.5 ms
     mv[0 * pfc.WORDS + ing] = t["xoff"]
     agent.poll(0.001)
     assert gates.calls == [(2, True)]                  # h1's NIC paused
