@@ -164,7 +164,7 @@ def markdown(results, topo, pictures, summary_text=None):
                           for s in topo["switches"]]))
     if r.get("lossless"):
         from emulator.report.summary import pfc_text
-        out += ["", "## Lossless fabric (PFC)", "", "```", pfc_text(r["lossless"]), "```"]
+        out += ["", "## Lossless fabric", "", "```", pfc_text(r["lossless"]), "```"]
     traffic = r.get("traffic")
     fid = (traffic or r.get("collective") or {}).get("fidelity")
     if fid is not None:

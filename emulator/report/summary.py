@@ -102,9 +102,10 @@ def pfc_text(doc):
                  f"in all at most, {doc.get('longest_pause_s', 0):.3f} s at once; ingress drops "
                  f"{doc['ingress_drops']}"]
     if r.get("count"):
-        lines.append(f"  pause reaction (xoff crossed -> upstream stopped): median "
+        stop = "credits ran out" if doc.get("flow_control") == "credit" else "xoff crossed"
+        lines.append(f"  pause reaction ({stop} -> upstream stopped): median "
                      f"{r['median']} / p95 {r.get('p95')} / max {r['max']} frame times over "
-                     f"{r['count']} pauses; "
+                     f"{r['count']} {'stalls' if stop != 'xoff crossed' else 'pauses'}; "
                      f"headroom used up to {doc['headroom_used_max']} of {t.get('headroom')} B")
     for st in doc.get("storms") or ():
         det, res = st["detected_after_s"], st["restored_after_stop_s"]
