@@ -25,7 +25,7 @@ is built from three parts:
 - *pause*: the agent (dataplane.pfc_agent) polls the occupancies and, past
   xoff, sets the upstream's lossless gate to 1 byte/s (one frame of tokens
   remains: the frame in flight); at xon it restores the gate and sends one
-  60-byte kick frame of EtherType 0x88B5 through the upstream's best-effort
+  60-byte kick frame of EtherType 0x88B5 through the upstream's control
   class so its qdisc runs again (the far end's XDP drops it).
 """
 
@@ -36,8 +36,12 @@ from emulator.dataplane import bpf
 
 # one map entry per interface end: u64 fields, byte offsets
 (E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
- E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS) = range(0, 112, 8)
-ENTRY_SIZE = 112                       # E_PAUSES, E_PAUSED_NS: the agent's, for telemetry
+ E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR) = range(0, 128, 8)
+ENTRY_SIZE = 128
+# E_PAUSES, E_PAUSED_NS: the agent's, for telemetry.  E_QUEUED: bytes that came in by
+# this port and wait in the switch's egress queues (counted when queued, freed with
+# E_ING); E_CORR: the agent's correction of E_ING for frames lost inside the switch
+# (an injected loss, a port gone down): a port's occupancy is E_ING - E_CORR.
 WORDS = ENTRY_SIZE // 8
 FLAG_DROP = 1                          # the watchdog drops this egress queue's lossless frames
 
@@ -134,9 +138,10 @@ def _roce_data(a, data, end, not_roce, control):
         a.jmp("==", 4, control, imm=op)
 
 
-def egress_program(map_fd, key):
-    """tc egress of interface end ``key``: set the frame's class; count a lossless
-    frame into this end's queue."""
+def egress_program(map_fd, key, base=-1):
+    """tc egress of interface end ``key`` (of a switch whose first port is entry
+    ``base``; -1 for a host): set the frame's class; count a lossless frame into
+    this end's queue and, at a switch, as queued for the port it came in by."""
     a = bpf.Asm()
     a.alu(6, "=", src=1)
     a.ldx(4, 7, 6, SKB_LEN)
@@ -147,9 +152,17 @@ def egress_program(map_fd, key):
     a.ldx(4, 2, 6, SKB_DATA)
     a.ldx(4, 3, 6, SKB_DATA_END)
     _roce_data(a, 2, 3, "other", "control")
+    a.ldx(1, 4, 2, STAMP_OFF)
+    a.stx(8, 10, -16, 4)
+    a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
     a.lookup(map_fd, "out", key=key)
     a.atomic_add(0, E_EG_IN, 7)
-    a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
+    if base >= 0:
+        a.ldx(8, 1, 10, -16)
+        a.jmp("==", 1, "out", imm=0)
+        a.alu(1, "+=", imm=base - 1)
+        a.lookup(map_fd, "out", key_reg=1)
+        a.atomic_add(0, E_QUEUED, 7)
     a.alu(0, "=", imm=TC_ACT_OK)
     a.exit()
     a.label("other")
@@ -205,6 +218,7 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.alu(1, "=", imm=0)
         a.alu(1, "-=", src=7)
         a.atomic_add(0, E_ING, 1)
+        a.atomic_add(0, E_QUEUED, 1)
     a.label("freed")
     a.ldx(8, 1, 8, E_FLAGS)
     a.alu(1, "&=", imm=FLAG_DROP)
@@ -219,6 +233,8 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.lookup(map_fd, "pass", key=key)
         a.alu(9, "=", src=0)
         a.ldx(8, 1, 9, E_ING)
+        a.ldx(8, 2, 9, E_CORR)
+        a.alu(1, "-=", src=2)                     # the occupancy
         a.alu(1, "+=", src=7)
         a.ldx(8, 2, 9, E_LIMIT)
         a.jmp("s>", 1, "ingress_drop", src=2)    # signed: a count off by a lost frame
@@ -227,7 +243,9 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.stx(8, 9, E_PEAK, 1)
         a.label("nopeak")
         a.alu(1, "=", src=7)
-        a.atomic_add(9, E_ING, 1, fetch=True)     # r1 = the occupancy before
+        a.atomic_add(9, E_ING, 1, fetch=True)
+        a.ldx(8, 2, 9, E_CORR)
+        a.alu(1, "-=", src=2)                     # r1 = the occupancy before
         a.ldx(8, 2, 9, E_XOFF)
         a.jmp("s>=", 1, "stamp", src=2)           # over xoff already
         a.alu(1, "+=", src=7)

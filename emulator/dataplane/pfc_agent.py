@@ -32,6 +32,7 @@ ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
                                                 pfc.E_FLAGS // 8, pfc.E_EG_IN // 8,
                                                 pfc.E_EG_OUT // 8)
 PAUSES, PAUSED_NS = pfc.E_PAUSES // 8, pfc.E_PAUSED_NS // 8
+QUEUED, CORR = pfc.E_QUEUED // 8, pfc.E_CORR // 8
 
 
 class Gates:
@@ -61,10 +62,19 @@ class Gates:
                 pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit))
 
     def set(self, key, closed):
+        """Close or open ``key``'s gate; an interface gone down (a cut link) cannot
+        be kicked and says so in ``errors``, the model goes on."""
         ns, close_msg, open_msg = self.msgs[key]
-        self.nl[ns].send(close_msg if closed else open_msg)
-        if not closed:
-            self.kick[key].send(pfc.kick_frame())
+        try:
+            self.nl[ns].send(close_msg if closed else open_msg)
+            if not closed:
+                self.kick[key].send(pfc.kick_frame())
+        except OSError as e:
+            self._error(f"gate {key}: {e.strerror or e}")
+
+    def _error(self, text):
+        if len(self.errors) < 20:
+            self.errors.append(text)
 
     def drain(self):
         """Read the kernel's answers; keep the errors."""
@@ -75,13 +85,16 @@ class Gates:
                     buf = s.recv(65536)
                 except BlockingIOError:
                     break
+                except OSError as e:            # ENOBUFS: answers lost, not the gates
+                    self._error(f"netlink: {e.strerror or e}")
+                    break
                 off = 0
                 while off + 20 <= len(buf):
                     n, mtype = struct.unpack_from("=IH", buf, off)
                     if mtype == 2:
                         err = struct.unpack_from("=i", buf, off + 16)[0]
-                        if err and len(self.errors) < 20:
-                            self.errors.append(os.strerror(-err))
+                        if err:
+                            self._error(os.strerror(-err))
                     off += max(n, 20)
 
 
@@ -140,6 +153,7 @@ class Agent:
             fastest, cfg["frame"]) * max(1.5, self.pc.xoff_frames / 2) * 0.8))
         self.backlogs = backlogs
         self.idle = {}                     # key: (EG_IN, EG_OUT, ING) at the last idle look
+        self.lost = {}                     # port key: bytes counted, neither queued nor gone
         self.by_switch = {}
         for k in self.switch_ports:
             self.by_switch.setdefault(self.ports[k]["node"], []).append(k)
@@ -176,7 +190,7 @@ class Agent:
         ``idle_s`` (a port at link rate needs longer than that to climb the
         other half: it is seen on the way)."""
         mv = self.mv
-        occ = mv[ING::W]
+        occ = [i - c for i, c in zip(mv[ING::W], mv[CORR::W])]
         busy = False
         for k in self.switch_ports:
             busy = busy or occ[k] * 2 >= self.pause[k].xoff or \
@@ -219,30 +233,51 @@ class Agent:
                 if peer["kind"] == "switch":
                     stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
         if self.backlogs is not None:
-            self.reconcile(self.backlogs.read())
+            try:
+                self.reconcile(self.backlogs.read())
+            except OSError as e:                 # a namespace's dump late: next look
+                self.gates._error(f"qdisc dump: {e}")
         cycle = lossless.paused_cycle(stuck)
         if cycle and cycle != self.last_cycle:        # each time a cycle forms
             self.cycles.append({"cycle": cycle, "t": now})
         self.last_cycle = cycle
 
     def reconcile(self, backlog):
-        """Forget counts of frames no queue holds any more: a link set down purges
-        its queue, and those frames never reach the far end.  A switch whose
-        every queue was empty at two looks in a row, with the same counts, holds
-        nothing: its queues' and ports' counts are set to match."""
+        """Forget counts of frames no queue holds any more.
+
+        A frame lost inside a switch (an injected loss at its egress, a port
+        that went down before the reroute) was counted into its ingress port
+        and never queued: a port whose count exceeds what it has queued by more
+        than a frame at two looks in a row gets the smaller excess corrected
+        (``E_CORR``, the agent's own word: no race with the programs).  A link
+        set down purges its queue, and those frames never reach the far end: a
+        switch whose every queue was empty at two looks in a row, with the same
+        counts, holds nothing, and its counts are set to match."""
         mv = self.mv
+        frame = self.cfg["frame"]
+        for k in self.switch_ports:
+            gap = mv[k * W + ING] - mv[k * W + CORR] - mv[k * W + QUEUED]
+            before = self.lost.get(k, 0)
+            if gap > frame and before > frame:
+                mv[k * W + CORR] += min(gap, before)
+                self.reconciled += 1
+                gap -= min(gap, before)
+            self.lost[k] = gap
         for node, keys in self.by_switch.items():
             if any(backlog.get(k, 1) for k in keys):
                 for k in keys:
                     self.idle.pop(k, None)
                 continue
             for k in keys:
-                now = (mv[k * W + EG_IN], mv[k * W + EG_OUT], mv[k * W + ING])
-                if self.idle.get(k) == now and (now[0] != now[1] or now[2]):
+                now = (mv[k * W + EG_IN], mv[k * W + EG_OUT], mv[k * W + ING],
+                       mv[k * W + QUEUED])
+                if self.idle.get(k) == now and (now[0] != now[1] or
+                                                now[2] != mv[k * W + CORR] or now[3]):
                     mv[k * W + EG_IN] = now[1]
-                    mv[k * W + ING] = 0
+                    mv[k * W + CORR] = now[2]
+                    mv[k * W + QUEUED] = 0
                     self.reconciled += 1
-                    now = (now[1], now[1], 0)
+                    now = (now[1], now[1], now[2], 0)
                 self.idle[k] = now
 
     def storm(self, end, on, now):
@@ -325,9 +360,18 @@ def main(argv):
     t0 = time.monotonic()
     agent.next_wd = t0
     stdin = sys.stdin.buffer.raw
-    buf = b""
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    try:
+        return loop(agent, gates, stdin, t0)
+    finally:                    # whatever ended the model, no gate stays shut
+        for key, since in agent.closed.items():
+            if since is not None:
+                gates.set(key, False)
+
+
+def loop(agent, gates, stdin, t0):
+    buf = b""
     wait = agent.pc.poll_s
     while True:
         ready, _, _ = select.select([stdin], [], [], wait)

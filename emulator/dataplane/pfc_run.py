@@ -97,8 +97,9 @@ class Pfc:
                     ipr = sock(e["netns"])
                     idx = ipr.link_lookup(ifname=e["ifname"])[0]
                     e["ifindex"] = idx
-                    fd = bpf.load(bpf.PROG_SCHED_CLS, egress_program(self.map.fd, e["key"]),
-                                  f"pfc_eg{e['key']}")
+                    fd = bpf.load(bpf.PROG_SCHED_CLS, egress_program(
+                        self.map.fd, e["key"], e["base"] if e["kind"] == "switch" else -1),
+                        f"pfc_eg{e['key']}")
                     try:
                         ipr.tc("add", "clsact", index=idx)
                         self.attached.append(("tc", e["netns"], e["ifname"]))
@@ -110,7 +111,8 @@ class Pfc:
                     up = self.ends[e["peer_key"]]
                     fd = bpf.load(bpf.PROG_XDP, ingress_program(
                         self.map.fd, up["key"], up["base"] if up["kind"] == "switch" else -1,
-                        e["key"], e["stamp"], self.ecn, self.min_len), f"pfc_in{e['key']}")
+                        e["key"], e["stamp"], self.ecn if up["kind"] == "switch" else None,
+                        self.min_len), f"pfc_in{e['key']}")
                     try:
                         ipr.link("set", index=idx,
                                  xdp={"attrs": [("IFLA_XDP_FD", fd),
@@ -150,9 +152,20 @@ class Pfc:
 
     def storm(self, end_name, on):
         """Interface end ``end_name`` (``node:port``) pauses its peer forever, or stops."""
+        if self.cfg.mode != "pfc":
+            raise RunFailed("a PFC storm needs flow_control pfc (credits have no pause "
+                            "frames to storm)")
         self._command(f"storm {self.by_name[end_name]['key']} {'on' if on else 'off'}")
 
+    def check(self):
+        """RunFailed if the agent is gone: the pauses are no longer modelled."""
+        if self.agent is None or self.agent.poll() is not None:
+            raise RunFailed("the PFC agent exited"
+                            + (f" (status {self.agent.returncode})" if self.agent else "")
+                            + ": the lossless fabric is no longer modelled")
+
     def _command(self, line):
+        self.check()
         self.agent.stdin.write(line.encode() + b"\n")
         self.agent.stdin.flush()
 
@@ -163,12 +176,13 @@ class Pfc:
         if self.agent is None:
             return None
         path = os.path.join(self.workdir, "pfc-counters.json")
+        import subprocess
         try:
             self._command(f"exit {path}")
             self.agent.wait(timeout=10)
             with open(path) as f:
                 return json.load(f)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
             raise RunFailed(f"the PFC agent's counters: {e}")
         finally:
             if self.agent.poll() is None:
@@ -185,6 +199,7 @@ class Pfc:
         """{interface end, named as dataplane.counters names queues: frames of the
         lossless class lost on the link it sends on}: ingress drops at the far end
         (headroom exceeded) and the watchdog's drops of its queue."""
+        self.check()
         out = {}
         for e in self.ends:
             up = self.ends[e["peer_key"]]
@@ -198,10 +213,11 @@ class Pfc:
         watchdog drops)] now, for telemetry (pauses count when they begin, paused time
         when they end)."""
         from emulator.dataplane import pfc
+        self.check()
         out = []
         for e in self.ends:
             w = struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
-            out.append((e["name"], w[pfc.E_ING // 8], w[pfc.E_PAUSES // 8],
+            out.append((e["name"], w[pfc.E_ING // 8] - w[pfc.E_CORR // 8], w[pfc.E_PAUSES // 8],
                         w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
                         w[pfc.E_WD_DROPS // 8]))
         return out
@@ -217,7 +233,7 @@ class Pfc:
                 from emulator.dataplane.ecn import record_marks
                 record_marks(session, self)
             session.results["lossless"] = summarize(counters, self)
-        except RunFailed as e:
+        except Exception as e:              # teardown goes on: the fabric must go
             session.teardown_errors.append(str(e))
         finally:
             session.teardown_errors += [f"PFC: {e}" for e in self.remove()]

@@ -243,7 +243,8 @@ def table(rows):
                      f"{f(r['victim_Mbps'], '7.2f')} {r['wrong']:6d} {r['died']:4d} "
                      f"{r['faithful']}/{r['reps']}")
     lines.append("busbw and victim in Mbit/s (victim: its throughput while the collective ran, "
-                 "sent at half the link rate); q_p99: the bottleneck egress queue, bytes; died: "
+                 "sent at half the link rate); paused_s: the most-paused port's paused time in "
+                 "all; q_p99: the bottleneck egress queue, bytes; died: "
                  "runs in which a QP ran out of retries (the job aborted, its data #wrong)")
     return "\n".join(lines)
 
@@ -264,6 +265,9 @@ def main(fabric, args, out=print):
         raise ConfigError("--reps", "at least 1")
     from emulator.fabric import addressing
     roles(addressing.plan(fabric), args.workload, args.victim)     # bad roles: before any run
+    if any(lk.pfc_storm for lk in fabric.links):
+        raise ConfigError("--lossless", "the fabric file storms (pfc_storm): a comparison "
+                                        "with a lossy fabric cannot have it; take it out")
     sizes = parse_sizes(args.sizes or "1M")
     base = make_results_dir(args.results, "lossless")
     args.results = base

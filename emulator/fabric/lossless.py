@@ -143,7 +143,9 @@ def paused_hop(text, topo):
         for p in sw["ports"]:
             if (p["peer"], p["peer_port"] if p["peer_kind"] == "host" else None) == (node, port):
                 return sw["name"], p["name"]
-            if sw["name"] == node and p["name"] == port and p["peer_kind"] != "host":
+            if sw["name"] == node and p["name"] == port and p["peer_kind"] == "host":
+                return p["peer"], p["peer_port"]            # a ToR port pauses its host
+            if sw["name"] == node and p["name"] == port:
                 peer = next(s for s in topo["switches"] if s["name"] == p["peer"])
                 back = next(q for q in peer["ports"] if q["port"] == p["peer_port"])
                 return peer["name"], back["name"]

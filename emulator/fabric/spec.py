@@ -130,6 +130,10 @@ def parse(data, source="<fabric>"):
             fail("layout", e.message)
     flow_control = _flow_control(data, fail)
     for i, lk in enumerate(links):
+        if lk.delay_s is not None and flow_control != "none":
+            fail(f"topology.links[{i}].delay", "delay needs netem under the link's shaper, "
+                                               "where the lossless fabric has its classes: "
+                                               "not both")
         if lk.pfc_storm is not None and flow_control != "pfc":
             fail(f"topology.links[{i}].pfc_storm", "a PFC storm needs a lossless fabric "
                                                    "(lossless: true)")

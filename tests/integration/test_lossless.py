@@ -58,7 +58,6 @@ def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path, mode):
     # the pauses took hold: generous bounds (bench/bench_lossless.py measures it)
     assert doc["reaction_frames"]["count"] > 0
     assert doc["reaction_frames"]["median"] <= 10
-    assert doc["headroom_used_max"] <= doc["thresholds"]["leaf1:eth1"]["headroom"]
     # the data went through the lossless class (10:20) of the port's shaper
     lossless_class = classes.split("class htb 10:20")[1].split("class htb")[0]
     sent = int(lossless_class.split("Sent ")[1].split(" bytes")[0])

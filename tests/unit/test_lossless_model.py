@@ -145,6 +145,8 @@ def test_storm_targets():
     assert lossless.storm_end("leaf1-spine1", topo) == "leaf1:eth3"
     assert lossless.paused_hop("leaf1-spine1", topo) == ("spine1", "eth1")
     assert lossless.storm_end("h3-leaf2", topo) == "h3:eth0"
+    assert lossless.storm_end("leaf1-h1", topo) == "leaf1:eth1"
+    assert lossless.paused_hop("leaf1-h1", topo) == ("h1", "eth0")
     with pytest.raises(ConfigError, match="no link"):
         lossless.storm_end("leaf1-leaf2", topo)
     with pytest.raises(ConfigError, match="a host"):
@@ -243,14 +245,35 @@ def test_agent_forgets_counts_no_queue_holds():
     w = pfc.WORDS
     mv[0 * w + pfc.E_EG_IN // 8] = 5000                # a queue purged by a link down
     mv[1 * w + pfc.E_ING // 8] = 4000
+    mv[1 * w + pfc.E_QUEUED // 8] = 4000
     agent.reconcile({0: 0, 1: 0})
-    assert mv[1 * w + pfc.E_ING // 8] == 4000          # one look is not enough
+    assert mv[1 * w + pfc.E_CORR // 8] == 0              # one look is not enough
     agent.reconcile({0: 0, 1: 0})
-    assert mv[0 * w + pfc.E_EG_IN // 8] == 0 and mv[1 * w + pfc.E_ING // 8] == 0
-    mv[1 * w + pfc.E_ING // 8] = 4000
+    assert mv[0 * w + pfc.E_EG_IN // 8] == 0
+    assert mv[1 * w + pfc.E_ING // 8] - mv[1 * w + pfc.E_CORR // 8] == 0
+    assert mv[1 * w + pfc.E_QUEUED // 8] == 0
+    mv[1 * w + pfc.E_ING // 8] += 4000
+    mv[1 * w + pfc.E_QUEUED // 8] = 4000
     agent.reconcile({0: 4238, 1: 0})                  # a queue not empty: left alone
     agent.reconcile({0: 4238, 1: 0})
-    assert mv[1 * w + pfc.E_ING // 8] == 4000
+    assert mv[1 * w + pfc.E_ING // 8] - mv[1 * w + pfc.E_CORR // 8] == 4000
+
+
+def test_agent_corrects_counts_of_frames_lost_inside_a_switch():
+    from emulator.dataplane import pfc
+    agent, mv, _, _ = _agent()
+    w = pfc.WORDS
+    mv[1 * w + pfc.E_ING // 8] = 5 * FRAME               # counted in, never queued
+    mv[1 * w + pfc.E_QUEUED // 8] = FRAME
+    mv[0 * w + pfc.E_EG_IN // 8] = FRAME                # the switch is not idle
+    agent.reconcile({0: FRAME, 1: 0})
+    assert mv[1 * w + pfc.E_CORR // 8] == 0              # once may be frames in flight
+    agent.reconcile({0: FRAME, 1: 0})
+    assert mv[1 * w + pfc.E_CORR // 8] == 4 * FRAME      # twice: lost
+    mv[1 * w + pfc.E_ING // 8] += FRAME // 2             # within a frame: left alone
+    agent.reconcile({0: FRAME, 1: 0})
+    agent.reconcile({0: FRAME, 1: 0})
+    assert mv[1 * w + pfc.E_CORR // 8] == 4 * FRAME
 
 
 def test_pfc_text_names_storms_and_reaction():
