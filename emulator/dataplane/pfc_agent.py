@@ -248,8 +248,9 @@ class Agent:
         A frame lost inside a switch (an injected loss at its egress, a port
         that went down before the reroute) was counted into its ingress port
         and never queued: a port whose count exceeds what it has queued by more
-        than a frame at two looks in a row gets the smaller excess corrected
-        (``E_CORR``, the agent's own word: no race with the programs).  A link
+        than two frames at two looks in a row gets the smaller excess, less one
+        frame that may still be inside Open vSwitch, corrected (``E_CORR``, the
+        agent's own word: no race with the programs).  A link
         set down purges its queue, and those frames never reach the far end: a
         switch whose every queue was empty at two looks in a row, with the same
         counts, holds nothing, and its counts are set to match."""
@@ -258,10 +259,11 @@ class Agent:
         for k in self.switch_ports:
             gap = mv[k * W + ING] - mv[k * W + CORR] - mv[k * W + QUEUED]
             before = self.lost.get(k, 0)
-            if gap > frame and before > frame:
-                mv[k * W + CORR] += min(gap, before)
+            if gap > 2 * frame and before > 2 * frame:
+                fix = min(gap, before) - frame
+                mv[k * W + CORR] += fix
                 self.reconciled += 1
-                gap -= min(gap, before)
+                gap -= fix
             self.lost[k] = gap
         for node, keys in self.by_switch.items():
             if any(backlog.get(k, 1) for k in keys):

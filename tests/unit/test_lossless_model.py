@@ -269,11 +269,11 @@ def test_agent_corrects_counts_of_frames_lost_inside_a_switch():
     agent.reconcile({0: FRAME, 1: 0})
     assert mv[1 * w + pfc.E_CORR // 8] == 0              # once may be frames in flight
     agent.reconcile({0: FRAME, 1: 0})
-    assert mv[1 * w + pfc.E_CORR // 8] == 4 * FRAME      # twice: lost
-    mv[1 * w + pfc.E_ING // 8] += FRAME // 2             # within a frame: left alone
+    assert mv[1 * w + pfc.E_CORR // 8] == 3 * FRAME      # twice: lost, but one frame
+    mv[1 * w + pfc.E_ING // 8] += FRAME // 2             # within two frames: left alone
     agent.reconcile({0: FRAME, 1: 0})
     agent.reconcile({0: FRAME, 1: 0})
-    assert mv[1 * w + pfc.E_CORR // 8] == 4 * FRAME
+    assert mv[1 * w + pfc.E_CORR // 8] == 3 * FRAME
 
 
 def test_pfc_text_names_storms_and_reaction():
