@@ -104,6 +104,17 @@ class Asm:
         self.call(MAP_LOOKUP_ELEM)
         self.jmp("==", 0, on_miss, imm=0)
 
+    def packet(self, ctx, need, on_short, tc=False):
+        """r2 = the packet's data, r3 its end, from the context in register ``ctx``
+        (an XDP program's, or with ``tc`` a classifier's ``__sk_buff``); to
+        ``on_short`` unless ``need`` bytes are there.  Clobbers r4."""
+        data, end = (76, 80) if tc else (0, 4)
+        self.ldx(4, 2, ctx, data)
+        self.ldx(4, 3, ctx, end)
+        self.alu(4, "=", src=2)
+        self.alu(4, "+=", imm=need)
+        self.jmp(">", 4, on_short, src=3)
+
     def call(self, helper):
         self.items.append(_insn(JMP | CALL, 0, 0, 0, helper))
 

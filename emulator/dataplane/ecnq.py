@@ -114,11 +114,7 @@ def mark_tail(a, kmin, kmax, pmax, min_len, marks_off=MARKS):
 
 def _headers(a):
     """r2 = data with 26 bytes checked (Ethernet + IPv4 to its checksum), IPv4 only."""
-    a.ldx(4, 2, 6, 0)
-    a.ldx(4, 3, 6, 4)
-    a.alu(4, "=", src=2)
-    a.alu(4, "+=", imm=26)
-    a.jmp(">", 4, "pass", src=3)
+    a.packet(6, 26, "pass")
     a.ldx(1, 4, 2, 12)
     a.jmp("!=", 4, "pass", imm=0x08)
     a.ldx(1, 4, 2, 13)
@@ -157,21 +153,59 @@ def _set_ce(a):
     a.stx(1, 2, 25, 1)
 
 
-class DequeueMarker:
+class Attached:
+    """eBPF programs of a run on interfaces, and their map: ``attach_tc`` and
+    ``attach_xdp`` load and attach one (remembered in ``attached``, so a failure
+    half-way leaves nothing after ``remove``); ``remove`` takes them all off."""
+
+    def __init__(self):
+        self.map = None
+        self.attached = []                 # (kind, netns, ifname)
+
+    def attach_tc(self, ipr, idx, ns, ifname, asm, name):
+        """``asm`` as a direct-action classifier on the egress of interface ``idx``."""
+        fd = bpf.load(bpf.PROG_SCHED_CLS, asm, name)
+        try:
+            ipr.tc("add", "clsact", index=idx)
+            self.attached.append(("tc", ns, ifname))
+            ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd, name=name,
+                   parent=TC_EGRESS, classid=1, direct_action=True)
+        finally:
+            os.close(fd)
+
+    def attach_xdp(self, ipr, idx, ns, ifname, asm, name):
+        """``asm`` as the (generic-mode) XDP program of interface ``idx``."""
+        fd = bpf.load(bpf.PROG_XDP, asm, name)
+        try:
+            ipr.link("set", index=idx, xdp={"attrs": [("IFLA_XDP_FD", fd),
+                                                      ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+            self.attached.append(("xdp", ns, ifname))
+        finally:
+            os.close(fd)
+
+    def remove(self):
+        errors = detach(self.attached)
+        self.attached = []
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        return errors
+
+
+class DequeueMarker(Attached):
     """The run's dequeue marking over ``ports``: [(ifname, peer netns path or None,
     peer ifname, rate_bps)], queues limited as the TBFs of ``queue_ms``/``frame``;
     ``own_ns``: {ifname: namespace path} of ports outside this namespace (a datapath
     instance's)."""
 
     def __init__(self, ecn, ports, frame_len, queue_ms, frame, own_ns=None):
+        super().__init__()
         self.own_ns = dict(own_ns or {})
         self.ecn = ecn
         self.ports = sorted(ports)
         self.frame_len = frame_len
         self.limits = [shaping.tbf_params(rate, queue_ms, frame)["limit"]
                        for _, _, _, rate in self.ports]
-        self.map = None
-        self.attached = []                 # (kind, netns, ifname)
 
     @classmethod
     def for_session(cls, session):
@@ -203,30 +237,14 @@ class DequeueMarker:
             with ns_sockets() as ipr_in:
                 for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
                                                                        self.limits)):
-                    fd = bpf.load(bpf.PROG_SCHED_CLS, enqueue_program(self.map.fd, i, limit),
-                                  f"ecnq_in{i}")
-                    try:
-                        own = self.own_ns.get(ifname)
-                        ipr = ipr_in(own)
-                        idx = _index(ipr, ifname)
-                        ipr.tc("add", "clsact", index=idx)
-                        self.attached.append(("tc", own, ifname))
-                        ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd,
-                               name=f"ecnq_in{i}", parent=TC_EGRESS, classid=1,
-                               direct_action=True)
-                    finally:
-                        os.close(fd)
-                    fd = bpf.load(bpf.PROG_XDP, dequeue_program(
+                    own = self.own_ns.get(ifname)
+                    ipr = ipr_in(own)
+                    self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
+                                   enqueue_program(self.map.fd, i, limit), f"ecnq_in{i}")
+                    ipr = ipr_in(ns)
+                    self.attach_xdp(ipr, _index(ipr, peer), ns, peer, dequeue_program(
                         self.map.fd, i, m.kmin, m.kmax, m.pmax, self.frame_len // 2),
                         f"ecnq_out{i}")
-                    try:
-                        ipr = ipr_in(ns)
-                        ipr.link("set", index=_index(ipr, peer),
-                                 xdp={"attrs": [("IFLA_XDP_FD", fd),
-                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-                        self.attached.append(("xdp", ns, peer))
-                    finally:
-                        os.close(fd)
         except Exception as e:
             self.remove()
             if isinstance(e, NetlinkError):
@@ -272,14 +290,6 @@ class DequeueMarker:
             record_marks(session, self)
         finally:
             session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
-
-    def remove(self):
-        errors = detach(self.attached)
-        self.attached = []
-        if self.map is not None:
-            self.map.close()
-            self.map = None
-        return errors
 
 
 def detach(attached):

@@ -57,7 +57,7 @@ GATE_OPEN_FACTOR = 10                  # the open gate runs at 10 x the link: ne
 HOST_QUEUE = 32 << 20                  # a host NIC's lossless queue: the host's memory
 SWITCH_QUEUE = 32 << 20                # lossless egress queue; ingress limits bound it
 TC_ACT_OK, TC_ACT_SHOT, XDP_DROP, XDP_PASS = 0, 2, 1, 2
-SKB_LEN, SKB_PRIORITY, SKB_DATA, SKB_DATA_END = 0, 32, 76, 80
+SKB_LEN, SKB_PRIORITY = 0, 32
 
 
 # ---- qdiscs -------------------------------------------------------------------
@@ -118,13 +118,12 @@ def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
 
 # ---- eBPF ---------------------------------------------------------------------
 
-def _roce_data(a, data, end, not_roce, control):
-    """With packet pointers in registers ``data``/``end``: to ``not_roce`` unless an
-    IPv4 RoCEv2 frame with its BTH stamp byte; to ``control`` for ACK/NAK/CNP.
-    Clobbers r4."""
-    a.alu(4, "=", src=data)
-    a.alu(4, "+=", imm=STAMP_OFF + 1)
-    a.jmp(">", 4, not_roce, src=end)
+def _roce_data(a, ctx, not_roce, control, tc=False):
+    """r2/r3 = the packet's data and end (``bpf.Asm.packet``); to ``not_roce``
+    unless an IPv4 RoCEv2 frame with its BTH stamp byte; to ``control`` for
+    ACK/NAK/CNP.  Clobbers r4."""
+    data = 2
+    a.packet(ctx, STAMP_OFF + 1, not_roce, tc=tc)
     a.ldx(2, 4, data, 12)
     a.jmp("!=", 4, not_roce, imm=0x0008)          # EtherType 0x0800, little-endian load
     a.ldx(1, 4, data, 14)
@@ -149,9 +148,7 @@ def egress_program(map_fd, key, base=-1):
     a.alu(2, "=", imm=STAMP_OFF + 1)              # frames from a packet socket carry only
     a.call(bpf.SKB_PULL_DATA)                     # their Ethernet header in line
     a.jmp("!=", 0, "other", imm=0)
-    a.ldx(4, 2, 6, SKB_DATA)
-    a.ldx(4, 3, 6, SKB_DATA_END)
-    _roce_data(a, 2, 3, "other", "control")
+    _roce_data(a, 6, "other", "control", tc=True)
     a.ldx(1, 4, 2, STAMP_OFF)
     a.stx(8, 10, -16, 4)
     a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
@@ -195,14 +192,10 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
     a.alu(1, "=", src=6)
     a.call(bpf.XDP_GET_BUFF_LEN)
     a.alu(7, "=", src=0)
-    a.ldx(4, 2, 6, 0)
-    a.ldx(4, 3, 6, 4)
-    a.alu(4, "=", src=2)
-    a.alu(4, "+=", imm=14)
-    a.jmp(">", 4, "pass", src=3)
+    a.packet(6, 14, "pass")
     a.ldx(2, 4, 2, 12)
     a.jmp("==", 4, "drop", imm=((KICK_ETHERTYPE & 0xFF) << 8) | (KICK_ETHERTYPE >> 8))
-    _roce_data(a, 2, 3, "pass", "pass")
+    _roce_data(a, 6, "pass", "pass")
     a.ldx(1, 4, 2, STAMP_OFF)
     a.stx(8, 10, -16, 4)
     a.lookup(map_fd, "pass", key=up_key)
@@ -253,11 +246,7 @@ def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
         a.call(bpf.KTIME_GET_NS)
         a.stx(8, 9, E_CROSS_NS, 0)                # this frame crossed xoff
     a.label("stamp")
-    a.ldx(4, 2, 6, 0)                             # packet pointers again after the calls
-    a.ldx(4, 3, 6, 4)
-    a.alu(4, "=", src=2)
-    a.alu(4, "+=", imm=STAMP_OFF + 1)
-    a.jmp(">", 4, "pass", src=3)
+    a.packet(6, STAMP_OFF + 1, "pass")            # packet pointers again after the calls
     a.st(1, 2, STAMP_OFF, stamp)
     if ecn is not None:
         a.ldx(8, 9, 8, E_EG_IN)

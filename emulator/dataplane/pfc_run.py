@@ -4,6 +4,7 @@ and the counters in the run's results (dataplane.pfc has the mechanism)."""
 import struct
 
 from emulator.dataplane import bpf
+from emulator.dataplane.ecnq import Attached
 from emulator.dataplane.pfc import (E_ING_DROPS, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF,
                                     ENTRY_SIZE, WORDS,
                                     egress_program, ingress_program)
@@ -11,7 +12,7 @@ from emulator.errors import RunFailed
 from emulator.fabric import lossless
 
 
-class Pfc:
+class Pfc(Attached):
     """PFC over every link of a running fabric: programs attached on both ends of
     every link, thresholds in the map, the agent process polling it.
 
@@ -20,6 +21,7 @@ class Pfc:
 
     def __init__(self, ends, frame, cfg=lossless.PfcConfig(), ecn=None, min_len=0,
                  env=None, workdir=None):
+        super().__init__()
         self.ends = ends
         self.frame = frame
         self.cfg = cfg
@@ -27,9 +29,7 @@ class Pfc:
         self.min_len = min_len
         self.env = env
         self.workdir = workdir
-        self.map = None
         self.agent = None
-        self.attached = []
         self.by_name = {e["name"]: e for e in ends}
 
     @classmethod
@@ -80,9 +80,7 @@ class Pfc:
                 f"({self.cfg.wd_action})" if rates else "no switch ports")
 
     def install(self):
-        import os
         from emulator.dataplane.ifaces import ns_sockets
-        from emulator.dataplane.ecnq import TC_EGRESS, XDP_FLAGS_SKB_MODE
         self.map = bpf.Map(ENTRY_SIZE, len(self.ends), flags=bpf.F_MMAPABLE)
         try:
             for e in self.ends:
@@ -97,29 +95,14 @@ class Pfc:
                     ipr = sock(e["netns"])
                     idx = ipr.link_lookup(ifname=e["ifname"])[0]
                     e["ifindex"] = idx
-                    fd = bpf.load(bpf.PROG_SCHED_CLS, egress_program(
+                    self.attach_tc(ipr, idx, e["netns"], e["ifname"], egress_program(
                         self.map.fd, e["key"], e["base"] if e["kind"] == "switch" else -1),
                         f"pfc_eg{e['key']}")
-                    try:
-                        ipr.tc("add", "clsact", index=idx)
-                        self.attached.append(("tc", e["netns"], e["ifname"]))
-                        ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd,
-                               name=f"pfc_eg{e['key']}", parent=TC_EGRESS, classid=1,
-                               direct_action=True)
-                    finally:
-                        os.close(fd)
                     up = self.ends[e["peer_key"]]
-                    fd = bpf.load(bpf.PROG_XDP, ingress_program(
+                    self.attach_xdp(ipr, idx, e["netns"], e["ifname"], ingress_program(
                         self.map.fd, up["key"], up["base"] if up["kind"] == "switch" else -1,
                         e["key"], e["stamp"], self.ecn if up["kind"] == "switch" else None,
                         self.min_len), f"pfc_in{e['key']}")
-                    try:
-                        ipr.link("set", index=idx,
-                                 xdp={"attrs": [("IFLA_XDP_FD", fd),
-                                                ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-                        self.attached.append(("xdp", e["netns"], e["ifname"]))
-                    finally:
-                        os.close(fd)
             self._start_agent()
         except Exception:
             self.remove()
@@ -239,16 +222,10 @@ class Pfc:
             session.teardown_errors += [f"PFC: {e}" for e in self.remove()]
 
     def remove(self):
-        from emulator.dataplane.ecnq import detach
         if self.agent is not None and self.agent.poll() is None:
             self.agent.kill()
             self.agent.wait(timeout=5)
-        errors = detach(self.attached)
-        self.attached = []
-        if self.map is not None:
-            self.map.close()
-            self.map = None
-        return errors
+        return super().remove()
 
 
 def summarize(counters, pfc):

@@ -112,7 +112,6 @@ class Session:
         self.impairer = None              # the fabric file's loss:/state: (dataplane.impair)
         self.ecn = ecn                    # marking thresholds (dataplane.ecn.Ecn) or None
         self.marker = None
-        self.pfc = None                   # the lossless fabric (dataplane.pfc_run), if PFC
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
@@ -132,6 +131,11 @@ class Session:
             self._raise_failure()
             raise
         return self
+
+    @property
+    def pfc(self):
+        """The running lossless fabric (dataplane.pfc_run.Pfc), or None."""
+        return self.net.pfc if self.net is not None else None
 
     def _raise_failure(self):
         """A dead datapath instance is the run's one error (not the SIGHUP it sent)."""
@@ -189,7 +193,7 @@ class Session:
         if self.fabric.flow_control != "none":
             from emulator.dataplane.pfc_run import Pfc
             from emulator.fabric.lossless import PfcConfig
-            self.pfc = self.net.pfc = Pfc.for_session(
+            self.net.pfc = Pfc.for_session(
                 self, PfcConfig(mode=self.fabric.flow_control, **dict(self.fabric.pfc)))
         if self.ecn is not None and self.pfc is not None and self.ecn.at == "dequeue":
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
@@ -346,7 +350,7 @@ class Session:
                 self.marker = None
             if self.pfc is not None:
                 self.pfc.close(self)
-                self.pfc = self.net.pfc = None
+                self.net.pfc = None
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()

@@ -58,6 +58,11 @@ def jain(xs):
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
 
+def cell(v, spec):
+    """``v`` formatted by ``spec`` for a table, a right-aligned '-' when missing."""
+    return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
+
+
 def percentile(values, q):
     if not values:
         return None
@@ -207,8 +212,7 @@ def table(rows):
             f"{'p99/Kmax':>8s} {'p99late':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
     lines = [head]
-    def f(v, spec):
-        return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
+    f = cell
     for r in rows:
         lines.append(f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
                      f"{f(r['queue_p99'], '8d')} {f(r['queue_mean'], '8d')} "

@@ -209,13 +209,13 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
 
 
 def summarize(runs):
+    from emulator.experiments.congestion import percentile
     rows = []
     for key in dict.fromkeys((r["flow_control"], r["cc"]) for r in runs):
         rs = [r for r in runs if (r["flow_control"], r["cc"]) == key]
 
         def med(k):
-            vals = sorted(r[k] for r in rs if r[k] is not None)
-            return vals[len(vals) // 2] if vals else None
+            return percentile([r[k] for r in rs if r[k] is not None], 0.5)
         rows.append({"flow_control": key[0], "cc": key[1], "reps": len(rs),
                      **{k: med(k) for k in ("time_s", "busbw_Mbps", "drops", "retransmitted",
                                             "timeouts", "pause_frames", "paused_s_max",
@@ -230,10 +230,8 @@ def table(rows):
     head = (f"{'fabric':9s} {'cc':6s} {'time_s':>7s} {'busbw':>7s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'PFC frames':>10s} {'paused_s':>8s} {'q_p99':>8s} "
             f"{'victim':>7s} {'#wrong':>6s} {'died':>4s} faithful")
+    from emulator.experiments.congestion import cell as f
     lines = [head]
-
-    def f(v, spec):
-        return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
     for r in rows:
         lines.append(f"{NAMES[r['flow_control']]:9s} "
                      f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['busbw_Mbps'], '7.2f')} "
