@@ -1,5 +1,5 @@
 """Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
-[--unix PATH] [--log-file PATH] [--failover none|controller|fast-failover]
+[--unix PATH] [--tls KEY,CERT,CA] [--log-file PATH] [--failover none|controller|fast-failover]
 [--lb ecmp|flowlet|dlb|spray] [--app PATH.py ...]``.
 
 Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
@@ -14,6 +14,7 @@ os-ken dropped is refused with exit 2 and one line naming the import.
 import argparse
 import logging
 import os
+import socket
 import sys
 
 from .topology import TopologyError, load
@@ -23,8 +24,10 @@ def parse_listen(text):
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
-    if host != "127.0.0.1":
-        raise argparse.ArgumentTypeError("the controller listens on 127.0.0.1 only")
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        raise argparse.ArgumentTypeError(f"{host!r} is not an IPv4 address")
     return host, int(port)
 
 
@@ -51,6 +54,9 @@ def main(argv=None):
     ap.add_argument("--unix", metavar="PATH",
                     help="also accept switches on this unix socket (datapath instances in "
                          "other network namespaces connect through it)")
+    ap.add_argument("--tls", metavar="KEY,CERT,CA",
+                    help="accept switches over TLS only, with this private key and certificate, "
+                         "and only switches whose certificate CA signed (a multi-server run)")
     ap.add_argument("--log-file", help="also log to this file")
     ap.add_argument("--app", action="append", help="run this os-ken app file instead of ours")
     ap.add_argument("--failover", choices=("none", "controller", "fast-failover"),
@@ -65,6 +71,11 @@ def main(argv=None):
                          "comes back, doubling per flap up to MAX s (0, the default: off; drill --bfd uses 3:30)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
+    tls = tuple(args.tls.split(",")) if args.tls else None
+    if tls and (len(tls) != 3 or not all(os.path.isfile(f) for f in tls)):
+        ap.error(f"--tls {args.tls!r}: give KEY,CERT,CA, three existing files")
+    if args.listen[0] != "127.0.0.1" and not tls:
+        ap.error("the controller listens on 127.0.0.1 only, unless with --tls")
     from .damping import parse_holddown
     try:
         parse_holddown(args.bfd_holddown)
@@ -101,7 +112,7 @@ def main(argv=None):
         from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
         ryu_compat.install()
     from . import launch, osken_app    # noqa: F401 imported late: os-ken monkey-patches on import paths
-    launch.run(args.topology, *args.listen, apps=args.app, unix=args.unix)
+    launch.run(args.topology, *args.listen, apps=args.app, unix=args.unix, tls=tls)
     return 0
 
 

@@ -79,13 +79,19 @@ def _fatal_handlers(cls):
             setattr(cls, name, fatal(fn))
 
 
-def run(topology_path, host="127.0.0.1", port=6653, apps=None, unix=None):
+def run(topology_path, host="127.0.0.1", port=6653, apps=None, unix=None, tls=None):
     """Run os-ken with our app (or ``apps``, module names or .py paths), also on the
-    unix socket ``unix`` if given; blocks."""
+    unix socket ``unix`` if given; blocks.  ``tls``: (key, certificate, CA
+    certificate) paths: OpenFlow over TLS only, from switches the CA signed."""
     topology_mod.load(topology_path)          # fail before listening if it is bad
     hub.patch(thread=False)
-    cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
-             project="os_ken")
+    if tls:
+        key, cert, ca = tls
+        args = ["--ofp-listen-host", host, "--ofp-ssl-listen-port", str(port),
+                "--ctl-privkey", key, "--ctl-cert", cert, "--ca-certs", ca]
+    else:
+        args = ["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)]
+    cfg.CONF(args=args, project="os_ken")
 
     def on_term(signum, frame):
         LOG.info("SIGTERM: exiting")

@@ -31,6 +31,41 @@ def add_fabric_args(p):
                    help="datapath instances: shared, per-switch, N, pod, plane, rail or auto "
                         "(default: the fabric file's layout, else $FABRIC_LAB_LAYOUT, else auto; "
                         "docs/datapath-instances.md)")
+    p.add_argument("--servers", metavar="USER@ADDRESS,...",
+                   help="run the fabric on these servers over ssh (Mininet's cluster "
+                        "edition; docs/cluster.md); overrides the fabric file's servers:")
+    p.add_argument("--placement", choices=("auto", "pod", "plane", "rail"), default=None,
+                   help="with --servers: keep leaf groups (auto, the default), pods, planes "
+                        "or rails whole on one server")
+    p.add_argument("--ssh-config", metavar="FILE",
+                   help="with --servers: an ssh_config file for every connection (keys, "
+                        "known hosts, jump hosts)")
+
+
+def with_servers(fabric, args):
+    """The fabric with ``--servers``/``--placement``/``--ssh-config`` applied."""
+    import dataclasses
+    from emulator.fabric import cluster
+    cl = fabric.cluster
+    servers = getattr(args, "servers", None)
+    placement = getattr(args, "placement", None)
+    ssh_config = getattr(args, "ssh_config", None)
+    if servers is None and cl is None:
+        if placement or ssh_config:
+            raise FabricError("--placement and --ssh-config need --servers (or a fabric "
+                              "file's servers:)")
+        return fabric
+    cl = cluster.parse_cluster(servers if servers is not None else cl.servers,
+                               placement or (cl.placement if cl else "auto"),
+                               ssh_config or (cl.ssh_config if cl else None), "--servers")
+    if cl.ssh_config:
+        import os
+        if not os.path.isfile(cl.ssh_config):
+            raise FabricError(f"--ssh-config {cl.ssh_config}: no such file")
+    if fabric.layout not in (None, "auto"):
+        raise FabricError("--layout and --servers: each server runs its switches in one "
+                          "datapath instance of its own; drop --layout")
+    return dataclasses.replace(fabric, cluster=cl)
 
 
 def load_fabric(args):
@@ -48,6 +83,11 @@ def load_fabric(args):
     if fabric.layout not in (None, "auto", "shared"):
         from emulator.fabric import layout
         layout.place(addressing.plan(fabric), fabric.layout)   # a layout it cannot have
+    fabric = with_servers(fabric, args)
+    if fabric.cluster is not None:
+        from emulator.fabric import cluster
+        cluster.place(addressing.plan(fabric), fabric.cluster.servers,
+                      fabric.cluster.placement)                # a placement it cannot have
     return fabric
 
 
@@ -174,6 +214,9 @@ def build_parser():
 
     p = sub.add_parser("clean", help="remove leftovers of dead runs of this project only")
     p.add_argument("--force", action="store_true", help="also remove runs that look alive")
+    p.add_argument("--servers", metavar="USER@ADDRESS,...",
+                   help="also clean these servers of a multi-server run (over ssh)")
+    p.add_argument("--ssh-config", metavar="FILE", help="an ssh_config file for --servers")
 
     sub.add_parser("presets", help="list presets and their parameters")
     return ap
@@ -218,6 +261,12 @@ def main(argv=None):
             from emulator.dataplane import session
             session.require_root()
             cleanup.clean(force=args.force)
+            if args.servers:
+                from emulator.dataplane import servers
+                from emulator.fabric import cluster
+                cl = cluster.parse_cluster(args.servers, ssh_config=args.ssh_config,
+                                           where="--servers")
+                servers.clean_servers(cl.servers, servers.ssh_base(cl.ssh_config))
             return 0
         if args.command == "calibrate":
             from emulator.dataplane import session

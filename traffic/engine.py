@@ -387,6 +387,10 @@ class Engine:
         return {
             "window_s": round(window, 6), "frame_len": self.plan["frame_len"],
             "streams": streams, "receivers": receivers,
+            # the raw histogram, so engines on several servers merge exactly (merge_latency)
+            "latency_hist": {"bin_ns": LAT_BIN_NS, "n": lat_n,
+                             "sum_ns": sum(r.lat_sum for r in self.rx),
+                             "counts": {str(i): c for i, c in enumerate(hist) if c}},
             "latency_ms": dict(percentiles(hist, LAT_BIN_NS),
                                mean=round(sum(r.lat_sum for r in self.rx) / lat_n / 1e6, 3)
                                if lat_n else None,

@@ -57,12 +57,17 @@ class Controller:
     """The project's controller as a child process on 127.0.0.1."""
 
     def __init__(self, topology_path, log_path, app=None, lb="ecmp",
-                 failover="fast-failover", env=None, holddown=None, unix=None):
+                 failover="fast-failover", env=None, holddown=None, unix=None,
+                 host="127.0.0.1", tls=None):
+        """``host`` and ``tls`` ((key, certificate, CA) paths): a multi-server run's
+        controller, on this machine's underlay address, over TLS only."""
         self.port = free_port()
+        self.host = host
+        self.tls = tls
         self.unix = unix                 # also listening on this unix socket
         self.log_path = log_path
         argv = [sys.executable, "-m", "controller", "--topology", topology_path,
-                "--listen", f"127.0.0.1:{self.port}", "--log-file", log_path,
+                "--listen", f"{host}:{self.port}", "--log-file", log_path,
                 "--lb", lb, "--failover", failover]
         if holddown is not None:
             argv += ["--bfd-holddown", holddown]     # BASE:MAX s, controller/damping.py
@@ -70,13 +75,15 @@ class Controller:
             argv += ["--app", app]
         if unix:
             argv += ["--unix", unix]
+        if tls:
+            argv += ["--tls", ",".join(tls)]
         self.argv = argv
         self.env = env
         self.proc = None
 
     @property
     def url(self):
-        return f"tcp:127.0.0.1:{self.port}"
+        return f"{'ssl' if self.tls else 'tcp'}:{self.host}:{self.port}"
 
     def start(self, timeout=30):
         self.log = open(self.log_path + ".stdout", "a")   # a restart appends
@@ -88,7 +95,7 @@ class Controller:
                 raise RunFailed(f"controller exited with status {self.proc.returncode} "
                                 f"at start; see {self.log_path}")
             return listening(self.port) and (self.unix is None or os.path.exists(self.unix))
-        wait_until(ready, timeout, f"the controller to listen on 127.0.0.1:{self.port}")
+        wait_until(ready, timeout, f"the controller to listen on {self.host}:{self.port}")
 
     def converged(self):
         """Every ``CONVERGED`` event in the controller's log so far."""

@@ -160,7 +160,10 @@ def _index_names():
 
 
 def snapshot(net, queues=None):
-    """Every drop counter of the run of ``net`` (a FabricNet), and the CPU clocks."""
+    """Every drop counter of the run of ``net`` (a FabricNet), and the CPU clocks;
+    a fabric on several servers merges its servers' (``ClusterNet.snapshot``)."""
+    if hasattr(net, "snapshot"):
+        return net.snapshot()
     tag = net.state.tag
     if queues is None:
         queues = QueueCounters(net)

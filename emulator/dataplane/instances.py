@@ -93,8 +93,12 @@ SYSTEM = Ovs()
 class Instance(Ovs):
     """One ``ovsdb-server`` + ``ovs-vswitchd`` of a run, in its own namespace."""
 
-    def __init__(self, name, switches, state_dir, env):
+    def __init__(self, name, switches, state_dir, env, own_netns=True):
+        """``own_netns``: False runs the daemons in this namespace (a server's whole
+        share of a fabric is one instance, whose daemon must reach the controller's
+        address: ``dataplane.servers``)."""
         self.name = name
+        self.own_netns = own_netns
         self.switches = list(switches)
         self.dir = os.path.join(state_dir, name)
         self.env = dict(env, OVS_RUNDIR=self.dir, OVS_DBDIR=self.dir, OVS_LOGDIR=self.dir)
@@ -156,13 +160,14 @@ class Instance(Ovs):
         ``sysctls``: {key: value} set inside the namespace before the daemon opens
         any socket (its packet sockets' buffers are fixed when opened)."""
         os.makedirs(self.dir, exist_ok=False)
-        self._spawn("holder", ["mnexec", "-cn", "sleep", "infinity"])
-        self.netns = f"/proc/{self.holder_pid}/ns/net"
-        wait_until(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
-                   f"{self.name}'s namespace")
-        with entered(self.netns):
-            for key, value in sysctls.items():
-                write_sysctl(key, str(value))
+        if self.own_netns:
+            self._spawn("holder", ["mnexec", "-cn", "sleep", "infinity"])
+            self.netns = f"/proc/{self.holder_pid}/ns/net"
+            wait_until(lambda: os.path.exists(self.netns) and _own_netns(self.holder_pid), 5,
+                       f"{self.name}'s namespace")
+            with entered(self.netns):
+                for key, value in sysctls.items():
+                    write_sysctl(key, str(value))
         proc.run(["ovsdb-tool", "create", f"{self.dir}/conf.db", SCHEMA], timeout=20)
         self._spawn("ovsdb-server", [
             "ovsdb-server", f"{self.dir}/conf.db", f"--remote=punix:{self.dir}/db.sock",
@@ -171,8 +176,9 @@ class Instance(Ovs):
         wait_until(lambda: self._check() and os.path.exists(f"{self.dir}/db.sock"), timeout,
                    f"{self.name}'s ovsdb-server")
         self.vsctl("--no-wait", "init", timeout=timeout)
+        enter = ["mnexec", "-a", str(self.holder_pid)] if self.own_netns else []
         self._spawn("ovs-vswitchd", [
-            "mnexec", "-a", str(self.holder_pid), "ovs-vswitchd", self.db,
+            *enter, "ovs-vswitchd", self.db,
             f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
             f"--log-file={self.dir}/ovs-vswitchd.log"])
         wait_until(lambda: self._check() and os.path.exists(self.ctl), timeout,

@@ -57,6 +57,19 @@ class RunState:
             return state
         raise RuntimeError("could not find a free run tag")
 
+    @classmethod
+    def create_named(cls, tag):
+        """Lock the state directory of run ``tag`` on this machine (a server's share
+        of a run started elsewhere: ``dataplane.worker``)."""
+        os.makedirs(STATE_ROOT, exist_ok=True)
+        directory = os.path.join(STATE_ROOT, tag)
+        os.mkdir(directory)
+        fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        state = cls(tag, directory, fd)
+        state.record("run", {"pid": os.getpid(), "started": time.time()})
+        return state
+
     def record(self, kind, what):
         """Journal something created, before or as it is created."""
         with open(os.path.join(self.dir, "journal"), "a", encoding="utf-8") as f:

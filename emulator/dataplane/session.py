@@ -93,6 +93,10 @@ class Session:
                  failover="fast-failover", capture=None, telemetry=None, ecn=None,
                  holddown=None, layout=None):
         self.fabric = fabric
+        cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
+        self.servers = cl.servers if cl else ()
+        self.ssh_config = cl.ssh_config if cl else None
+        self.placement = cl.placement if cl else "auto"
         self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
         self.watch = None
         self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
@@ -117,6 +121,7 @@ class Session:
         self.state = self.net = self.controller = None
         self.results = {}
         self.teardown_errors = []
+        self._server_problems = []       # a multi-server run's servers' OVS ERR lines
 
     def __enter__(self):
         import threading
@@ -153,7 +158,11 @@ class Session:
         send_buffer = None
         if dp_type == "netdev" and self.shape:
             send_buffer = datapath.check_send_buffer()
-        layout_choice = self._resolve_layout(dp_type)
+        if self.servers:
+            from emulator.dataplane import cluster_net
+            cluster_net.refuse(self)
+        else:
+            layout_choice = self._resolve_layout(dp_type)
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         from emulator.dataplane import capture
@@ -176,14 +185,17 @@ class Session:
                                                             send_buffer)
         if note:
             self.progress(note)
-        placement = self._place(*layout_choice)
-        url = self._start_controller(unix=self.state.path("controller.sock")
-                                     if placement else None)
-        self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
-                             shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
-                             placement=placement,
-                             controller_unix=self.controller and self.controller.unix,
-                             flow_control=self.fabric.flow_control)
+        if self.servers:
+            self.net = cluster_net.start(self, dp_type)
+        else:
+            placement = self._place(*layout_choice)
+            url = self._start_controller(unix=self.state.path("controller.sock")
+                                         if placement else None)
+            self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
+                                 shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
+                                 placement=placement,
+                                 controller_unix=self.controller and self.controller.unix,
+                                 flow_control=self.fabric.flow_control)
         self.watch = ovs_instances.Watch(self.net.instances,
                                          interrupt=self._signals is not None)
         self.net.build()
@@ -210,7 +222,8 @@ class Session:
         pairs, how = check_pairs(self.topo)
         self.progress(f"waiting for the hosts to reach each other ({how})")
         seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
-                                         progress=self.progress, pairs=pairs)
+                                         progress=self.progress, pairs=pairs,
+                                         room=1 << 30 if self.servers else None)
         self.results["reachability"] = {
             "pairs": len(pairs), "reachable": len(pairs), "checked": how, "rounds": rounds,
             "wait_s": round(seconds, 3)}
@@ -298,6 +311,11 @@ class Session:
                            and e.get("t_event", 0) >= t0) >= downs
             wait_until(converged, 20, "the controller to route around the links set down")
 
+    def app_path(self):
+        """The controller app file of ``--controller app:PATH``, or None (ours)."""
+        spec_ = self.controller_spec
+        return os.path.abspath(spec_[len("app:"):]) if spec_.startswith("app:") else None
+
     def child_env(self):
         """The environment every process of this run starts with (it carries the tag)."""
         return child_env(self.state.tag)
@@ -311,7 +329,7 @@ class Session:
             self.progress(f"switches will connect to your controller at {hostport}; "
                           f"it finds the fabric in {self.topology_path}")
             return f"tcp:{host}:{port}"
-        app = os.path.abspath(spec_[len("app:"):]) if spec_.startswith("app:") else None
+        app = self.app_path()
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app,
                                      lb=self.lb, failover=self.failover, env=self.child_env(),
@@ -354,6 +372,7 @@ class Session:
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()
+                self._server_problems = getattr(self.net, "ovs_problems", [])
                 ovs_instances.keep_logs(self.net.instances, self.dir)
                 self.results.setdefault("timings", {}).update(
                     {k: round(v, 3) for k, v in self.net.timings.items()
@@ -368,7 +387,7 @@ class Session:
                 own = [os.path.join(i.dir, "ovs-vswitchd.log")
                        for i in (self.net.instances if self.net is not None else [])]
                 problems = logs.ovs_problems(self._ovs_log_offset, self.state.tag,
-                                             own_logs=own)
+                                             own_logs=own) + list(self._server_problems)
                 self.results["ovs_problems"] = problems
                 CLOSED.append((self.state.tag, problems
                                + self.results.get("controller", {}).get("problems", [])))

@@ -6,25 +6,23 @@ link rate).  One ``python -m traffic engine`` process opens a socket in
 every host's namespace, builds every frame, and says ready; only then are
 the counters read and the engine told to go, so the window holds exactly the
 traffic.  Afterwards the counters are read again: the difference, with the
-engine's own report, gives the fidelity verdict (``fidelity``).
+engine's own report, gives the fidelity verdict (``fidelity``).  On several
+servers, each server runs one engine on its hosts' part of the plan, and the
+results are merged (``dataplane.cluster_net``).
 """
 
-import json
 import os
-import select
-import subprocess
-import sys
-import time
 
 from emulator.dataplane import counters
-from emulator.dataplane.session import REPO
-from emulator.errors import RunFailed
+from emulator.dataplane.engine_proc import EngineProcess  # noqa: F401 (re-exported)
 from emulator.experiments import fidelity
 from traffic.frames import frame_len_for_mtu
 
 
 
 def netns_of(net, host):
+    if hasattr(net, "netns_of"):       # on several servers: the host's server fills it in
+        return net.netns_of(host)
     return f"/proc/{net.hosts[host].pid}/ns/net"
 
 
@@ -51,104 +49,15 @@ def plan_for(net, pairs, duration, qps, frame_len, idle=0.5):
             "streams": streams, "receivers": receivers}
 
 
-class EngineProcess:
-    """``python -m traffic engine`` on a plan: start, wait until ready, go, result."""
-
-    def __init__(self, plan, workdir, env=None, name="engine"):
-        self.plan_path = os.path.join(workdir, f"{name}-plan.json")
-        self.out = os.path.join(workdir, f"{name}.json")
-        self.err_path = os.path.join(workdir, f"{name}.stderr")
-        with open(self.plan_path, "w") as f:
-            json.dump(plan, f, indent=1)
-        self.duration = plan["duration"]
-        self.env = env
-        self.proc = None
-        self._pending = b""
-
-    def start(self, timeout=60):
-        self._err = open(self.err_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "traffic", "engine", "--plan", self.plan_path,
-             "--out", self.out], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._err, env=self.env, text=True)
-        if self.next_line(timeout, "'ready'") != "ready":
-            self.kill()
-            raise RunFailed(f"traffic engine did not get ready: {self._stderr_tail()}")
-
-    def go(self):
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-
-    def next_line(self, timeout, waiting_for="a line"):
-        """The next line the engine prints, stripped; None if none within ``timeout`` s.
-
-        Read unbuffered (``os.read``): a line left in a file object's buffer
-        would wait, unseen by ``select``, until the engine's next write."""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._pending:
-            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                self.kill()
-                raise RunFailed(f"traffic engine exited before {waiting_for}: "
-                                f"{self._stderr_tail()}")
-            self._pending += chunk
-        line, _, self._pending = self._pending.partition(b"\n")
-        return line.decode().strip()
-
-    def wait_line(self, word, timeout):
-        """Wait until the engine prints ``word`` on a line (e.g. ``flowing``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            line = self.next_line(deadline - time.monotonic(), repr(word))
-            if line is None:
-                self.kill()
-                raise RunFailed(f"traffic engine did not say {word!r} within {timeout:.0f}s")
-            if line == word:
-                return
-
-    def stop(self):
-        """End the sending now (the engine reads this between progress lines)."""
-        self.proc.stdin.write("stop\n")
-        self.proc.stdin.flush()
-
-    def result(self, timeout=None):
-        timeout = timeout or self.duration + 60
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise RunFailed(f"traffic engine did not finish within {timeout:.0f}s")
-        finally:
-            self._err.close()
-        if self.proc.returncode != 0:
-            raise RunFailed(f"traffic engine exited {self.proc.returncode}: "
-                            f"{self._stderr_tail()}")
-        with open(self.out) as f:
-            return json.load(f)
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def _stderr_tail(self):
-        try:
-            with open(self.err_path) as f:
-                lines = f.read().strip().splitlines()
-            return lines[-1] if lines else "no message"
-        except OSError:
-            return "no message"
-
-
 def measure(session, plan, name="engine"):
     """Run ``plan`` on the session's fabric; returns (engine result, fidelity doc)."""
     net, topo = session.net, session.topo
     work = os.path.join(session.dir, "traffic")
     os.makedirs(work, exist_ok=True)
-    eng = EngineProcess(plan, work, env=child_env(session), name=name)
+    if hasattr(net, "engines"):        # one engine per server (``ClusterNet``)
+        eng = net.engines(plan, name)
+    else:
+        eng = EngineProcess(plan, work, env=child_env(session), name=name)
     eng.start()
     windows = counters.CpuWindows()
     try:

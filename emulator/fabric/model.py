@@ -107,6 +107,7 @@ class Fabric:
     layout: object = None               # its datapath layout (fabric.layout), if it names one
     flow_control: str = "none"          # none | pfc | credit (fabric.lossless)
     pfc: tuple = ()                     # ((PfcConfig field, value), ...): its pfc: settings
+    cluster: object = None              # fabric.cluster.Cluster: the servers it runs on
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -173,5 +174,10 @@ class Fabric:
             from emulator.fabric.lossless import SETTINGS
             key = {v: k for k, v in SETTINGS.items()}
             doc["pfc"] = {key[f]: (f"{v:g}s" if f.endswith("_s") else v) for f, v in self.pfc}
+        if self.cluster is not None:
+            doc["servers"] = [{"address": s.address, "user": s.user, "name": s.name}
+                              for s in self.cluster.servers]
+            if self.cluster.placement != "auto":
+                doc["placement"] = self.cluster.placement
         doc["topology"] = {"nodes": nodes, "links": links}
         return doc

@@ -35,6 +35,8 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
             "layout": "datapath instances (shared, per-switch, N, pod, plane, rail, auto)",
             "lossless": "true: PFC on every link (flow_control: pfc)",
             "flow_control": "none, pfc or credit (link-level flow control)",
+            "servers": "run on these servers: [user@ADDRESS, ...] (docs/cluster.md)",
+            "placement": "which server carries which switch: auto, pod, plane or rail",
             "pfc": "lossless settings: watchdog, detection, restoration, xoff_frames"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
@@ -145,8 +147,17 @@ def parse(data, source="<fabric>"):
         except ValueError as e:
             where, _, msg = str(e).partition(": ")
             fail(where, msg)
+    cluster = None
+    if "servers" in data:
+        from emulator.fabric.cluster import parse_cluster
+        try:
+            cluster = parse_cluster(data["servers"], data.get("placement", "auto"))
+        except ConfigError as e:
+            fail(e.where, e.message)
+    elif "placement" in data:
+        fail("placement", "placement needs servers: give the servers to place on")
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout,
-                  flow_control=flow_control, pfc=pfc)
+                  flow_control=flow_control, pfc=pfc, cluster=cluster)
 
 
 def _flow_control(data, fail):

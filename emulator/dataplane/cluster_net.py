@@ -1,0 +1,355 @@
+"""A fabric on several servers, seen from the run's process as one fabric.
+
+``ClusterNet`` stands where ``FabricNet`` stands in a one-machine run.  It
+starts one worker per server (``dataplane.servers.RemoteWorker``), hands
+each its part of the plan (``fabric.cluster.part``), its tunnels and the
+controller's TLS material, and builds all servers at once.  Requests that
+touch hosts or switch ports go to the server that carries them:
+
+  * reachability: each server sends the echoes of its own hosts
+    (``ping_round``), to any host of the fabric;
+  * a collective: each server starts the ranks of its hosts and returns
+    their result documents (``run_ranks``);
+  * a cut: the server of the switch sets its port down (``set_link``);
+  * counters: every server reads its switch ports (``intf_counters``).
+
+``teardown`` asks every worker to remove its share; a worker whose ssh
+session closes (this process died) removes it by itself.
+"""
+
+import os
+import threading
+import time
+
+from emulator.dataplane.servers import RemoteWorker
+from emulator.fabric import cluster
+
+
+def in_parallel(fn, items):
+    """``fn(item)`` for every item at once; {item: result}; the first error raises."""
+    results, errors = {}, []
+
+    def one(item):
+        try:
+            results[item] = fn(item)
+        except BaseException as e:          # re-raised below, in the caller's thread
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(i,)) for i in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+class ClusterNet:
+    """The running fabric of a multi-server run."""
+
+    def __init__(self, topo, state, servers, where, ssh, controller_url, tls,
+                 datapath_type="netdev", queue_ms=30.0, shape=True, roce_mtu=4096,
+                 progress=None, env=None):
+        self.topo = topo
+        self.state = state
+        self.servers = list(servers)
+        self.where = where
+        self.ssh = ssh
+        self.controller_url = controller_url
+        self.tls = tls
+        self.datapath_type = datapath_type
+        self.queue_ms = queue_ms
+        self.shape = shape
+        self.roce_mtu = roce_mtu
+        self.progress = progress or (lambda msg: None)
+        self.env = env
+        self.workers = {}
+        self.timings = {}
+        self.mtu = None
+        self.pfc = None
+        self.instances = []          # no instance of this machine: each server has its own
+        self.shared_clock = False    # one kernel's clock for every server (set by start)
+        self.ovs_problems = []       # ERR lines of the servers' Open vSwitch about the run
+        self.tunnels = cluster.tunnels(topo, where, servers, state.tag)
+        self.intf_server = {p["intf"]: where[sw["name"]]
+                            for sw in topo["switches"] for p in sw["ports"]}
+
+    def server_of(self, node):
+        return self.where[node]
+
+    def build(self):
+        t0 = time.monotonic()
+        crossing = sum(len(t) for t in self.tunnels.values()) // 2
+        self.progress(f"starting workers on {len(self.servers)} servers "
+                      f"({cluster.describe(self.where, self.servers)}); "
+                      f"{crossing} links cross servers")
+        for s in self.servers:
+            # listed before it starts: a failure half-way leaves the started ones to teardown
+            self.state.record("server", {"name": s.name, "address": s.address})
+            self.workers[s.name] = RemoteWorker(s, self.ssh, self.state.tag, self.env)
+        self.timings["workers_s"] = time.monotonic() - t0
+        with open(self.tls["sw-key"]) as k, open(self.tls["sw"]) as c, \
+                open(self.tls["ca"]) as ca:
+            ssl = {"key": k.read(), "cert": c.read(), "ca": ca.read()}
+
+        def build_one(name):
+            return self.workers[name].call(
+                "build", wait=600, part=cluster.part(self.topo, self.where, name),
+                tunnels=self.tunnels[name], controller=self.controller_url, ssl=ssl,
+                queue_ms=self.queue_ms, shape=self.shape, roce_mtu=self.roce_mtu,
+                datapath=self.datapath_type)
+        self.progress("building every server's share of the fabric")
+        built = in_parallel(build_one, list(self.workers))
+        self.mtu = next(iter(built.values()))["mtu"]
+        for name, reply in built.items():
+            self.timings[f"build_{name}_s"] = round(reply["timings"].get("build_s", 0), 3)
+        self.timings["build_s"] = time.monotonic() - t0
+
+    # ----- requests that go to the server carrying the node -------------------
+
+    def ping_round(self, pairs, wait_s=0.5):
+        """One echo per (src, dst) host pair, each sent by its source's server."""
+        ips = {h["name"]: h["ip"] for h in self.topo["hosts"]}
+        by_server = {}
+        for src, dst in pairs:
+            by_server.setdefault(self.where[src], []).append([src, dst])
+        replies = in_parallel(lambda name: self.workers[name].call(
+            "ping", pairs=by_server[name], ips=ips, wait_s=wait_s), list(by_server))
+        return {tuple(p) for r in replies.values() for p in r["answered"]}
+
+    def run_ranks(self, configs, timeout):
+        """Run a collective's ranks on their hosts' servers; {rank: (status, result
+        document or None, log tail)}."""
+        by_server = {}
+        for cfg in configs:
+            host = cfg["ranks"][cfg["rank"]]["name"]
+            by_server.setdefault(self.where[host], []).append(cfg)
+        replies = in_parallel(lambda name: self.workers[name].call(
+            "ranks", wait=timeout + 60, configs=by_server[name], timeout=timeout),
+            list(by_server))
+        out = {}
+        for r in replies.values():
+            for k, status in r["status"].items():
+                out[int(k)] = (status, r["results"].get(k), r["logs"].get(k, ""))
+        return out
+
+    def netns_of(self, host):
+        """How a traffic plan names ``host``'s namespace: its server fills the path in."""
+        return f"host:{host}"
+
+    def engines(self, plan, name="engine"):
+        """One traffic engine per server on that server's part of ``plan``."""
+        return RemoteEngines(self, plan, name)
+
+    def set_link(self, intf, up):
+        """A switch port (its interface name) down or up, on its server; the server's
+        wall-clock time of the change."""
+        return self.workers[self.intf_server[intf]].call("link", intf=intf, up=up)["t"]
+
+    def intf_counters(self):
+        replies = in_parallel(lambda name: self.workers[name].call("counters"),
+                              list(self.workers))
+        out = {}
+        for r in replies.values():
+            out.update({k: tuple(v) if v else None for k, v in r["counters"].items()})
+        return out
+
+    def snapshot(self):
+        """Every server's drop counters merged (``counters.snapshot``); the CPU clock
+        is this machine's (a server's own busy time is in its results)."""
+        from emulator.dataplane.counters import machine_cpu
+        replies = in_parallel(lambda name: self.workers[name].call("snapshot"),
+                              list(self.workers))
+        out = {"t": time.monotonic(), "ovs_socket": {}, "ovs_interface": {}, "softnet": 0,
+               "queues": {}, "pfc_drops": {}, "ovs_cpu_s": 0.0, "machine": machine_cpu()}
+        for r in replies.values():
+            snap = r["snapshot"]
+            out["ovs_socket"].update(snap["ovs_socket"])
+            out["ovs_interface"].update({k: tuple(v) for k, v in snap["ovs_interface"].items()})
+            out["queues"].update({k: tuple(v) for k, v in snap["queues"].items()})
+            out["softnet"] += snap["softnet"]
+            out["ovs_cpu_s"] += snap["ovs_cpu_s"] or 0.0
+        return out
+
+    def ovses(self):
+        return []
+
+    def teardown(self):
+        t0 = time.monotonic()
+        errors = []
+        done = in_parallel(lambda name: self.workers[name].close(), list(self.workers))
+        for name, (errs, problems) in done.items():
+            errors += [f"server {name}: {e}" for e in errs]
+            self.ovs_problems += [f"server {name}: {p}" for p in problems]
+        self.workers = {}
+        self.timings["teardown_s"] = time.monotonic() - t0
+        return errors
+
+
+
+class RemoteEngines:
+    """The traffic engines of one plan, one per server, driven as one
+    (``engine_proc.EngineProcess``'s start, go, result, kill)."""
+
+    def __init__(self, net, plan, name):
+        self.net = net
+        self.name = name
+        self.duration = plan["duration"]
+        self.parts = {}
+        for key in ("streams", "receivers"):
+            for e in plan[key]:
+                server = net.where[e["netns"][len("host:"):]]
+                part = self.parts.setdefault(server, dict(plan, streams=[], receivers=[]))
+                part[key].append(e)
+        self.started = []
+
+    def start(self, timeout=60):
+        def one(server):
+            self.net.workers[server].call("engine_start", wait=timeout,
+                                          plan=self.parts[server], name=self.name)
+            self.started.append(server)
+        in_parallel(one, list(self.parts))
+
+    def go(self):
+        in_parallel(lambda s: self.net.workers[s].call("engine_go"), self.started)
+
+    def result(self, timeout=None):
+        timeout = timeout or self.duration + 60
+        docs = in_parallel(lambda s: self.net.workers[s].call(
+            "engine_result", wait=timeout + 30, timeout=timeout)["result"], self.started)
+        self.started = []
+        return merge_results(list(docs.values()), self.net.shared_clock)
+
+    def kill(self):
+        for s in self.started:
+            try:
+                self.net.workers[s].call("engine_result", wait=30, timeout=1)
+            except Exception:           # noqa: BLE001 the run is ending anyway
+                pass
+        self.started = []
+
+
+def merge_results(docs, shared_clock):
+    """One engine result from several servers' (``traffic.engine``'s document): the
+    streams and receivers of all, summed counts, and one-way latency only where
+    every server reads one clock."""
+    out = {"window_s": max(d["window_s"] for d in docs), "frame_len": docs[0]["frame_len"],
+           "streams": [s for d in docs for s in d["streams"]],
+           "receivers": [r for d in docs for r in d["receivers"]]}
+    engine = {}
+    for d in docs:
+        for k, v in d["engine"].items():
+            if isinstance(v, (int, float)) and k != "cpu_us_per_packet":
+                engine[k] = engine.get(k, 0) + v
+    engine["cpu_us_per_packet"] = round(engine.get("cpu_s", 0) * 1e6 / max(
+        engine.get("sent_packets", 0) + engine.get("received_packets", 0), 1), 3)
+    engine["cpu_s"] = max(d["engine"]["cpu_s"] for d in docs)   # the busiest engine's share
+    engine["engines"] = len(docs)
+    out["engine"] = engine
+    if shared_clock:
+        out["latency_ms"] = merge_latency([d["latency_hist"] for d in docs],
+                                          max(d["latency_ms"]["max"] for d in docs))
+    else:
+        out["latency_ms"] = {"p50": None, "p99": None, "max": None,
+                             "note": "not measured: the servers' clocks are not shared"}
+        for r in out["receivers"]:
+            r["latency_ms"] = None
+    return out
+
+
+def merge_latency(hists, lat_max_ms):
+    """The ``latency_ms`` of several engines' ``latency_hist`` documents together."""
+    from array import array
+    from traffic.engine import LAT_BIN_NS, LAT_BINS, percentiles
+    hist = array("I", bytes(4 * LAT_BINS))
+    n = total_ns = 0
+    for h in hists:
+        for i, c in h["counts"].items():
+            hist[int(i)] += c
+        n += h["n"]
+        total_ns += h["sum_ns"]
+    return dict(percentiles(hist, LAT_BIN_NS), mean=round(total_ns / n / 1e6, 3) if n else None,
+                max=lat_max_ms)
+
+
+UNSUPPORTED = (("capture_text", "--capture"), ("telemetry_port", "--telemetry"),
+               ("ecn", "--ecn"))
+
+
+def refuse(session):
+    """One clear error for what a multi-server run does not do (yet)."""
+    from emulator.errors import ConfigError
+    from emulator.dataplane import impair
+    for attr, option in UNSUPPORTED:
+        if getattr(session, attr):
+            raise ConfigError(option, f"{option} runs on one machine only: not with --servers")
+    if session.fabric.flow_control != "none":
+        raise ConfigError("--servers", "a lossless fabric runs on one machine only: "
+                                       "not with --servers")
+    if impair.impaired(addressing_plan(session)):
+        raise ConfigError("--servers", "link impairments in the fabric file (loss:, state:, "
+                                       "delay:) run on one machine only: not with --servers")
+    if session.controller_spec.startswith("remote:"):
+        raise ConfigError("--controller", "a multi-server run starts its own controller "
+                                          "(builtin or app:), reached over TLS")
+
+
+def addressing_plan(session):
+    from emulator.fabric import addressing
+    return addressing.plan(session.fabric)
+
+
+def start(session, dp_type):
+    """Place the fabric on the servers, check them, start the controller on this
+    machine's underlay address with the run's TLS keys; the ``ClusterNet`` to build."""
+    from emulator.dataplane import servers as srv
+    from emulator.dataplane.controller_proc import Controller
+    servers = session.servers
+    where = cluster.place(session.topo, servers, session.placement)
+    toward = {s.name: srv.local_address(s.address) for s in servers}
+    addresses = sorted(set(toward.values()))
+    if len(addresses) > 1:
+        from emulator.errors import EnvironmentProblem
+        raise EnvironmentProblem(f"this machine reaches the servers from {len(addresses)} "
+                                 f"addresses ({', '.join(addresses)}): the controller listens "
+                                 "on one; put the servers on one underlay network")
+    ssh = srv.ssh_base(session.ssh_config, session.state.dir)
+    session.progress(f"checking {len(servers)} servers over ssh")
+    docs = srv.preflight(servers, ssh, session.mtu, toward)
+    tls = srv.make_tls(session.state.path("tls"), addresses[0])
+    from emulator.dataplane.worker import probe
+    here = probe(addresses[0])["boot_id"]
+    shared_clock = all(d["boot_id"] == here for d in docs.values())
+    ports, _ = cluster.crossing(session.topo, where)
+    session.results["servers"] = {
+        "placement": session.placement, "crossing_links": len(ports) // 2,
+        "controller": f"{addresses[0]} (TLS)",
+        "one_way_latency": ("measured: every server runs on this machine's clock"
+                            if shared_clock else
+                            "not measured: the servers' clocks are not shared"),
+        "servers": {s.name: {"address": s.address, "user": s.user,
+                             "nodes": sorted(n for n, w in where.items() if w == s.name),
+                             "underlay_mtu": docs[s.name]["underlay_mtu"],
+                             "ovs": docs[s.name]["ovs"]} for s in servers}}
+    session.controller = Controller(
+        session.topology_path, os.path.join(session.dir, "controller.log"),
+        app=session.app_path(), lb=session.lb, failover=session.failover,
+        env=session.child_env(), holddown=session.holddown, host=addresses[0],
+        tls=(tls["ctl-key"], tls["ctl"], tls["ca"]))
+    session.state.record("controller", session.controller.argv)
+    session.progress(f"starting controller on {addresses[0]}:{session.controller.port} (TLS)")
+    session.controller.start()
+    session.results["controller"] = {"kind": "app" if session.app_path() else "builtin",
+                                     "listen": f"{addresses[0]}:{session.controller.port}",
+                                     "tls": True}
+    net = ClusterNet(session.topo, session.state, servers, where, ssh,
+                     session.controller.url, tls, datapath_type=dp_type,
+                     queue_ms=session.queue_ms, shape=session.shape, roce_mtu=session.mtu,
+                     progress=session.progress, env=session.child_env())
+    net.shared_clock = shared_clock
+    tunnel_mtu = min(cluster.check_mtu(d["underlay_mtu"], session.mtu, name)
+                     for name, d in docs.items())
+    for ends in net.tunnels.values():
+        for t in ends:
+            t["mtu"] = tunnel_mtu
+    return net
