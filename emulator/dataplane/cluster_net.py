@@ -70,6 +70,9 @@ class ClusterNet:
         self.instances = []          # no instance of this machine: each server has its own
         self.shared_clock = False    # one kernel's clock for every server (set by start)
         self.ovs_problems = []       # ERR lines of the servers' Open vSwitch about the run
+        self.clock_offset_ns = {}    # server: its monotonic clock minus ours (measure_clocks)
+        self.last_change_ns = {}     # server: when set_links last changed its interfaces
+        self.clock_error_ns = 0
         self.tunnels = cluster.tunnels(topo, where, servers, state.tag)
         self.intf_server = {p["intf"]: where[sw["name"]]
                             for sw in topo["switches"] for p in sw["ports"]}
@@ -103,6 +106,7 @@ class ClusterNet:
         self.mtu = next(iter(built.values()))["mtu"]
         for name, reply in built.items():
             self.timings[f"build_{name}_s"] = round(reply["timings"].get("build_s", 0), 3)
+        self.measure_clocks()
         self.timings["build_s"] = time.monotonic() - t0
 
     # ----- requests that go to the server carrying the node -------------------
@@ -141,10 +145,77 @@ class ClusterNet:
         """One traffic engine per server on that server's part of ``plan``."""
         return RemoteEngines(self, plan, name)
 
-    def set_link(self, intf, up):
-        """A switch port (its interface name) down or up, on its server; the server's
-        wall-clock time of the change."""
-        return self.workers[self.intf_server[intf]].call("link", intf=intf, up=up)["t"]
+    def switch_netns(self, switch):
+        """How a fault names ``switch``'s ports' namespace: its server resolves it."""
+        return f"switch:{switch}"
+
+    def set_links(self, ends, state):
+        """Set interfaces down or up on their servers, all servers at once: ``ends``
+        [(``switch:NAME`` or ``host:NAME``, interface name)]."""
+        by_server = {}
+        for where, ifname in ends:
+            by_server.setdefault(self.where[where.partition(":")[2]], []).append(
+                [where, ifname])
+        done = in_parallel(lambda name: self.workers[name].call(
+            "links", ends=by_server[name], state=state), list(by_server))
+        self.last_change_ns = {name: r["t_ns"] for name, r in done.items()}   # their clocks
+        return self.last_change_ns
+
+    def cut(self, ends, ports, delay_s=None):
+        """Set ``ends`` down, each server its own, and with ``delay_s`` have each tell
+        its switches among ``ports`` [(switch, port)] that long after its cut
+        (``dataplane.detect``): (this machine's clock once all are down, the
+        signal document as ``Injector._signal`` gives it, when the first server set
+        its ends down on this machine's clock)."""
+        by_server, notify = {}, {}
+        for where, ifname in ends:
+            by_server.setdefault(self.where[where.partition(":")[2]], []).append(
+                [where, ifname])
+        for sw, port in ports:
+            notify.setdefault(self.where[sw], []).append([sw, port])
+            by_server.setdefault(self.where[sw], [])
+        done = in_parallel(lambda name: self.workers[name].call(
+            "links", ends=by_server[name], state="down", ports=notify.get(name, []),
+            notify=delay_s), list(by_server))
+        t_cut = time.monotonic_ns()
+        self.last_change_ns = {name: r["t_ns"] for name, r in done.items()}
+        changed = [r["t_ns"] - self.clock_offset_ns.get(name, 0)
+                   for name, r in done.items() if by_server[name]]
+        first = min(changed) if changed else None
+        if delay_s is None:
+            return t_cut, {}, first
+        docs = []
+        for name, r in done.items():
+            off = self.clock_offset_ns.get(name, 0)
+            if "detect" in r:
+                docs.append({k: (v - off if k.startswith("t_") else v)
+                             for k, v in r["detect"].items()})
+        return t_cut, {"detect": {
+            "detect_ms": round(delay_s * 1e3, 3),
+            "t_notify_ns": max(d["t_notify_ns"] for d in docs),
+            "t_acked_ns": max(d["t_acked_ns"] for d in docs),
+            "ports": [p for d in docs for p in d["ports"]]}}, first
+
+    def ovs(self, switch):
+        """The Open vSwitch carrying ``switch``, as far as ``appctl`` (ofproto/trace)."""
+        return _RemoteOvs(self.workers[self.where[switch]], switch)
+
+    def measure_clocks(self, samples=5):
+        """{server: its CLOCK_MONOTONIC minus this machine's, in ns}: the midpoint of
+        the quickest of ``samples`` round trips (off by at most half of it)."""
+        def one(name):
+            best = None
+            for _ in range(samples):
+                t0 = time.monotonic_ns()
+                remote = self.workers[name].call("clock")["t_ns"]
+                t1 = time.monotonic_ns()
+                if best is None or t1 - t0 < best[0]:
+                    best = (t1 - t0, remote - (t0 + t1) // 2)
+            return best
+        got = in_parallel(one, list(self.workers))
+        self.clock_offset_ns = {name: off for name, (_, off) in got.items()}
+        self.clock_error_ns = max(rtt // 2 for rtt, _ in got.values())
+        return self.clock_offset_ns
 
     def intf_counters(self):
         replies = in_parallel(lambda name: self.workers[name].call("counters"),
@@ -201,6 +272,14 @@ class RemoteEngines:
                 server = net.where[e["netns"][len("host:"):]]
                 part = self.parts.setdefault(server, dict(plan, streams=[], receivers=[]))
                 part[key].append(e)
+        if plan.get("expect_flows"):
+            # each engine waits for the flows its own receivers get
+            host_of = {p["ip"]: h["name"] for h in net.topo["hosts"] for p in h["ports"]}
+            for part in self.parts.values():
+                part["expect_flows"] = None
+            for e in plan["streams"]:
+                part = self.parts[net.where[host_of[e["dst_ip"]]]]
+                part["expect_flows"] = (part["expect_flows"] or 0) + e.get("qps", 1)
         self.started = []
 
     def start(self, timeout=60):
@@ -213,11 +292,19 @@ class RemoteEngines:
     def go(self):
         in_parallel(lambda s: self.net.workers[s].call("engine_go"), self.started)
 
+    def wait_line(self, word, timeout):
+        """Every engine that expects flows says ``word`` (``flowing``)."""
+        waiting = [s for s in self.started if self.parts[s].get("expect_flows")]
+        in_parallel(lambda s: self.net.workers[s].call(
+            "engine_wait_line", wait=timeout + 10, word=word, timeout=timeout), waiting)
+
     def result(self, timeout=None):
         timeout = timeout or self.duration + 60
         docs = in_parallel(lambda s: self.net.workers[s].call(
             "engine_result", wait=timeout + 30, timeout=timeout)["result"], self.started)
         self.started = []
+        for server, doc in docs.items():        # receivers' times on this machine's clock
+            shift_times(doc["receivers"], self.net.clock_offset_ns.get(server, 0))
         return merge_results(list(docs.values()), self.net.shared_clock)
 
     def kill(self):
@@ -227,6 +314,65 @@ class RemoteEngines:
             except Exception:           # noqa: BLE001 the run is ending anyway
                 pass
         self.started = []
+
+
+TIMES = ("t0_ns", "first_arrival_ns", "last_arrival_ns", "start_ns", "end_ns")
+
+
+def shift_times(doc, offset_ns):
+    """Move every arrival time in a receivers document (``TIMES`` keys, at any depth)
+    from a server's CLOCK_MONOTONIC onto this machine's."""
+    if isinstance(doc, list):
+        for x in doc:
+            shift_times(x, offset_ns)
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in TIMES and isinstance(v, int):
+                doc[k] = v - offset_ns
+            elif isinstance(v, (dict, list)):
+                shift_times(v, offset_ns)
+
+
+class RemoteDetector:
+    """``dataplane.detect.Detector`` on several servers: each server's worker tells its
+    own switches, ``delay_s`` after its own interfaces changed (``set_links``)."""
+
+    def __init__(self, net, delay_s):
+        self.net = net
+        self.delay_s = delay_s
+
+    def notify(self, ports, down, t_cut_ns=None, timeout=5.0):
+        by_server = {}
+        for sw, port in ports:
+            by_server.setdefault(self.net.where[sw], []).append([sw, port])
+
+        def one(name):
+            off = self.net.clock_offset_ns.get(name, 0)
+            cut = self.net.last_change_ns.get(name, (t_cut_ns or time.monotonic_ns()) + off)
+            doc = self.net.workers[name].call(
+                "detect", wait=timeout + 10, ports=by_server[name], down=down,
+                due_ns=cut + int(self.delay_s * 1e9), delay_s=self.delay_s)["detect"]
+            return {k: (v - off if k.startswith("t_") else v) for k, v in doc.items()}
+        docs = in_parallel(one, list(by_server))
+        return {"detect_ms": round(self.delay_s * 1e3, 3),
+                "t_notify_ns": max(d["t_notify_ns"] for d in docs.values()),
+                "t_acked_ns": max(d["t_acked_ns"] for d in docs.values()),
+                "ports": [p for d in docs.values() for p in d["ports"]]}
+
+    def close(self):
+        pass
+
+
+class _RemoteOvs:
+    """A switch's Open vSwitch on its server, for ``appctl`` only."""
+
+    def __init__(self, worker, switch):
+        self.worker = worker
+        self.switch = switch
+
+    def appctl(self, *args, timeout=20):
+        return self.worker.call("appctl", wait=timeout + 10, switch=self.switch,
+                                args=list(args))["text"]
 
 
 def merge_results(docs, shared_clock):

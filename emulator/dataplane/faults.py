@@ -198,7 +198,10 @@ class Injector:
         self._nft_table = None
         self._ifindex = {}
         self.detector = None
-        if detect is not None:
+        if detect is not None and self._remote():
+            from emulator.dataplane.cluster_net import RemoteDetector
+            self.detector = RemoteDetector(session.net, detect)
+        elif detect is not None:
             from emulator.dataplane.detect import Detector
             self.detector = Detector(session, detect, clock=clock)
 
@@ -236,7 +239,7 @@ class Injector:
         (sw_name, port), other = parse_link(link, self.s.topo) if isinstance(link, str) else link
         a = (self.s.net.switch_netns(sw_name), port["intf"])
         if port["peer_kind"] == "host":
-            b = (f"/proc/{self.s.net.hosts[other].pid}/ns/net", str(port["peer_port"]))
+            b = (self._host_netns(other), str(port["peer_port"]))
         else:
             peer = next(s for s in self.s.topo["switches"] if s["name"] == other)
             b = (self.s.net.switch_netns(other),
@@ -246,6 +249,17 @@ class Injector:
         if nic_of(self.s.topo).get(first, first) != sw_name:
             a, b = b, a
         return {"a": [a], "b": [b], "both": [a, b]}[side]
+
+    def _host_netns(self, name):
+        """Where host ``name``'s ports are: its namespace, or on several servers a name
+        its server resolves (``ClusterNet.netns_of``)."""
+        net = self.s.net
+        return net.netns_of(name) if hasattr(net, "netns_of") \
+            else f"/proc/{net.hosts[name].pid}/ns/net"
+
+    def _remote(self):
+        """True when the fabric is on several servers: changes go to their servers."""
+        return hasattr(self.s.net, "set_links")
 
     def _index(self, netns, ifname):
         """The interface's index (looked up once: a lookup is a netlink dump)."""
@@ -258,11 +272,17 @@ class Injector:
         return self._ifindex[key]
 
     def _resolved(self, ends):
-        """[(netlink socket, index)] of ``ends``, looked up before any change is timed."""
+        """[(netlink socket, index)] of ``ends``, looked up before any change is timed;
+        on several servers the ends themselves (their servers look them up)."""
+        if self._remote():
+            return [("remote", end) for end in ends]
         return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
 
     def _set(self, targets, state):
         """Set each ``_resolved`` end down/up; returns the clock once the last has changed."""
+        if self._remote():
+            self.s.net.set_links([end for _, end in targets], state)
+            return self.clock()
         for ipr, index in targets:
             ipr.link("set", index=index, state=state)
         return self.clock()
@@ -284,12 +304,23 @@ class Injector:
             return {}
         return {"detect": self.detector.notify(ports, down, t_cut)}
 
+    def _cut(self, targets, ports):
+        """Set ``targets`` down and signal ``ports``' switches: (t_cut_ns, signal,
+        when the first end went down or None).  On several servers each server
+        does both in one request (its switches learn ``detect`` after its own
+        cut, not after a round trip more), and the fault's time is when the first
+        server set its end down, on this machine's clock (``ClusterNet.cut``)."""
+        if self._remote():
+            notify = self.detector.delay_s if self.detector is not None else None
+            return self.s.net.cut([end for _, end in targets], ports, notify)
+        t_cut = self._set(targets, "down")
+        return t_cut, self._signal(ports, True, t_cut), None
+
     def link_down(self, link, side="both"):
         targets = self._resolved(self.ends(link, side))
         t = self.clock()
-        t_cut = self._set(targets, "down")
-        return self._log("link_down", link, t, side=side, t_cut_ns=t_cut,
-                         **self._signal(self.switch_ports(link), True, t_cut))
+        t_cut, signal, first = self._cut(targets, self.switch_ports(link))
+        return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut, **signal)
 
     def _requeue(self, ports):
         """The ECN marker counts the queues of switch ``ports`` afresh (ecnq.reset)."""
@@ -304,7 +335,8 @@ class Injector:
         self._set(self._resolved(ends), "up")
         self._requeue(self.switch_ports(link))
         for netns, ifname in ends:
-            if netns and tag_of_name(ifname) is None:       # a host's end
+            if netns and netns.startswith("/proc/") and tag_of_name(ifname) is None:
+                # a host's end (on this machine)
                 self._restore_routes(netns, ifname)
         return self._log("link_up", link, t, side=side,
                          **self._signal(self.switch_ports(link), False, t))
@@ -346,9 +378,8 @@ class Injector:
     def switch_crash(self, name):
         targets = self._resolved(self._switch_intfs(name))
         t = self.clock()
-        t_cut = self._set(targets, "down")
-        return self._log("switch_crash", name, t, t_cut_ns=t_cut,
-                         **self._signal(self._neighbour_ports(name), True, t_cut))
+        t_cut, signal, first = self._cut(targets, self._neighbour_ports(name))
+        return self._log("switch_crash", name, first or t, t_cut_ns=t_cut, **signal)
 
     def switch_recover(self, name):
         t = self.clock()
@@ -397,6 +428,9 @@ class Injector:
         on several links) instead of replacing them.  ``corrupt``: corrupt the
         RoCEv2 payload of that share instead of dropping (``corrupt_rule``).
         """
+        if self._remote():
+            raise ConfigError("loss", "gray loss (nftables) runs on one machine only: not "
+                                      "with --servers")
         if not 0 < percent <= 100:
             raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
         if shutil.which("nft") is None:

@@ -14,7 +14,10 @@ object per line on stdin, one reply per line on stdout:
                                    -> a traffic engine on its part of a plan
   counters {}                      -> {counters}: its switch ports' counters
   snapshot {}                      -> {snapshot}: its drop counters and OVS CPU
-  link     {intf, up}              -> set one of its switch ports down or up
+  links    {ends, state}           -> set switch or host interfaces down or up
+  appctl   {switch, args}          -> ovs-appctl of that switch's instance
+  detect   {ports, down, due_ns, delay_s} -> modeled loss of signal (dataplane.detect)
+  clock    {}                      -> its CLOCK_MONOTONIC (the run aligns timelines)
   teardown {}                      -> removes everything, then exits
 
 Whatever ends it (a teardown request, the run's ssh connection closing when
@@ -119,6 +122,7 @@ class Worker:
         self.state = None
         self.net = None
         self.engine = None
+        self.detector = None
 
     def build(self, req):
         from emulator.dataplane.net import FabricNet
@@ -233,20 +237,62 @@ class Worker:
         snap["queues"] = {k: list(v) for k, v in snap["queues"].items()}
         return {"snapshot": snap}
 
-    def link(self, req):
+    def links(self, req):
+        """Set interfaces down or up: ``ends`` [[where, ifname]], where is
+        ``switch:NAME`` or ``host:NAME`` (``ClusterNet.set_links``)."""
         from emulator.dataplane.ifaces import ns_sockets
-        sw = next(sw for sw, p in self.net._switch_ports() if p["intf"] == req["intf"])
+        state = req["state"]
         with ns_sockets() as sock:
-            ipr = sock(self.net.switch_netns(sw["name"]))
-            ipr.link("set", index=ipr.link_lookup(ifname=req["intf"])[0],
-                     state="up" if req["up"] else "down")
-        return {"t": time.time()}
+            targets = []
+            for where, ifname in req["ends"]:
+                kind, _, node = where.partition(":")
+                ns = self.net.switch_netns(node) if kind == "switch" \
+                    else f"/proc/{self.net.hosts[node].pid}/ns/net"
+                ipr = sock(ns)
+                idx = ipr.link_lookup(ifname=ifname)
+                if not idx:
+                    raise OSError(f"interface {ifname} of {node} not found")
+                targets.append((ipr, idx[0]))
+            for ipr, idx in targets:
+                ipr.link("set", index=idx, state=state)
+        t_ns = time.monotonic_ns()
+        out = {"t_ns": t_ns}
+        if req.get("notify") is not None and req.get("ports"):   # a cut's modeled detection
+            out.update(self.detect({"ports": req["ports"], "down": True, "delay_s":
+                                    req["notify"], "due_ns": t_ns + int(req["notify"] * 1e9)}))
+        return out
+
+    def appctl(self, req):
+        """``ovs-appctl`` of the instance carrying ``switch`` (e.g. ofproto/trace)."""
+        return {"text": self.net.ovs(req["switch"]).appctl(*req["args"], timeout=20)}
+
+    def detect(self, req):
+        """Tell this server's switches of ``ports``' loss of signal (or its return) at
+        ``due_ns`` on this server's clock (``dataplane.detect``, the run's delay)."""
+        from types import SimpleNamespace
+        from emulator.dataplane.detect import Detector
+        if self.detector is None:
+            self.detector = Detector(SimpleNamespace(net=self.net, topo=self.net.topo),
+                                     req["delay_s"])
+        ports = [tuple(p) for p in req["ports"]]
+        t_cut = req["due_ns"] - int(req["delay_s"] * 1e9) if req["down"] else None
+        return {"detect": self.detector.notify(ports, req["down"], t_cut)}
+
+    def clock(self, req):
+        return {"t_ns": time.monotonic_ns()}
+
+    def engine_wait_line(self, req):
+        self.engine.wait_line(req["word"], req["timeout"])
+        return {}
 
     def teardown(self, req=None):
         errors, problems = [], []
         if self.engine is not None:
             self.engine.kill()
             self.engine = None
+        if self.detector is not None:
+            self.detector.close()
+            self.detector = None
         if self.net is not None:
             from emulator.dataplane.logs import ovs_problems
             errors += self.net.teardown()

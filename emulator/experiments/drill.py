@@ -336,6 +336,9 @@ def main(fabric, args, out=print):
     if args.bfd:
         from emulator.dataplane.bfd import parse_interval
         parse_interval(args.bfd)
+        if fabric.cluster is not None:
+            raise ConfigError("--bfd", "BFD sessions run on one machine only: not with "
+                                       "--servers")
     if getattr(args, "bfd_holddown", None) is not None:
         from emulator.experiments.options import parse_holddown
         parse_holddown(args.bfd_holddown)

@@ -65,8 +65,11 @@ def repeat(s, inj, pairs, events, args, work):
     total = max(e.at_s for e in events) + args.post + sum(
         e.params.get("count", 0) * e.params.get("period", 0) for e in events)
     duration = total + 2.0
-    eng = EngineProcess(probe_plan(s.net, pairs, args, duration), work,
-                        env=child_env(s), name="probes")
+    plan = probe_plan(s.net, pairs, args, duration)
+    if hasattr(s.net, "engines"):       # one engine per server (``ClusterNet``)
+        eng = s.net.engines(plan, "probes")
+    else:
+        eng = EngineProcess(plan, work, env=child_env(s), name="probes")
     eng.start()
     watch = Watch(s)
     try:
