@@ -8,6 +8,7 @@ Runs that are still alive (their lock is held) are left alone unless
 there is no ``mn -c`` here.
 """
 
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,35 @@ def our_nft_tables():
         if m:
             out[m.group(1)] = m.group(2)
     return out
+
+
+def journaled_devices(tag, errors):
+    """Remove the interfaces without the run's name that dead run ``tag`` journaled as
+    its own (a server's ``ovs-netdev``, which its instance's daemon made in that
+    namespace: ``dataplane.worker``); returns those removed."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    names = set()
+    try:
+        with open(os.path.join(runstate.STATE_ROOT, tag, "journal")) as f:
+            for line in f:
+                entry = json.loads(line)
+                if entry.get("kind") == "interface" and \
+                        runstate.tag_of_name(entry.get("what", "")) is None:
+                    names.add(entry["what"])
+    except (OSError, ValueError):
+        return []
+    gone = []
+    with IPRoute() as ipr:
+        for name in sorted(names):
+            idx = ipr.link_lookup(ifname=name)
+            if idx:
+                try:
+                    ipr.link("del", index=idx[0])
+                    gone.append(name)
+                except NetlinkError as e:
+                    errors.append(f"removing {name}: {e}")
+    return gone
 
 
 def kill_processes(pids, grace=3.0):
@@ -116,6 +146,7 @@ def clean(force=False, log=print):
         before = {n for n, t in intfs.items() if t == tag}
         summary["errors"] += delete_interfaces(tag)
         summary["interfaces"] += sorted(before)
+        summary["interfaces"] += journaled_devices(tag, summary["errors"])
         for table in sorted(t for t, owner in tables.items() if owner == tag):
             try:
                 proc.run(["nft", "delete", "table", "netdev", table], timeout=20)

@@ -77,10 +77,25 @@ class ServerShell(RemoteMixin, Node):
         self.sshcmd = self.ssh + ["-tt", self.dest]
         super().startShell(*args, **kwargs)
 
+    @staticmethod
+    def _ignoreSignal():
+        """The cluster edition's own (a process group of its own, so Ctrl-C does not
+        reach ssh), and: ssh dies with the run's process (SIGKILL included), so
+        the server's worker sees its session end and removes what it built."""
+        os.setpgrp()
+        _die_with_parent()
+
     def _popen(self, cmd, sudo=True, tt=True, **params):
         if self._env is not None:
             params.setdefault("env", self._env)
         return super()._popen(cmd, sudo=sudo and self.user != "root", tt=tt, **params)
+
+
+def _die_with_parent():
+    import ctypes
+    import signal
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _ssh_run(ssh, server, argv, timeout=SSH_TIMEOUT):

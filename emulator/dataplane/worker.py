@@ -307,26 +307,50 @@ class Worker:
 
 
 def serve(tag, server, inp, out):
-    """Answer requests from ``inp`` until a teardown or end of input; always tear down."""
+    """Answer requests from ``inp`` until a teardown or end of input; always tear down.
+
+    A reader thread takes the requests: when the run's side of the session ends
+    while a long request runs (a collective, a traffic engine), the worker is
+    interrupted (SIGHUP) and tears down at once instead of finishing it."""
+    import queue
+    import signal
+    import threading
     from emulator.dataplane.signals import signals_as_exceptions
     from emulator.errors import FabricError, RunFailed
     worker = Worker(tag, server)
+    lines = queue.Queue()
+    busy = threading.Event()
+
+    def read():
+        for line in inp:
+            lines.put(line)
+        lines.put(None)
+        if busy.is_set():
+            os.kill(os.getpid(), signal.SIGHUP)
     with signals_as_exceptions():
+        threading.Thread(target=read, name="requests", daemon=True).start()
         try:
-            for line in inp:
+            while True:
+                line = lines.get()
+                if line is None:
+                    return 0
                 req = json.loads(line)
                 op = req.get("op")
+                busy.set()
                 try:
                     reply = {"ok": True, **getattr(worker, op)(req)}
                 except (FabricError, RunFailed, OSError, ValueError, KeyError) as e:
                     reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                finally:
+                    busy.clear()
                 out.write(json.dumps(reply) + "\n")
                 out.flush()
                 if op == "teardown":
                     return 0
         finally:
-            worker.teardown()
-    return 0
+            from emulator.dataplane.signals import signals_masked
+            with signals_masked():
+                worker.teardown()
 
 
 def main(argv=None):
