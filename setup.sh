@@ -12,6 +12,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${FABRIC_LAB_VENV:-$HERE/.venv}"
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 ethtool
               iputils-ping iproute2 tcpdump tshark nftables procps psmisc curl
+              openssh-client openssh-server openssl
               python3 python3-venv python3-pip)
 
 say() { printf '[setup] %s\n' "$*"; }

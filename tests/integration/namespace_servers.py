@@ -26,12 +26,21 @@ def _run(argv, timeout=30):
     return r.stdout
 
 
+def _free_subnet():
+    """A third octet of 10.254.X.0/24 that no address of this machine is in."""
+    used = _run(["ip", "-o", "-4", "addr"])
+    for x in range(200, 250):
+        if f" 10.254.{x}." not in used:
+            return x
+    raise RuntimeError("no free 10.254.X.0/24 for test servers")
+
+
 class NamespaceServers:
     def __init__(self, n, mtu=9000, subnet=None):
         self.id = secrets.token_hex(2)
         self.n = n
         self.mtu = mtu
-        x = subnet if subnet is not None else 200 + int(self.id, 16) % 50
+        x = subnet if subnet is not None else _free_subnet()
         self.prefix = f"10.254.{x}"
         self.bridge = f"tsrv{self.id}br"
         self.dir = tempfile.mkdtemp(prefix=f"tsrv{self.id}-")
