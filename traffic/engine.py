@@ -268,8 +268,7 @@ class Engine:
                 due = [t for t in (s[0].next_ns() for s in scheds) if t is not None]
                 wake = max(min(due, default=end), now + tick)
             else:
-                # receivers only (one server's part of a plan): senders elsewhere
-                # send until ``end``, so quiet counts from there
+                # receivers only (a server's part of a plan): others send until end
                 quiet_since = max(last_rx or 0, send_end or (start if scheds else end))
                 if not self.rx or now - quiet_since >= idle_ns or now >= hard_end:
                     break

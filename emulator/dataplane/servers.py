@@ -37,6 +37,25 @@ SSH_TIMEOUT = 20          # seconds for one preflight command
 STATE_ON_SERVER = "/run/fabric-lab/on-{name}"   # a worker's FABRIC_LAB_STATE
 
 
+def in_parallel(fn, items):
+    """``fn(item)`` for every item at once; {item: result}; the first error raises."""
+    results, errors = {}, []
+
+    def one(item):
+        try:
+            results[item] = fn(item)
+        except BaseException as e:          # re-raised below, in the caller's thread
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(i,)) for i in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def ssh_base(ssh_config=None, control_dir=None):
     """ssh's options for every connection of a run."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
