@@ -260,13 +260,14 @@ def main(argv=None):
             from emulator.dataplane import cleanup
             from emulator.dataplane import session
             session.require_root()
-            cleanup.clean(force=args.force)
-            if args.servers:
+            if args.servers:         # the servers first: this machine's state names them
                 from emulator.dataplane import servers
                 from emulator.fabric import cluster
                 cl = cluster.parse_cluster(args.servers, ssh_config=args.ssh_config,
                                            where="--servers")
-                servers.clean_servers(cl.servers, servers.ssh_base(cl.ssh_config))
+                servers.clean_servers(cl.servers, servers.ssh_base(cl.ssh_config),
+                                      force=args.force)
+            cleanup.clean(force=args.force)
             return 0
         if args.command == "calibrate":
             from emulator.dataplane import session
@@ -292,6 +293,10 @@ def main(argv=None):
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)
+            if fabric.cluster is not None and name in ("check", "probe", "drill_collective"):
+                what = "drill --workload" if name == "drill_collective" else name
+                raise FabricError(f"{what} runs on one machine only: not with --servers "
+                                  "(run, drill under probes and compare run on servers)")
             session.require_root()
             session.check_dependencies()
             return command.main(fabric, args)

@@ -62,15 +62,16 @@ def journaled_devices(tag, errors):
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
     names = set()
-    try:
-        with open(os.path.join(runstate.STATE_ROOT, tag, "journal")) as f:
-            for line in f:
-                entry = json.loads(line)
-                if entry.get("kind") == "interface" and \
-                        runstate.tag_of_name(entry.get("what", "")) is None:
-                    names.add(entry["what"])
-    except (OSError, ValueError):
-        return []
+    for directory in runstate.state_dirs(tag):
+        try:
+            with open(os.path.join(directory, "journal")) as f:
+                for line in f:
+                    entry = json.loads(line)
+                    if entry.get("kind") == "interface" and \
+                            runstate.tag_of_name(entry.get("what", "")) is None:
+                        names.add(entry["what"])
+        except (OSError, ValueError):
+            continue
     gone = []
     with IPRoute() as ipr:
         for name in sorted(names):
@@ -139,7 +140,7 @@ def clean(force=False, log=print):
                 summary["errors"].append(str(e))
         # its datapath instances first, by their pid files (never a foreign OVS:
         # only pids that carry the run's tag); their namespaces go with them
-        daemons = pidfile_daemons(os.path.join(runstate.STATE_ROOT, tag), tag)
+        daemons = [pid for d in runstate.state_dirs(tag) for pid in pidfile_daemons(d, tag)]
         summary["instance_daemons"] += kill_processes(daemons)
         pids = [p for p, t in procs.items() if t == tag and p not in daemons]
         summary["processes"] += kill_processes(pids)
@@ -152,7 +153,8 @@ def clean(force=False, log=print):
                 proc.run(["nft", "delete", "table", "netdev", table], timeout=20)
             except RunFailed as e:
                 summary["errors"].append(str(e))
-        shutil.rmtree(os.path.join(runstate.STATE_ROOT, tag), ignore_errors=True)
+        for directory in runstate.state_dirs(tag):
+            shutil.rmtree(directory, ignore_errors=True)
     for key in ("bridges", "instance_daemons", "processes", "interfaces"):
         log(f"removed {len(summary[key])} {key.replace('_', ' ')}")
     if live:

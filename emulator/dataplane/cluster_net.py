@@ -22,6 +22,7 @@ import time
 
 from emulator.dataplane.servers import RemoteWorker, in_parallel
 from emulator.fabric import cluster
+from emulator.fabric.units import link_mtu
 
 
 class ClusterNet:
@@ -50,6 +51,7 @@ class ClusterNet:
         self.instances = []          # no instance of this machine: each server has its own
         self.shared_clock = False    # one kernel's clock for every server (set by start)
         self.ovs_problems = []       # ERR lines of the servers' Open vSwitch about the run
+        self.interface_mtu = None    # every interface's, when the tunnels carry less
         self.clock_offset_ns = {}    # server: its monotonic clock minus ours (measure_clocks)
         self.last_change_ns = {}     # server: when set_links last changed its interfaces
         self.clock_error_ns = 0
@@ -67,7 +69,8 @@ class ClusterNet:
                       f"({cluster.describe(self.where, self.servers)}); "
                       f"{crossing} links cross servers")
         for s in self.servers:
-            # listed before it starts: a failure half-way leaves the started ones to teardown
+            # a record for the reader (clean finds a server's share by its tag there);
+            # each is in ``workers`` once started, so teardown reaches the started ones
             self.state.record("server", {"name": s.name, "address": s.address})
             self.workers[s.name] = RemoteWorker(s, self.ssh, self.state.tag, self.env)
         self.timings["workers_s"] = time.monotonic() - t0
@@ -80,13 +83,14 @@ class ClusterNet:
                 "build", wait=600, part=cluster.part(self.topo, self.where, name),
                 tunnels=self.tunnels[name], controller=self.controller_url, ssl=ssl,
                 queue_ms=self.queue_ms, shape=self.shape, roce_mtu=self.roce_mtu,
-                datapath=self.datapath_type)
+                datapath=self.datapath_type, mtu=self.interface_mtu)
         self.progress("building every server's share of the fabric")
         built = in_parallel(build_one, list(self.workers))
         self.mtu = next(iter(built.values()))["mtu"]
         for name, reply in built.items():
             self.timings[f"build_{name}_s"] = round(reply["timings"].get("build_s", 0), 3)
-        self.measure_clocks()
+        if not self.shared_clock:     # one kernel's clock: nothing to align
+            self.measure_clocks()
         self.timings["build_s"] = time.monotonic() - t0
 
     # ----- requests that go to the server carrying the node -------------------
@@ -145,9 +149,9 @@ class ClusterNet:
     def cut(self, ends, ports, delay_s=None):
         """Set ``ends`` down, each server its own, and with ``delay_s`` have each tell
         its switches among ``ports`` [(switch, port)] that long after its cut
-        (``dataplane.detect``): (this machine's clock once all are down, the
-        signal document as ``Injector._signal`` gives it, when the first server set
-        its ends down on this machine's clock)."""
+        (``dataplane.detect``): (when the last server set its ends down, the signal
+        document as ``Injector._signal`` gives it, when the first did), times on
+        this machine's clock."""
         by_server, notify = {}, {}
         for where, ifname in ends:
             by_server.setdefault(self.where[where.partition(":")[2]], []).append(
@@ -158,11 +162,11 @@ class ClusterNet:
         done = in_parallel(lambda name: self.workers[name].call(
             "links", ends=by_server[name], state="down", ports=notify.get(name, []),
             notify=delay_s), list(by_server))
-        t_cut = time.monotonic_ns()
         self.last_change_ns = {name: r["t_ns"] for name, r in done.items()}
         changed = [r["t_ns"] - self.clock_offset_ns.get(name, 0)
                    for name, r in done.items() if by_server[name]]
         first = min(changed) if changed else None
+        t_cut = max(changed) if changed else time.monotonic_ns()
         if delay_s is None:
             return t_cut, {}, first
         docs = []
@@ -358,7 +362,6 @@ def start(session, dp_type):
     net.shared_clock = shared_clock
     tunnel_mtu = min(cluster.check_mtu(d["underlay_mtu"], session.mtu, name)
                      for name, d in docs.items())
-    for ends in net.tunnels.values():
-        for t in ends:
-            t["mtu"] = tunnel_mtu
+    if tunnel_mtu < link_mtu(session.mtu):
+        net.interface_mtu = tunnel_mtu        # every interface: one MTU end to end
     return net

@@ -54,9 +54,11 @@ class RemoteEngines:
 
     def result(self, timeout=None):
         timeout = timeout or self.duration + 60
-        docs = in_parallel(lambda s: self.net.workers[s].call(
-            "engine_result", wait=timeout + 30, timeout=timeout)["result"], self.started)
-        self.started = []
+        try:
+            docs = in_parallel(lambda s: self.net.workers[s].call(
+                "engine_result", wait=timeout + 30, timeout=timeout)["result"], self.started)
+        finally:
+            self.started = []
         for server, doc in docs.items():        # receivers' times on this machine's clock
             shift_times(doc["receivers"], self.net.clock_offset_ns.get(server, 0))
         return merge_results(list(docs.values()), self.net.shared_clock)
@@ -64,7 +66,7 @@ class RemoteEngines:
     def kill(self):
         for s in self.started:
             try:
-                self.net.workers[s].call("engine_result", wait=30, timeout=1)
+                self.net.workers[s].call("engine_kill", wait=30)
             except Exception:           # noqa: BLE001 the run is ending anyway
                 pass
         self.started = []
@@ -112,6 +114,8 @@ def merge_results(docs, shared_clock):
                              "note": "not measured: the servers' clocks are not shared"}
         for r in out["receivers"]:
             r["latency_ms"] = None
+            for f in r.get("flows", ()):
+                f["latency_us"] = None
     return out
 
 

@@ -181,10 +181,18 @@ class Instance(Ovs):
             *enter, "ovs-vswitchd", self.db,
             f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
             f"--log-file={self.dir}/ovs-vswitchd.log"])
-        wait_until(lambda: self._check() and os.path.exists(self.ctl), timeout,
-                   f"{self.name}'s ovs-vswitchd")
-        self.appctl("version", timeout=timeout)
+        # the control socket's file exists from bind(), a moment before listen(): a
+        # connect in between is refused, so wait for an answer, not for the file
+        wait_until(lambda: self._check() and os.path.exists(self.ctl) and self._answers(),
+                   timeout, f"{self.name}'s ovs-vswitchd")
         return self
+
+    def _answers(self):
+        try:
+            self.appctl("version", timeout=10)
+            return True
+        except RunFailed:
+            return False
 
     def _spawn(self, name, argv):
         out = open(os.path.join(self.dir, f"{name}.out"), "ab")

@@ -56,7 +56,10 @@ RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
 
 
 @contextmanager
-def socket_buffers(size):
+def socket_buffers(size, may_stay=False):
+    """``may_stay``: where rmem_default cannot be changed (a network namespace other
+    than the machine's first: a server made of a namespace, in the tests), go on
+    with it as it is."""
     with open(RMEM_DEFAULT) as f:
         old = f.read().strip()
     if int(old) >= size:
@@ -66,8 +69,8 @@ def socket_buffers(size):
         with open(RMEM_DEFAULT, "w") as f:
             f.write(str(size))
     except PermissionError:
-        # a network namespace other than the machine's first (a server made of a
-        # namespace, in the tests) cannot change it: its ports keep the default
+        if not may_stay:
+            raise
         yield
         return
     try:
@@ -83,7 +86,8 @@ class FabricNet:
     def __init__(self, topo, state, datapath_type, controller_url,
                  queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
-                 flow_control="none", tunnels=(), ssl=None, instance_netns=True):
+                 flow_control="none", tunnels=(), ssl=None, instance_netns=True,
+                 mtu=None, rmem_may_stay=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path.  On one server of
@@ -91,14 +95,15 @@ class FabricNet:
         crossing links (``fabric.cluster.tunnels``), ``ssl`` (key, certificate, CA
         certificate paths) for an ``ssl:`` controller, and ``instance_netns`` False
         (the instance's daemon in this namespace, where the controller's address is
-        routed)."""
+        routed), ``mtu`` for every interface when the tunnels carry less than
+        the RoCE MTU's (``fabric.cluster.check_mtu``)."""
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type
         self.controller_url = controller_url
         self.queue_ms = queue_ms
         self.shape = shape
-        self.mtu = shaping.link_mtu(roce_mtu)      # every interface of the fabric
+        self.mtu = mtu or shaping.link_mtu(roce_mtu)   # every interface of the fabric
         self.frame = self.mtu + 14                 # the largest frame a shaper must pass
         self.progress = progress or (lambda msg: None)
         self.mn = None
@@ -113,6 +118,7 @@ class FabricNet:
         self.tunnels = list(tunnels)
         self.ssl = ssl
         self.instance_netns = instance_netns
+        self.rmem_may_stay = rmem_may_stay
         self.instances = []
         self.ovs_of = {sw["name"]: ovs_instances.SYSTEM for sw in topo["switches"]}
 
@@ -257,8 +263,7 @@ class FabricNet:
         try:
             ipr.link("add", ifname=t["intf"], kind="vxlan", vxlan_id=t["vni"],
                      vxlan_local=t["local"], vxlan_group=t["remote"],
-                     vxlan_port=t.get("dstport", 4789), vxlan_learning=0,
-                     mtu=min(self.mtu, t.get("mtu", self.mtu)),
+                     vxlan_port=t.get("dstport", 4789), vxlan_learning=0, mtu=self.mtu,
                      group=group, **self._ns_pid(t["switch"]))
         except NetlinkError as e:
             raise RunFailed(f"creating the VXLAN tunnel {t['intf']} ({t['switch']} -> "
@@ -282,7 +287,7 @@ class FabricNet:
         by_ovs = {}
         for sw in self.topo["switches"]:
             by_ovs.setdefault(self.ovs_of[sw["name"]], []).append(sw)
-        with socket_buffers(OVS_PORT_RCVBUF):
+        with socket_buffers(OVS_PORT_RCVBUF, self.rmem_may_stay):
             for ovs, switches in by_ovs.items():
                 url = self.controller_url
                 if ovs is not ovs_instances.SYSTEM and self.controller_unix:

@@ -58,11 +58,12 @@ class RunState:
         raise RuntimeError("could not find a free run tag")
 
     @classmethod
-    def create_named(cls, tag):
-        """Lock the state directory of run ``tag`` on this machine (a server's share
-        of a run started elsewhere: ``dataplane.worker``)."""
-        os.makedirs(STATE_ROOT, exist_ok=True)
-        directory = os.path.join(STATE_ROOT, tag)
+    def create_named(cls, tag, server):
+        """Lock the state directory of run ``tag``'s share on ``server``, a run started
+        elsewhere (``dataplane.worker``): ``<root>/on-<server>/<tag>``."""
+        parent = os.path.join(STATE_ROOT, f"on-{server}")
+        os.makedirs(parent, exist_ok=True)
+        directory = os.path.join(parent, tag)
         os.mkdir(directory)
         fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,27 +93,51 @@ class RunState:
         os.close(self._lock_fd)
 
 
+def state_dirs(tag):
+    """Run ``tag``'s state directories on this machine: its own (``<root>/<tag>``) and
+    its shares as a server of runs started elsewhere (``<root>/on-<server>/<tag>``)."""
+    out = [os.path.join(STATE_ROOT, tag)]
+    try:
+        shares = sorted(d for d in os.listdir(STATE_ROOT) if d.startswith("on-"))
+    except FileNotFoundError:
+        return out
+    return out + [os.path.join(STATE_ROOT, d, tag) for d in shares]
+
+
 def is_live(tag):
-    """True if the run ``tag`` still holds its lock (its process is alive)."""
-    path = os.path.join(STATE_ROOT, tag, "lock")
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    """True if any process of run ``tag`` still holds one of its locks (the run's
+    process, or a server's worker of it, is alive)."""
+    for directory in state_dirs(tag):
+        try:
+            fd = os.open(os.path.join(directory, "lock"), os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
     return False
 
 
 def known_tags():
+    """Tags with a state directory here, as a run or as a server's share of one."""
+    tags = set()
     try:
-        return sorted(t for t in os.listdir(STATE_ROOT) if re.fullmatch(r"[0-9a-f]{4}", t))
+        top = os.listdir(STATE_ROOT)
     except FileNotFoundError:
         return []
+    for name in top:
+        if re.fullmatch(r"[0-9a-f]{4}", name):
+            tags.add(name)
+        elif name.startswith("on-"):
+            try:
+                tags |= {t for t in os.listdir(os.path.join(STATE_ROOT, name))
+                         if re.fullmatch(r"[0-9a-f]{4}", t)}
+            except OSError:
+                pass
+    return sorted(tags)
 
 
 def processes_of(tag=None):

@@ -34,7 +34,6 @@ from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric import cluster
 
 SSH_TIMEOUT = 20          # seconds for one preflight command
-STATE_ON_SERVER = "/run/fabric-lab/on-{name}"   # a worker's FABRIC_LAB_STATE
 
 
 def in_parallel(fn, items):
@@ -74,7 +73,7 @@ def remote_argv(server, argv):
 
 
 def worker_argv(server, *args, tag=None):
-    env = ["env", f"PYTHONPATH={REPO}", f"FABRIC_LAB_STATE={STATE_ON_SERVER.format(name=server.name)}"]
+    env = ["env", f"PYTHONPATH={REPO}"]
     if tag:
         env.append(f"FABRIC_LAB_RUN={tag}")
     return remote_argv(server, [*env, sys.executable, "-m", "emulator.dataplane.worker",
@@ -197,6 +196,12 @@ def judge(servers, docs, here, toward_of, roce_mtu):
             raise EnvironmentProblem(
                 f"server {s.name}: its own Open vSwitch has userspace bridges (ovs-netdev "
                 "exists), which would clash with the run's: remove them there")
+        from emulator.dataplane.datapath import MIN_SEND_BUFFER
+        if (d.get("wmem_default") or 0) < MIN_SEND_BUFFER:
+            raise EnvironmentProblem(
+                f"server {s.name}: net.core.wmem_default is {d.get('wmem_default')}: frames "
+                "queued in switch-port shapers would be dropped silently; run sudo "
+                "./setup.sh there")
         if d["underlay_mtu"] is None:
             raise EnvironmentProblem(f"server {s.name}: no route back to "
                                      f"{toward_of[s.name]} (the controller's address)")
@@ -224,6 +229,7 @@ class RemoteWorker:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      mncmd=["mnexec", "-a", str(self.shell.pid)])
         self.lock = threading.Lock()
+        self.broken = None       # why the worker is given up, once it is
         self.err = []
         threading.Thread(target=self._drain, daemon=True).start()
 
@@ -233,7 +239,12 @@ class RemoteWorker:
             del self.err[:-40]
 
     def call(self, op, wait=300, **req):
+        """Send one request, return its reply; a worker that does not answer in
+        ``wait`` s is given up (its late reply would answer the next request)."""
         with self.lock:
+            if self.broken:
+                raise RunFailed(f"server {self.server.name}: its worker stopped answering "
+                                f"({self.broken})")
             try:
                 self.proc.stdin.write((json.dumps({"op": op, **req}) + "\n").encode())
                 self.proc.stdin.flush()
@@ -241,11 +252,17 @@ class RemoteWorker:
                 raise self._died(op)
             ready, _, _ = select.select([self.proc.stdout], [], [], wait)
             if not ready:
-                raise RunFailed(f"server {self.server.name}: no answer to {op} in {wait} s")
+                self.broken = f"no answer to {op} in {wait} s"
+                self._hang_up()
+                raise RunFailed(f"server {self.server.name}: {self.broken}")
             line = self.proc.stdout.readline()
         if not line:
             raise self._died(op)
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self.broken = f"a reply that is not JSON: {line[:200]!r}"
+            raise RunFailed(f"server {self.server.name}: {op}: {self.broken}")
         if not reply.pop("ok"):
             raise RunFailed(f"server {self.server.name}: {op}: {reply['error']}")
         return reply
@@ -256,22 +273,37 @@ class RemoteWorker:
         return RunFailed(f"server {self.server.name}: its worker ended during {op} "
                          f"(exit {self.proc.returncode}): {tail[-600:]}")
 
+    def _hang_up(self):
+        """End the request channel: the worker tears down on its end of input (at once,
+        even during a long request: ``worker.serve``)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
     def close(self, timeout=60):
-        """Ask for teardown (if it still answers), then end the ssh session; returns
-        (errors, the ERR lines its Open vSwitch wrote about the run's devices)."""
+        """Ask for teardown, then end the ssh session; returns (errors, the ERR lines
+        its Open vSwitch wrote about the run's devices).  While another thread's
+        request is in flight (Ctrl-C during a build or a collective), or once the
+        worker stopped answering, the channel is closed instead: the worker then
+        tears down by itself, and this waits for it to exit."""
         errors, problems = [], []
         if self.proc.poll() is None:
+            if not self.broken and self.lock.acquire(timeout=0.5):
+                self.lock.release()
+                try:
+                    reply = self.call("teardown", wait=timeout)
+                    errors += reply.get("errors", [])
+                    problems += reply.get("ovs_problems", [])
+                except RunFailed as e:
+                    errors.append(str(e))
+            self._hang_up()
             try:
-                reply = self.call("teardown", wait=timeout)
-                errors += reply.get("errors", [])
-                problems += reply.get("ovs_problems", [])
-            except RunFailed as e:
-                errors.append(str(e))
-            try:
-                self.proc.stdin.close()
                 self.proc.wait(timeout=timeout)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
+                errors.append(f"server {self.server.name}: its worker did not end within "
+                              f"{timeout} s (clean --servers removes what it left)")
         try:
             self.shell.stop()
         except OSError:
@@ -299,15 +331,14 @@ def make_tls(directory, address):
     return p
 
 
-def clean_servers(servers, ssh, log=print):
-    """``emulator clean`` on every server (their workers' state directories); returns
-    {server name: its output}.  Only this project's leftovers go."""
+def clean_servers(servers, ssh, force=False, log=print):
+    """``emulator clean`` on every server: leftovers of dead runs of this project
+    only, the server's own state included; returns {server name: its output}."""
     out = {}
     for s in servers:
         r = _ssh_run(ssh, s, remote_argv(s, [
-            "env", f"PYTHONPATH={REPO}",
-            f"FABRIC_LAB_STATE={STATE_ON_SERVER.format(name=s.name)}",
-            sys.executable, "-m", "emulator", "clean"]), timeout=300)
+            "env", f"PYTHONPATH={REPO}", sys.executable, "-m", "emulator", "clean",
+            *(["--force"] if force else [])]), timeout=300)
         if r.returncode != 0:
             raise EnvironmentProblem(f"clean on server {s.name} failed (exit {r.returncode}): "
                                      f"{(r.stderr or r.stdout).strip()[-300:]}")

@@ -152,12 +152,15 @@ class Session:
         from emulator.dataplane.net import FabricNet
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
-        dp_type, dp_reason = datapath.detect(self.datapath_request)
         from emulator.dataplane import impair
         impair.require_netem(self.fabric)
         send_buffer = None
-        if dp_type == "netdev" and self.shape:
-            send_buffer = datapath.check_send_buffer()
+        if self.servers:     # their own instances, each in a server's root namespace
+            dp_type, dp_reason = "netdev", "the servers' own Open vSwitch instances"
+        else:
+            dp_type, dp_reason = datapath.detect(self.datapath_request)
+            if dp_type == "netdev" and self.shape:
+                send_buffer = datapath.check_send_buffer()
         if self.servers:
             from emulator.dataplane import cluster_net
             cluster_net.refuse(self)

@@ -10,7 +10,8 @@ object per line on stdin, one reply per line on stdout:
   build    {part, tunnels, controller, ssl, queue_ms, roce_mtu, shape, datapath}
   ping     {pairs, ips}            -> {answered}: echoes from this server's hosts
   ranks    {configs, timeout}      -> {results, logs}: collective ranks of its hosts
-  engine_start {plan, name}, engine_go {}, engine_result {timeout}
+  engine_start {plan, name}, engine_go {}, engine_wait_line {word, timeout},
+  engine_result {timeout}, engine_kill {}
                                    -> a traffic engine on its part of a plan
   counters {}                      -> {counters}: its switch ports' counters
   snapshot {}                      -> {snapshot}: its drop counters and OVS CPU
@@ -35,6 +36,8 @@ import os
 import subprocess
 import sys
 import time
+
+from emulator.errors import RunFailed
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROJECT_DIRS = ("emulator", "traffic", "controller")
@@ -85,10 +88,14 @@ def probe(toward):
             "mininet": mn, "python": sys.version.split()[0], "project": project_version(),
             "missing": [t for t in tools if shutil.which(t) is None], "underlay_mtu": mtu,
             "ovs_netdev": os.path.exists("/sys/class/net/ovs-netdev"),
-            "boot_id": _read("/proc/sys/kernel/random/boot_id")}
+            "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+            "wmem_default": int(_read("/proc/sys/net/core/wmem_default") or 0)}
 
 
 NETDEV = "ovs-netdev"
+OPS = ("build", "ping", "ranks", "engine_start", "engine_go", "engine_wait_line",
+       "engine_result", "engine_kill", "counters", "snapshot", "links", "appctl", "detect", "clock",
+       "teardown")
 
 
 def _delete_link(name):
@@ -127,7 +134,7 @@ class Worker:
     def build(self, req):
         from emulator.dataplane.net import FabricNet
         from emulator.dataplane.runstate import RunState
-        self.state = RunState.create_named(self.tag)
+        self.state = RunState.create_named(self.tag, self.server)
         # the userspace datapath's own device, made in this namespace: ours to remove
         self.state.record("interface", NETDEV)
         part = req["part"]
@@ -145,7 +152,7 @@ class Worker:
                              placement=[(f"ovs-{self.server}", switches)] if switches else [],
                              tunnels=req["tunnels"],
                              ssl=(files["key"], files["cert"], files["ca"]),
-                             instance_netns=False)
+                             instance_netns=False, mtu=req.get("mtu"), rmem_may_stay=True)
         self.net.build()
         return {"timings": self.net.timings, "mtu": self.net.mtu}
 
@@ -217,10 +224,14 @@ class Worker:
         return {}
 
     def engine_go(self, req):
+        if self.engine is None:
+            raise RunFailed("no traffic engine to start")
         self.engine.go()
-        return {"t": time.time()}
+        return {}
 
     def engine_result(self, req):
+        if self.engine is None:
+            return {"result": None}
         try:
             return {"result": self.engine.result(req.get("timeout"))}
         finally:
@@ -255,12 +266,24 @@ class Worker:
                 targets.append((ipr, idx[0]))
             for ipr, idx in targets:
                 ipr.link("set", index=idx, state=state)
+            if state == "up":
+                for (where, ifname), (ipr, idx) in zip(req["ends"], targets):
+                    if where.startswith("host:"):
+                        self._restore_routes(where[5:], ifname, ipr, idx)
         t_ns = time.monotonic_ns()
         out = {"t_ns": t_ns}
         if req.get("notify") is not None and req.get("ports"):   # a cut's modeled detection
             out.update(self.detect({"ports": req["ports"], "down": True, "delay_s":
                                     req["notify"], "due_ns": t_ns + int(req["notify"] * 1e9)}))
         return out
+
+    def _restore_routes(self, host, ifname, ipr, idx):
+        """A host's routes through ``ifname``, which setting it down removed (the
+        multi-plane rails' routes: ``faults.Injector._restore_routes``)."""
+        doc = next(h for h in self.net.topo["hosts"] if h["name"] == host)
+        for r in doc.get("routes", ()):
+            if r["dev"] == ifname:
+                ipr.route("replace", dst=r["dst"], prefsrc=r["src"], oif=idx)
 
     def appctl(self, req):
         """``ovs-appctl`` of the instance carrying ``switch`` (e.g. ofproto/trace)."""
@@ -281,7 +304,15 @@ class Worker:
     def clock(self, req):
         return {"t_ns": time.monotonic_ns()}
 
+    def engine_kill(self, req):
+        if self.engine is not None:
+            self.engine.kill()
+            self.engine = None
+        return {}
+
     def engine_wait_line(self, req):
+        if self.engine is None:
+            raise RunFailed("no traffic engine")
         self.engine.wait_line(req["word"], req["timeout"])
         return {}
 
@@ -316,7 +347,6 @@ def serve(tag, server, inp, out):
     import signal
     import threading
     from emulator.dataplane.signals import signals_as_exceptions
-    from emulator.errors import FabricError, RunFailed
     worker = Worker(tag, server)
     lines = queue.Queue()
     busy = threading.Event()
@@ -338,8 +368,10 @@ def serve(tag, server, inp, out):
                 op = req.get("op")
                 busy.set()
                 try:
+                    if op not in OPS:
+                        raise ValueError(f"unknown request {op!r}")
                     reply = {"ok": True, **getattr(worker, op)(req)}
-                except (FabricError, RunFailed, OSError, ValueError, KeyError) as e:
+                except Exception as e:      # noqa: BLE001 one request failed, not the worker
                     reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                 finally:
                     busy.clear()

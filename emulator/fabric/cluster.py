@@ -131,7 +131,12 @@ def place(topo, servers, by="auto"):
             for i, name in enumerate(members):
                 where[name] = servers[i * n // len(members)].name
         return where
-    groups = [g for _, g in layouts.place(topo, by)]
+    try:
+        groups = [g for _, g in layouts.place(topo, by)]
+    except ConfigError as e:
+        raise ConfigError("--placement", e.message.replace("layout", "placement", 1)
+                          .replace("use a number of instances or per-switch",
+                                   "use --placement auto"))
     if len(groups) < n:
         raise ConfigError("--servers", f"{n} servers but this fabric has {len(groups)} "
                                        f"{by}s: give at most {len(groups)} servers")
@@ -209,22 +214,15 @@ def tunnels(topo, where, servers, tag):
         sw, p = host_links[0]
         raise ConfigError("--servers", f"host {p['peer']} and its switch {sw['name']} "
                                        "were placed on different servers")
-    links = sorted({tuple(sorted((sw["name"], p["peer"]))) + (min(p["port"], p["peer_port"]),)
-                    for sw, p in ports})
-    vni_of = {}
-    for i, (a, b, _) in enumerate(links):
-        vni_of.setdefault((a, b), []).append(i)
+
+    def link(sw, p):         # one name for both ends of a link: its two (switch, port)s
+        return tuple(sorted(((sw["name"], p["port"]), (p["peer"], p["peer_port"]))))
+    index = {lk: i for i, lk in enumerate(sorted({link(sw, p) for sw, p in ports}))}
     out = {s.name: [] for s in servers}
-    used = {}
     for sw, p in sorted(ports, key=lambda e: (e[0]["name"], e[1]["port"])):
-        key = tuple(sorted((sw["name"], p["peer"])))
-        # parallel links between one switch pair: the k-th port of each side pairs up
-        k = used.setdefault((sw["name"], key), 0)
-        used[(sw["name"], key)] = k + 1
-        index = vni_of[key][k]
         out[where[sw["name"]]].append({
             "switch": sw["name"], "intf": p["intf"], "port": p["port"],
-            "vni": vni(tag, index), "local": address[where[sw["name"]]],
+            "vni": vni(tag, index[link(sw, p)]), "local": address[where[sw["name"]]],
             "remote": address[where[p["peer"]]], "peer": p["peer"]})
     return out
 

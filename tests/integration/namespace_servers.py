@@ -1,6 +1,8 @@
 """Servers for multi-server runs, made on this machine: each a network namespace
-with its own sshd, an underlay address on a bridge this harness creates, and
-root key login with a key made for the test.  Traffic goes only to addresses
+with its own sshd, an underlay address on a bridge this harness creates, root
+key login with a key made for the test, and its own /run/fabric-lab (a private
+directory mounted over it for the sshd and everything it starts: a server's
+runs keep their state apart from the other servers' and this machine's).  Traffic goes only to addresses
 inside those namespaces.  Everything is named ``tsrv<id>...`` and removed by
 ``close``.
 
@@ -17,6 +19,7 @@ import tempfile
 import time
 
 SSHD = "/usr/sbin/sshd"
+STATE = "/run/fabric-lab"
 
 
 def _run(argv, timeout=30):
@@ -102,8 +105,15 @@ class NamespaceServers:
                         f"PidFile {d}/sshd{i}.pid\nStrictModes no\nUseDNS no\n"
                         "MaxSessions 200\nMaxStartups 200\nAcceptEnv none\n")
             log = open(f"{d}/sshd{i}.log", "w")
-            self.sshd.append(subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e",
-                                               "-f", cfg], stdout=log, stderr=log))
+            run = self.run_dir(i)
+            os.makedirs(run)
+            os.makedirs(STATE, exist_ok=True)
+            # ip netns exec gives the command a mount namespace of its own (a slave of
+            # this one): the bind mount stays in it
+            self.sshd.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, "sh", "-c",
+                 f"mount --bind {run} {STATE} && exec {SSHD} -D -e -f {cfg}"],
+                stdout=log, stderr=log))
         deadline = time.monotonic() + 20
         for addr in self.addresses:
             while True:
@@ -115,6 +125,10 @@ class NamespaceServers:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"sshd at {addr} did not answer: {r.stderr}")
                 time.sleep(0.1)
+
+    def run_dir(self, i):
+        """Server ``i``'s own /run/fabric-lab, as this machine sees it."""
+        return os.path.join(self.dir, f"run{i}")
 
     def kill_sshd(self, i):
         """Stop server ``i``'s sshd (an unreachable server)."""
@@ -138,8 +152,13 @@ class NamespaceServers:
 
     def leftovers(self):
         """What of a run is left in the servers' namespaces: interfaces other than lo
-        and eth0, and processes in them other than sshd."""
+        and eth0, processes in them other than sshd, and state directories."""
         out = []
+        for i, ns in enumerate(self.names):
+            for root, dirs, files in os.walk(self.run_dir(i)):
+                if files or (root != self.run_dir(i) and not dirs
+                             and not os.path.basename(root).startswith("on-")):
+                    out.append(f"{ns}: {root} {sorted(files)}")
         for ns in self.names:
             links = _run(["ip", "netns", "exec", ns, "ip", "-o", "link"]).splitlines()
             out += [f"{ns}: {line.split(':')[1].strip()}" for line in links

@@ -148,7 +148,7 @@ topology:
 def _doc(**over):
     doc = {"root": True, "ovs": "ovs-vswitchd (Open vSwitch) 3.1.0", "mininet": "2.3.0",
            "python": "3.11.2", "project": "abc", "missing": [], "underlay_mtu": 9000,
-           "ovs_netdev": False, "boot_id": "x"}
+           "ovs_netdev": False, "boot_id": "x", "wmem_default": 64 << 20}
     doc.update(over)
     return doc
 
@@ -161,6 +161,7 @@ def _doc(**over):
     ({"ovs_netdev": True}, "userspace bridges"),
     ({"underlay_mtu": 1500}, "--mtu 1024"),
     ({"underlay_mtu": None}, "no route back"),
+    ({"wmem_default": 212992}, "net.core.wmem_default is 212992"),
 ])
 def test_preflight_names_the_first_server_that_falls_short(over, needle):
     from emulator.dataplane.servers import judge
@@ -170,3 +171,33 @@ def test_preflight_names_the_first_server_that_falls_short(over, needle):
         judge(srv, docs, _doc(), {"srv1": "10.9.0.1", "srv2": "10.9.0.1"}, 4096)
     assert needle in str(e.value) and "srv2" in str(e.value)
     judge(srv, {"srv1": _doc(), "srv2": _doc()}, _doc(), {"srv1": "a", "srv2": "a"}, 4096)
+
+
+def test_parallel_links_with_crossed_port_numbers_pair_their_own_ends():
+    text = """
+name: crossed
+topology:
+  nodes: {h1: {kind: host}, h2: {kind: host}, leaf1: {kind: leaf}, leaf2: {kind: leaf},
+          spine1: {kind: spine}, spine2: {kind: spine}}
+  links:
+    - {endpoints: ["h1:eth0", "leaf1:eth1"], rate: 40Mbps}
+    - {endpoints: ["h2:eth0", "leaf2:eth1"], rate: 40Mbps}
+    - {endpoints: ["leaf1:eth2", "spine1:eth1"], rate: 40Mbps}
+    - {endpoints: ["leaf2:eth2", "spine1:eth2"], rate: 40Mbps}
+    - {endpoints: ["leaf2:eth3", "spine2:eth1"], rate: 40Mbps}
+    - {endpoints: ["leaf1:eth3", "spine2:eth4"], rate: 40Mbps}
+    - {endpoints: ["leaf1:eth4", "spine2:eth3"], rate: 40Mbps}
+"""
+    topo = addressing.plan(spec.load_text(text), "ab12")
+    srv = servers(2)
+    where = cluster.place(topo, srv)
+    assert where["leaf1"] != where["spine2"]
+    ends = [e for per in cluster.tunnels(topo, where, srv, "ab12").values() for e in per]
+    peer_port = {(sw["name"], p["port"]): (p["peer"], p["peer_port"])
+                 for sw in topo["switches"] for p in sw["ports"]}
+    by_vni = {}
+    for e in ends:
+        by_vni.setdefault(e["vni"], []).append(e)
+    assert len(by_vni) == 3 and all(len(v) == 2 for v in by_vni.values())
+    for a, b in by_vni.values():
+        assert peer_port[(a["switch"], a["port"])] == (b["switch"], b["port"])
