@@ -52,6 +52,7 @@ class ClusterNet:
         self.shared_clock = False    # one kernel's clock for every server (set by start)
         self.ovs_problems = []       # ERR lines of the servers' Open vSwitch about the run
         self.interface_mtu = None    # every interface's, when the tunnels carry less
+        self.record = {}             # where the clocks' alignment is reported (results)
         self.clock_offset_ns = {}    # server: its monotonic clock minus ours (measure_clocks)
         self.last_change_ns = {}     # server: when set_links last changed its interfaces
         self.clock_error_ns = 0
@@ -200,6 +201,9 @@ class ClusterNet:
         got = in_parallel(one, list(self.workers))
         self.clock_offset_ns = {name: off for name, (_, off) in got.items()}
         self.clock_error_ns = max(rtt // 2 for rtt, _ in got.values())
+        self.record["clocks"] = {
+            "offset_ms": {n: round(o / 1e6, 3) for n, o in self.clock_offset_ns.items()},
+            "error_ms": round(self.clock_error_ns / 1e6, 3)}
         return self.clock_offset_ns
 
     def intf_counters(self):
@@ -360,6 +364,7 @@ def start(session, dp_type):
                      queue_ms=session.queue_ms, shape=session.shape, roce_mtu=session.mtu,
                      progress=session.progress, env=session.child_env())
     net.shared_clock = shared_clock
+    net.record = session.results["servers"]
     tunnel_mtu = min(cluster.check_mtu(d["underlay_mtu"], session.mtu, name)
                      for name, d in docs.items())
     if tunnel_mtu < link_mtu(session.mtu):

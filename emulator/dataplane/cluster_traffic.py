@@ -37,6 +37,9 @@ class RemoteEngines:
         self.started = []
 
     def start(self, timeout=60):
+        if not self.net.shared_clock:      # clocks drift: align them again for this run
+            self.net.measure_clocks()
+
         def one(server):
             self.net.workers[server].call("engine_start", wait=timeout,
                                           plan=self.parts[server], name=self.name)
