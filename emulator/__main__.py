@@ -293,10 +293,11 @@ def main(argv=None):
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)
-            if fabric.cluster is not None and name in ("check", "probe", "drill_collective"):
+            if fabric.cluster is not None and name in ("check", "probe", "compare",
+                                                       "drill_collective"):
                 what = "drill --workload" if name == "drill_collective" else name
                 raise FabricError(f"{what} runs on one machine only: not with --servers "
-                                  "(run, drill under probes and compare run on servers)")
+                                  "(run and drill under probes run on servers)")
             session.require_root()
             session.check_dependencies()
             return command.main(fabric, args)

@@ -210,4 +210,7 @@ def test_bad_servers_option_is_refused_before_anything(tmp_path):
     r = emulator("run", "--servers", "root@10.9.9.1", "--layout", "2",
                  "--results", str(tmp_path))
     assert r.returncode == 2 and "drop --layout" in r.stderr
+    for command in (["compare"], ["probe"], ["drill", "--workload", "allreduce"]):
+        r = emulator(*command, "--servers", "root@10.9.9.1", "--results", str(tmp_path))
+        assert r.returncode == 2 and "one machine only" in r.stderr, (command, r.stderr)
     assert os.listdir(tmp_path) == []
