@@ -192,6 +192,11 @@ def judge(servers, docs, here, toward_of, roce_mtu):
                 raise EnvironmentProblem(
                     f"server {s.name} runs {what} {d[key]}, this machine {here[key]}: "
                     "every server needs the same versions (same checkout, same setup.sh)")
+        if "vxlan" not in d.get("tunnels", ()):
+            raise EnvironmentProblem(
+                f"server {s.name}: its kernel cannot make VXLAN devices (it has: "
+                f"{', '.join(d.get('tunnels') or ['no Ethernet tunnel'])}); links between "
+                "servers are VXLAN tunnels: load the vxlan module there")
         if d["ovs_netdev"]:
             raise EnvironmentProblem(
                 f"server {s.name}: its own Open vSwitch has userspace bridges (ovs-netdev "

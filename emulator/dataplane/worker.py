@@ -89,10 +89,34 @@ def probe(toward):
             "missing": [t for t in tools if shutil.which(t) is None], "underlay_mtu": mtu,
             "ovs_netdev": os.path.exists("/sys/class/net/ovs-netdev"),
             "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+            "tunnels": tunnel_kinds(),
             "wmem_default": int(_read("/proc/sys/net/core/wmem_default") or 0)}
 
 
 NETDEV = "ovs-netdev"
+PROBE_LINK = "flprobe-tun"     # made and removed at once by ``tunnel_kinds``
+
+
+def tunnel_kinds():
+    """The Ethernet tunnels this kernel can make, of vxlan, geneve and gretap (each
+    tried with a device made and removed at once)."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+    args = {"vxlan": {"vxlan_id": 1, "vxlan_port": 4789},
+            "geneve": {"geneve_id": 1, "geneve_remote": "192.0.2.1"},
+            "gretap": {"gre_remote": "192.0.2.1"}}
+    have = []
+    with IPRoute() as ipr:
+        for kind, extra in args.items():
+            try:
+                ipr.link("add", ifname=PROBE_LINK, kind=kind, **extra)
+            except NetlinkError:
+                continue
+            have.append(kind)
+            idx = ipr.link_lookup(ifname=PROBE_LINK)
+            if idx:
+                ipr.link("del", index=idx[0])
+    return have
 OPS = ("build", "ping", "ranks", "engine_start", "engine_go", "engine_wait_line",
        "engine_result", "engine_kill", "counters", "snapshot", "links", "appctl", "detect", "clock",
        "teardown")

@@ -148,7 +148,8 @@ topology:
 def _doc(**over):
     doc = {"root": True, "ovs": "ovs-vswitchd (Open vSwitch) 3.1.0", "mininet": "2.3.0",
            "python": "3.11.2", "project": "abc", "missing": [], "underlay_mtu": 9000,
-           "ovs_netdev": False, "boot_id": "x", "wmem_default": 64 << 20}
+           "ovs_netdev": False, "boot_id": "x", "wmem_default": 64 << 20,
+           "tunnels": ["vxlan"]}
     doc.update(over)
     return doc
 
@@ -162,6 +163,7 @@ def _doc(**over):
     ({"underlay_mtu": 1500}, "--mtu 1024"),
     ({"underlay_mtu": None}, "no route back"),
     ({"wmem_default": 212992}, "net.core.wmem_default is 212992"),
+    ({"tunnels": ["gretap"]}, "cannot make VXLAN devices (it has: gretap)"),
 ])
 def test_preflight_names_the_first_server_that_falls_short(over, needle):
     from emulator.dataplane.servers import judge
