@@ -86,6 +86,19 @@ def layout_text(layout):
     return f", layout {layout['layout']} ({layout['why']}): {where}"
 
 
+def servers_text(doc):
+    """The lines of a run on several servers (``results["servers"]``), or []."""
+    if not doc:
+        return []
+    parts = [f"{name} ({s['address']}) {len(s['nodes'])} nodes"
+             for name, s in doc["servers"].items()]
+    clocks = doc.get("clocks")
+    return [f"servers: {'; '.join(parts)}; {doc['crossing_links']} links between them "
+            f"(VXLAN), placement {doc['placement']}",
+            "  one-way latency: " + doc["one_way_latency"]
+            + (f"; clocks aligned within {clocks['error_ms']} ms" if clocks else "")]
+
+
 def pfc_text(doc):
     """One paragraph on a lossless run's PFC (``results["lossless"]``), or ''."""
     if not doc:
@@ -132,7 +145,9 @@ def summary(results, topo):
     out = ["", f"== run {r['run']}: {r['fabric']} ==",
            f"datapath: {r['datapath']['type']} ({r['datapath']['reason']})"
            + layout_text(r.get("layout")),
-           f"controller: {r.get('controller', {}).get('kind', '?')}"]
+           f"controller: {r.get('controller', {}).get('kind', '?')}"
+           + (f", TLS on {r['controller']['listen']}" if r.get("controller", {}).get("tls")
+              else "")] + servers_text(r.get("servers"))
     n_nic = sum(1 for s in topo["switches"] if s["kind"] == "nic")
     n_sw, n_h = len(topo["switches"]) - n_nic, len(topo["hosts"])
     nics = f" (dual-homed, {n_nic} NIC bridges)" if n_nic else ""

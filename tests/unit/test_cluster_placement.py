@@ -203,3 +203,16 @@ topology:
     assert len(by_vni) == 3 and all(len(v) == 2 for v in by_vni.values())
     for a, b in by_vni.values():
         assert peer_port[(a["switch"], a["port"])] == (b["switch"], b["port"])
+
+
+def test_the_summary_names_the_servers_and_what_crosses():
+    from emulator.report.summary import servers_text
+    doc = {"servers": {"srv1": {"address": "10.9.0.10", "nodes": ["h1", "leaf1"]},
+                       "srv2": {"address": "10.9.0.11", "nodes": ["h2", "leaf2", "spine1"]}},
+           "crossing_links": 2, "placement": "auto",
+           "one_way_latency": "not measured: the servers' clocks are not shared",
+           "clocks": {"offset_ms": {"srv1": 0.1, "srv2": -3.2}, "error_ms": 0.4}}
+    first, second = servers_text(doc)
+    assert "srv1 (10.9.0.10) 2 nodes; srv2 (10.9.0.11) 3 nodes; 2 links between them" in first
+    assert "not measured" in second and "within 0.4 ms" in second
+    assert servers_text(None) == []
