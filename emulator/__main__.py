@@ -255,6 +255,14 @@ def main(argv=None):
                     print(f"layout {fabric.layout}: {layout.describe(placement)}"
                           + (f"; {layout.crossing_links(topo, placement)} links join two "
                              "instances" if placement else ""))
+                if fabric.cluster is not None:
+                    from emulator.fabric import cluster
+                    topo = addressing.plan(fabric)
+                    where = cluster.place(topo, fabric.cluster.servers,
+                                          fabric.cluster.placement)
+                    print(f"servers (placement {fabric.cluster.placement}): "
+                          f"{cluster.describe(where, fabric.cluster.servers)}; "
+                          f"{len(cluster.crossing(topo, where)[0]) // 2} links between them")
             return 0
         if args.command == "clean":
             from emulator.dataplane import cleanup

@@ -216,3 +216,13 @@ def test_the_summary_names_the_servers_and_what_crosses():
     assert "srv1 (10.9.0.10) 2 nodes; srv2 (10.9.0.11) 3 nodes; 2 links between them" in first
     assert "not measured" in second and "within 0.4 ms" in second
     assert servers_text(None) == []
+
+
+def test_show_prints_the_placement(capsys):
+    from emulator.__main__ import main
+    assert main(["show", "--servers", "10.9.0.1,10.9.0.2,10.9.0.3"]) == 0
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out == ("servers (placement auto): srv1 (10.9.0.1): 8 nodes; srv2 (10.9.0.2): "
+                   "4 nodes; srv3 (10.9.0.3): 4 nodes; 10 links between them")
+    assert main(["show", "--servers", ",".join(f"10.9.0.{i}" for i in range(1, 6))]) == 2
+    assert "at most 4 servers" in capsys.readouterr().err
