@@ -27,6 +27,7 @@ VXLAN_OVERHEAD = 50               # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 
 ROCE_OVERHEAD = 128               # a RoCE packet's IP size over its payload (units.link_mtu)
 VXLAN_PORT = 4789
 VNI_BASE = 0x100000               # the run's tag is added above this (``vni``)
+MAX_TUNNELS = 0x1000              # VNIs per run
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 PLACEMENTS = ("auto", "pod", "plane", "rail")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
@@ -218,6 +219,10 @@ def tunnels(topo, where, servers, tag):
     def link(sw, p):         # one name for both ends of a link: its two (switch, port)s
         return tuple(sorted(((sw["name"], p["port"]), (p["peer"], p["peer_port"]))))
     index = {lk: i for i, lk in enumerate(sorted({link(sw, p) for sw, p in ports}))}
+    if len(index) > MAX_TUNNELS:
+        raise ConfigError("--servers", f"{len(index)} links would cross servers, more than "
+                                       f"the {MAX_TUNNELS} VNIs a run has: use fewer "
+                                       "servers or --placement pod/plane")
     out = {s.name: [] for s in servers}
     for sw, p in sorted(ports, key=lambda e: (e[0]["name"], e[1]["port"])):
         out[where[sw["name"]]].append({
