@@ -226,3 +226,37 @@ def test_show_prints_the_placement(capsys):
                    "4 nodes; srv3 (10.9.0.3): 4 nodes; 10 links between them")
     assert main(["show", "--servers", ",".join(f"10.9.0.{i}" for i in range(1, 6))]) == 2
     assert "at most 4 servers" in capsys.readouterr().err
+
+
+def _engine_doc(counts, lat_max, t0):
+    return {"window_s": 1.0, "frame_len": 4170,
+            "streams": [{"name": "s", "per_flow": {"a#0": 10}}],
+            "receivers": [{"name": "r", "t0_ns": t0, "latency_ms": {"p50": 1.0},
+                           "flows": [{"flow": "a#0", "first_arrival_ns": t0 + 5,
+                                      "latency_us": {"min": 1.0},
+                                      "disruptions": [{"start_ns": t0 + 7, "end_ns": t0 + 9,
+                                                       "ms": 0.000002}]}]}],
+            "latency_ms": {"p50": 1.0, "max": lat_max},
+            "latency_hist": {"bin_ns": 100_000, "n": sum(counts.values()),
+                             "sum_ns": 150_000 * sum(counts.values()),
+                             "counts": {str(k): v for k, v in counts.items()}},
+            "engine": {"cpu_s": 0.5, "sent_packets": 10, "received_packets": 10,
+                       "cpu_us_per_packet": 25.0}}
+
+
+def test_engine_results_from_servers_merge_and_clocks_align():
+    from emulator.dataplane.cluster_traffic import merge_results, shift_times
+    a, b = _engine_doc({10: 90}, 2.0, 1_000), _engine_doc({30: 10}, 5.0, 2_000)
+    shift_times(b["receivers"], 500)
+    flow = b["receivers"][0]["flows"][0]
+    assert b["receivers"][0]["t0_ns"] == 1_500 and flow["first_arrival_ns"] == 1_505
+    assert flow["disruptions"][0]["start_ns"] == 1_507 and flow["disruptions"][0]["ms"] > 0
+    shared = merge_results([a, b], shared_clock=True)
+    assert shared["latency_ms"]["p50"] == 1.1 and shared["latency_ms"]["p99"] == 3.1
+    assert shared["latency_ms"]["max"] == 5.0
+    assert shared["engine"]["sent_packets"] == 20 and shared["engine"]["engines"] == 2
+    assert len(shared["receivers"]) == 2
+    apart = merge_results([a, b], shared_clock=False)
+    assert apart["latency_ms"]["p50"] is None and "not measured" in apart["latency_ms"]["note"]
+    assert all(r["latency_ms"] is None and r["flows"][0]["latency_us"] is None
+               for r in apart["receivers"])
