@@ -24,6 +24,7 @@ reachable from every namespace and from nothing outside the machine.
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from emulator.dataplane import proc
@@ -297,7 +298,6 @@ class Watch:
     def __init__(self, instances, interval=0.2, interrupt=True):
         """``interrupt``: send the SIGHUP (only where the run turned signals into
         exceptions: elsewhere SIGHUP would kill the process); else only record."""
-        import threading
         self.interrupt = interrupt
         self.instances = instances
         self.interval = interval
@@ -314,7 +314,7 @@ class Watch:
         while not self._stop.wait(self.interval):
             for inst in self.instances:
                 dead = inst.died()
-                if dead:
+                if dead and not self._stop.is_set():
                     self.failure = (
                         f"datapath instance {inst.name} died "
                         f"({', '.join(f'{d} exited {s}' for d, s in dead.items())}): "
@@ -325,7 +325,12 @@ class Watch:
                     return
 
     def stop(self):
+        """No SIGHUP after this returns: the thread is waited for, so one that was
+        looking at the instances when the run began its teardown (which stops
+        them) cannot take their exit for a death."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
 
 def keep_logs(instances, results_dir):
