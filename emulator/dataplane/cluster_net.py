@@ -135,13 +135,17 @@ class ClusterNet:
         """How a fault names ``switch``'s ports' namespace: its server resolves it."""
         return f"switch:{switch}"
 
+    def _ends_by_server(self, ends):
+        """{server: [[where, ifname]]} of ``ends`` (``switch:NAME``/``host:NAME``)."""
+        out = {}
+        for where, ifname in ends:
+            out.setdefault(self.where[where.partition(":")[2]], []).append([where, ifname])
+        return out
+
     def set_links(self, ends, state):
         """Set interfaces down or up on their servers, all servers at once: ``ends``
         [(``switch:NAME`` or ``host:NAME``, interface name)]."""
-        by_server = {}
-        for where, ifname in ends:
-            by_server.setdefault(self.where[where.partition(":")[2]], []).append(
-                [where, ifname])
+        by_server = self._ends_by_server(ends)
         done = in_parallel(lambda name: self.workers[name].call(
             "links", ends=by_server[name], state=state), list(by_server))
         self.last_change_ns = {name: r["t_ns"] for name, r in done.items()}   # their clocks
@@ -153,10 +157,7 @@ class ClusterNet:
         (``dataplane.detect``): (when the last server set its ends down, the signal
         document as ``Injector._signal`` gives it, when the first did), times on
         this machine's clock."""
-        by_server, notify = {}, {}
-        for where, ifname in ends:
-            by_server.setdefault(self.where[where.partition(":")[2]], []).append(
-                [where, ifname])
+        by_server, notify = self._ends_by_server(ends), {}
         for sw, port in ports:
             notify.setdefault(self.where[sw], []).append([sw, port])
             by_server.setdefault(self.where[sw], [])
@@ -332,11 +333,9 @@ def start(session, dp_type):
                                  "on one; put the servers on one underlay network")
     ssh = srv.ssh_base(session.ssh_config, session.state.dir)
     session.progress(f"checking {len(servers)} servers over ssh")
-    docs = srv.preflight(servers, ssh, session.mtu, toward)
+    docs, here = srv.preflight(servers, ssh, session.mtu, toward)
     tls = srv.make_tls(session.state.path("tls"), addresses[0])
-    from emulator.dataplane.worker import probe
-    here = probe(addresses[0])["boot_id"]
-    shared_clock = all(d["boot_id"] == here for d in docs.values())
+    shared_clock = all(d["boot_id"] == here["boot_id"] for d in docs.values())
     ports, _ = cluster.crossing(session.topo, where)
     session.results["servers"] = {
         "placement": session.placement, "crossing_links": len(ports) // 2,

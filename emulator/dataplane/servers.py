@@ -29,7 +29,7 @@ from mininet.examples.cluster import RemoteMixin
 from mininet.node import Node
 
 from emulator.dataplane import proc
-from emulator.dataplane.worker import REPO, probe
+from emulator.dataplane.worker import REPO, versions
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric import cluster
 
@@ -157,7 +157,8 @@ def _check_one(ssh, server, toward):
 
 def preflight(servers, ssh, roce_mtu, toward_of):
     """Check every server (in parallel); raise one EnvironmentProblem naming the first
-    problem.  ``toward_of``: {server name: this machine's address toward it}."""
+    problem.  ``toward_of``: {server name: this machine's address toward it}.
+    Returns ({server name: its probe document}, this machine's ``worker.versions``)."""
     docs, problems = {}, {}
 
     def one(s):
@@ -170,8 +171,9 @@ def preflight(servers, ssh, roce_mtu, toward_of):
     for s in servers:
         if problems[s.name]:
             raise EnvironmentProblem(problems[s.name])
-    judge(servers, docs, probe(next(iter(toward_of.values()))), toward_of, roce_mtu)
-    return docs
+    here = versions()
+    judge(servers, docs, here, toward_of, roce_mtu)
+    return docs, here
 
 
 def judge(servers, docs, here, toward_of, roce_mtu):

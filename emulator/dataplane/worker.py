@@ -66,14 +66,22 @@ def _version(argv):
     return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout else None
 
 
-def probe(toward):
-    """What this server has, for the run's preflight (``servers.preflight``)."""
-    import shutil
+def versions():
+    """The versions every machine of a run must share, and the kernel's boot id
+    (one boot id: one clock)."""
     try:
         import mininet.net
         mn = mininet.net.VERSION
     except ImportError:
         mn = None
+    return {"ovs": _version(["ovs-vswitchd", "--version"]), "mininet": mn,
+            "python": sys.version.split()[0], "project": project_version(),
+            "boot_id": _read("/proc/sys/kernel/random/boot_id")}
+
+
+def probe(toward):
+    """What this server has, for the run's preflight (``servers.preflight``)."""
+    import shutil
     mtu = None
     try:
         route = json.loads(subprocess.run(["ip", "-j", "route", "get", toward],
@@ -84,11 +92,9 @@ def probe(toward):
     except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired):
         pass
     tools = ("ovsdb-server", "ovs-vswitchd", "ovsdb-tool", "ovs-vsctl", "mnexec", "ip", "tc")
-    return {"root": os.geteuid() == 0, "ovs": _version(["ovs-vswitchd", "--version"]),
-            "mininet": mn, "python": sys.version.split()[0], "project": project_version(),
+    return {"root": os.geteuid() == 0, **versions(),
             "missing": [t for t in tools if shutil.which(t) is None], "underlay_mtu": mtu,
             "ovs_netdev": os.path.exists("/sys/class/net/ovs-netdev"),
-            "boot_id": _read("/proc/sys/kernel/random/boot_id"),
             "tunnels": tunnel_kinds(),
             "wmem_default": int(_read("/proc/sys/net/core/wmem_default") or 0)}
 
