@@ -44,7 +44,11 @@ def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=
         # the sender's achieved rate: on a loaded machine it falls short of --pps
         pps = min(pps, sent / duration_s) if sent else pps
     gaps = recv.get("disruptions", []) if recv else []
-    end = t_restore if t_restore is not None else float("inf")
+    # A gap starts at the arrival of the packet before it.  Packets lost to the
+    # restore were sent after it, so the packet before them was sent at most one
+    # interval earlier and arrived later still: a gap starting after
+    # t_restore - 1/pps is the restore's (restore_lost_packets), not the fault's.
+    end = t_restore - int(1e9 / pps) if t_restore is not None else float("inf")
     fault_gaps = [g for g in gaps if g["end_ns"] > t_fault and g["start_ns"] < end]
     received = recv["received_packets"] if recv else 0
     dup = recv["duplicated_packets"] if recv else 0
@@ -65,8 +69,7 @@ def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=
         "longest_gap_ms": round(max((g["ms"] for g in fault_gaps), default=0.0), 3),
         "recovery_ms": round((max(g["end_ns"] for g in lossy) - t_fault) / 1e6, 3)
         if lossy else 0.0,
-        "restore_lost_packets": sum(g["skipped"] for g in gaps if t_restore is not None
-                                    and g["start_ns"] >= t_restore),
+        "restore_lost_packets": sum(g["skipped"] for g in gaps if g["start_ns"] >= end),
         "calm_gap_ms": None if calm_from is None else round(max(
             (g["ms"] for g in gaps if g["start_ns"] >= calm_from and g["end_ns"] <= t_fault),
             default=0.0), 3),

@@ -221,3 +221,23 @@ def test_sequences_skipped_by_a_gap_and_arriving_later_are_not_lost():
     f = drill_stats.flow_result(dict(recv, received_packets=4195), 4200, 500 * ms,
                                 1500 * ms, 1000)
     assert f["fault_lost_packets"] == 5 and f["loss_window_ms"] == 5.0
+
+
+def test_a_gap_starting_within_one_interval_before_the_restore_is_the_restores():
+    """The packet before a restore's loss was sent at most 1/pps before the restore
+    (and arrived later): its gap counts as restore loss, not as a late recovery."""
+    ms = 1_000_000
+    fault = {"start_ns": 500 * ms, "end_ns": 512 * ms, "ms": 12.0, "skipped": 10}
+    restore = {"start_ns": 1499 * ms + ms // 2, "end_ns": 1510 * ms, "ms": 10.5,
+               "skipped": 6}
+    recv = {"received_packets": 984, "duplicated_packets": 0, "reordered_packets": 0,
+            "total_disruptions": 2, "longest_disruption": None,
+            "disruptions": [fault, restore]}
+    f = drill_stats.flow_result(recv, 1000, 500 * ms, 1500 * ms, 1000)
+    assert f["fault_lost_packets"] == 10 and f["recovery_ms"] == 12.0
+    assert f["restore_lost_packets"] == 6
+    # a fault that lasts until the restore is still the fault's
+    stuck = dict(fault, end_ns=1505 * ms, ms=1005.0, skipped=1000)
+    f = drill_stats.flow_result(dict(recv, received_packets=0 + 500, disruptions=[stuck]),
+                                1500, 500 * ms, 1500 * ms, 1000)
+    assert f["recovery_ms"] == 1005.0 and f["restore_lost_packets"] == 0
