@@ -155,6 +155,7 @@ def clean(force=False, log=print):
                 summary["errors"].append(str(e))
         for directory in runstate.state_dirs(tag):
             shutil.rmtree(directory, ignore_errors=True)
+    runstate.remove_empty_shares()
     for key in ("bridges", "instance_daemons", "processes", "interfaces"):
         log(f"removed {len(summary[key])} {key.replace('_', ' ')}")
     if live:

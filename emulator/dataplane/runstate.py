@@ -62,9 +62,16 @@ class RunState:
         """Lock the state directory of run ``tag``'s share on ``server``, a run started
         elsewhere (``dataplane.worker``): ``<root>/on-<server>/<tag>``."""
         parent = os.path.join(STATE_ROOT, f"on-{server}")
-        os.makedirs(parent, exist_ok=True)
         directory = os.path.join(parent, tag)
-        os.mkdir(directory)
+        for _ in range(3):       # another share's release may remove the empty parent
+            os.makedirs(parent, exist_ok=True)
+            try:
+                os.mkdir(directory)
+                break
+            except FileNotFoundError:
+                continue
+        else:
+            raise RuntimeError(f"could not make {directory}")
         fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         state = cls(tag, directory, fd)
@@ -91,6 +98,22 @@ class RunState:
                 os.unlink(path)
         os.rmdir(self.dir)
         os.close(self._lock_fd)
+        remove_empty_shares(os.path.dirname(self.dir))
+
+
+def remove_empty_shares(parent=None):
+    """Remove ``<root>/on-<server>`` directories that no share of a run holds any more
+    (``parent``: only that one)."""
+    try:
+        names = [os.path.basename(parent)] if parent else os.listdir(STATE_ROOT)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith("on-"):
+            try:
+                os.rmdir(os.path.join(STATE_ROOT, name))
+            except OSError:          # not empty, or gone already
+                pass
 
 
 def state_dirs(tag):

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 
-from mininet.examples.cluster import RemoteMixin
+from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 from mininet.node import Node
 
 from emulator.dataplane import proc
@@ -89,6 +89,10 @@ class ServerShell(RemoteMixin, Node):
         self._env = env
         super().__init__(server.name, server=server.address, serverIP=server.address,
                          user=server.user, inNamespace=False)
+        # The cluster edition registers every server for a cleanup that would run
+        # `ssh SERVER sudo mn -c` (every Mininet of that server) if anything called
+        # mininet.clean.cleanup(); this run's servers are cleaned by their workers.
+        ClusterCleanup.serveruser.pop(server.address, None)
 
     def startShell(self, *args, **kwargs):
         # the run's ssh options, and no local sudo: the run is root already

@@ -156,8 +156,7 @@ class NamespaceServers:
         out = []
         for i, ns in enumerate(self.names):
             for root, dirs, files in os.walk(self.run_dir(i)):
-                if files or (root != self.run_dir(i) and not dirs
-                             and not os.path.basename(root).startswith("on-")):
+                if files or root != self.run_dir(i):     # an empty on-<server> too
                     out.append(f"{ns}: {root} {sorted(files)}")
         for ns in self.names:
             links = _run(["ip", "netns", "exec", ns, "ip", "-o", "link"]).splitlines()

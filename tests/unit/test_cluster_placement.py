@@ -260,3 +260,17 @@ def test_engine_results_from_servers_merge_and_clocks_align():
     assert apart["latency_ms"]["p50"] is None and "not measured" in apart["latency_ms"]["note"]
     assert all(r["latency_ms"] is None and r["flows"][0]["latency_us"] is None
                for r in apart["receivers"])
+
+
+def test_a_server_shell_leaves_no_mn_c_cleanup_behind(monkeypatch):
+    """The cluster edition registers each remote node's server for `ssh SERVER sudo
+    mn -c` (every Mininet there) in mininet.clean's callbacks; a run's servers are
+    cleaned by their workers, so a server shell takes its entry out again."""
+    from mininet.examples.cluster import ClusterCleanup
+    from emulator.dataplane import servers
+    monkeypatch.setattr(servers.ServerShell, "startShell", lambda self, *a, **k: None)
+    monkeypatch.setattr(ClusterCleanup, "serveruser", {"10.0.0.1": "root"})
+    [s] = cluster.parse_servers(["root@10.9.9.9"], "--servers")
+    shell = servers.ServerShell(s, ["ssh"])
+    assert shell.dest == "root@10.9.9.9"
+    assert ClusterCleanup.serveruser == {"10.0.0.1": "root"}     # others' entries stay
