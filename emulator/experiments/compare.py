@@ -44,6 +44,8 @@ import time
 
 from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
+from emulator.experiments.lb_table import (disturbed_attempt, should_repeat, summarize,
+                                           table)
 from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
                                           add_fidelity_args)
 
@@ -170,58 +172,6 @@ def load_bound(efficiency, per_uplink):
     return efficiency / max(1.0, max(per_uplink.values()))
 
 
-def summarize(runs):
-    """One table row per (mode, ring, qps) from the repetitions' run dicts."""
-    groups = {}
-    for r in runs:
-        groups.setdefault((r["mode"], str(r["ring"]), r["qps"]), []).append(r)
-    rows = []
-    for (mode, ring, qps), rs in groups.items():
-        eff = [r["efficiency"] for r in rs]
-
-        def mean(key):
-            vals = [r[key] for r in rs if r.get(key) is not None]
-            return sum(vals) / len(vals) if vals else None
-        rows.append({"mode": mode, "ring": ring, "qps": qps, "reps": len(rs),
-                     "busbw_Mbps": mean("busbw_Mbps"), "efficiency": mean("efficiency"),
-                     "load_bound_eff": mean("load_bound_eff"),
-                     "lb_min": min(r["load_bound_eff"] for r in rs),
-                     "lb_max": max(r["load_bound_eff"] for r in rs),
-                     "eff_min": min(eff), "eff_max": max(eff),
-                     "expected": rs[0].get("expected"),
-                     "max_over_mean": mean("max_over_mean"), "jain": mean("jain"),
-                     "reordered": sum(r["reordered"] for r in rs),
-                     "wrong": sum(r["wrong"] for r in rs),
-                     "emulator_bound": sum(1 for r in rs if r.get("fidelity", {})
-                                           .get("verdict", "faithful") != "faithful")})
-    return rows
-
-
-def table(rows):
-    """The comparison as text."""
-    head = (f"{'mode':8s} {'ring':9s} {'qps':>3s} {'busbw Mb/s':>10s} {'effic':>6s} "
-            f"{'load-bound':>10s} {'min..max':>11s} {'ECMP exp':>8s} {'up max/mean':>11s} {'Jain':>6s} "
-            f"{'reordered':>9s} {'#wrong':>6s} {'reps':>4s} fidelity")
-    lines = [head]
-
-    def f(x, fmt):
-        return format(x, fmt) if x is not None else "-"
-    for r in rows:
-        exp = f(r["expected"], ".3f") if r["expected"] is not None else "-"
-        lines.append(
-            f"{r['mode']:8s} {r['ring']:9s} {r['qps']:3d} {f(r['busbw_Mbps'], '10.2f')} "
-            f"{f(r['efficiency'], '6.3f')} {f(r['load_bound_eff'], '10.3f')} "
-            f"{r['lb_min']:5.3f}..{r['lb_max']:5.3f} "
-            f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
-            f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d} "
-            + (f"EMULATOR-BOUND in {r['emulator_bound']}/{r['reps']}"
-               if r.get("emulator_bound") else "faithful"))
-    if any(r.get("emulator_bound") for r in rows):
-        lines.append("EMULATOR-BOUND rows measured this machine's CPU, not load balancing: "
-                     "see each run's fidelity in compare.json")
-    return "\n".join(lines)
-
-
 # ---- one run on a real fabric (root) -------------------------------------------
 
 class Sampler(threading.Thread):
@@ -285,6 +235,22 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
              f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
              f"#wrong {out['wrong']}, {out['fidelity']['verdict']}")
     return out
+
+
+def run_repetition(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None):
+    """``run_one``, run again with the same seeds (up to ``--retries`` times) while the
+    machine, not the links, set its pace (lb_table.should_repeat)."""
+    disturbed, retries = [], getattr(args, "retries", 1)
+    for attempt in range(retries + 1):
+        r = run_one(fabric, mode, seed, ring, qps, sizes, args, progress=progress, job=job)
+        if not should_repeat(r, attempt, retries):
+            break
+        disturbed.append(disturbed_attempt(r))
+        progress(f"... {mode} seed {seed} job {job}: {r['fidelity']['verdict']} "
+                 f"({'; '.join(r['fidelity'].get('reasons', []))[:160]}): the machine's "
+                 "pace, not the fabric's; repeating with the same seeds")
+    r["disturbed_attempts"] = disturbed
+    return r
 
 
 def plot(runs, path):
@@ -354,8 +320,9 @@ def add_arguments(p):
     p.add_argument("--sample-ms", type=float, default=20.0,
                    help="--planes, --cc: interval of the egress-queue sampler (ms)")
     p.add_argument("--retries", type=int, default=1,
-                   help="--planes: repeat a run that lost packets outside the switch queues "
-                        "(a disturbed platform) up to this many times")
+                   help="run a repetition again with the same seeds, up to this many "
+                        "times, when the machine set its pace (not faithful) or, with "
+                        "--planes, it lost packets outside the switch queues")
     p.add_argument("--sweep-qps", default="", help="ECMP QP sweep, e.g. 1,2,4,8")
     p.add_argument("--sweep-rings", default="", help="ECMP ring sweep, e.g. topology,strided")
     p.add_argument("--flowlet-gap-ms", type=float, default=25.0,
@@ -403,6 +370,8 @@ def main(fabric, args, out=print):
     args.seed = 1 if args.seed is None else args.seed
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
+    if getattr(args, "retries", 1) < 0:
+        raise ConfigError("--retries", "0 or more")
     sizes = parse_sizes(args.sizes)
     plan = [(m, args.ring, args.qps) for m in modes]
     plan += [("ecmp", args.ring, int(q)) for q in args.sweep_qps.split(",") if q.strip()
@@ -424,8 +393,8 @@ def main(fabric, args, out=print):
     runs = []
     for mode, ring, qps in plan:
         for rep in range(args.reps):
-            runs.append(run_one(fabric, mode, args.seed + rep, ring, qps, sizes, args,
-                                progress=out, job=job0 + rep))
+            runs.append(run_repetition(fabric, mode, args.seed + rep, ring, qps, sizes, args,
+                                       progress=out, job=job0 + rep))
     rows = summarize(runs)
     text = table(rows)
     write_json(os.path.join(base, "compare.json"),

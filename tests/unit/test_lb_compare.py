@@ -4,7 +4,7 @@ balls-into-bins expectation, uplink series and the table (no root)."""
 import pytest
 
 from emulator.fabric import addressing
-from emulator.experiments import compare
+from emulator.experiments import compare, lb_table
 from emulator.fabric import presets
 
 
@@ -65,11 +65,45 @@ def test_summarize_and_table():
     runs = [{"mode": "ecmp", "ring": "strided", "qps": 1, "efficiency": e, "busbw_Mbps": 5 * e,
              "load_bound_eff": e / 2, "expected": 0.4, "max_over_mean": 2.0, "jain": 0.6,
              "reordered": 0, "wrong": 0} for e in (0.8, 0.9)]
-    rows = compare.summarize(runs)
+    rows = lb_table.summarize(runs)
     assert len(rows) == 1 and rows[0]["reps"] == 2
     assert rows[0]["lb_min"] == 0.4 and rows[0]["lb_max"] == 0.45
-    text = compare.table(rows)
+    text = lb_table.table(rows)
     assert "ecmp" in text and "0.425" in text and "0.400" in text
+    assert "repeated" not in text
+
+
+def run_doc(eff, verdict="faithful", wrong=0, disturbed=()):
+    return {"mode": "spray", "ring": "strided", "qps": 1, "efficiency": eff,
+            "busbw_Mbps": 40 * eff, "load_bound_eff": eff, "max_over_mean": 1.1,
+            "jain": 0.99, "reordered": 5, "wrong": wrong, "dir": "/r",
+            "fidelity": {"verdict": verdict, "reasons": ["the machine was 100% busy"]},
+            "disturbed_attempts": list(disturbed)}
+
+
+def test_median_and_the_repetitions_run_again_after_a_disturbed_attempt():
+    bound = run_doc(0.95, "emulator-bound")
+    # repeated only while attempts remain, the verdict is not faithful, nothing lost
+    assert lb_table.should_repeat(bound, 0, 1) and not lb_table.should_repeat(bound, 1, 1)
+    assert not lb_table.should_repeat(run_doc(0.9), 0, 1)
+    assert not lb_table.should_repeat(run_doc(0.5, "emulator-bound", wrong=2), 0, 1)
+    assert not lb_table.should_repeat(bound, 0, 0)
+    kept = lb_table.disturbed_attempt(bound)
+    assert kept["verdict"] == "emulator-bound" and kept["efficiency"] == 0.95
+    runs = [run_doc(0.80), run_doc(0.86, disturbed=[kept]), run_doc(0.99),
+            run_doc(0.90), run_doc(0.97)]
+    [row] = lb_table.summarize(runs)
+    assert row["eff_median"] == 0.90 and row["efficiency"] == pytest.approx(0.904)
+    assert row["repeated"] == 1 and row["emulator_bound"] == 0
+    text = lb_table.table([row])
+    line = text.splitlines()[1]
+    assert line.split()[4:6] == ["0.904", "0.900"]
+    assert line.endswith("faithful (1 repeated)")
+    assert "disturbed_attempts in compare.json" in text
+    # still not faithful after its retry: marked
+    [row] = lb_table.summarize([runs[0]] + runs[2:4]
+                               + [run_doc(0.97, "emulator-bound", disturbed=[kept])])
+    assert lb_table.fidelity_cell(row) == "EMULATOR-BOUND in 1/4 (1 repeated)"
 
 
 def test_bad_mode_is_a_config_error():
