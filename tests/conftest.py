@@ -53,13 +53,28 @@ STEAL_TRIES = 3
 
 
 def stolen(fidelity_doc):
-    """Whether a fidelity document is not faithful and the hypervisor stole enough
-    CPU time meanwhile to explain it (then a test measures again)."""
+    """Whether a fidelity document is not faithful and the platform explains it (then
+    a test measures again): the hypervisor stole enough CPU time meanwhile, or the
+    traffic engine was held up (``held_up``)."""
     from emulator.experiments.fidelity import stolen_window
     cpu = fidelity_doc["cpu"]
     return (fidelity_doc["verdict"] != "faithful"
             and ((cpu.get("machine_steal") or 0) >= STEAL_RETRY
-                 or stolen_window(cpu.get("windows"))))
+                 or stolen_window(cpu.get("windows")) or held_up(fidelity_doc)))
+
+
+def held_up(fidelity_doc):
+    """The only shortfall is the traffic engine falling behind its schedule (frames it
+    never sent), on a machine never saturated in any 100 ms window.  On some of this
+    project's VMs the engine's loop is held up 10-30 ms now and then with the machine
+    half busy and no steal reported (its own sends and reads run 5-15 times slower
+    meanwhile; neither a higher nice value, a session of its own nor SCHED_FIFO
+    prevented it): the platform's, not the emulator's load.  A measurement that is
+    held up every time still fails."""
+    emu = fidelity_doc.get("emulation_drops") or {}
+    windows = fidelity_doc["cpu"].get("windows") or {}
+    return (emu.get("total", 0) > 0 and emu.get("sender_behind_schedule") == emu["total"]
+            and windows.get("saturated", 1) == 0)
 
 
 def unless_stolen(measure, fidelity_of):

@@ -21,7 +21,8 @@ from emulator.dataplane.reach import wait_all_pairs
 from emulator.dataplane.session import Session
 from tests.conftest import unless_stolen
 
-ARGS = argparse.Namespace(pps=2000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
+# the drill's own defaults: 1000 pps per probe flow (1 ms resolution), 1 ms gaps
+ARGS = argparse.Namespace(pps=1000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
 LINK = "leaf1-spine1"
 
 
