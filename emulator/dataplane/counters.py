@@ -178,6 +178,7 @@ def snapshot(net, queues=None):
         "softnet": softnet_drops(),
         "queues": queues.read(),
         "pfc_drops": net.pfc.drops() if getattr(net, "pfc", None) is not None else {},
+        "pfc_late": net.pfc.late_drops() if getattr(net, "pfc", None) is not None else {},
         "ovs_cpu_s": ovs_cpu_s(net),
         "machine": machine_cpu(),
     }
@@ -202,6 +203,8 @@ def delta(before, after, topo, active_s=None):
         if n > 0:
             name = link_of.get(intf, intf)
             network[name] = network.get(name, 0) + n
+    late = {link_of.get(i, i): n - before.get("pfc_late", {}).get(i, 0)
+            for i, n in after.get("pfc_late", {}).items()}
     sock = {i: n - before["ovs_socket"].get(i, 0) for i, n in after["ovs_socket"].items()}
     txd = {i: v[1] - before["ovs_interface"].get(i, (0, 0))[1]
            for i, v in after["ovs_interface"].items()}
@@ -219,6 +222,7 @@ def delta(before, after, topo, active_s=None):
         "ovs_socket_drops": {link_of.get(i, i): n for i, n in sock.items() if n > 0},
         "ovs_tx_drops": {link_of.get(i, i): n for i, n in txd.items() if n > 0},
         "softnet_drops": after["softnet"] - before["softnet"],
+        "pause_late_drops": {k: n for k, n in late.items() if n > 0},
         "ovs_cpu": round(ovs_cpu, 3) if ovs_cpu is not None else None,
         "machine_busy": round(min(busy / total, 1.0), 3),
         "machine_steal": round(min(steal_share(before["machine"], after["machine"]), 1.0), 3),

@@ -36,12 +36,14 @@ from emulator.dataplane import bpf
 
 # one map entry per interface end: u64 fields, byte offsets
 (E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
- E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR) = range(0, 128, 8)
-ENTRY_SIZE = 128
+ E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR, E_LATE) = range(0, 136, 8)
+ENTRY_SIZE = 136
 # E_PAUSES, E_PAUSED_NS: the agent's, for telemetry.  E_QUEUED: bytes that came in by
 # this port and wait in the switch's egress queues (counted when queued, freed with
 # E_ING); E_CORR: the agent's correction of E_ING for frames lost inside the switch
 # (an injected loss, a port gone down): a port's occupancy is E_ING - E_CORR.
+# E_LATE: the agent's, of E_ING_DROPS the ones its pause came too late for (the
+# emulator's: a paused upstream sends at most the headroom).
 WORDS = ENTRY_SIZE // 8
 FLAG_DROP = 1                          # the watchdog drops this egress queue's lossless frames
 

@@ -32,6 +32,7 @@ ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
                                                 pfc.E_FLAGS // 8, pfc.E_EG_IN // 8,
                                                 pfc.E_EG_OUT // 8)
 PAUSES, PAUSED_NS = pfc.E_PAUSES // 8, pfc.E_PAUSED_NS // 8
+DROPS, LATE = pfc.E_ING_DROPS // 8, pfc.E_LATE // 8
 QUEUED, CORR = pfc.E_QUEUED // 8, pfc.E_CORR // 8
 
 
@@ -99,29 +100,46 @@ class Gates:
 
 
 class Backlogs:
-    """The root shaper's backlog of every switch interface end, one qdisc dump per
-    switch namespace (dataplane.shaping.QdiscReader)."""
+    """The root shaper's backlog of every switch interface end, read a few ports at
+    a look (``step``): one RTM_GETQDISC of a port's root each
+    (``dataplane.shaping.QdiscReader.root``).  A dump of the namespace that holds
+    the fabric's switches took 1-8 ms under an incast, and the pause loop waited
+    for it: pauses came that much late and the headroom overflowed."""
+
+    PORTS_PER_LOOK = 2
 
     def __init__(self, ports):
         from emulator.dataplane.shaping import QdiscReader
         from traffic.netns import entered
         self.readers = {}
+        self.ports = []                          # (reader, ifindex, key)
         for p in ports:
             if p["kind"] != "switch":
                 continue
             if p["netns"] not in self.readers:
                 with entered(p["netns"]):
-                    self.readers[p["netns"]] = (QdiscReader(), {})
-            self.readers[p["netns"]][1][p["ifindex"]] = p["key"]
+                    self.readers[p["netns"]] = QdiscReader()
+            self.ports.append((self.readers[p["netns"]], p["ifindex"], p["key"]))
+        self.cursor = None                       # the next port of a read under way
+        self.got = {}
 
-    def read(self):
-        """{key: backlog bytes}."""
-        out = {}
-        for reader, keys in self.readers.values():
-            for ifindex, (backlog, _, _) in reader.read().items():
-                if ifindex in keys:
-                    out[keys[ifindex]] = backlog
-        return out
+    def start(self):
+        """Begin a read of every port (unless one is under way)."""
+        if self.cursor is None:
+            self.cursor, self.got = 0, {}
+
+    def step(self):
+        """Read the next ports of the read under way: {key: backlog bytes} of every
+        port once the last is read, else None."""
+        if self.cursor is None:
+            return None
+        for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.PORTS_PER_LOOK]:
+            self.got[key] = reader.root(ifindex)[0]
+        self.cursor += self.PORTS_PER_LOOK
+        if self.cursor < len(self.ports):
+            return None
+        self.cursor = None
+        return self.got
 
 
 class Agent:
@@ -158,6 +176,7 @@ class Agent:
         for k in self.switch_ports:
             self.by_switch.setdefault(self.ports[k]["node"], []).append(k)
         self.reconciled = 0
+        self.drops_seen = list(mv[DROPS::W])
 
     # -- the gate of an egress queue follows its peer's request and the watchdog --
     def _apply(self, egress, now):
@@ -207,10 +226,36 @@ class Agent:
                     self.reactions.append((k, max(0, last - cross)))
                 mv[k * W + CROSS] = 0
             self._request(k, now)
+        self.blame_drops()
         if now >= self.next_wd:
             self.next_wd = now + self.pc.wd_poll_s
             self.watch(now)
+        if self.backlogs is not None:
+            try:
+                backlog = self.backlogs.step()
+            except OSError as e:                 # a port's answer late: the next read
+                self.backlogs.cursor = None
+                self.gates._error(f"qdisc read: {e}")
+            else:
+                if backlog is not None:
+                    self.reconcile(backlog)
         return self.pc.poll_s if busy or self.storming else self.idle_s
+
+    def blame_drops(self):
+        """Ingress drops since the last look are the pause model's, come too late:
+        an upstream paused within the reaction time the headroom covers sends no
+        more than the headroom (``E_LATE``; the verdict counts them as emulation
+        drops).  Only an upstream that ignores pauses (the watchdog's
+        ``forward``) overflows a port by the network's doing."""
+        drops = list(self.mv[DROPS::W])
+        if drops == self.drops_seen:
+            return
+        for k in self.switch_ports:
+            new = drops[k] - self.drops_seen[k]
+            up = self.ports[k]["peer_key"]
+            if new > 0 and not (self.wd[up].mitigating and self.pc.wd_action == "forward"):
+                self.mv[k * W + LATE] += new
+        self.drops_seen = drops
 
     def watch(self, now):
         mv = self.mv
@@ -233,10 +278,7 @@ class Agent:
                 if peer["kind"] == "switch":
                     stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
         if self.backlogs is not None:
-            try:
-                self.reconcile(self.backlogs.read())
-            except OSError as e:                 # a namespace's dump late: next look
-                self.gates._error(f"qdisc dump: {e}")
+            self.backlogs.start()               # read a few ports at each look (poll)
         cycle = lossless.paused_cycle(stuck)
         if cycle and cycle != self.last_cycle:        # each time a cycle forms
             self.cycles.append({"cycle": cycle, "t": now})
@@ -306,7 +348,8 @@ class Agent:
             e = {"peer": self.ports[peer]["node"], "pauses_sent": len(sent_eps) + len(storms),
                  "longest_pause_s": round(max((b - a for a, b in sent_eps), default=0.0), 4),
                  "pause_frames_sent": frames, "paused_s": round(closed, 4),
-                 "ingress_drops": mv[k * W + pfc.E_ING_DROPS // 8],
+                 "ingress_drops": mv[k * W + DROPS],
+                 "late_pause_drops": mv[k * W + LATE],
                  "watchdog_drops": mv[k * W + pfc.E_WD_DROPS // 8],
                  "watchdog": [(ev, round(t - t0, 4)) for ev, t in self.wd[k].events],
                  "ecn_marks": mv[k * W + pfc.E_MARKS // 8]}

@@ -5,7 +5,7 @@ import struct
 
 from emulator.dataplane import bpf
 from emulator.dataplane.ecnq import Attached
-from emulator.dataplane.pfc import (E_ING_DROPS, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF,
+from emulator.dataplane.pfc import (E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF,
                                     ENTRY_SIZE, WORDS,
                                     egress_program, ingress_program)
 from emulator.errors import RunFailed
@@ -180,15 +180,25 @@ class Pfc(Attached):
 
     def drops(self):
         """{interface end, named as dataplane.counters names queues: frames of the
-        lossless class lost on the link it sends on}: ingress drops at the far end
-        (headroom exceeded) and the watchdog's drops of its queue."""
+        lossless class the network lost on the link it sends on}: ingress drops at
+        the far end (headroom exceeded) that are not ``late_drops``, and the
+        watchdog's drops of its queue."""
+        return self._by_upstream(lambda e, up: self._word(e["key"], E_ING_DROPS)
+                                 - self._word(e["key"], E_LATE)
+                                 + self._word(up["key"], E_WD_DROPS))
+
+    def late_drops(self):
+        """{interface end: ingress drops at its far end the pause came too late for}:
+        the emulator's, not the network's (pfc_agent.Agent.blame_drops)."""
+        return self._by_upstream(lambda e, up: self._word(e["key"], E_LATE))
+
+    def _by_upstream(self, count):
         self.check()
         out = {}
         for e in self.ends:
             up = self.ends[e["peer_key"]]
             name = up["ifname"] if up["kind"] == "switch" else f"{up['node']}:{up['ifname']}"
-            n = self._word(e["key"], E_ING_DROPS) + self._word(up["key"], E_WD_DROPS)
-            out[name] = out.get(name, 0) + n
+            out[name] = out.get(name, 0) + count(e, up)
         return out
 
     def live(self):
@@ -248,6 +258,7 @@ def summarize(counters, pfc):
         "paused_s_max": max((c["paused_s"] for c in ports.values()), default=0.0),
         "longest_pause_s": max((c["longest_pause_s"] for c in ports.values()), default=0.0),
         "ingress_drops": sum(c["ingress_drops"] for c in ports.values()),
+        "late_pause_drops": sum(c["late_pause_drops"] for c in ports.values()),
         "watchdog_drops": sum(c["watchdog_drops"] for c in ports.values()),
         "headroom_used_max": max((c.get("headroom_used", 0) for c in ports.values()),
                                  default=0),

@@ -105,9 +105,10 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         "kernel_backlog": counters.get("softnet_drops") or 0,
         "receiver_sockets": engine.get("socket_drops", 0),
         "sender_behind_schedule": engine.get("skipped_packets", 0),
+        "pause_late": sum((counters.get("pause_late_drops") or {}).values()),
     }
     emu_total = (sum(emu["ovs_port_sockets"].values()) + sum(emu["ovs_send"].values())
-                 + emu["kernel_backlog"] + emu["receiver_sockets"]
+                 + emu["kernel_backlog"] + emu["receiver_sockets"] + emu["pause_late"]
                  + emu["sender_behind_schedule"])
     queue_events = dict(counters.get("network_drops") or {})
     for link, n in at_fault.items():         # a downed link's drops: where the fault is
@@ -131,6 +132,10 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
         reasons.append(f"{emu_total} of {base} frames ({100 * emu_total / base:.2f} %) lost "
                        f"or never sent outside the links' queues ({', '.join(where)})")
         bigger = ", or bigger frames (--mtu 4096)" if frame_len and frame_len < 4000 else ""
+        if emu["pause_late"]:
+            remedies.append("the lossless fabric's pause model reacted later than the headroom "
+                            "covers (ingress drops, pause_late): lower the load or stop other "
+                            "work on the machine")
         if emu["uncounted"]:
             remedies.append("shallower queues (--queue-ms): frames queued across the fabric "
                             "exceeded Open vSwitch's send buffer (net.core.wmem_default when "

@@ -105,15 +105,17 @@ def pfc_text(doc):
         return ""
     r = doc.get("reaction_frames") or {}
     t = next((v for k, v in (doc.get("thresholds") or {}).items() if k != "ports"), {})
+    late = (f" ({doc['late_pause_drops']} of them the pause model's, too late: emulation "
+            "drops)" if doc.get("late_pause_drops") else "")
     if doc.get("flow_control") == "credit":
         lines = [f"lossless (credit-based, priority {doc['lossless_priority']}): "
                  f"{doc['pauses']} credit stalls, longest {doc['longest_pause_s']:.3f} s; "
-                 f"ingress drops {doc['ingress_drops']}"]
+                 f"ingress drops {doc['ingress_drops']}{late}"]
     else:
         lines = [f"lossless (PFC, priority {doc['lossless_priority']}): {doc['pauses']} pauses "
                  f"({doc['pause_frames']} PFC frames); a port paused {doc['paused_s_max']:.3f} s "
                  f"in all at most, {doc.get('longest_pause_s', 0):.3f} s at once; ingress drops "
-                 f"{doc['ingress_drops']}"]
+                 f"{doc['ingress_drops']}{late}"]
     if r.get("count"):
         stop = "credits ran out" if doc.get("flow_control") == "credit" else "xoff crossed"
         lines.append(f"  pause reaction ({stop} -> upstream stopped): median "
@@ -239,7 +241,9 @@ def fidelity_lines(doc):
                  f"{sum(emu['ovs_port_sockets'].values())}, OVS send "
                  f"{sum(emu['ovs_send'].values())}, kernel backlog {emu['kernel_backlog']}, "
                  f"receivers {emu['receiver_sockets']}, senders behind schedule "
-                 f"{emu['sender_behind_schedule']}, uncounted {emu.get('uncounted', 0)})")
+                 f"{emu['sender_behind_schedule']}, uncounted {emu.get('uncounted', 0)}"
+                 + (f", lossless pauses too late {emu['pause_late']}" if emu.get("pause_late")
+                    else "") + ")")
     lat = doc.get("latency_ms")
     if lat and lat.get("p99") is not None:
         lines.append(f"  one-way latency p50/p99/max {lat.get('p50')}/{lat.get('p99')}/"

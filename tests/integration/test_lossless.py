@@ -13,6 +13,7 @@ from emulator.dataplane.session import REPO, Session
 from emulator.experiments import collective, drill, drill_traffic, scenario
 from emulator.dataplane.faults import Injector
 from emulator.fabric import presets
+from tests.conftest import unless_stolen
 
 PARAMS = {"spines": "2", "leaves": "3", "hosts_per_leaf": "3"}     # 9 hosts: an 8:1 incast
 ARGS = argparse.Namespace(pps=200.0, frame_len=128, post=1.5, gap_ms=1.0, qps=1)
@@ -33,15 +34,23 @@ def tc(netns, *args):
 def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path, mode):
     import urllib.request
     from emulator.dataplane.session import free_port
-    port = free_port()
-    with Session(lossless_fabric(mode), results_base=str(tmp_path), telemetry=port) as s:
-        report = collective.run_collective(s, "incast", [1 << 19], warmup=0,
-                                           rank_extra={"transport": "rc"})
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            metrics = r.read().decode()
-        leaf1 = s.topo["switches"][0]
-        port = leaf1["ports"][0]                         # leaf1 -> h1, the incast's root
-        classes = tc(s.net.switch_netns("leaf1"), "-s", "class", "show", "dev", port["intf"])
+
+    def measure(attempt):
+        port = free_port()
+        with Session(lossless_fabric(mode), results_base=str(tmp_path / str(attempt)),
+                     telemetry=port) as s:
+            report = collective.run_collective(s, "incast", [1 << 19], warmup=0,
+                                               rank_extra={"transport": "rc"})
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                metrics = r.read().decode()
+            leaf1 = s.topo["switches"][0]
+            port = leaf1["ports"][0]                         # leaf1 -> h1, the incast's root
+            classes = tc(s.net.switch_netns("leaf1"), "-s", "class", "show", "dev",
+                         port["intf"])
+        return s, report, metrics, classes
+
+    # a pause the emulator made too late (its own ingress drops) is measured again
+    s, report, metrics, classes = unless_stolen(measure, lambda m: m[1]["fidelity"])
     assert report["fidelity"]["network_drops"]["total"] == 0, report["fidelity"]
     assert report["transport"]["retransmitted_packets"] == 0
     assert sum(r["wrong"] for r in report["rows"]) == 0
@@ -141,9 +150,15 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
         _, res = drive_deadlock(s, str(tmp_path), 10, until=lambda: any(s.pfc.drops().values()))
     doc = s.results["lossless"]
     assert doc["deadlocks"], doc
-    assert sorted(doc["deadlocks"][0]["cycle"]) == ["leaf2", "leaf3", "spine1", "spine2"]
+    cycle = doc["deadlocks"][0]["cycle"]
+    assert sorted(cycle) == ["leaf2", "leaf3", "spine1", "spine2"]
+    # the watchdog mitigated a queue of the ring (which one is the machine's timing;
+    # the paused senders' NICs behind it may be caught too)
+    ring = {f"{sw['name']}:{p['name']}" for sw in s.topo["switches"] for p in sw["ports"]
+            for a, b in zip(cycle, cycle[1:] + cycle[:1]) if sw["name"] == a and p["peer"] == b}
+    assert len(ring) == 4, ring
     storms = {port for ev, _, port in doc["watchdog_events"] if ev == "storm"}
-    assert {"spine1:eth2", "spine2:eth3"} & storms           # S1->L2 or S2->L3 mitigated
+    assert ring & storms, (ring, storms)
     assert doc["watchdog_drops"] > 0
     # after the routes were taken back, every stream delivered again
     for rx in res["receivers"]:

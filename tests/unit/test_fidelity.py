@@ -200,3 +200,28 @@ def test_deep_queues_beyond_the_ovs_send_buffer_get_a_note():
     assert queue_capacity_note(topo, 30.0, send_buffer=64 << 20) is None
     note = queue_capacity_note(topo, 2000.0, send_buffer=64 << 20)
     assert "400 MB" in note and "34 MB" in note and "uncounted" in note
+
+
+def test_ingress_drops_a_pause_came_too_late_for_are_the_emulators():
+    # a lossless fabric: the pause model blamed itself for 12 ingress drops
+    # (pfc_agent.Agent.blame_drops), lost where the receivers counted them
+    d = fidelity.verdict(10_000, counters(pause_late_drops={"spine1->leaf1": 12}), lost=12)
+    assert d["verdict"] == "emulator-bound"
+    assert d["network_drops"]["total"] == 0
+    assert d["emulation_drops"]["pause_late"] == 12 == d["emulation_drops"]["total"]
+    assert "headroom" in d["remedy"]
+    assert "lossless pauses too late 12" in "\n".join(fidelity_lines(d))
+
+
+def test_counters_delta_names_the_late_pause_drops_by_link():
+    from emulator.dataplane.counters import delta
+    topo = {"switches": [{"name": "spine1", "ports": [{"intf": "s2p1", "peer": "leaf1"}]}],
+            "hosts": []}
+    snap = {"t": 0.0, "queues": {}, "ovs_socket": {}, "ovs_interface": {}, "softnet": 0,
+            "ovs_cpu_s": None, "machine": (0, 100, 0),
+            "pfc_drops": {"s2p1": 1}, "pfc_late": {"s2p1": 4}}
+    later = dict(snap, t=1.0, machine=(50, 200, 0), pfc_drops={"s2p1": 1},
+                 pfc_late={"s2p1": 10})
+    d = delta(snap, later, topo)
+    assert d["pause_late_drops"] == {"spine1->leaf1": 6}
+    assert d["network_drops"] == {}

@@ -1,7 +1,7 @@
 """When an integration test may measure again (tests/conftest.py): only when the
 platform explains a verdict that is not faithful."""
 
-from tests.conftest import held_up, stolen
+from tests.conftest import held_up, paused_late, stolen
 
 
 def doc(verdict="emulator-bound", behind=12, other=0, saturated=0, steal=0.0):
@@ -23,3 +23,11 @@ def test_other_shortfalls_a_saturated_machine_or_a_faithful_run_are_not():
     assert not stolen(doc(behind=0))                 # nothing the engine skipped
     assert not stolen(doc(verdict="faithful"))
     assert stolen(doc(behind=0, other=5, steal=0.2))  # the hypervisor's, as before
+
+
+def test_a_lossless_pause_come_too_late_is_measured_again_and_nothing_else_with_it():
+    late = {"verdict": "emulator-bound", "cpu": {"windows": {"saturated": 3}},
+            "emulation_drops": {"pause_late": 4, "sender_behind_schedule": 0, "total": 4}}
+    assert paused_late(late) and stolen(late)
+    also = dict(late, emulation_drops={"pause_late": 4, "ovs_send": 2, "total": 6})
+    assert not stolen(also)
