@@ -16,6 +16,7 @@ counters as JSON to PATH and exit).
 """
 
 import json
+import math
 import mmap
 import os
 import select
@@ -106,8 +107,6 @@ class Backlogs:
     the fabric's switches took 1-8 ms under an incast, and the pause loop waited
     for it: pauses came that much late and the headroom overflowed."""
 
-    PORTS_PER_LOOK = 2
-
     def __init__(self, ports):
         from emulator.dataplane.shaping import QdiscReader
         from traffic.netns import entered
@@ -122,6 +121,7 @@ class Backlogs:
             self.ports.append((self.readers[p["netns"]], p["ifindex"], p["key"]))
         self.cursor = None                       # the next port of a read under way
         self.got = {}
+        self.per_look = 2                        # the agent paces it (Agent.__init__)
 
     def start(self):
         """Begin a read of every port (unless one is under way)."""
@@ -133,9 +133,9 @@ class Backlogs:
         port once the last is read, else None."""
         if self.cursor is None:
             return None
-        for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.PORTS_PER_LOOK]:
+        for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.per_look]:
             self.got[key] = reader.root(ifindex)[0]
-        self.cursor += self.PORTS_PER_LOOK
+        self.cursor += self.per_look
         if self.cursor < len(self.ports):
             return None
         self.cursor = None
@@ -170,6 +170,9 @@ class Agent:
         self.idle_s = max(self.pc.poll_s, min(0.002, lossless.frame_time_s(
             fastest, cfg["frame"]) * max(1.5, self.pc.xoff_frames / 2) * 0.8))
         self.backlogs = backlogs
+        if backlogs is not None:      # two ports a look; a whole read within a watchdog
+            backlogs.per_look = max(2, math.ceil(   # poll at the idle pace on big fabrics
+                len(backlogs.ports) * self.idle_s / self.pc.wd_poll_s))
         self.idle = {}                     # key: (EG_IN, EG_OUT, ING) at the last idle look
         self.lost = {}                     # port key: bytes counted, neither queued nor gone
         self.by_switch = {}

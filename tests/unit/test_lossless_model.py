@@ -215,6 +215,48 @@ def test_agent_pauses_the_upstream_past_xoff_and_resumes_at_xon():
     assert rep["ports"]["h1:eth0"]["paused_s"] == pytest.approx(0.001)
 
 
+def test_agent_blames_itself_for_ingress_drops_unless_the_watchdog_forwards():
+    from emulator.dataplane import pfc
+    w, drops, late = pfc.WORDS, pfc.E_ING_DROPS // 8, pfc.E_LATE // 8
+    agent, mv, _, _ = _agent()
+    mv[0 * w + drops] = 3                      # leaf1:eth1 overflowed: the pause was late
+    agent.poll(0.0)
+    assert mv[0 * w + late] == 3 and mv[1 * w + late] == 0
+    agent.poll(0.001)                          # counted once
+    assert mv[0 * w + late] == 3
+    assert agent.report(1.0, 0.0)["ports"]["leaf1:eth1"]["late_pause_drops"] == 3
+    agent, mv, _, _ = _agent()
+    agent.pc = lossless.PfcConfig(wd_action="forward")
+    agent.wd[2].mitigating_since = 0.0         # h1's NIC ignores pauses: the network's
+    mv[0 * w + drops] = 2
+    agent.poll(0.0)
+    assert mv[0 * w + late] == 0
+
+
+def test_backlogs_are_read_a_few_ports_a_look_and_paced_by_the_fabric_size():
+    from emulator.dataplane.pfc_agent import Agent, Backlogs
+
+    class Reader:                  # QdiscReader.root: (backlog, drops, sent) of one port
+        asked = []
+
+        def root(self, ifindex):
+            self.asked.append(ifindex)
+            return (100 * ifindex, 0, 0)
+    ports = [{"key": k, "kind": "switch", "netns": None, "ifindex": k + 1} for k in range(5)]
+    b = Backlogs(ports)
+    b.ports = [(Reader(), i, k) for _, i, k in b.ports]
+    b.start()
+    assert b.step() is None and Reader.asked == [1, 2]        # two at a look
+    b.start()                                                  # under way: goes on
+    assert b.step() is None and Reader.asked == [1, 2, 3, 4]
+    assert b.step() == {k: 100 * (k + 1) for k in range(5)}
+    assert b.step() is None and len(Reader.asked) == 5         # done until started again
+    big = Backlogs([dict(p, key=k, ifindex=k + 1) for k, p in enumerate(ports * 200)])
+    agent = Agent({"ports": [], "frame": FRAME, "pfc": {}}, [], None, backlogs=big)
+    # 1000 ports, a look every 2 ms when idle, a watchdog poll of 100 ms
+    assert agent.idle_s == 0.002 and big.per_look == 20
+
+
 def test_agent_storm_is_detected_mitigated_and_restored():
     from emulator.dataplane import pfc
     agent, mv, gates, _ = _agent()
@@ -290,6 +332,9 @@ def test_pfc_text_names_storms_and_reaction():
     assert "median 1.9 / p95 3.2 / max 3.2 frame times" in text
     assert "watchdog on leaf1:eth1 after 1050 ms" in text
     assert "a -> b" in text
+    assert "the pause model's" not in text
+    late = pfc_text(dict(doc, ingress_drops=3, late_pause_drops=3))
+    assert "ingress drops 3 (3 of them the pause model's, too late: emulation drops)" in late
     assert pfc_text(None) == ""
 
 
