@@ -8,10 +8,14 @@ A switch accounts its lossless buffer per ingress port, as ns-3 HPCC's MMU
 does: the bytes that entered through a port and still wait in any of the
 switch's egress queues.  Past ``xoff`` the port pauses its upstream peer's
 lossless egress queue; at ``xon`` it resumes it.  ``headroom`` above xoff
-absorbs what the upstream sends before the pause takes hold: the model's
-pause reaction at the link rate plus one frame in flight at each end.  A
-frame that would exceed xoff + headroom is dropped at ingress (a lossless
-run counts these: they must be 0).
+absorbs what the upstream sends before the pause takes hold: the slowest
+pause reaction the model allows for, at the link rate, plus one frame in
+flight at each end.  The reaction is the emulator's (its agent's look, and
+the kernel delivering frames already sent): a median of about 2 frame times,
+with a tail of 10-20 on a busy 2-core machine, which 10 ms (12 frame times
+at 40 Mbit/s) mostly covers.  A frame that would exceed xoff + headroom is
+dropped at ingress: the pause came too late, and the verdict counts it as
+the emulator's drop (a lossless run has none of the network's).
 
 Times scale with the emulated rate, in frame times (a 4 KiB RoCE frame is
 0.85 ms at 40 Mbit/s): pause reaction (a few frame times) << DCQCN's timers
@@ -93,7 +97,7 @@ class PfcConfig:
     before it stops, and may again as soon as one frame's credit returns; no
     PFC frames, and the watchdog plays InfiniBand's head-of-queue lifetime."""
     mode: str = "pfc"
-    reaction_s: float = 0.003          # Xoff crossing -> upstream stopped, measured (bench)
+    reaction_s: float = 0.010          # Xoff crossing -> upstream stopped (docs/lossless.md)
     poll_s: float = 0.0005             # the pause model's sampling of ingress buffers
     xoff_frames: float = 8             # per ingress port: pause past this many full frames
     xon_gap_frames: float = 2          # resume this far below xoff

@@ -43,11 +43,11 @@ def test_thresholds_scale_with_rate_and_reaction():
     t = lossless.thresholds(40_000_000, FRAME, cfg)
     assert t["xoff"] == 8 * FRAME
     assert t["xon"] == 6 * FRAME
-    # 3 ms at 40 Mbit/s is 15000 bytes, plus one frame in flight at each end
-    assert t["headroom"] == 15000 + 2 * FRAME
+    # 10 ms at 40 Mbit/s is 50000 bytes, plus one frame in flight at each end
+    assert t["headroom"] == 50000 + 2 * FRAME
     assert t["limit"] == t["xoff"] + t["headroom"]
     fast = lossless.thresholds(400_000_000, FRAME, cfg)
-    assert fast["headroom"] - 2 * FRAME == 10 * 15000
+    assert fast["headroom"] - 2 * FRAME == 10 * 50000
     assert lossless.quantum_s(40_000_000) == pytest.approx(12.8e-6)
 
 
