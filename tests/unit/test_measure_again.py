@@ -1,7 +1,7 @@
 """When an integration test may measure again (tests/conftest.py): only when the
 platform explains a verdict that is not faithful."""
 
-from tests.conftest import held_up, paused_late, stolen
+from tests.conftest import held_up, paused_late, stalled_bfd, stolen
 
 
 def doc(verdict="emulator-bound", behind=12, other=0, saturated=0, steal=0.0):
@@ -31,3 +31,14 @@ def test_a_lossless_pause_come_too_late_is_measured_again_and_nothing_else_with_
     assert paused_late(late) and stolen(late)
     also = dict(late, emulation_drops={"pause_late": 4, "ovs_send": 2, "total": 6})
     assert not stolen(also)
+
+
+def test_bfd_downs_where_no_fault_was_are_measured_again_when_they_are_the_only_reason():
+    from emulator.experiments.fidelity import spurious_downs
+    clean = {"verdict": "faithful", "reasons": [], "remedy": None, "cpu": {},
+             "emulation_drops": {"total": 0}}
+    stalled = spurious_downs(clean, {"leaf2-spine2"})
+    assert stalled["verdict"] == "emulator-bound" and stalled_bfd(stalled) and stolen(stalled)
+    assert not stalled_bfd(clean) and not stolen(clean)
+    both = dict(stalled, reasons=stalled["reasons"] + ["12 of 100 frames lost ..."])
+    assert not stalled_bfd(both)
