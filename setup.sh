@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the emulator needs, idempotently, then optionally run.
 #
-#   sudo ./setup.sh              install only
+#   sudo ./setup.sh              install (and measure this machine's budget once)
 #   sudo ./setup.sh run [ARGS]   install, then: python -m emulator run ARGS
 #   sudo ./setup.sh test [ARGS]  install, then: the whole test suite (pytest ARGS)
 #
@@ -122,10 +122,19 @@ start_ovs() {
     say "Open vSwitch: running"
 }
 
+# Runs and drills size their load by this machine's measured budget: measure it once
+# (about a minute), unless it is cached. The test suite measures its own.
+calibrate_once() {
+    say "this machine's budget: measuring it unless cached (python -m emulator calibrate)"
+    (cd "$HERE" && "$VENV/bin/python" -m emulator calibrate --if-missing) \
+        || say "warning: calibration failed: runs will say the budget is unknown"
+}
+
 install_packages "${1:-}"
 make_venv
 tune_kernel
 start_ovs
+case "${1:-}" in ""|run) calibrate_once ;; esac
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift

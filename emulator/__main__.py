@@ -175,6 +175,9 @@ def build_parser():
                    help="the datapath layout to measure (shared, per-switch, N, ...; default: "
                         "$FABRIC_LAB_LAYOUT, else auto); each is cached apart")
     p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--if-missing", action="store_true",
+                   help="only when no budget of this machine is cached for it yet "
+                        "(setup.sh calibrates so)")
 
     from emulator.experiments import drill
     p = sub.add_parser("drill", help="failover drill: inject faults under probe traffic, "
@@ -283,8 +286,15 @@ def main(argv=None):
             session.require_root()
             session.check_dependencies()
             from emulator.fabric import layout
+            chosen = layout.parse(args.layout) if args.layout else None
+            doc = calibrate.known(args.mtu, args.datapath, chosen) if args.if_missing else None
+            if doc is not None:
+                print(f"this machine's budget is cached (measured {doc.get('measured_at')}): "
+                      f"{doc['hop_pps'] / 1e3:.1f}k switch-hop packets/s; "
+                      "`emulator calibrate` measures it again")
+                return 0
             calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath,
-                                layout=layout.parse(args.layout) if args.layout else None)
+                                layout=chosen)
             return 0
         if args.command == "run":
             from emulator.experiments import run

@@ -81,6 +81,9 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache),
                                      layout=doc["layout"])
     assert cached == json.loads(cache.read_text())[doc["key"]]
+    # `calibrate --if-missing` (setup.sh) finds it, and measures a machine with none
+    assert calibrate.known(cache=str(cache)) == cached
+    assert calibrate.known(cache=str(tmp_path / "none.json")) is None
     fits, msg = budget.check([(100e6, 4170, 3)], cached)
     assert fits and "of this machine's measured budget" in msg
     fits, msg = budget.check([(cached["faithful_bps_3hop"] * 2, 4170, 3)], cached)
