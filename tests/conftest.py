@@ -80,8 +80,7 @@ def paused_late(fidelity_doc):
     the headroom covers (ingress drops it blamed on itself: the agent or the
     kernel held up on a busy machine, docs/lossless.md).  Late every time still
     fails."""
-    emu = fidelity_doc.get("emulation_drops") or {}
-    return emu.get("total", 0) > 0 and emu.get("pause_late") == emu["total"]
+    return only_shortfall(fidelity_doc, "pause_late")
 
 
 def held_up(fidelity_doc):
@@ -92,10 +91,15 @@ def held_up(fidelity_doc):
     meanwhile; neither a higher nice value, a session of its own nor SCHED_FIFO
     prevented it): the platform's, not the emulator's load.  A measurement that is
     held up every time still fails."""
-    emu = fidelity_doc.get("emulation_drops") or {}
     windows = fidelity_doc["cpu"].get("windows") or {}
-    return (emu.get("total", 0) > 0 and emu.get("sender_behind_schedule") == emu["total"]
+    return (only_shortfall(fidelity_doc, "sender_behind_schedule")
             and windows.get("saturated", 1) == 0)
+
+
+def only_shortfall(fidelity_doc, kind):
+    """Emulation drops were lost, all of them of ``kind``."""
+    emu = fidelity_doc.get("emulation_drops") or {}
+    return emu.get("total", 0) > 0 and emu.get(kind) == emu["total"]
 
 
 def unless_stolen(measure, fidelity_of):

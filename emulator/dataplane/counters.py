@@ -171,14 +171,16 @@ def snapshot(net, queues=None):
             return snapshot(net, queues)
         finally:
             queues.close()
+    pfc_drops, pfc_late = (net.pfc.drop_counts() if getattr(net, "pfc", None) is not None
+                           else ({}, {}))
     return {
         "t": time.monotonic(),
         "ovs_socket": ovs_socket_drops(tag, net.ovses()),
         "ovs_interface": ovs_interface_drops(tag, net.ovses()),
         "softnet": softnet_drops(),
         "queues": queues.read(),
-        "pfc_drops": net.pfc.drops() if getattr(net, "pfc", None) is not None else {},
-        "pfc_late": net.pfc.late_drops() if getattr(net, "pfc", None) is not None else {},
+        "pfc_drops": pfc_drops,
+        "pfc_late": pfc_late,
         "ovs_cpu_s": ovs_cpu_s(net),
         "machine": machine_cpu(),
     }

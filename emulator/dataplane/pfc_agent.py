@@ -133,8 +133,12 @@ class Backlogs:
         port once the last is read, else None."""
         if self.cursor is None:
             return None
-        for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.per_look]:
-            self.got[key] = reader.root(ifindex)[0]
+        try:
+            for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.per_look]:
+                self.got[key] = reader.root(ifindex)[0]
+        except OSError:                          # no answer: the next read starts over
+            self.cursor = None
+            raise
         self.cursor += self.per_look
         if self.cursor < len(self.ports):
             return None
@@ -237,7 +241,6 @@ class Agent:
             try:
                 backlog = self.backlogs.step()
             except OSError as e:                 # a port's answer late: the next read
-                self.backlogs.cursor = None
                 self.gates._error(f"qdisc read: {e}")
             else:
                 if backlog is not None:

@@ -179,27 +179,29 @@ class Pfc(Attached):
                 for e in self.ends if e["kind"] == "switch"}
 
     def drops(self):
-        """{interface end, named as dataplane.counters names queues: frames of the
-        lossless class the network lost on the link it sends on}: ingress drops at
-        the far end (headroom exceeded) that are not ``late_drops``, and the
-        watchdog's drops of its queue."""
-        return self._by_upstream(lambda e, up: self._word(e["key"], E_ING_DROPS)
-                                 - self._word(e["key"], E_LATE)
-                                 + self._word(up["key"], E_WD_DROPS))
+        """``drop_counts``' first part: what the network lost."""
+        return self.drop_counts()[0]
 
-    def late_drops(self):
-        """{interface end: ingress drops at its far end the pause came too late for}:
-        the emulator's, not the network's (pfc_agent.Agent.blame_drops)."""
-        return self._by_upstream(lambda e, up: self._word(e["key"], E_LATE))
-
-    def _by_upstream(self, count):
+    def drop_counts(self):
+        """({interface end, named as dataplane.counters names queues: frames of the
+        lossless class the network lost on the link it sends on}, {the same ends:
+        the emulator's}), each map entry read once.  The network's: ingress drops at
+        the far end (headroom exceeded) the pause agent did not blame on its own
+        lateness, and the watchdog's drops of its queue; the emulator's: those it
+        did (pfc_agent.Agent.blame_drops)."""
         self.check()
-        out = {}
+        words = {e["key"]: struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
+                 for e in self.ends}
+        network, late = {}, {}
         for e in self.ends:
             up = self.ends[e["peer_key"]]
             name = up["ifname"] if up["kind"] == "switch" else f"{up['node']}:{up['ifname']}"
-            out[name] = out.get(name, 0) + count(e, up)
-        return out
+            w = words[e["key"]]
+            n = w[E_LATE // 8]
+            network[name] = (network.get(name, 0) + w[E_ING_DROPS // 8] - n
+                             + words[up["key"]][E_WD_DROPS // 8])
+            late[name] = late.get(name, 0) + n
+        return network, late
 
     def live(self):
         """[(end name, buffer bytes, pauses it sent, s its queue was paused, ingress drops,

@@ -249,13 +249,11 @@ class Session:
         the fabric can have, the tools an instance layout needs, and a controller
         its namespaces can reach.  A placement names switches only, so the plan
         without the run's tag gives the run's."""
-        import dataclasses
         import shutil
         from emulator.errors import ConfigError
         from emulator.fabric import layout
-        fabric = self.fabric if self.layout is None else \
-            dataclasses.replace(self.fabric, layout=self.layout)
-        chosen, why = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+        chosen, why = layout.resolve(self.fabric, os.cpu_count() or 1, dp_type, os.environ,
+                                     asked=self.layout)
         if chosen == "shared":
             return chosen, why, []
         placement = layout.place(addressing.plan(self.fabric), chosen)

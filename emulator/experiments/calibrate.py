@@ -184,12 +184,11 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
     """The budget runs would read for what ``calibrate`` with these arguments
     measures (``cached_budget``), or None: ``calibrate --if-missing`` (setup.sh)
     measures only a machine that has none."""
-    import dataclasses
     from emulator.dataplane import datapath as dp
     from emulator.fabric import layout as layouts
     dp_type, _ = dp.detect(datapath)
-    fabric = dataclasses.replace(calibration_fabric(), layout=layout)   # as Session does
-    used, _ = layouts.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+    used, _ = layouts.resolve(calibration_fabric(), os.cpu_count() or 1, dp_type, os.environ,
+                              asked=layout)
     return cached_budget(dp_type, frame_len_for_mtu(mtu), path=cache, layout=used)
 
 

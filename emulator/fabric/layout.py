@@ -52,11 +52,11 @@ def parse(text, where="--layout"):
     return str(n)
 
 
-def resolve(fabric, cores, datapath_type="netdev", env=None):
-    """(layout, why) of a run: the fabric's own (a fabric file's ``layout:`` or
-    ``--layout``), else ``$FABRIC_LAB_LAYOUT`` in ``env``, else ``auto``, which
-    ``choose`` settles."""
-    asked, why = fabric.layout, "asked for"
+def resolve(fabric, cores, datapath_type="netdev", env=None, asked=None):
+    """(layout, why) of a run: ``asked`` (``--layout``), else the fabric's own (a
+    fabric file's ``layout:``), else ``$FABRIC_LAB_LAYOUT`` in ``env``, else
+    ``auto``, which ``choose`` settles."""
+    asked, why = asked if asked is not None else fabric.layout, "asked for"
     if asked is None and (env or {}).get("FABRIC_LAB_LAYOUT"):
         asked, why = parse(env["FABRIC_LAB_LAYOUT"], "FABRIC_LAB_LAYOUT"), \
             "from FABRIC_LAB_LAYOUT"
