@@ -102,6 +102,14 @@ def only_shortfall(fidelity_doc, kind):
     return emu.get("total", 0) > 0 and emu.get(kind) == emu["total"]
 
 
+def verdict_of(fidelity_doc):
+    """A fidelity document as a failed assertion prints it whole: the reasons, where
+    the emulation drops were, and the CPU (pytest shortens a long dict)."""
+    import json
+    keys = ("verdict", "reasons", "emulation_drops", "cpu", "spurious_port_downs")
+    return json.dumps({k: fidelity_doc.get(k) for k in keys}, default=str)
+
+
 def unless_stolen(measure, fidelity_of):
     """``measure(attempt)``, again (``STEAL_TRIES`` times at most) while ``stolen``
     explains the verdict ``fidelity_of(result)``; returns the last result."""

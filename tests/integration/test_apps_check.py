@@ -16,7 +16,7 @@ from emulator.experiments import check
 from emulator.fabric import presets
 from emulator.dataplane import proc
 from emulator.dataplane.session import Session
-from tests.conftest import REPO
+from tests.conftest import REPO, verdict_of
 from tests.integration import logcheck
 
 EXAMPLE = os.path.join(REPO, "examples", "ryu_static_routes.py")
@@ -82,7 +82,7 @@ def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
     assert r.data["worst_loss_ms"] > 1500
     # ... and that loss is the cut link's (the network's), not the emulator's
     fid = r.data["fidelity"]
-    assert fid["verdict"] == "faithful", fid
+    assert fid["verdict"] == "faithful", verdict_of(fid)
     assert fid["emulation_drops"]["total"] == 0
     # The check restores the link: the fabric is whole again.
     assert check.reachability(ryu_app).ok

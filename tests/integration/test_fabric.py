@@ -13,7 +13,7 @@ from emulator.fabric import presets
 from emulator.dataplane import proc
 from emulator.dataplane import runstate
 from emulator.dataplane.session import Session
-from tests.conftest import REPO, unless_stolen
+from tests.conftest import REPO, unless_stolen, verdict_of
 
 
 def leftovers(tag=None):
@@ -177,7 +177,7 @@ def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
     assert res["sent_packets"] > 0
     assert res["dropped_packets"] == 0 and res["received_packets"] == res["sent_packets"]
     fid = res["fidelity"]
-    assert fid["verdict"] == "faithful", fid
+    assert fid["verdict"] == "faithful", verdict_of(fid)
     assert fid["emulation_drops"]["total"] == 0 and fid["network_drops"]["total"] == 0
     for leaf in res["uplinks"]:
         total = sum(u["tx_bytes"] for u in leaf["loads"])
@@ -238,7 +238,7 @@ def test_switch_to_switch_links_are_rate_limited(tmp_path):
     assert res["dropped_packets"] > 0.5 * res["sent_packets"], res["dropped_packets"]
     # Those drops are the network's: the two uplinks' queues, not the emulator.
     fid = res["fidelity"]
-    assert fid["verdict"] == "faithful", fid
+    assert fid["verdict"] == "faithful", verdict_of(fid)
     by_link = fid["network_drops"]["by_link"]
     assert set(by_link) == {"leaf1->spine1", "leaf2->spine1"}, by_link
     assert sum(by_link.values()) == pytest.approx(res["dropped_packets"], rel=0.02)

@@ -20,7 +20,7 @@ from emulator.experiments import drill_traffic
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.reach import wait_all_pairs
 from emulator.dataplane.session import Session
-from tests.conftest import unless_stolen
+from tests.conftest import only_shortfall, unless_stolen, verdict_of
 
 # the drill's own defaults: 1000 pps per probe flow (1 ms resolution), 1 ms gaps
 ARGS = argparse.Namespace(pps=1000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
@@ -47,7 +47,10 @@ def session(request, tmp_path_factory):
     assert s.results["controller"]["problems"] == [], s.results["controller"]["problems"]
 
 
-def run(s, inj, pairs, paths, events, tmp_path, args=ARGS):
+def run(s, inj, pairs, paths, events, tmp_path, args=ARGS, unsent_ok=False):
+    """The schedule ``events`` under the probes, judged as the drill judges it.
+    ``unsent_ok``: frames the engine never sent (it fell behind its schedule) do not
+    make the verdict; only frames sent and lost count (see the controller kill)."""
     expected = drill.fault_ports(events, s.topo)
 
     def measure(attempt):
@@ -64,7 +67,8 @@ def run(s, inj, pairs, paths, events, tmp_path, args=ARGS):
         return n0, (sent, recv, timelines, dur, fid)
     n0, (sent, recv, _, dur, fid) = unless_stolen(measure, lambda m: m[1][4])
     # the probes themselves were carried faithfully: what they lost, the fault did
-    assert fid["verdict"] == "faithful", fid
+    unsent_only = only_shortfall(fid, "sender_behind_schedule") and len(fid["reasons"]) == 1
+    assert fid["verdict"] == "faithful" or (unsent_ok and unsent_only), verdict_of(fid)
     evs = inj.events[n0:]
     t_fault = evs[0]["t_ns"]
     t_rest = next((e["t_ns"] for e in evs[1:]), None)
@@ -119,11 +123,16 @@ def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_
               scenario.Event(1.0, "controller", "restart")]
     # a quarter of the probe rate: the restart (a Python process importing os-ken,
     # about a core-second) must not put the probes behind schedule on 2 cores; what
-    # is checked is that nothing is lost, not how finely
+    # is checked is that nothing is lost, not how finely.  It still does now and then
+    # (a few frames never sent, with the machine saturated by the import, so the
+    # measurement is not repeated): frames never sent cannot be lost, so they do not
+    # fail this test; every frame sent is still accounted for below.
     flows, _, _ = run(s, inj, pairs, paths, events, tmp_path,
-                      argparse.Namespace(**dict(vars(ARGS), pps=500)))
-    # secure fail mode: the switches kept forwarding, nothing was lost to the kill
+                      argparse.Namespace(**dict(vars(ARGS), pps=500)), unsent_ok=True)
+    # secure fail mode: the switches kept forwarding, nothing was lost to the kill:
+    # every frame sent arrived
     assert all(f["fault_lost_packets"] == 0 for f in flows.values()), flows
+    assert all(f["lost_packets"] == 0 for f in flows.values()), flows
     n = len(s.topo["switches"])
     drill.wait_for(lambda: open(log).read().count('"event": "connect"') >= n_connect + n,
                    20, "every switch to resync")

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO, unless_stolen
+from tests.conftest import REPO, unless_stolen, verdict_of
 
 
 def emulator(*args, timeout=300):
@@ -36,7 +36,7 @@ def test_default_run_is_faithful_and_loses_at_most_a_thousandth(tmp_path):
     assert t["sent_packets"] > 20_000
     assert t["dropped_packets"] <= 1e-3 * t["sent_packets"], t["dropped_packets"]
     fid = t["fidelity"]
-    assert fid["verdict"] == "faithful", fid
+    assert fid["verdict"] == "faithful", verdict_of(fid)
     assert fid["emulation_drops"]["total"] == 0, fid["emulation_drops"]
     # one-way latency within what the queues on a path can hold
     assert t["latency_ms"]["p99"] <= fid["queue_bound_ms"]

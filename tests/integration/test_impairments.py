@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from emulator.fabric import presets
-from tests.conftest import REPO, unless_stolen
+from tests.conftest import REPO, unless_stolen, verdict_of
 
 
 def fabric_file(tmp_path, spines, **impair):
@@ -54,7 +54,7 @@ def test_a_lossy_link_drops_about_its_share_and_the_drops_are_the_links(tmp_path
     share = t["dropped_packets"] / t["sent_packets"]
     assert 0.15 < share < 0.25, share
     fid = t["fidelity"]
-    assert fid["verdict"] == "faithful", fid
+    assert fid["verdict"] == "faithful", verdict_of(fid)
     assert fid["emulation_drops"]["total"] == 0
     # charged to the impaired link (no queue counted them: nftables dropped them)
     (where, n), = fid["network_drops"]["by_link"].items()
