@@ -6,6 +6,7 @@ userspace datapath (``datapath_type=netdev``): every port is served by one
 ovs-vswitchd thread, and hosts must turn TX checksum offload off.
 """
 
+import functools
 import os
 
 from emulator.dataplane import proc
@@ -90,3 +91,52 @@ def queue_capacity_note(topo, queue_ms, send_buffer):
             f"{held / 1e6:.0f} MB, Open vSwitch's send buffer carries about "
             f"{carried / 1e6:.0f} MB of queued frames across the fabric: frames beyond "
             "that are lost uncounted (the fidelity verdict counts them)")
+
+
+# netdev-linux (the userspace datapath's veth ports) allocates a whole burst of 32
+# MTU-sized buffers for every receive on every port and frees the ones it did not
+# fill: about 124,000 mallocs and frees a second in this project's default run.
+# With glibc's malloc that was a third of the machine's CPU; with tcmalloc's
+# per-thread caches ovs-vswitchd used 34-40 % of a core instead of 63-65 %
+# (PLATFORM.md).  ``setup.sh`` installs it and starts the machine's Open vSwitch
+# with it; the run's own instances get it here.
+ALLOCATOR = "libtcmalloc_minimal.so.4"
+
+
+@functools.lru_cache(maxsize=1)
+def allocator_path():
+    """tcmalloc's path from the dynamic linker's cache, or None if not installed."""
+    try:
+        out = proc.run(["ldconfig", "-p"], timeout=10)
+    except RunFailed:
+        return None
+    for line in out.splitlines():
+        name, _, path = line.strip().partition(" => ")
+        if name.split(" ")[0] == ALLOCATOR and os.path.exists(path):
+            return path
+    return None
+
+
+def allocator_env():
+    """The environment that runs an ovs-vswitchd on tcmalloc ({} without it)."""
+    path = allocator_path()
+    return {"LD_PRELOAD": path} if path else {}
+
+
+def vswitchd_allocator(pid):
+    """'tcmalloc' if ovs-vswitchd ``pid`` has it mapped, 'malloc' (glibc's) if not,
+    None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "tcmalloc" if "libtcmalloc" in f.read() else "malloc"
+    except OSError:
+        return None
+
+
+def allocator_note(pid):
+    """A note when the machine's ovs-vswitchd allocates with glibc's malloc."""
+    if pid is None or vswitchd_allocator(pid) != "malloc":
+        return None
+    return ("note: the machine's ovs-vswitchd allocates with glibc's malloc, which costs "
+            "it about 1.7 times the CPU: run sudo ./setup.sh, which starts Open vSwitch "
+            "with tcmalloc (restarting it if no other bridges exist)")

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 
-from emulator.dataplane import proc
+from emulator.dataplane import datapath, proc
 from emulator.dataplane.controller_proc import wait_until
 from emulator.dataplane.ifaces import in_netns, write_sysctl
 from emulator.errors import EnvironmentProblem, RunFailed
@@ -181,7 +181,7 @@ class Instance(Ovs):
         self._spawn("ovs-vswitchd", [
             *enter, "ovs-vswitchd", self.db,
             f"--pidfile={self.dir}/ovs-vswitchd.pid", f"--unixctl={self.ctl}",
-            f"--log-file={self.dir}/ovs-vswitchd.log"])
+            f"--log-file={self.dir}/ovs-vswitchd.log"], datapath.allocator_env())
         # the control socket's file exists from bind(), a moment before listen(): a
         # connect in between is refused, so wait for an answer, not for the file
         wait_until(lambda: self._check() and os.path.exists(self.ctl) and self._answers(),
@@ -195,11 +195,12 @@ class Instance(Ovs):
         except RunFailed:
             return False
 
-    def _spawn(self, name, argv):
+    def _spawn(self, name, argv, env=None):
         out = open(os.path.join(self.dir, f"{name}.out"), "ab")
         try:
             self.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                                stderr=subprocess.STDOUT, env=self.env,
+                                                stderr=subprocess.STDOUT,
+                                                env=dict(self.env, **(env or {})),
                                                 start_new_session=True)
         except FileNotFoundError:
             raise EnvironmentProblem(f"{argv[0]}: command not found (datapath instances need "

@@ -278,6 +278,14 @@ class Session:
                                   "instances": {n: g for n, g in placement}}
         self.progress(f"layout {chosen} ({why}): {layout.describe(placement)}"
                       + (f"; {crossing} links join two instances" if placement else ""))
+        if self.results["datapath"]["type"] == "netdev":   # what ovs-vswitchd allocates with
+            pid = None if placement else ovs_instances.SYSTEM.vswitchd_pid()
+            self.results["datapath"]["allocator"] = (
+                datapath.vswitchd_allocator(pid) if pid
+                else "tcmalloc" if datapath.allocator_path() else "malloc")
+            note = datapath.allocator_note(pid)
+            if note:
+                self.progress(note)
         return placement
 
     def _wait_installed(self):

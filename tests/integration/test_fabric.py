@@ -62,6 +62,9 @@ def test_bridges_match_the_plan(fabric):
         assert got[3].strip('"') == sw["dpid_hex"]
         for p in sw["ports"]:
             assert int(ovs.vsctl("get", "interface", p["intf"], "ofport")) == p["port"]
+    if fabric.results["datapath"]["type"] == "netdev":
+        # setup.sh started Open vSwitch on tcmalloc (netdev-linux's per-receive buffers)
+        assert fabric.results["datapath"]["allocator"] == "tcmalloc"
     assert json.load(open(fabric.topology_path)) == fabric.topo
 
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from emulator.dataplane import cleanup, proc, runstate
+from emulator.dataplane import cleanup, datapath, proc, runstate
 from emulator.dataplane.instances import Instance, stop_all
 from emulator.dataplane.session import REPO, Session
 from emulator.errors import RunFailed
@@ -36,6 +36,7 @@ def two(tmp_path_factory):
 def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
     n = len(two.topo["hosts"])
     assert two.results["reachability"]["reachable"] == n * (n - 1)
+    assert two.results["datapath"]["allocator"] == "tcmalloc"
     assert two.results["layout"] == {
         "layout": "2", "why": "asked for", "crossing_links": 8,
         "instances": {"ovs0": ["leaf1", "leaf2", "spine1", "spine2"],
@@ -52,6 +53,8 @@ def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
         assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
         assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink(inst.netns)
         assert runstate.processes_of(tag).get(pid) == tag
+        # on tcmalloc (setup.sh installs it): netdev-linux's per-receive buffers
+        assert datapath.vswitchd_allocator(pid) == "tcmalloc"
         ports = os.listdir(f"{two.net.sysfs(inst.switches[0])}/class/net")
         assert {p["intf"] for sw in two.topo["switches"] if sw["name"] in inst.switches
                 for p in sw["ports"]} <= set(ports)
