@@ -1,6 +1,6 @@
 """One traffic-engine process for every host of a fabric.
 
-Model.  A *plan* (JSON, validated by ``load_plan``) lists
+Model.  A *plan* (JSON, validated by ``plan.load_plan``) lists
 
 - ``streams``: paced RoCEv2 traffic, each from one host interface to one
   peer: ``{"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip",
@@ -20,7 +20,10 @@ anything is sent, builds every frame template (scapy, once), then says
 read counters around exactly the traffic.  One loop then serves everything:
 it wakes once per tick (2 ms) or when the next packet is due, whichever is
 later, sends what each stream's ``pacing.Schedule`` says is due (sendmmsg
-batches), and drains every receive socket.  A wake-up costs 30-50 us of CPU
+batches), and drains every receive socket, breaking off a drain when the next
+packet falls due and reading on after the sends (a slow pass, when the VM runs
+the engine several times slower for tens of ms, then delays reading, which
+costs nothing, not sending).  A wake-up costs 30-50 us of CPU
 on a VM, so the tick, not the packet, is the unit of overhead; arrival times
 come from the kernel's receive timestamps, so reading on the tick does not
 add the tick to the measured latency.  No process per host, no per-host
@@ -61,6 +64,7 @@ from .accounting import Accounting
 from .frames import FastParser
 from .netns import entered
 from .pacing import Schedule
+from .plan import PlanError, load_plan
 from .receiver import nothing_more, open_capture, open_sink, socket_drops
 from .sender import Sender, make_flows
 
@@ -69,49 +73,6 @@ TIMESPEC = struct.Struct("=qq")
 ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 LAT_BIN_NS = 100_000            # latency histogram: 0.1 ms bins ...
 LAT_BINS = 100_000              # ... up to 10 s (the last bin holds the rest)
-STREAM_KEYS = {"netns", "intf", "src_mac", "src_ip", "dst_mac", "dst_ip", "rate_bps",
-               "rate_pps", "qps", "first_flow", "first_qpn", "qpns", "dscp", "name", "phase"}
-RECEIVER_KEYS = {"netns", "intf", "name"}
-PLAN_DEFAULTS = {"duration": 5.0, "frame_len": 4170, "tick_ms": 2.0, "idle": 0.5,
-                 "gap_ms": 10.0, "max_lag_ms": 20.0, "deadline": None,
-                 "verify_icrc": True, "streams": [], "receivers": [],
-                 # per-flow throughput timelines in bins of this many ms (None: none)
-                 "timeline_ms": None,
-                 # say "flowing" on stdout once this many flows have arrived
-                 "expect_flows": None,
-                 # print per-flow progress on stdout this often (None: never)
-                 "progress_ms": None}
-
-
-class PlanError(ValueError):
-    """The plan is invalid; the message names the key."""
-
-
-def load_plan(doc):
-    """Validate a plan document; returns it with defaults filled in."""
-    unknown = set(doc) - set(PLAN_DEFAULTS)
-    if unknown:
-        raise PlanError(f"unknown plan keys: {', '.join(sorted(unknown))}")
-    plan = dict(PLAN_DEFAULTS, **doc)
-    if plan["duration"] <= 0 or not 0 < plan["tick_ms"] <= 50 or plan["frame_len"] < 128:
-        raise PlanError("duration > 0, 0 < tick_ms <= 50 and frame_len >= 128 are required")
-    if plan["progress_ms"] is not None and plan["progress_ms"] <= 0:
-        raise PlanError("progress_ms must be positive (or null: no progress lines)")
-    for i, s in enumerate(plan["streams"]):
-        missing = {"intf", "src_ip", "dst_ip", "dst_mac"} - set(s)
-        bad = set(s) - STREAM_KEYS
-        if missing or bad:
-            raise PlanError(f"streams[{i}]: missing {sorted(missing)} / unknown {sorted(bad)}")
-        if ("rate_bps" in s) == ("rate_pps" in s):
-            raise PlanError(f"streams[{i}]: give rate_bps or rate_pps")
-        if s.get("rate_bps", s.get("rate_pps")) <= 0 or not 0 <= s.get("phase", 0) < 1:
-            raise PlanError(f"streams[{i}]: the rate must be positive, 0 <= phase < 1")
-    for i, r in enumerate(plan["receivers"]):
-        if "intf" not in r or set(r) - RECEIVER_KEYS:
-            raise PlanError(f"receivers[{i}]: needs intf; keys {sorted(RECEIVER_KEYS)}")
-    return plan
-
-
 def percentiles(hist, bin_ns, qs=(0.5, 0.9, 0.99, 0.999)):
     """{q: upper edge in ms} of a histogram of counts per ``bin_ns`` bin."""
     total = sum(hist)
@@ -256,9 +217,15 @@ class Engine:
                 if all(s[0].done(now) for s in scheds):
                     sending = False
                     send_end = now
-            got = 0
+            # Reading is never late (arrival times are the kernel's), sending is: a
+            # drain stops when the next frame falls due and goes on after the sends
+            due = (min((t for t in (s[0].next_ns() for s in scheds) if t is not None),
+                       default=None) if sending else None)
+            got, cut = 0, False
             for r in self.rx:
-                got += self._drain(r, buf)
+                n, stopped = self._drain(r, buf, until=due)
+                got += n
+                cut = cut or stopped
             if got:
                 last_rx = clock()
                 if expect and sum(len(r.acct.flows) for r in self.rx) >= expect:
@@ -274,7 +241,7 @@ class Engine:
                     break
                 wake = now + tick
             delay = wake - clock()
-            if delay > 0:
+            if delay > 0 and not cut:
                 time.sleep(delay / 1e9)
             wakeups += 1
         cpu = _cpu() - cpu0
@@ -305,14 +272,19 @@ class Engine:
             rr = sender.send_flows(flows, rr, n, self.clock)
         s[3] = rr
 
-    def _drain(self, r, buf, limit=4096):
-        """Read what one socket holds into its accounting; returns the frame count.
-        Arrival times are the kernel's receive timestamps (CLOCK_REALTIME moved onto
-        CLOCK_MONOTONIC): reading on the tick adds nothing to the latency."""
+    def _drain(self, r, buf, limit=4096, until=None, every=8):
+        """Read what one socket holds into its accounting; returns (frames read,
+        whether it stopped with frames maybe left: at ``limit``, or at ``until``
+        (ns, checked every ``every`` frames) when a send falls due).  Arrival times
+        are the kernel's receive timestamps (CLOCK_REALTIME moved onto
+        CLOCK_MONOTONIC): reading on the tick, or after the sends, adds nothing to
+        the latency."""
         parse, acct, hist = self.parse, r.acct, r.hist
         sock, mv, off = r.sock, memoryview(buf), self.rt_offset
         got = 0
-        for _ in range(limit):
+        for i in range(limit):
+            if until is not None and i and not i % every and self.clock() >= until:
+                return got, True
             try:
                 n, anc, _, _ = sock.recvmsg_into([buf], ANC_SIZE)
             except OSError as e:
@@ -347,7 +319,9 @@ class Engine:
                 if lat > r.lat_max:
                     r.lat_max = lat
             got += 1
-        return got
+        else:
+            return got, True
+        return got, False
 
     def _result(self, scheds, start, send_end, cpu, wakeups):
         window = max(send_end - start, 1) / 1e9

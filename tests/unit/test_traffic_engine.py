@@ -2,7 +2,8 @@
 
 import pytest
 
-from traffic.engine import PlanError, load_plan, percentiles
+from traffic.engine import percentiles
+from traffic.plan import PlanError, load_plan
 from traffic.pacing import Schedule
 
 MS = 1_000_000
@@ -109,3 +110,53 @@ def test_fill_head_writes_the_same_frame_as_fill():
         tpl.fill(slow, psn, 123456789, 4)
         n = tpl.fill_head(fast, psn, 123456789, 4, False)
         assert fast[:n] == slow[:n] and parse(fast[:n]).icrc_ok
+
+
+def drain_setup(frames):
+    """A datagram socket holding ``frames`` frames, and what ``Engine._drain`` reads
+    it with: a parser that takes every frame, an accounting that counts them, and a
+    clock that advances 1 ms a frame."""
+    import socket
+    import types
+    from array import array
+    from traffic.engine import LAT_BINS, Engine
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    b.setblocking(False)
+    for i in range(frames):
+        a.send(i.to_bytes(4, "big"))
+    ticks = iter(range(0, 10 ** 9, MS))
+    added = []
+    eng = types.SimpleNamespace(
+        parse=lambda mv, n: (b"\0" * 4, 1, int.from_bytes(mv[:4], "big"), 0, True),
+        rt_offset=0, clock=lambda: next(ticks))
+    rx = types.SimpleNamespace(
+        sock=b, names={}, other=0, lat_sum=0, lat_n=0, lat_max=0,
+        hist=array("I", bytes(4 * LAT_BINS)),
+        acct=types.SimpleNamespace(add=lambda key, psn, *rest: added.append(psn)))
+    return (lambda **kw: Engine._drain(eng, rx, bytearray(64), **kw)), added, (a, b)
+
+
+def test_a_drain_stops_when_a_send_falls_due_and_reads_the_rest_later():
+    drain, added, socks = drain_setup(40)
+    try:
+        # the clock passes the next send's time after 16 frames: it stops there,
+        # at a multiple of ``every``, saying frames may be left
+        assert drain(until=16 * MS - 1, every=8) == (16, True)
+        assert added == list(range(16))
+        # the next pass reads on, in order, to the end: nothing left
+        assert drain() == (24, False)
+        assert added == list(range(40))
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_drain_at_its_limit_says_frames_may_be_left():
+    drain, added, socks = drain_setup(10)
+    try:
+        assert drain(limit=4) == (4, True)
+        assert drain(limit=100) == (6, False)
+        assert drain() == (0, False)
+    finally:
+        for s in socks:
+            s.close()
