@@ -232,8 +232,7 @@ class Engine:
                     self.on_flowing()
                     expect = None
             if sending:
-                due = [t for t in (s[0].next_ns() for s in scheds) if t is not None]
-                wake = max(min(due, default=end), now + tick)
+                wake = max(end if due is None else due, now + tick)
             else:
                 # receivers only (a server's part of a plan): others send until end
                 quiet_since = max(last_rx or 0, send_end or (start if scheds else end))

@@ -133,9 +133,10 @@ def vswitchd_allocator(pid):
         return None
 
 
-def allocator_note(pid):
-    """A note when the machine's ovs-vswitchd allocates with glibc's malloc."""
-    if pid is None or vswitchd_allocator(pid) != "malloc":
+def allocator_note(allocator):
+    """A note when the machine's ovs-vswitchd allocates (``vswitchd_allocator``) with
+    glibc's malloc."""
+    if allocator != "malloc":
         return None
     return ("note: the machine's ovs-vswitchd allocates with glibc's malloc, which costs "
             "it about 1.7 times the CPU: run sudo ./setup.sh, which starts Open vSwitch "

@@ -280,10 +280,10 @@ class Session:
                       + (f"; {crossing} links join two instances" if placement else ""))
         if self.results["datapath"]["type"] == "netdev":   # what ovs-vswitchd allocates with
             pid = None if placement else ovs_instances.SYSTEM.vswitchd_pid()
-            self.results["datapath"]["allocator"] = (
+            allocator = self.results["datapath"]["allocator"] = (
                 datapath.vswitchd_allocator(pid) if pid
                 else "tcmalloc" if datapath.allocator_path() else "malloc")
-            note = datapath.allocator_note(pid)
+            note = pid and datapath.allocator_note(allocator)
             if note:
                 self.progress(note)
         return placement

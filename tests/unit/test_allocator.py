@@ -47,9 +47,9 @@ def test_without_tcmalloc_the_daemon_runs_on_malloc(monkeypatch, tmp_path):
 def test_the_allocator_of_a_process_is_read_from_its_mappings():
     # this test's Python allocates with glibc's malloc: no libtcmalloc mapped
     assert datapath.vswitchd_allocator(os.getpid()) == "malloc"
-    assert "tcmalloc" in datapath.allocator_note(os.getpid())
+    assert "tcmalloc" in datapath.allocator_note(datapath.vswitchd_allocator(os.getpid()))
     # a process that is gone: nothing to say
     dead = 2 ** 22 + 1                    # above the kernel's largest pid
     assert datapath.vswitchd_allocator(dead) is None
-    assert datapath.allocator_note(dead) is None
-    assert datapath.allocator_note(None) is None
+    assert datapath.allocator_note(datapath.vswitchd_allocator(dead)) is None
+    assert datapath.allocator_note("tcmalloc") is None
