@@ -41,9 +41,10 @@ limits from the network's (fidelity):
 
 With ``progress_ms`` the engine also prints, that often, one line
 ``progress {json}``: per flow the sequences it spans so far and how many of
-them arrived (``flows``: ``[span, unique]``, so lost = span - unique, the
-tail in flight not counted), the packets each flow sent so far (``sent``:
-a flow whose every packet is lost spans nothing), and the engine's own
+them arrived, and the sequence after the highest that arrived (``flows``:
+``[span, unique, next]``, so lost = span - unique, the tail in flight not
+counted), the packets each flow sent so far (``sent``: a flow whose every
+packet is lost spans nothing), and the engine's own
 shortfalls so far (``skipped`` sends, receive ``socket_drops``).  A live consumer (the black-box prober)
 reads them while the traffic runs, and may end the sending early with a
 line ``stop`` on stdin.
@@ -249,12 +250,12 @@ class Engine:
         return doc
 
     def _progress(self, now, scheds):
-        """The ``progress`` document: per flow [span, unique] so far, and shortfalls."""
+        """The ``progress`` document: per flow [span, unique, next] so far, and shortfalls."""
         flows = {}
         for r in self.rx:
             r.stats()
             for key, fa in r.acct.flows.items():
-                flows[key] = [fa.expected(), fa.unique]
+                flows[key] = [fa.expected(), fa.unique, fa.highest + 1]
         sent = {f"{spec['src_ip']}#{f.flow_id}": f.sent for spec, fl, _ in self.streams
                 for f in fl}
         return {"t_ns": now, "flows": flows, "sent": sent,

@@ -15,10 +15,11 @@ each node by, so a hop names a *directed* link (``leaf1:eth3`` is
 leaf1->spine1).  ``coverage`` says which directed links no probe crosses.
 
 *Counts.*  The traffic engine reports per probe flow, every ``every`` s, the
-sequences spanned, how many arrived and how many were sent (a corrupted
-probe fails its ICRC and counts as lost, as a NIC drops it).  ``Prober``
-keeps those snapshots and judges the last ``window_s`` of them
-(``Prober.counts``: a path that delivers nothing at all is 100 % lossy).
+sequences spanned, how many arrived, the one after the highest that arrived
+and how many were sent (a corrupted probe fails its ICRC and counts as lost,
+as a NIC drops it).  ``Prober`` keeps those snapshots and judges the last
+``window_s`` of them (``Prober.counts``: a path that delivers nothing at all
+is 100 % lossy).
 
 *Localization* (``localize``), per window:
 
@@ -43,7 +44,7 @@ keeps those snapshots and judges the last ``window_s`` of them
 import math
 
 MIN_FLOOR = 1e-3
-EDGE = 2                     # packets a flow's sent-based count may be off at the edges
+NONE = (0, 0, 0, 0)          # a flow's (span, unique, next, sent) before it has any
 
 
 def probe_pairs(topo):
@@ -200,6 +201,22 @@ def localize(paths, counts, floor=MIN_FLOOR, min_loss=0.01, alpha=1e-6, clear=1e
     return {"suspects": suspects, "lossy": sorted(lossy), "unexplained": sorted(left)}
 
 
+def _arrivals(flow):
+    """(span, unique, next) of a progress document's flow entry; an entry without
+    ``next`` spans from sequence 0."""
+    if not flow:
+        return (0, 0, 0)
+    span, unique, *rest = flow
+    return (span, unique, rest[0] if rest else span)
+
+
+def _lost_so_far(snap, sent_before):
+    """A flow's probes lost as of a snapshot (span, unique, next, _): the gaps below
+    the highest arrival, and what was sent a snapshot earlier beyond it."""
+    span, unique, nxt, _ = snap
+    return span - unique + max(sent_before - nxt, 0)
+
+
 class Prober:
     """Windows of the engine's progress snapshots, judged by ``localize``."""
 
@@ -209,7 +226,7 @@ class Prober:
         self.confirm = confirm
         self.min_loss = min_loss
         self.floor = MIN_FLOOR
-        self.snapshots = []          # (t_ns, {flow: (span, unique, sent)})
+        self.snapshots = []          # (t_ns, {flow: (span, unique, next, sent)})
         self.streak = []             # the suspects of the last windows
         self.last = None
 
@@ -217,28 +234,28 @@ class Prober:
         """{flow: (probes, lost)} from the snapshot at ``since_ns`` (default: a window
         before the last) to the last one.
 
-        Two ways to count, the larger wins: the sequences spanned and not arrived
-        (exact, but blind to a flow of which nothing arrives), and the packets
-        sent one snapshot earlier that did not arrive (a snapshot's period to
-        arrive: catches a black hole; less ``EDGE``, the packet or two the
-        window's edges may shift)."""
+        A flow's losses so far, at a snapshot: the sequences below the highest
+        that arrived and never did, and those the sender had sent one snapshot
+        earlier (a snapshot's period to arrive) beyond it (a black hole: nothing
+        arrives, so nothing spans).  The window's losses are the growth of that
+        count: exact, whatever the periods between snapshots (a late snapshot
+        skews no edge), a reordered probe in flight at a snapshot aside."""
         if len(self.snapshots) < 2:
             return {}
         t_last = self.snapshots[-1][0]
         since = t_last - self.window_ns if since_ns is None else since_ns
         ia = next((i for i, (t, _) in enumerate(self.snapshots) if t >= since),
                   len(self.snapshots) - 1)
-        # the sent counts one snapshot earlier (the first snapshot has none earlier)
+        # the sent counts one snapshot earlier (the first snapshot has none earlier:
+        # its own, the packets then in flight not yet counted as lost)
         a, a_sent = self.snapshots[ia][1], self.snapshots[max(ia - 1, 0)][1]
         b, b_sent = self.snapshots[-1][1], self.snapshots[-2][1]
         out = {}
         for f in set(b) | set(b_sent):
-            span, unique, _ = b.get(f, (0, 0, 0))
-            s0, u0, _ = a.get(f, (0, 0, 0))
-            sent = b_sent.get(f, (0, 0, 0))[2] - a_sent.get(f, (0, 0, 0))[2]
-            arrived = unique - u0
-            n = max(span - s0, sent)
-            out[f] = (n, max((span - s0) - arrived, sent - arrived - EDGE, 0))
+            sa, sb = a_sent.get(f, NONE)[3], b_sent.get(f, NONE)[3]
+            span, s0 = b.get(f, NONE)[0], a.get(f, NONE)[0]
+            lost = _lost_so_far(b.get(f, NONE), sb) - _lost_so_far(a.get(f, NONE), sa)
+            out[f] = (max(span - s0, sb - sa), max(lost, 0))
         return out
 
     def set_floor(self, since_ns=None):
@@ -253,10 +270,9 @@ class Prober:
     def feed(self, doc):
         """Add one ``progress`` document; returns the confirmed suspect hops, the
         ``alike`` ones included ([] if none yet).  ``self.last`` keeps the latest window's ``localize`` result."""
-        sent = doc.get("sent", {})
+        sent, flows = doc.get("sent", {}), doc["flows"]
         self.snapshots.append((doc["t_ns"], {
-            f: tuple(doc["flows"].get(f, (0, 0))) + (sent.get(f, 0),)
-            for f in set(doc["flows"]) | set(sent)}))
+            f: _arrivals(flows.get(f)) + (sent.get(f, 0),) for f in set(flows) | set(sent)}))
         t0 = doc["t_ns"] - 2 * self.window_ns
         while self.snapshots and self.snapshots[0][0] < t0:
             self.snapshots.pop(0)

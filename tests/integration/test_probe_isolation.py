@@ -8,6 +8,7 @@ import json
 import pytest
 
 from emulator.__main__ import main
+from tests.conftest import verdict_of
 
 
 @pytest.mark.parametrize("fault,link", [("spine3-leaf2:loss:5", "spine3->leaf2"),
@@ -27,6 +28,6 @@ def test_the_prober_finds_and_isolates_a_silently_lossy_link(tmp_path, capsys, f
     assert rep["false_suspects"] == []
     assert 0 < rep["detect_s"] < 10
     assert rep["detect_s"] <= rep["isolated_s"] < rep["detect_s"] + 5
-    assert rep["probes_after"] > 0 and rep["lost_after"] == 0, rep
+    assert rep["probes_after"] > 0 and rep["lost_after"] == 0, verdict_of(rep["fidelity"])
     assert doc["summary"]["localized"] == 1
     assert "localized 1/1" in out

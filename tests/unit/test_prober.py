@@ -216,6 +216,45 @@ def test_a_black_hole_is_seen_by_the_senders_count():
     assert lost and all(k >= 150 for k in lost.values())
 
 
+def engine_progress(paths, t_s, lost, read_lag_s=0.0, pps=100):
+    """The progress line an engine prints at ``t_s`` (every flow sends sequence i
+    at i / pps s, 1 ms to arrive): arrivals read only up to ``read_lag_s`` before
+    (a held-up engine), the sequences in ``lost[flow]`` never arriving."""
+    doc = {"t_ns": int(t_s * 1e9), "flows": {}, "sent": {}}
+    for f in paths:
+        sent = int(t_s * pps) + 1
+        seen = [i for i in range(int((t_s - read_lag_s - 0.001) * pps) + 1)
+                if i not in lost.get(f, ())]
+        doc["sent"][f] = sent
+        if seen:
+            doc["flows"][f] = [seen[-1] - seen[0] + 1, len(seen), seen[-1] + 1]
+    return doc
+
+
+def test_late_snapshots_and_reads_count_no_loss_and_losses_exactly():
+    """Snapshots 0.5 s apart, some late by tens of ms (a held-up engine), some
+    read with arrivals behind: a lossless window counts 0 on every flow, a
+    window with losses counts exactly them."""
+    t = topo()
+    paths = leaf_spine_paths(t)
+    times = [0.5, 1.0, 1.545, 2.045, 2.55, 3.05, 3.5, 4.0]
+    lags = {1.545: 0.045, 3.05: 0.03}
+    p = pr.Prober(paths, window_s=2.0, confirm=2)
+    for t_s in times:
+        p.feed(engine_progress(paths, t_s, {}, lags.get(t_s, 0.0)))
+        assert all(k == 0 for _, k in p.counts().values()), t_s
+        assert all(k == 0 for _, k in p.counts(since_ns=int(1.5e9)).values())
+    assert all(n >= 200 for n, _ in p.counts(since_ns=int(1.5e9)).values())
+    flows = sorted(paths)
+    lost = {flows[0]: {260, 261, 300}, flows[5]: {330}}   # sent at 2.6-3.3 s
+    p = pr.Prober(paths, window_s=2.0, confirm=2)
+    for t_s in times:
+        p.feed(engine_progress(paths, t_s, lost, lags.get(t_s, 0.0)))
+    c = p.counts(since_ns=int(2.5e9))
+    assert c[flows[0]][1] == 3 and c[flows[5]][1] == 1
+    assert sum(k for _, k in c.values()) == 4
+
+
 def test_links_on_the_same_paths_are_named_together():
     """With two leaves, leaf1->spine1 and spine1->leaf2 carry exactly the same
     probes: no probe can tell them apart, so both are named."""
