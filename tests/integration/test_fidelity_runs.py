@@ -66,16 +66,15 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,
                               max_bps=400e6, cache=str(cache))
     # 100 Mbit/s of 4 KiB frames (3 kpps), the search's first rate, is well inside any
-    # machine that runs the suite; the search goes past it (150 Mbit/s is the first
-    # rate it bisects to) unless the host's neighbours stole CPU time (then each
-    # failed trial was run again, and the output says so).  A 2-core VM measured
-    # 3 hops at 175-200 Mbit/s (bench/ and `emulator calibrate` print the figure).
+    # machine that runs the suite, so the search doubles past it (unless the host's
+    # neighbours stole CPU time: then each failed trial was run again, and the output
+    # says so).  How far it gets is the machine's: a 2-core VM measured 3 hops at
+    # 150-400 Mbit/s, the two-instance layout at the low end (its p99 latency meets
+    # the 5 ms limit sooner); bench/ and `emulator calibrate` print the figure.
     log = "\n".join(lines)
     assert doc["three_hop_pps"] >= 2900 and doc["one_hop_pps"] >= 2900, log
-    if not doc["trials_failed_under_steal"]:
-        past_first = int(150e6 / (8 * doc["frame_len"]))    # 4496 pps of 4170-byte frames
-        assert doc["three_hop_pps"] >= past_first and doc["one_hop_pps"] >= past_first, log
-    else:
+    assert log.count("200.0 Mbit/s") >= 2, log       # both searches doubled past 100
+    if doc["trials_failed_under_steal"]:
         assert "hypervisor" in lines[-1], log
     assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1
     cached = calibrate.cached_budget(doc["datapath"], doc["frame_len"], path=str(cache),
