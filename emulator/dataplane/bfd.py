@@ -9,15 +9,24 @@ port skip it, and the port's PORT_STATUS loses its LIVE bit, which the
 controller treats as dead.  That is how a *gray* failure (frames lost without
 carrier loss, ``--fault LINK:loss:P``) is detected and routed around.
 
-BFD packets are slow-pathed in ovs-vswitchd's main thread (one upcall each):
-two per link per interval, so a short interval costs forwarding capacity.
+Received BFD packets are slow-pathed in ovs-vswitchd's main thread (one
+upcall each): two per link per interval, so a short interval costs
+forwarding capacity.
 Sessions start at one-second intervals and only then negotiate the
 configured one, so ``enable`` waits until every session forwards at the
 requested interval, both ways (TX and RX: until the poll sequence has
 finished, a session still detects on the slow intervals and misses a loss
 for seconds).  Bridges are deleted at teardown with their BFD state.
+
+Open vSwitch sends the control packets from its monitor thread, through the
+userspace datapath's lock that the main thread holds while it forwards a
+pass over every port: when a pass runs long, packets leave late, and the
+daemon logs each one sent over 1.5 intervals after it was due ("long delay
+of N ms").  ``LateSends`` reads those lines: a session whose peer sent late
+for three intervals went down because of the machine, not the link.
 """
 
+import os
 import re
 import time
 
@@ -43,6 +52,56 @@ def interfaces(topo):
     """Every switch interface facing another switch (both ends of every such link)."""
     return [p["intf"] for sw in topo["switches"] for p in sw["ports"]
             if p["peer_kind"] != "host"]
+
+
+LATE_SEND = re.compile(r"\|bfd(?:\([^)]*\))?\|\w+\|(\S+): long delay of (\d+)ms "
+                       r"\(expected (\d+)ms\) sending BFD control message")
+
+
+def late_sends(text, intfs):
+    """Open vSwitch's log lines on BFD control packets it sent late -> [(interface,
+    ms after due)] of the interfaces ``intfs``."""
+    return [(m.group(1), int(m.group(2))) for m in LATE_SEND.finditer(text)
+            if m.group(1) in intfs]
+
+
+class LateSends:
+    """What the Open vSwitches carrying a fabric logged about BFD sent late since
+    ``mark``: each daemon's log, read on from where it ended then (a log
+    written on another server is not read)."""
+
+    def __init__(self, topo, net=None):
+        self.intfs = set(interfaces(topo))
+        ovses = net.ovses() if net is not None else [SYSTEM]
+        self.paths = sorted({p for p in (getattr(o, "log_path", lambda: None)()
+                                         for o in ovses) if p})
+        self.offsets = {}
+
+    def mark(self):
+        self.offsets = {p: _size(p) for p in self.paths}
+
+    def read(self):
+        """{"late_sends", "max_ms", "interfaces"} since ``mark``, None if no log."""
+        found, read_any = [], False
+        for path in self.paths:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    found += late_sends(f.read().decode(errors="replace"), self.intfs)
+                read_any = True
+            except OSError:
+                continue
+        if not read_any:
+            return None
+        return {"late_sends": len(found), "max_ms": max((d for _, d in found), default=0),
+                "interfaces": len({i for i, _ in found})}
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def parse_show(text):

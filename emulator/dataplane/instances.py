@@ -36,6 +36,7 @@ from traffic.netns import entered
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovs-vswitchd", "ovsdb-server", "holder")
 OVS_RUNDIRS = ("/run/openvswitch", "/var/run/openvswitch")   # the machine's daemon
+SYSTEM_LOG = "/var/log/openvswitch/ovs-vswitchd.log"
 TOOLS = ("ovsdb-server", "ovs-vswitchd", "ovsdb-tool", "ovs-appctl", "mnexec", "nsenter")
 
 
@@ -65,6 +66,10 @@ class Ovs:
     def mgmt_path(self, bridge):
         """The unix socket of ``bridge``'s OpenFlow management connection."""
         return os.path.join(self.rundir(), f"{bridge}.mgmt")
+
+    def log_path(self):
+        """ovs-vswitchd's log file (ovs-ctl's default), or None if there is none."""
+        return SYSTEM_LOG if os.path.exists(SYSTEM_LOG) else None
 
     def vswitchd_pid(self):
         """ovs-vswitchd's pid from its pid file, or None."""
@@ -111,6 +116,9 @@ class Instance(Ovs):
     @property
     def db(self):
         return f"unix:{self.dir}/db.sock"
+
+    def log_path(self):
+        return os.path.join(self.dir, "ovs-vswitchd.log")
 
     @property
     def ctl(self):

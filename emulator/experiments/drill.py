@@ -267,17 +267,26 @@ def run_mode(fabric, mode, events, args, base, out):
             f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
         crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
         inj = Injector(s, detect=parse_detect(args.detect))
+        late = None
+        if args.bfd:
+            from emulator.dataplane import bfd
+            late = bfd.LateSends(s.topo, s.net)
         repeats = []
         try:
             expected = fault_ports(events, s.topo)
             for r in range(args.repeat):
                 n0 = len(inj.events)
                 t_start = time.monotonic()
+                if late:
+                    late.mark()
                 sent, recv, timelines, dur, fid = drill_traffic.repeat(
                     s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
+                late_bfd = late.read() if late else None
                 fid = fidelity.spurious_downs(fid, unexpected_downs(
                     s.controller.converged() if s.controller else [], t_start, expected,
-                    s.topo))
+                    s.topo), late_bfd)
+                if late_bfd is not None:
+                    fid = dict(fid, bfd_late_sends=late_bfd)
                 evs = inj.events[n0:]
                 t_fault = evs[0]["t_ns"]
                 t_rest, rest_kind = restore_event(evs)

@@ -104,8 +104,11 @@ def controller_convergence(log_text, t_fault, t_restore):
 def summary_line(rep):
     cross = [f["loss_window_ms"] for f in rep["flows"].values() if f["crosses"]]
     conv = rep["controller"]["convergence_ms"] if rep["controller"] else None
+    late = rep["fidelity"].get("bfd_late_sends") or {}
+    bfd = (f", BFD sent {late['late_sends']} packets late (up to {late['max_ms']} ms)"
+           if late.get("late_sends") else "")
     return (f"worst loss window {max(cross, default=0):.1f} ms over {len(cross)} crossing flows, "
-            f"controller {conv} ms, {rep['fidelity']['verdict']}")
+            f"controller {conv} ms{bfd}, {rep['fidelity']['verdict']}")
 
 
 def summarise(repeats):

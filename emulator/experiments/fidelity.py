@@ -217,18 +217,21 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     return doc
 
 
-def spurious_downs(doc, links):
+def spurious_downs(doc, links, late=None):
     """``doc`` (a verdict) made emulator-bound when ports of links no fault touched went
     down meanwhile (``links``: their names): with BFD on, a session that misses three
-    intervals goes down, and Open vSwitch's main thread, which sends and receives BFD
-    as it forwards every port, stalled that long -- the machine, not the link."""
+    intervals goes down, and Open vSwitch, whose main thread forwards every port and
+    holds back the BFD packets meanwhile, sent none that long -- the machine, not the
+    link.  ``late``: what its log said of BFD sent late (``bfd.LateSends.read``)."""
     if not links:
         return doc
+    why = "BFD missed its peer for three intervals while Open vSwitch's main thread was stalled"
+    if late and late.get("late_sends"):
+        why += (f" (its log: {late['late_sends']} control packets sent late, up to "
+                f"{late['max_ms']} ms after due)")
     doc = dict(doc, verdict="emulator-bound",
                reasons=list(doc.get("reasons", [])) + [
-                   f"links no fault touched went down ({', '.join(sorted(links))}): "
-                   "BFD missed its peer for three intervals while Open vSwitch's main "
-                   "thread was stalled"],
+                   f"links no fault touched went down ({', '.join(sorted(links))}): " + why],
                spurious_port_downs=sorted(links))
     remedy = ("offer less probe load (--pps, --qps) or a longer BFD interval (--bfd)")
     doc["remedy"] = "; ".join(x for x in (remedy, doc.get("remedy")) if x)

@@ -279,7 +279,13 @@ def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
             drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
                            "the controller to route over every port")
             events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)
+            late = bfd.LateSends(s.topo, s.net)
+            late.mark()
             flows, t_fault, t_rest = run(s, inj, pairs, paths, events, tmp_path)
+            late_sends = late.read()
+            # the logs read are the daemons' that ran this fabric's sessions
+            logs = "".join(open(p, errors="replace").read() for p in late.paths)
+            assert late_sends is not None and f"{bfd.interfaces(s.topo)[0]}: BFD state" in logs
             evs = [ev for ev in s.controller.converged() if ev.get("event") == "port"
                    and t_fault / 1e9 <= ev["t_event"] <= t_rest / 1e9]
             with open(s.controller.log_path) as f:

@@ -62,6 +62,53 @@ def test_spurious_downs_make_a_repeat_emulator_bound():
     assert bad["verdict"] == "emulator-bound" and "leaf1-spine2" in bad["reasons"][0]
     assert bad["spurious_port_downs"] == ["leaf1-spine2"] and "--pps" in bad["remedy"]
     assert doc["verdict"] == "faithful"
+    told = spurious_downs(doc, {"leaf1-spine2"}, {"late_sends": 7, "max_ms": 220,
+                                                  "interfaces": 5})
+    assert "7 control packets sent late, up to 220 ms after due" in told["reasons"][0]
+    quiet = spurious_downs(doc, {"leaf1-spine2"}, {"late_sends": 0, "max_ms": 0,
+                                                   "interfaces": 0})
+    assert "sent late" not in quiet["reasons"][0]
+
+
+def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
+    """Open vSwitch logs each BFD control packet it sent over 1.5 intervals late;
+    only lines written after ``mark``, for the fabric's own interfaces, count."""
+    from emulator.dataplane import bfd
+    from emulator.fabric import addressing, presets
+    t = addressing.plan(presets.build("leaf-spine", {}))
+    mine = bfd.interfaces(t)
+    line = ("2026-11-26T19:37:51.308Z|00198|bfd(monitor116)|INFO|{}: long delay of "
+            "{}ms (expected 10ms) sending BFD control message\n")
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    logs[0].write_text(line.format(mine[0], 500))          # before the mark
+
+    class Daemon:
+        def __init__(self, path):
+            self.path = path
+
+        def log_path(self):
+            return str(self.path)
+
+    class Net:
+        def ovses(self):
+            return [Daemon(p) for p in logs] + [object()]  # a remote one: no log here
+
+    late = bfd.LateSends(t, Net())
+    late.mark()
+    assert late.read() == {"late_sends": 0, "max_ms": 0, "interfaces": 0}
+    with open(logs[0], "a") as f:
+        f.write(line.format(mine[0], 21) + line.format("otherrun-e1", 900)
+                + "2026-11-26T19:37:51.309Z|00199|bfd|INFO|x: BFD state change\n")
+    logs[1].write_text(line.format(mine[1], 120) + line.format(mine[0], 30))
+    assert late.read() == {"late_sends": 3, "max_ms": 120, "interfaces": 2}
+    assert bfd.LateSends(t, type("N", (), {"ovses": lambda self: [object()]})()).read() is None
+    from emulator.experiments.drill_stats import summary_line
+    rep = {"flows": {"a": {"crosses": True, "loss_window_ms": 12.0}}, "controller": None,
+           "fidelity": {"verdict": "emulator-bound",
+                        "bfd_late_sends": {"late_sends": 3, "max_ms": 120, "interfaces": 2}}}
+    assert "BFD sent 3 packets late (up to 120 ms)" in summary_line(rep)
+    rep["fidelity"]["bfd_late_sends"]["late_sends"] = 0
+    assert "BFD" not in summary_line(rep)
 
 
 def test_job_seeds_shuffle_qp_numbers_one_to_one():
