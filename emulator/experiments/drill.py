@@ -250,11 +250,17 @@ def run_mode(fabric, mode, events, args, base, out):
         scenario.check_targets(events, s.topo, fabric.flow_control)
         if args.bfd:
             from emulator.dataplane import bfd
+            late = bfd.LateSends(s.topo, s.net)
+            late.mark()
             bfd.enable(s.topo, bfd.parse_interval(args.bfd),
                        progress=lambda m: out(f"... [{mode}] {m}"), net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
-            wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()), 30,
-                     "the controller to route over every port after BFD came up")
+            try:
+                wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()),
+                         30, "the controller to route over every port after BFD came up")
+            except RunFailed as e:
+                raise RunFailed(bfd.unsettled(str(e), bfd.parse_interval(args.bfd),
+                                              late.read())) from None
         rails = parse_rails(getattr(args, "rails", None))
         if getattr(args, "probes", "hosts") == "paths":
             pairs, paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps, rails))

@@ -102,6 +102,10 @@ def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
     logs[1].write_text(line.format(mine[1], 120) + line.format(mine[0], 30))
     assert late.read() == {"late_sends": 3, "max_ms": 120, "interfaces": 2}
     assert bfd.LateSends(t, type("N", (), {"ovses": lambda self: [object()]})()).read() is None
+    msg = bfd.unsettled("timed out", 10, {"late_sends": 64, "max_ms": 60, "interfaces": 32})
+    assert "64 control packets late, up to 60 ms" in msg and "--bfd 20" in msg
+    assert "late" not in bfd.unsettled("timed out", 30, None) and "--bfd 60" in bfd.unsettled(
+        "timed out", 30, None)
     from emulator.experiments.drill_stats import summary_line
     rep = {"flows": {"a": {"crosses": True, "loss_window_ms": 12.0}}, "controller": None,
            "fidelity": {"verdict": "emulator-bound",
