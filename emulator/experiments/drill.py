@@ -248,19 +248,20 @@ def run_mode(fabric, mode, events, args, base, out):
                  mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo, fabric.flow_control)
+        late = None                 # with BFD: what OVS logs of control packets sent late
         if args.bfd:
             from emulator.dataplane import bfd
+            interval = bfd.parse_interval(args.bfd)
             late = bfd.LateSends(s.topo, s.net)
             late.mark()
-            bfd.enable(s.topo, bfd.parse_interval(args.bfd),
-                       progress=lambda m: out(f"... [{mode}] {m}"), net=s.net)
+            bfd.enable(s.topo, interval, progress=lambda m: out(f"... [{mode}] {m}"),
+                       net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
             try:
                 wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()),
                          30, "the controller to route over every port after BFD came up")
             except RunFailed as e:
-                raise RunFailed(bfd.unsettled(str(e), bfd.parse_interval(args.bfd),
-                                              late.read())) from None
+                raise RunFailed(bfd.unsettled(str(e), interval, late.read())) from None
         rails = parse_rails(getattr(args, "rails", None))
         if getattr(args, "probes", "hosts") == "paths":
             pairs, paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps, rails))
@@ -273,10 +274,6 @@ def run_mode(fabric, mode, events, args, base, out):
             f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
         crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
         inj = Injector(s, detect=parse_detect(args.detect))
-        late = None
-        if args.bfd:
-            from emulator.dataplane import bfd
-            late = bfd.LateSends(s.topo, s.net)
         repeats = []
         try:
             expected = fault_ports(events, s.topo)
