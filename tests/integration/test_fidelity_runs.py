@@ -90,11 +90,9 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
 
 
 def test_lb_and_failover_reach_the_controller_on_its_command_line(tmp_path):
-    p = emulator("run", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1",
-                 "--duration", "1", "--lb", "dlb", "--failover", "controller",
-                 "--results", str(tmp_path))
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    r, run = results_of(tmp_path)
+    _, r, run = run_unless_stolen(tmp_path, "-P", "spines=2", "-P", "leaves=2",
+                                  "-P", "hosts_per_leaf=1", "--duration", "1",
+                                  "--lb", "dlb", "--failover", "controller")
     log = (run / "controller.log").read_text()
     assert "load balancing dlb" in log and "failover controller" in log
-    assert r["traffic"]["fidelity"]["verdict"] == "faithful"
+    assert r["traffic"]["fidelity"]["verdict"] == "faithful", verdict_of(r["traffic"]["fidelity"])

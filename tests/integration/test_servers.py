@@ -13,6 +13,7 @@ import time
 import pytest
 
 from emulator.dataplane import runstate
+from tests.conftest import unless_stolen, verdict_of
 from tests.integration.namespace_servers import NamespaceServers
 
 LAYOUT_INDEPENDENT = True      # each server has its own instance, whatever the layout
@@ -74,9 +75,14 @@ def assert_nothing_left(servers, before_dirs):
 def test_the_default_run_is_faithful_on_servers(count, request, tmp_path):
     servers = request.getfixturevalue(count)
     before = state_dirs()
-    r = emulator("run", *on(servers, *shared_cores(servers), "--results", str(tmp_path)))
-    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
-    doc = results_of(tmp_path)
+
+    def measure(attempt):
+        base = tmp_path / str(attempt)
+        r = emulator("run", *on(servers, *shared_cores(servers), "--results", str(base)))
+        assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+        return results_of(base)
+
+    doc = unless_stolen(measure, lambda d: d["traffic"]["fidelity"])
     reach = doc["reachability"]
     assert reach["pairs"] == reach["reachable"] == 56
     srv = doc["servers"]
@@ -92,7 +98,7 @@ def test_the_default_run_is_faithful_on_servers(count, request, tmp_path):
     assert traffic["sent_packets"] > 5_000 and traffic["dropped_packets"] == 0
     assert traffic["engine"]["engines"] == n                 # one per server
     assert traffic["latency_ms"]["p50"] is not None          # one kernel: one clock
-    assert traffic["fidelity"]["verdict"] == "faithful", traffic["fidelity"]
+    assert traffic["fidelity"]["verdict"] == "faithful", verdict_of(traffic["fidelity"])
     assert_nothing_left(servers, before)
 
 
