@@ -97,13 +97,13 @@ class LateSends:
                 "interfaces": len({i for i, _ in found})}
 
 
-def unsettled(what, interval_ms, late):
-    """The error of BFD sessions that kept going down on an idle fabric; ``late``:
-    ``LateSends.read()`` since they were turned on."""
+def unsettled(what, interval_ms, late, when="with no fault and no probe traffic"):
+    """The error of BFD sessions that kept going down ``when`` (by default on an idle
+    fabric); ``late``: ``LateSends.read()`` over that time."""
     told = (f"; Open vSwitch sent {late['late_sends']} control packets late, up to "
             f"{late['max_ms']} ms after due" if late and late.get("late_sends") else "")
-    return (f"{what}: BFD sessions at {interval_ms} ms kept going down with no fault "
-            f"and no probe traffic{told}. This machine's Open vSwitch cannot keep that "
+    return (f"{what}: BFD sessions at {interval_ms} ms kept going down {when}{told}. "
+            "This machine's Open vSwitch cannot keep that "
             "interval (docs/failover.md); use a longer one, e.g. --bfd "
             f"{max(20, 2 * interval_ms)}")
 

@@ -305,7 +305,13 @@ def run_mode(fabric, mode, events, args, base, out):
                 if r == 0:
                     plot(timelines, t_fault, t_rest, crossing,
                          os.path.join(base, f"throughput-{mode}.png"), mode)
-                wait_restored(s, mode, t_rest, kind=rest_kind)
+                try:
+                    wait_restored(s, mode, t_rest, kind=rest_kind)
+                except RunFailed as e:
+                    if not late:
+                        raise
+                    raise RunFailed(bfd.unsettled(         # the hold-down kept doubling
+                        str(e), interval, late.read(), "after the restore")) from None
                 out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
                     + summary_line(repeats[-1]))
         finally:

@@ -106,6 +106,8 @@ def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
     assert "64 control packets late, up to 60 ms" in msg and "--bfd 20" in msg
     assert "late" not in bfd.unsettled("timed out", 30, None) and "--bfd 60" in bfd.unsettled(
         "timed out", 30, None)
+    assert "kept going down after the restore; Open vSwitch sent 2" in bfd.unsettled(
+        "timed out", 10, {"late_sends": 2, "max_ms": 40, "interfaces": 1}, "after the restore")
     from emulator.experiments.drill_stats import summary_line
     rep = {"flows": {"a": {"crosses": True, "loss_window_ms": 12.0}}, "controller": None,
            "fidelity": {"verdict": "emulator-bound",
