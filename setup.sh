@@ -160,7 +160,7 @@ start_ovs() {
 }
 
 # Runs and drills size their load by this machine's measured budget: measure it once
-# (about a minute), unless it is cached. The test suite measures its own.
+# (3-4 minutes), unless it is cached. The test suite measures its own.
 calibrate_once() {
     say "this machine's budget: measuring it unless cached (python -m emulator calibrate)"
     (cd "$HERE" && "$VENV/bin/python" -m emulator calibrate --if-missing) \

@@ -175,6 +175,9 @@ def build_parser():
                    help="the datapath layout to measure (shared, per-switch, N, ...; default: "
                         "$FABRIC_LAB_LAYOUT, else auto); each is cached apart")
     p.add_argument("--results", default="results", metavar="DIR")
+    p.add_argument("--searches", type=int, default=None, choices=range(1, 10), metavar="N",
+                   help="search each path N times (1-9) and cache the median (default 3; "
+                        "one search on a shared machine can be 2x off)")
     p.add_argument("--if-missing", action="store_true",
                    help="only when no budget of this machine is cached for it yet "
                         "(setup.sh calibrates so)")
@@ -294,7 +297,8 @@ def main(argv=None):
                       "`emulator calibrate` measures it again")
                 return 0
             calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath,
-                                layout=chosen)
+                                layout=chosen,
+                                searches=args.searches or calibrate.SEARCHES)
             return 0
         if args.command == "run":
             from emulator.experiments import run

@@ -55,6 +55,24 @@ def search(trial, start_bps, max_bps, steps=4):
     return good, tried
 
 
+def median(values):
+    """The middle of ``values`` (the lower middle of an even count: a budget errs low)."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def spread_note(label, found, factor=2.0):
+    """A warning when the searches for one path disagreed by more than ``factor``
+    (``found``: their rates, in any unit), else None."""
+    low, high = min(found), max(found)
+    if low > 0 and high / low <= factor:
+        return None
+    return (f"{label}: the searches found {', '.join(f'{x / 1e3:.1f}k' for x in found)}, "
+            f"more than {factor:g}x apart: this machine's speed varies (a shared host's "
+            "neighbours, stalls of the scheduler); the median is cached, and calibrating "
+            "again when the host is quieter gives a steadier figure")
+
+
 def unless_stolen(trial, steal_limit, attempts=4):
     """``trial(rate) -> (ok, steal)`` as ``rate -> ok``, where a failure during which
     the hypervisor took at least ``steal_limit`` of the CPU time is repeated (at

@@ -64,7 +64,7 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     cache = tmp_path / "calibration.json"
     lines = []
     doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,
-                              max_bps=400e6, cache=str(cache))
+                              max_bps=400e6, cache=str(cache), searches=2)
     # 100 Mbit/s of 4 KiB frames (3 kpps), the search's first rate, is well inside any
     # machine that runs the suite, so the search doubles past it (unless the host's
     # neighbours stole CPU time: then each failed trial was run again, and the output
@@ -73,7 +73,13 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     # the 5 ms limit sooner); bench/ and `emulator calibrate` print the figure.
     log = "\n".join(lines)
     assert doc["three_hop_pps"] >= 2900 and doc["one_hop_pps"] >= 2900, log
-    assert log.count("200.0 Mbit/s") >= 2, log       # both searches doubled past 100
+    assert log.count("200.0 Mbit/s") >= 4, log       # all searches doubled past 100
+    # two searches per path, the paths taking turns; the budget is the lower of two
+    assert [m.split(",")[0] for m in lines if ", search " in m] == [
+        "... 1 hop", "... 3 hops", "... 1 hop", "... 3 hops"], log
+    found = doc["searches"]
+    assert doc["one_hop_pps"] == min(found["one_hop_pps"]), found
+    assert doc["three_hop_pps"] == min(found["three_hop_pps"]), found
     if doc["trials_failed_under_steal"]:
         assert "hypervisor" in lines[-1], log
     assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1

@@ -115,3 +115,13 @@ def test_each_layout_has_its_own_budget_and_none_stands_in_for_another(tmp_path,
     # another frame size of the same layout carries over; of another layout never
     assert calibrate.cached_budget("netdev", 1098, str(path), layout="2") == two
     assert calibrate.cached_budget("netdev", 1098, str(path)) == shared
+
+
+def test_the_median_of_searches_errs_low_and_a_wide_spread_is_named():
+    assert budget.median([12.0, 5.2, 8.6]) == 8.6
+    assert budget.median([12.0, 5.2]) == 5.2                  # even count: the lower
+    assert budget.median([7.0]) == 7.0
+    assert budget.spread_note("3 hops", [8000, 9000, 12000]) is None
+    note = budget.spread_note("3 hops", [5200, 12000, 8600])
+    assert note.startswith("3 hops: the searches found 5.2k, 12.0k, 8.6k, more than 2x apart")
+    assert budget.spread_note("1 hop", [0, 3000]) is not None   # one search found nothing
