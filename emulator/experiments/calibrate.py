@@ -4,17 +4,22 @@ A small fabric (2 leaves, 1 spine, 2 hosts per leaf) is built with links far
 faster than anything the machine can forward (10 Gbit/s, so no link limits a
 trial), and one stream of RoCEv2 frames of the run's size is sent at a rate
 found by doubling and bisection (``budget.search``): 1 switch hop (two hosts
-on one leaf) and 3 hops (across the spine).  A trial passes when nothing was
+on one leaf) and 3 hops (across the spine). A trial passes when nothing was
 lost, the fidelity verdict is faithful and p99 latency stayed within a few
-ms (nothing can queue on 10 Gbit/s links: latency is the emulator's).  A
-trial that failed while the hypervisor stole CPU time from this virtual
-machine (a shared host's neighbours) is run again: its latency was theirs.
+ms (nothing can queue on 10 Gbit/s links: latency is the emulator's). The
+tail is judged on purpose: on a 2-core VM, judging p90 instead (the p99 of 3
+hops was 3-9 ms at 100-400 Mbit/s, Open vSwitch a third busy) found 3 hops
+at 28-48 kpps where the p99 found 5-17, yet the default fabric's own mix at
+80 % of that was emulator-bound, its senders behind schedule (so, that day,
+was the mix at 80 % of the p99's budget: docs/fidelity.md); the p99 errs
+low, the side a budget should err on. A trial that failed while the
+hypervisor stole CPU time from this virtual machine (a shared host's
+neighbours) is run again: its latency was theirs.
 
-One search decides on single trials, and one scheduling stall of a shared
-machine decides a trial (its p99): two searches on a 2-core VM found 3 hops
-at 5.2k and 12.0k packets/s.  So each path is searched ``searches`` times,
-the two paths taking turns (a busy spell of the host falls on both), and
-the median is cached with every search's figure beside it.
+One search still decides on single trials, and on a shared machine one busy
+spell decides a trial.  So each path is searched ``searches`` times, the two
+paths taking turns (a busy spell of the host falls on both), and the median
+is cached with every search's figure beside it.
 
 The result is cached per machine (``budget.machine_key``: host, CPU, cores,
 kernel, OVS version, datapath, frame size) in ``CACHE``; ``run``, ``drill``
@@ -34,7 +39,8 @@ from traffic.frames import frame_len_for_mtu
 CACHE = "/var/cache/fabric-lab/calibration.json"
 TRIAL_S = 2.0
 SEARCHES = 3
-LATENCY_LIMIT_MS = 5.0
+LATENCY_LIMIT_MS = 5.0      # of the LATENCY_QUANTILE of a trial's one-way latency
+LATENCY_QUANTILE = "p99"
 
 
 def calibration_fabric():
@@ -104,13 +110,14 @@ def _trial(session, src, dst, rate, frame_len, log):
     res, doc = measure(session, plan, name=f"calibrate-{int(rate)}")
     sent = res["engine"]["sent_packets"]
     received = res["engine"]["received_packets"]
-    ok = budget.trial_ok(sent, received, doc, LATENCY_LIMIT_MS)
-    lat = (doc.get("latency_ms") or {}).get("p99")
+    ok = budget.trial_ok(sent, received, doc, LATENCY_LIMIT_MS, LATENCY_QUANTILE)
+    lat = doc.get("latency_ms") or {}
     steal = doc["cpu"].get("machine_steal") or 0.0
     verdict = "ok" if ok else ("not faithful" if steal < STEAL_WARN
                                else "not faithful, hypervisor steal: again")
     log(f"{rate / 1e6:8.1f} Mbit/s  {sent / TRIAL_S / 1e3:6.1f} kpps  lost {sent - received:6d}"
-        f"  p99 {lat} ms  emulation drops {doc['emulation_drops']['total']}"
+        f"  p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"
+        f"  emulation drops {doc['emulation_drops']['total']}"
         f"  ovs-vswitchd {doc['cpu']['ovs_vswitchd']}  steal {steal:.0%}  -> {verdict}")
     return ok, steal
 
