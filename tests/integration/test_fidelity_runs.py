@@ -64,22 +64,23 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     cache = tmp_path / "calibration.json"
     lines = []
     doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,
-                              max_bps=400e6, cache=str(cache), searches=2)
+                              max_bps=400e6, cache=str(cache), searches=3)
     # 100 Mbit/s of 4 KiB frames (3 kpps), the search's first rate, is well inside any
-    # machine that runs the suite, so the search doubles past it (unless the host's
+    # machine that runs the suite, so a search doubles past it (unless the host's
     # neighbours stole CPU time: then each failed trial was run again, and the output
-    # says so).  How far it gets is the machine's: a 2-core VM measured 3 hops at
-    # 150-400 Mbit/s, the two-instance layout at the low end (its p99 latency meets
-    # the 5 ms limit sooner); bench/ and `emulator calibrate` print the figure.
+    # says so), and the median of three does even when one search met a stall at its
+    # first rate (one in about 15 did on a 2-core VM).  How far it gets is the
+    # machine's: a 2-core VM measured 3 hops at 150-400 Mbit/s, the two-instance
+    # layout at the low end; bench/ and `emulator calibrate` print the figure.
     log = "\n".join(lines)
     assert doc["three_hop_pps"] >= 2900 and doc["one_hop_pps"] >= 2900, log
-    assert log.count("200.0 Mbit/s") >= 4, log       # all searches doubled past 100
-    # two searches per path, the paths taking turns; the budget is the lower of two
+    assert log.count("200.0 Mbit/s") >= 4, log       # the medians' searches doubled
+    # three searches per path, the paths taking turns; the budget is their median
     assert [m.split(",")[0] for m in lines if ", search " in m] == [
-        "... 1 hop", "... 3 hops", "... 1 hop", "... 3 hops"], log
+        "... 1 hop", "... 3 hops"] * 3, log
     found = doc["searches"]
-    assert doc["one_hop_pps"] == min(found["one_hop_pps"]), found
-    assert doc["three_hop_pps"] == min(found["three_hop_pps"]), found
+    assert doc["one_hop_pps"] == sorted(found["one_hop_pps"])[1], found
+    assert doc["three_hop_pps"] == sorted(found["three_hop_pps"])[1], found
     if doc["trials_failed_under_steal"]:
         assert "hypervisor" in lines[-1], log
     assert doc["hop_pps"] >= 3 * doc["three_hop_pps"] - 1
