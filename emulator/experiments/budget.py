@@ -65,6 +65,8 @@ def spread_note(label, found, factor=2.0):
     """A warning when the searches for one path disagreed by more than ``factor``
     (``found``: their rates, in any unit), else None."""
     low, high = min(found), max(found)
+    if high == 0:
+        return f"{label}: no search found a faithful rate"
     if low > 0 and high / low <= factor:
         return None
     return (f"{label}: the searches found {', '.join(f'{x / 1e3:.1f}k' for x in found)}, "

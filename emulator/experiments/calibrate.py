@@ -9,11 +9,11 @@ lost, the fidelity verdict is faithful and p99 latency stayed within a few
 ms (nothing can queue on 10 Gbit/s links: latency is the emulator's). The
 tail is judged on purpose: on a 2-core VM, judging p90 instead (the p99 of 3
 hops was 3-9 ms at 100-400 Mbit/s, Open vSwitch a third busy) found 3 hops
-at 28-48 kpps where the p99 found 5-17, yet the default fabric's own mix at
-80 % of that was emulator-bound, its senders behind schedule (so, that day,
-was the mix at 80 % of the p99's budget: docs/fidelity.md); the p99 errs
-low, the side a budget should err on. A trial that failed while the
-hypervisor stole CPU time from this virtual machine (a shared host's
+at 28-48 kpps where the p99's medians were 7-10, yet the default fabric's
+own mix at 80 % of that was emulator-bound, its senders behind schedule (so,
+that day, was the mix at under 80 % of the p99's budget: docs/fidelity.md);
+the p99 errs low, the side a budget should err on. A trial that failed while
+the hypervisor stole CPU time from this virtual machine (a shared host's
 neighbours) is run again: its latency was theirs.
 
 One search still decides on single trials, and on a shared machine one busy
@@ -153,6 +153,8 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
     one a run would choose), the median of ``searches`` searches per path; returns
     the budget document."""
     from emulator.dataplane.session import Session
+    if searches < 1:
+        raise ValueError(f"searches={searches}: at least one search per path")
     frame_len = frame_len_for_mtu(mtu)
     fabric = calibration_fabric()
     with Session(fabric, results_base=results, datapath_request=datapath, layout=layout,

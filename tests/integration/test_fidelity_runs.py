@@ -73,8 +73,8 @@ def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
     # machine's: a 2-core VM measured 3 hops at 150-400 Mbit/s, the two-instance
     # layout at the low end; bench/ and `emulator calibrate` print the figure.
     log = "\n".join(lines)
+    # (a median of 2900 or more: two searches per path passed 100 and tried 200)
     assert doc["three_hop_pps"] >= 2900 and doc["one_hop_pps"] >= 2900, log
-    assert log.count("200.0 Mbit/s") >= 4, log       # the medians' searches doubled
     # three searches per path, the paths taking turns; the budget is their median
     assert [m.split(",")[0] for m in lines if ", search " in m] == [
         "... 1 hop", "... 3 hops"] * 3, log

@@ -128,3 +128,4 @@ def test_the_median_of_searches_errs_low_and_a_wide_spread_is_named():
     note = budget.spread_note("3 hops", [5200, 12000, 8600])
     assert note.startswith("3 hops: the searches found 5.2k, 12.0k, 8.6k, more than 2x apart")
     assert budget.spread_note("1 hop", [0, 3000]) is not None   # one search found nothing
+    assert budget.spread_note("1 hop", [0, 0]) == "1 hop: no search found a faithful rate"
