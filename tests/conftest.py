@@ -6,7 +6,9 @@ they run; ``FABRIC_LAB_REQUIRE_ROOT_TESTS=1`` (set by CI) turns that skip into
 a failure so integration tests can never be skipped silently.
 """
 
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -105,7 +107,6 @@ def only_shortfall(fidelity_doc, kind):
 def verdict_of(fidelity_doc):
     """A fidelity document as a failed assertion prints it whole: the reasons, where
     the emulation drops were, and the CPU (pytest shortens a long dict)."""
-    import json
     keys = ("verdict", "reasons", "emulation_drops", "cpu", "spurious_port_downs")
     return json.dumps({k: fidelity_doc.get(k) for k in keys}, default=str)
 
@@ -118,3 +119,27 @@ def unless_stolen(measure, fidelity_of):
         if not stolen(fidelity_of(result)):
             break
     return result
+
+
+def emulator(*args, timeout=300, **kw):
+    """``python -m emulator ARGS`` from the repository, its output captured."""
+    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def results_of(base):
+    """The one run directory under ``base``: (its results.json, its path)."""
+    (run,) = [p for p in base.iterdir() if p.is_dir()]
+    with open(run / "results.json") as f:
+        return json.load(f), run
+
+
+def run_unless_stolen(tmp_path, *args):
+    """``emulator run ARGS`` (again if ``unless_stolen`` says so): (process, results,
+    run directory)."""
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        p = emulator("run", *args, "--results", str(base))
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return (p, *results_of(base))
+    return unless_stolen(measure, lambda m: m[1]["traffic"]["fidelity"])

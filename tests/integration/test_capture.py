@@ -5,19 +5,13 @@ into the results directory; the frames decode in tshark as RoCEv2
 
 import json
 import subprocess
-import sys
 
 from scapy.all import rdpcap
 from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
-from tests.conftest import REPO
+from tests.conftest import emulator
 from traffic.frames import icrc
-
-
-def emulator(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_runs_capture_decodes_as_rocev2_with_a_correct_icrc(tmp_path):

@@ -13,7 +13,7 @@ from emulator.fabric import presets
 from emulator.dataplane import proc
 from emulator.dataplane import runstate
 from emulator.dataplane.session import Session
-from tests.conftest import REPO, unless_stolen, verdict_of
+from tests.conftest import REPO, emulator, unless_stolen, verdict_of
 
 
 def leftovers(tag=None):
@@ -133,18 +133,13 @@ def test_teardown_leaves_nothing(tmp_path):
     assert leftovers(tag) == NOTHING
 
 
-def run_cli(*args, timeout=120, **kw):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, **kw)
-
-
 def test_malformed_file_exits_2_and_creates_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntopology:\n  nodes: {h1: {kind: host}, leaf1: {kind: leaf}}\n"
                    "  links: [{endpoints: ['h1:eth0', 'leaf9:eth1'], rate: 10Mbps}]\n")
     before_br = proc.ovs_vsctl("list-br")
     before = leftovers()
-    p = run_cli("run", "-f", str(bad), "--results", str(tmp_path / "res"))
+    p = emulator("run", "-f", str(bad), "--results", str(tmp_path / "res"))
     assert p.returncode == 2
     assert "topology.links[0].endpoints[1]: unknown node 'leaf9'" in p.stderr
     assert proc.ovs_vsctl("list-br") == before_br

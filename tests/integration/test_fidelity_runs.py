@@ -3,30 +3,8 @@ an overload is reported as the machine's limit, never as network loss; the
 machine's budget is measured and read back before a run."""
 
 import json
-import subprocess
-import sys
 
-from tests.conftest import REPO, unless_stolen, verdict_of
-
-
-def emulator(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def results_of(base):
-    (run,) = [p for p in base.iterdir() if p.is_dir()]
-    return json.loads((run / "results.json").read_text()), run
-
-
-def run_unless_stolen(tmp_path, *args):
-    """``emulator run`` (again if ``unless_stolen`` says so): (process, results, run dir)."""
-    def measure(attempt):
-        base = tmp_path / f"try{attempt}"
-        p = emulator("run", *args, "--results", str(base))
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        return (p, *results_of(base))
-    return unless_stolen(measure, lambda m: m[1]["traffic"]["fidelity"])
+from tests.conftest import emulator, results_of, run_unless_stolen, verdict_of
 
 
 def test_default_run_is_faithful_and_loses_at_most_a_thousandth(tmp_path):

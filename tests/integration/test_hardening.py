@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from emulator.dataplane import runstate
-from tests.conftest import REPO
+from tests.conftest import REPO, emulator
 from tests.integration import logcheck
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -24,11 +24,6 @@ import bench_leaks  # noqa: E402
 
 RUNS = 10
 SMALL = ["-P", "spines=1", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
-
-
-def emulator(*args, env=None, timeout=120, **kw):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def test_repeated_runs_leak_nothing(tmp_path):

@@ -3,14 +3,10 @@ link and the verdict charges it to the link; ``state: down`` is routed around
 before the traffic starts; ``delay:`` without netem is one clear error, exit 2,
 with nothing built."""
 
-import json
-import subprocess
-import sys
-
 import yaml
 
 from emulator.fabric import presets
-from tests.conftest import REPO, unless_stolen, verdict_of
+from tests.conftest import emulator, run_unless_stolen, verdict_of
 
 
 def fabric_file(tmp_path, spines, **impair):
@@ -25,30 +21,10 @@ def fabric_file(tmp_path, spines, **impair):
     return path
 
 
-def run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "emulator", "run", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def results(base):
-    (d,) = [p for p in base.iterdir() if p.is_dir()]
-    return json.loads((d / "results.json").read_text())
-
-
-def run_unless_stolen(tmp_path, *args):
-    """``emulator run`` (again if ``unless_stolen`` says so): (process, results)."""
-    def measure(attempt):
-        out = tmp_path / f"res{attempt}"
-        p = run(*args, "--results", str(out))
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        return p, results(out)
-    return unless_stolen(measure, lambda pr: pr[1]["traffic"]["fidelity"])
-
-
 def test_a_lossy_link_drops_about_its_share_and_the_drops_are_the_links(tmp_path):
     # one spine: every cross-leaf frame crosses leaf1-spine1 once, in one direction
     path = fabric_file(tmp_path, 1, loss="20%")
-    p, r = run_unless_stolen(tmp_path, "-f", str(path), "--duration", "3")
+    p, r, _ = run_unless_stolen(tmp_path, "-f", str(path), "--duration", "3")
     assert "impairments from the fabric file" in p.stdout and "loss 20 %" in p.stdout
     t = r["traffic"]
     share = t["dropped_packets"] / t["sent_packets"]
@@ -63,7 +39,7 @@ def test_a_lossy_link_drops_about_its_share_and_the_drops_are_the_links(tmp_path
 
 def test_a_link_set_down_is_routed_around_before_the_traffic(tmp_path):
     path = fabric_file(tmp_path, 2, state="down")
-    p, r = run_unless_stolen(tmp_path, "-f", str(path), "--duration", "2")
+    p, r, _ = run_unless_stolen(tmp_path, "-f", str(path), "--duration", "2")
     assert r["impairments"] == ["leaf1:spine1: down"]
     t = r["traffic"]
     assert t["dropped_packets"] == 0 and t["fidelity"]["verdict"] == "faithful"
@@ -75,7 +51,7 @@ def test_a_link_set_down_is_routed_around_before_the_traffic(tmp_path):
 def test_delay_without_netem_is_one_error_naming_the_module(tmp_path):
     path = fabric_file(tmp_path, 1, delay="5ms", jitter="1ms")
     out = tmp_path / "res"
-    p = run("-f", str(path), "--results", str(out))
+    p = emulator("run", "-f", str(path), "--results", str(out))
     assert p.returncode == 2, p.stdout + p.stderr
     assert "netem" in p.stderr and "sch_netem" in p.stderr and "leaf1" in p.stderr
     assert not out.exists() or not any(out.iterdir())

@@ -11,18 +11,18 @@ LAYOUT_INDEPENDENT = True
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from emulator.dataplane import cleanup, datapath, proc, runstate
 from emulator.dataplane.instances import Instance, stop_all
-from emulator.dataplane.session import REPO, Session
+from emulator.dataplane.session import Session
 from emulator.errors import RunFailed
 from emulator.fabric import presets
 
 from test_fabric import NOTHING, leftovers
+from tests.conftest import emulator
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +113,7 @@ def test_clean_stops_only_this_projects_instances(tmp_path):
     try:
         with open(os.path.join(fake, "ovs0", "ovs-vswitchd.child"), "w") as f:
             f.write(f"{foreign.vswitchd_pid()}\n")
-        c = subprocess.run([sys.executable, "-m", "emulator", "clean"], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
+        c = emulator("clean", timeout=120)
         assert c.returncode == 0, c.stderr
         assert "removed 0 instance daemons" in c.stdout
         assert foreign.alive() and not os.path.exists(fake)
@@ -132,19 +131,13 @@ def test_sigkill_then_clean_removes_the_instances(tmp_path):
     from emulator.dataplane.instances import pidfile_daemons
     daemons = pidfile_daemons(os.path.join(runstate.STATE_ROOT, tag), tag)
     assert len(daemons) == 6                   # 2 x (holder, ovsdb-server, ovs-vswitchd)
-    c = subprocess.run([sys.executable, "-m", "emulator", "clean"], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+    c = emulator("clean", timeout=120)
     assert c.returncode == 0, c.stderr
     assert "removed 6 instance daemons" in c.stdout
     assert leftovers(tag) == NOTHING
     # gone, or a zombie waiting for whoever inherited it to reap it
     assert not [d for d in daemons if os.path.exists(f"/proc/{d}")
                 and not cleanup._is_zombie(d)]
-
-
-def emulator(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_a_layout_the_fabric_cannot_have_is_one_error_and_builds_nothing(tmp_path):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from emulator.dataplane import proc
-from tests.conftest import REPO
+from tests.conftest import REPO, emulator
 from tests.integration.test_fabric import NOTHING, leftovers
 
 
@@ -73,8 +73,7 @@ def test_clean_after_sigkill_removes_only_ours(tmp_path):
         from emulator.dataplane.runstate import STATE_ROOT
         assert left["processes"] and (left["bridges"] or pidfile_daemons(
             os.path.join(STATE_ROOT, tag), tag)), left
-        c = subprocess.run([sys.executable, "-m", "emulator", "clean"], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
+        c = emulator("clean", timeout=120)
         assert c.returncode == 0, c.stderr
         assert leftovers(tag) == NOTHING
         assert foreign in proc.ovs_vsctl("list-br").split()

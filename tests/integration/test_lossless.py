@@ -5,15 +5,14 @@ fabric left as it was, and bad input refused."""
 import argparse
 import os
 import subprocess
-import sys
 
 import pytest
 
-from emulator.dataplane.session import REPO, Session
+from emulator.dataplane.session import Session
 from emulator.experiments import collective, drill, drill_traffic, scenario
 from emulator.dataplane.faults import Injector
 from emulator.fabric import presets
-from tests.conftest import unless_stolen
+from tests.conftest import emulator, unless_stolen
 
 PARAMS = {"spines": "2", "leaves": "3", "hosts_per_leaf": "3"}     # 9 hosts: an 8:1 incast
 ARGS = argparse.Namespace(pps=200.0, frame_len=128, post=1.5, gap_ms=1.0, qps=1)
@@ -123,18 +122,12 @@ def test_lossy_fabric_is_left_as_it_was(tmp_path):
     assert "lossless" not in s.results and s.results["flow_control"] == "none"
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=REPO))
-
-
 def test_bad_lossless_input_is_one_error():
-    p = cli("run", "-P", "lossless=maybe")
+    p = emulator("run", "-P", "lossless=maybe")
     assert p.returncode == 2 and "lossless" in p.stderr and "true or false" in p.stderr
-    p = cli("drill", "--fault", "h1:pfc-storm")
+    p = emulator("drill", "--fault", "h1:pfc-storm")
     assert p.returncode == 2 and "needs a lossless fabric" in p.stderr
-    p = cli("drill", "-P", "lossless=true", "--fault", "h99:pfc-storm")
+    p = emulator("drill", "-P", "lossless=true", "--fault", "h99:pfc-storm")
     assert p.returncode == 2 and "h99" in p.stderr
 
 

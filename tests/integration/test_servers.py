@@ -13,11 +13,10 @@ import time
 import pytest
 
 from emulator.dataplane import runstate
-from tests.conftest import unless_stolen, verdict_of
+from tests.conftest import REPO, emulator, results_of, unless_stolen, verdict_of
 from tests.integration.namespace_servers import NamespaceServers
 
 LAYOUT_INDEPENDENT = True      # each server has its own instance, whatever the layout
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +33,6 @@ def three():
     s.close()
 
 
-def emulator(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "emulator", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def shared_cores(servers):
     """These servers share this machine's 2 cores: every server's Open vSwitch and
     traffic engine runs on them.  At the default 40 Mbit/s, 2 servers keep the machine
@@ -51,13 +45,6 @@ def shared_cores(servers):
 
 def on(servers, *args):
     return ["--servers", servers.servers_arg, "--ssh-config", servers.ssh_config, *args]
-
-
-def results_of(base):
-    paths = glob.glob(os.path.join(base, "*", "results.json"))
-    assert len(paths) == 1, paths
-    with open(paths[0]) as f:
-        return json.load(f)
 
 
 def state_dirs():
@@ -80,7 +67,7 @@ def test_the_default_run_is_faithful_on_servers(count, request, tmp_path):
         base = tmp_path / str(attempt)
         r = emulator("run", *on(servers, *shared_cores(servers), "--results", str(base)))
         assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
-        return results_of(base)
+        return results_of(base)[0]
 
     doc = unless_stolen(measure, lambda d: d["traffic"]["fidelity"])
     reach = doc["reachability"]
@@ -109,7 +96,7 @@ def test_allreduce_over_servers_is_exact(count, request, tmp_path):
     r = emulator("run", *on(servers, "--workload", "allreduce", "--sizes", "1M",
                             "--results", str(tmp_path)))
     assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
-    doc = results_of(tmp_path)
+    doc, _ = results_of(tmp_path)
     rows = doc["collective"]["rows"]
     assert rows and all(row["wrong"] == 0 for row in rows)
     assert len(doc["servers"]["servers"]) == len(servers.addresses)
