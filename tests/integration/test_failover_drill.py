@@ -211,25 +211,25 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
     leaf1 = next(x for x in s.topo["switches"] if x["name"] == "leaf1")
     uplink = next(p for p in leaf1["ports"] if p["peer"] == "spine1")
     det = Detector(s, 0.0)
-    log = s.controller.log_path
 
-    def pushed(up):
-        for line in open(log).read().splitlines():
-            if '"event": "port"' in line and f'"port": {uplink["port"]}' in line \
-                    and f'"up": {"true" if up else "false"}' in line:
-                return True
-        return False
+    def pushed(up, since):
+        """The controller acknowledged (barriers) the uplink's event since ``since``
+        (earlier tests of this fabric cut the same port)."""
+        return any(ev.get("event") == "port" and ev["dpid"] == leaf1["dpid"]
+                   and ev["port"] == uplink["port"] and bool(ev["up"]) == up
+                   and ev["t_event"] >= since for ev in s.controller.converged())
     try:
-        n0 = open(log).read().count('"event": "port"')
+        t0 = time.monotonic()                               # the controller's clock
         det.notify([("leaf1", uplink["port"])], True)       # config only: no cut of ours
         assert port_config_down(s, "leaf1", uplink["port"])
-        drill.wait_for(lambda: pushed(False), 20, "the controller to act on PORT_DOWN")
+        drill.wait_for(lambda: pushed(False, t0), 20, "the controller to act on PORT_DOWN")
         after = dump(s)
         # leaf1 no longer hashes onto the dead uplink: no group bucket outputs to it
         groups = " ".join(after[("leaf1", "dump-groups")])
         assert not re.search(rf"output:{uplink['port']}\b", groups), groups
+        t1 = time.monotonic()
         det.notify([("leaf1", uplink["port"])], False)
-        drill.wait_for(lambda: open(log).read().count('"event": "port"') >= n0 + 2, 20,
+        drill.wait_for(lambda: pushed(True, t1), 20,
                        "the controller to act on the port coming back")
         drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
     finally:
