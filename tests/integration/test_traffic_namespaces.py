@@ -107,7 +107,8 @@ def test_capture_decodes_as_infiniband_bth(pair):
 def test_paused_sender_is_one_disruption(pair):
     lab, a, ia, ipa, b, ib, ipb = pair
     with tempfile.TemporaryDirectory() as tmp:
-        rx = start_receiver(b, ib, tmp, "--idle", "1.0", "--gap-ms", "20")
+        # a gap of 50 ms: the 100 ms pause, not a 10-30 ms hold-up of either process
+        rx = start_receiver(b, ib, tmp, "--idle", "1.0", "--gap-ms", "50")
         sent, sent_path = send(a, ia, ipa, ipb, tmp, "--packets", "4000", "--pps", "5000",
                                "--pause", "0.3", "0.1")
         summary = json.loads(finish(rx, timeout=30))
