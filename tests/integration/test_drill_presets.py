@@ -29,6 +29,7 @@ import os
 import pytest
 
 from emulator.__main__ import main as cli
+from tests.conftest import unless_stolen, verdict_of
 
 HOLD_S = 1.2
 DUAL_TOR = ["-P", "tor_pairs=3", "-P", "hosts_per_pair=1"]
@@ -48,16 +49,20 @@ CASES = [
 
 
 def run_drill(preset, params, fault, tmp_path, capsys):
-    argv = ["drill", "-p", preset, *params, *(["--fault", fault] if fault else []),
-            "--failover", "fast-failover",
-            "--repeat", "1", "--at", "0.4", "--hold", str(HOLD_S), "--post", "0.5",
-            "--results", str(tmp_path)]
-    status = cli(argv)
-    printed = capsys.readouterr().out
-    assert status == 0, printed[-2000:]
-    [path] = glob.glob(os.path.join(str(tmp_path), "drill-*", "drill.json"))
-    with open(path) as f:
-        return json.load(f), printed
+    """The drill (again if ``unless_stolen`` says so): (drill.json, what it printed)."""
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        argv = ["drill", "-p", preset, *params, *(["--fault", fault] if fault else []),
+                "--failover", "fast-failover",
+                "--repeat", "1", "--at", "0.4", "--hold", str(HOLD_S), "--post", "0.5",
+                "--results", str(base)]
+        status = cli(argv)
+        printed = capsys.readouterr().out
+        assert status == 0, printed[-2000:]
+        [path] = glob.glob(os.path.join(str(base), "drill-*", "drill.json"))
+        with open(path) as f:
+            return json.load(f), printed
+    return unless_stolen(measure, lambda m: m[0]["modes"][0]["repeats"][0]["fidelity"])
 
 
 @pytest.mark.parametrize("preset,params,fault", CASES,
@@ -77,7 +82,8 @@ def test_drill_on_a_dual_homed_or_multi_rail_fabric(preset, params, fault, tmp_p
     assert crossing and others, {k: f["path"] for k, f in flows.items()}
     # the fault hit the flows said to cross it, and only those
     assert sum(f["fault_lost_packets"] for f in crossing.values()) > 0, crossing
-    assert {k: f["fault_lost_packets"] for k, f in others.items()} == {k: 0 for k in others}
+    assert {k: f["fault_lost_packets"] for k, f in others.items()} == {k: 0 for k in others}, (
+        verdict_of(rep["fidelity"]))
     # the switches were told of the fault by the modeled detection, unless --detect os
     assert ("detect" in rep["events"][0]) == ("os" not in params), rep["events"][0]
     hold_ms = (rep["events"][1]["t_ns"] - rep["events"][0]["t_ns"]) / 1e6

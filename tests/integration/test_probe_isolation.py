@@ -8,18 +8,22 @@ import json
 import pytest
 
 from emulator.__main__ import main
-from tests.conftest import verdict_of
+from tests.conftest import unless_stolen, verdict_of
 
 
 @pytest.mark.parametrize("fault,link", [("spine3-leaf2:loss:5", "spine3->leaf2"),
                                         ("leaf4-spine1:corrupt:5", "leaf4->spine1")])
 def test_the_prober_finds_and_isolates_a_silently_lossy_link(tmp_path, capsys, fault, link):
-    rc = main(["probe", "--fault", fault, "--repeat", "1", "--baseline", "2",
-               "--results", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert rc == 0, out[-3000:]
-    (base,) = [d for d in tmp_path.iterdir() if d.name.startswith("probe-")]
-    doc = json.loads((base / "probe.json").read_text())
+    def measure(attempt):
+        res = tmp_path / f"try{attempt}"
+        rc = main(["probe", "--fault", fault, "--repeat", "1", "--baseline", "2",
+                   "--results", str(res)])
+        out = capsys.readouterr().out
+        assert rc == 0, out[-3000:]
+        (base,) = [d for d in res.iterdir() if d.name.startswith("probe-")]
+        return json.loads((base / "probe.json").read_text()), out
+
+    doc, out = unless_stolen(measure, lambda m: m[0]["repeats"][0]["fidelity"])
     cov = doc["coverage"]
     assert cov["covered"] == cov["links"] == 48 and cov["uncovered"] == []
     assert cov["paths"] == 24 * 4                 # every pair over each of the 4 spines

@@ -106,11 +106,16 @@ def test_allreduce_over_servers_is_exact(count, request, tmp_path):
 
 def test_a_drill_cuts_a_link_between_servers(two, tmp_path):
     before = state_dirs()
-    r = emulator("drill", *on(two, *shared_cores(two), "--fault", "leaf1-spine3", "--repeat", "1",
-                              "--results", str(tmp_path)), timeout=400)
-    assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
-    with open(glob.glob(os.path.join(tmp_path, "drill-*", "drill.json"))[0]) as f:
-        mode = json.load(f)["modes"][0]
+
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        r = emulator("drill", *on(two, *shared_cores(two), "--fault", "leaf1-spine3",
+                                  "--repeat", "1", "--results", str(base)), timeout=400)
+        assert r.returncode == 0, r.stderr[-2000:] + r.stdout[-2000:]
+        with open(glob.glob(os.path.join(base, "drill-*", "drill.json"))[0]) as f:
+            return json.load(f)["modes"][0]
+
+    mode = unless_stolen(measure, lambda m: m["repeats"][0]["fidelity"])
     rep = mode["repeats"][0]
     cut = rep["events"][0]
     assert cut["kind"] == "link_down" and cut["target"] == "leaf1-spine3"
@@ -121,7 +126,7 @@ def test_a_drill_cuts_a_link_between_servers(two, tmp_path):
     # the crossing flows lost something and came back; the others lost nothing
     assert sum(f["fault_lost_packets"] for f in crossing) > 0
     assert all(f["received_packets"] > 0 and f["longest_gap_ms"] < 1000 for f in crossing)
-    assert sum(f["lost_packets"] for f in others) == 0
+    assert sum(f["lost_packets"] for f in others) == 0, verdict_of(rep["fidelity"])
     assert_nothing_left(two, before)
 
 
