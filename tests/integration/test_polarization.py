@@ -6,6 +6,7 @@ import pytest
 from emulator.fabric import presets
 from emulator.dataplane.session import Session
 from emulator.experiments.mix import default_mix
+from tests.conftest import unless_stolen, verdict_of
 
 FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_leaf": "1",
           "superspines": "2", "superspine_attach": "all"}
@@ -14,8 +15,9 @@ FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_
 def spine_uplinks(seed, tmp_path):
     with Session(presets.build("three-tier", FABRIC), results_base=str(tmp_path),
                  seed=seed) as s:
-        res = default_mix(s, duration=1.5, qps=16, load=0.25)
-    assert res["dropped_packets"] == 0
+        res = unless_stolen(lambda _: default_mix(s, duration=1.5, qps=16, load=0.25),
+                            lambda r: r["fidelity"])
+    assert res["dropped_packets"] == 0, verdict_of(res["fidelity"])
     return [u["tx_bytes"] for sp in res["spine_uplinks"] for u in sp["loads"]]
 
 
