@@ -12,7 +12,7 @@ from emulator.dataplane.session import Session
 from emulator.experiments import collective, drill, drill_traffic, scenario
 from emulator.dataplane.faults import Injector
 from emulator.fabric import presets
-from tests.conftest import emulator, unless_stolen
+from tests.conftest import emulator, unless_stolen, verdict_of
 
 PARAMS = {"spines": "2", "leaves": "3", "hosts_per_leaf": "3"}     # 9 hosts: an 8:1 incast
 ARGS = argparse.Namespace(pps=200.0, frame_len=128, post=1.5, gap_ms=1.0, qps=1)
@@ -77,6 +77,11 @@ def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path, mode):
     assert 'fabric_pfc_ingress_drops_total{port="leaf1:eth1"} 0.0' in metrics
 
 
+def worst(fids):
+    """Of the verdicts of one measurement's repeats, the first not faithful, else the first."""
+    return next((f for f in fids if f["verdict"] != "faithful"), fids[0])
+
+
 def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
     fabric = lossless_fabric()
     with Session(fabric, results_base=str(tmp_path)) as s:
@@ -84,21 +89,28 @@ def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
         paths = drill.flow_paths(s, pairs, ARGS.qps)
         inj = Injector(s)
-        try:
-            flows = {}
+        tries = []
+
+        def measure(attempt):
+            tries.append(attempt)
+            flows, fids = {}, []
             for name, hold in (("short", 0.5 * detect), ("long", 3 * detect)):
                 events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=hold)
                 scenario.check_targets(events, s.topo, fabric.flow_control)
-                sent, recv, _, _, _ = drill_traffic.repeat(s, inj, pairs, events, ARGS,
-                                                          str(tmp_path / name))
+                sent, recv, _, _, fid = drill_traffic.repeat(
+                    s, inj, pairs, events, ARGS, str(tmp_path / f"{name}{attempt}"))
                 flows[name] = {k: (n, (recv.get(k) or {}).get("received_packets", 0),
                                    drill.crosses(paths[k], events, s.topo))
                                for k, n in sent.items()}
+                fids.append(fid)
+            return flows, worst(fids)
+        try:
+            flows, fid = unless_stolen(measure, lambda m: m[1])
         finally:
             inj.close()
     storms = s.results["lossless"]["storms"]
-    assert [st["end"] for st in storms] == ["h1:eth0", "h1:eth0"]
-    short, long = storms
+    assert [st["end"] for st in storms] == ["h1:eth0", "h1:eth0"] * len(tries)
+    short, long = storms[-2:]                             # the measurement kept
     assert short["detected_after_s"] is None
     assert long["queue"] == "leaf1:eth1"
     assert detect <= long["detected_after_s"] <= detect + 0.1 + 0.15     # + one poll
@@ -108,7 +120,8 @@ def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
     for name, fl in flows.items():
         others = {k: v for k, v in fl.items() if not v[2]}
         assert others, name
-        assert all(recv == n for n, recv, _ in others.values()), (name, others)
+        assert all(recv == n for n, recv, _ in others.values()), (
+            name, others, verdict_of(fid))
     assert any(v[2] for v in flows["long"].values())      # some probes go to h1
 
 
@@ -213,15 +226,17 @@ def test_storm_with_the_forward_action_loses_nothing(tmp_path):
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
         paths = drill.flow_paths(s, pairs, ARGS.qps)
         inj = Injector(s)
+        events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=2.5)
         try:
-            events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=2.5)
-            sent, recv, _, _, _ = drill_traffic.repeat(s, inj, pairs, events, ARGS,
-                                                      str(tmp_path / "forward"))
+            sent, recv, _, _, fid = unless_stolen(
+                lambda attempt: drill_traffic.repeat(s, inj, pairs, events, ARGS,
+                                                     str(tmp_path / f"forward{attempt}")),
+                lambda m: m[4])
         finally:
             inj.close()
     assert any(drill.crosses(paths[k], events, s.topo) for k in sent)
     for k, n in sent.items():
-        assert (recv.get(k) or {}).get("received_packets") == n, k
+        assert (recv.get(k) or {}).get("received_packets") == n, (k, verdict_of(fid))
     doc = s.results["lossless"]
-    assert doc["storms"][0]["detected_after_s"] is not None
+    assert doc["storms"][-1]["detected_after_s"] is not None
     assert doc["watchdog_drops"] == 0 and doc["settings"]["wd_action"] == "forward"
