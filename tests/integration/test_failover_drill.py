@@ -25,6 +25,9 @@ from tests.conftest import only_shortfall, unless_stolen, verdict_of
 # the drill's own defaults: 1000 pps per probe flow (1 ms resolution), 1 ms gaps
 ARGS = argparse.Namespace(pps=1000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
 LINK = "leaf1-spine1"
+# docs/failover.md: on a 2-vCPU VM Open vSwitch cannot keep 10 ms sessions up (its main
+# thread is held up 10-30 ms now and then); at 20 ms they hold
+BFD_MS = 20
 
 
 def fabric():
@@ -241,8 +244,8 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
 def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     mode, s, inj, pairs, paths = session
     from emulator.dataplane import bfd
-    bfd.enable(s.topo, 10, net=s.net)
-    assert all(v["forwarding"] and v["tx_ms"] == 10 for i, v in bfd.show(s.net).items()
+    bfd.enable(s.topo, BFD_MS, net=s.net)
+    assert all(v["forwarding"] and v["tx_ms"] == BFD_MS for i, v in bfd.show(s.net).items()
                if i in bfd.interfaces(s.topo))
     # sessions starting look like BFD downs to the controller: their hold-down runs out
     drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
@@ -256,7 +259,7 @@ def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
                              for i, h in enumerate(paths[k][:-1]))]
     assert toward_spine1 and all(f["fault_lost_packets"] > 0 for f in toward_spine1)
     hold_ms = (t_rest - t_fault) / 1e6
-    # BFD (3 x 10 ms) took the port out of the groups long before the loss stopped
+    # BFD (3 x 20 ms) took the port out of the groups long before the loss stopped
     assert all(f["recovery_ms"] < hold_ms / 2 for f in toward_spine1), toward_spine1
     assert all(f["fault_lost_packets"] == 0 for f in flows.values() if not f["crosses"])
     # and the controller saw the port lose LIVE and converged on it
@@ -275,7 +278,7 @@ def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
         paths = drill.flow_paths(s, pairs)
         inj = Injector(s)
         try:
-            bfd.enable(s.topo, 10, net=s.net)
+            bfd.enable(s.topo, BFD_MS, net=s.net)
             drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
                            "the controller to route over every port")
             events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)
