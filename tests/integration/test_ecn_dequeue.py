@@ -117,19 +117,23 @@ def dequeue_marker(ia, ib, b):
 
 
 def burst(lab, gap_s):
-    """40 ECT(0) frames through the dequeue marker: b's frames, marks, counted queue."""
-    return ecn_burst(lab, dequeue_marker, gap_s)[:3]
+    """40 ECT(0) frames through the dequeue marker: b's frames, marks, counted queue,
+    the sender's pauses longer than a frame time."""
+    return ecn_burst(lab, dequeue_marker, gap_s)
 
 
 def test_burst_is_marked_at_the_head_while_k_bytes_wait_behind(lab):
-    frames, counted, backlog = burst(lab, 0)
+    frames, counted, backlog, pauses = burst(lab, 0)
     assert len(frames) == 40 and backlog == 0
     ce = [int.from_bytes(bytes(f)[PSN_OFF + 1:PSN_OFF + 4], "big") for f in frames
           if bytes(f)[15] & 3 == 3]
     # the frame that leaves with 8 frames (33 kB > K) behind it is the last marked: 31;
-    # the first ones may leave before the burst has all arrived
-    assert ce and 30 <= ce[-1] <= 32, ce
-    assert len(ce) >= 20 and ce == list(range(ce[0], ce[-1] + 1))
+    # the first ones may leave before the burst has all arrived.  Each pause of the
+    # sender longer than a frame time let the link drain a frame with fewer behind it:
+    # at most one frame unmarked, or the last mark one frame earlier, per pause
+    assert ce and 30 - pauses <= ce[-1] <= 32, (ce, pauses)
+    holes = set(range(ce[0], ce[-1] + 1)) - set(ce)
+    assert len(ce) >= 20 - pauses and len(holes) <= pauses, (ce, pauses)
     assert counted == len(ce)
     for f in frames:
         raw = bytes(f)
@@ -138,7 +142,7 @@ def test_burst_is_marked_at_the_head_while_k_bytes_wait_behind(lab):
 
 
 def test_paced_below_the_link_rate_is_never_marked_at_dequeue(lab):
-    frames, counted, backlog = burst(lab, 0.0012)
+    frames, counted, backlog, _ = burst(lab, 0.0012)
     assert len(frames) == 40 and backlog == 0
     assert counted == 0 and not [f for f in frames if bytes(f)[15] & 3 == 3]
 
