@@ -1,5 +1,6 @@
 """When an integration test may measure again (tests/conftest.py): only when the
-platform explains a verdict that is not faithful."""
+platform explains a verdict that is not faithful, or the emulation drops a faithful
+verdict carries."""
 
 from tests.conftest import held_up, paused_late, stalled_bfd, stolen
 
@@ -21,7 +22,14 @@ def test_other_shortfalls_a_saturated_machine_or_a_faithful_run_are_not():
     assert not stolen(doc(other=3))                  # frames lost in Open vSwitch too
     assert not stolen(doc(saturated=2))              # the emulator's own load
     assert not stolen(doc(behind=0))                 # nothing the engine skipped
-    assert not stolen(doc(verdict="faithful"))
+    assert not stolen(doc(verdict="faithful", behind=0))
+    assert not stolen(doc(verdict="faithful", behind=0, other=1))    # not explained
+
+
+def test_a_faithful_run_with_drops_the_platform_explains_is_measured_again():
+    # tests assert a faithful run lost no frame to the emulator at all
+    assert stolen(doc(verdict="faithful", behind=2))                 # held up
+    assert stolen(doc(verdict="faithful", behind=0, other=1, steal=0.2))
     assert stolen(doc(behind=0, other=5, steal=0.2))  # the hypervisor's, as before
 
 
