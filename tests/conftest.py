@@ -74,7 +74,7 @@ def stolen(fidelity_doc):
 def stalled_bfd(fidelity_doc):
     """The only reason is BFD sessions of links no fault touched going down
     (``fidelity.spurious_downs``): Open vSwitch's main thread, which runs every
-    session of the fabric, stalled three 10 ms intervals on the shared cores.  The
+    session of the fabric, stalled three BFD intervals on the shared cores.  The
     drill says emulator-bound; a test whose fault then met a different fabric
     measures again.  Stalled every time still fails."""
     return bool(fidelity_doc.get("spurious_port_downs")) and len(fidelity_doc["reasons"]) == 1

@@ -118,7 +118,7 @@ def dequeue_marker(ia, ib, b):
 
 def burst(lab, gap_s):
     """40 ECT(0) frames through the dequeue marker: b's frames, marks, counted queue,
-    the sender's pauses longer than a frame time."""
+    the frames the sender sent more than a frame time after the one before."""
     return ecn_burst(lab, dequeue_marker, gap_s)
 
 
@@ -130,10 +130,13 @@ def test_burst_is_marked_at_the_head_while_k_bytes_wait_behind(lab):
     # the frame that leaves with 8 frames (33 kB > K) behind it is the last marked: 31;
     # the first ones may leave before the burst has all arrived.  Each pause of the
     # sender longer than a frame time let the link drain a frame with fewer behind it:
-    # at most one frame unmarked, or the last mark one frame earlier, per pause
-    assert ce and 30 - pauses <= ce[-1] <= 32, (ce, pauses)
+    # one frame unmarked or the last mark a frame earlier, per pause (a burst paused
+    # more than 3 times measures the machine, not the marker)
+    assert len(pauses) <= 3, f"the sender paused before frames {pauses}"
+    assert ce and ce == sorted(set(ce)) and 30 - len(pauses) <= ce[-1] <= 32, (ce, pauses)
     holes = set(range(ce[0], ce[-1] + 1)) - set(ce)
-    assert len(ce) >= 20 - pauses and len(holes) <= pauses, (ce, pauses)
+    assert max(0, 30 - ce[-1]) + len(holes) <= len(pauses), (ce, pauses)
+    assert len(ce) >= 20 - len(pauses), (ce, pauses)
     assert counted == len(ce)
     for f in frames:
         raw = bytes(f)

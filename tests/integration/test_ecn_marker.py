@@ -32,14 +32,17 @@ def test_burst_is_marked_past_k_and_marks_keep_checksums(lab):
     assert len(frames) == 40                      # the TBF's 150 KB queue holds them all
     ce = [int.from_bytes(bytes(f)[PSN_OFF + 1:PSN_OFF + 4], "big") for f in frames
           if bytes(f)[15] & 3 == 3]
+    # a burst paused more than 3 times measures the machine, not the marker
+    assert len(pauses) <= 3, f"the sender paused before frames {pauses}"
     # K / FRAME = 7.2: the 8th frame is the first to find more than K queued (a frame
     # later per pause of the sender before it: the link drained one meanwhile)
-    assert ce and K // FRAME - 1 <= ce[0] <= K // FRAME + 2 + pauses, (ce[:5], pauses)
+    early = [i for i in pauses if ce and i <= ce[0]]
+    assert ce and K // FRAME - 1 <= ce[0] <= K // FRAME + 2 + len(early), (ce[:5], pauses)
     # and every one after it, but for one frame per pause of the sender longer than
     # a frame time: the virtual queue (a token bucket) drained a frame meanwhile, as
     # the link did (once, under hypervisor steal, frame 29 of 40 passed unmarked)
     unmarked = set(range(ce[0], 40)) - set(ce)
-    assert len(unmarked) <= pauses, (sorted(unmarked), pauses)
+    assert len(unmarked) <= len(pauses) - len(early), (sorted(unmarked), pauses)
     assert counted == len(ce)
     for f in frames:
         raw = bytes(f)

@@ -161,24 +161,25 @@ def shaped_veth(lab):
 
 def send_ect_frames(ifname, count, gap_s=0):
     """``count`` ECT(0) RoCE frames of ECN_FRAME bytes (PSN = index) out of ``ifname``;
-    returns how many times a back-to-back burst paused for more than one frame time
-    at ECN_RATE (a preempted or stolen CPU): the link drained a frame meanwhile."""
+    returns the indices of the frames a back-to-back burst sent more than one frame
+    time at ECN_RATE after the one before (a preempted or stolen CPU): the link
+    drained a frame meanwhile."""
     import socket
     from traffic.frames import FrameTemplate
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME, ecn=2)
     frames = [t.frame(i) for i in range(count)]
     frame_s = ECN_FRAME * 8 / ECN_RATE
-    pauses, start_before = 0, None
+    pauses, start_before = [], None
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((ifname, 0))
-        for frame in frames:
+        for i, frame in enumerate(frames):
             start = time.monotonic()
             s.send(frame)
             # two frames entered the queue at most this far apart
             if not gap_s and start_before is not None \
                     and time.monotonic() - start_before > frame_s:
-                pauses += 1
+                pauses.append(i)
             start_before = start
             if gap_s:
                 time.sleep(gap_s)
@@ -198,7 +199,7 @@ def ecn_burst(lab, install, gap_s):
     """40 ECT(0) frames ``gap_s`` apart through a shaped veth whose marker
     ``install(root end, b end, b)`` returns; b's capture, then what ``marker.marks()``
     and ``marker.backlog()`` (if it has one) said once they drained, and the
-    sender's pauses (``send_ect_frames``)."""
+    frames the sender sent after a pause (``send_ect_frames``)."""
     from scapy.utils import rdpcap
     ia, ib, b = shaped_veth(lab)
     marker = install(ia, ib, b)
