@@ -74,33 +74,25 @@ def test_path_check_shows_the_static_routes(ryu_app):
     assert r3.data["received"] == 200
 
 
-def cut_unless_stolen(s, settled, **kw):
-    """``check.cut_loss`` of leaf1-spine1 (again, once ``settled(since)`` holds for the
-    time the attempt before began, if ``unless_stolen`` says so)."""
+def cut_unless_stolen(s, settle, **kw):
+    """``check.cut_loss`` of leaf1-spine1 (again, once ``settle(since)`` returned for
+    the time the attempt before began, if ``unless_stolen`` says so)."""
     began = []
 
     def measure(attempt):
         if attempt:
-            drill.wait_for(lambda: settled(began[-1]), 30,
-                           "the fabric to settle after the restore")
-        began.append(time.monotonic())
+            settle(began[-1])
+        began.append(time.monotonic_ns())
         r = check.cut_loss(s, "leaf1-spine1", **kw)
         assert r.data["crossing"] > 0, r.detail
         return r
     return unless_stolen(measure, lambda r: r.data["fidelity"])
 
 
-def restored(s, since):
-    """The controller acknowledged a port coming up since ``since`` (the cut's restore)
-    and sees no port down."""
-    events = s.controller.converged()
-    return (any(ev.get("event") == "port" and ev.get("up") and ev["t_event"] >= since
-                for ev in events) and not drill.ports_down(events))
-
-
 def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
-    r = cut_unless_stolen(ryu_app, lambda _: check.reachability(ryu_app).ok,
-                          before=1.0, after=2.0)
+    r = cut_unless_stolen(ryu_app, lambda _: drill.wait_for(
+        lambda: check.reachability(ryu_app).ok, 30, "the fabric to be reachable again"),
+        before=1.0, after=2.0)
     assert not r.ok, r.detail
     assert r.data["crossing"] > 0
     # Static routes never repair: the crossing flows lose the rest of the probe.
@@ -114,8 +106,8 @@ def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
 
 
 def test_cut_under_the_builtin_controller_passes(builtin):
-    r = cut_unless_stolen(builtin, lambda since: restored(builtin, since),
-                          before=1.0, after=1.5, max_loss_ms=200)
+    r = cut_unless_stolen(builtin, lambda since: drill.wait_restored(
+        builtin, builtin.failover, since, timeout=30), before=1.0, after=1.5, max_loss_ms=200)
     assert r.ok, r.detail
     assert r.data["crossing"] > 0 and r.data["worst_loss_ms"] <= 200
     assert r.data["fidelity"]["verdict"] == "faithful", r.data["fidelity"]

@@ -21,6 +21,7 @@ from emulator.dataplane.faults import Injector
 from emulator.dataplane.reach import wait_all_pairs
 from emulator.dataplane.session import Session
 from tests.conftest import only_shortfall, unless_stolen, verdict_of
+from tests.integration.test_survival import converged_on
 
 # the drill's own defaults: 1000 pps per probe flow (1 ms resolution), 1 ms gaps
 ARGS = argparse.Namespace(pps=1000, qps=4, frame_len=128, post=0.4, gap_ms=1.0)
@@ -214,25 +215,22 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
     leaf1 = next(x for x in s.topo["switches"] if x["name"] == "leaf1")
     uplink = next(p for p in leaf1["ports"] if p["peer"] == "spine1")
     det = Detector(s, 0.0)
-
-    def pushed(up, since):
-        """The controller acknowledged (barriers) the uplink's event since ``since``
-        (earlier tests of this fabric cut the same port)."""
-        return any(ev.get("event") == "port" and ev["dpid"] == leaf1["dpid"]
-                   and ev["port"] == uplink["port"] and bool(ev["up"]) == up
-                   and ev["t_event"] >= since for ev in s.controller.converged())
+    # the controller's acknowledged events since each notify (earlier tests of this
+    # fabric cut the same port)
+    port = {(leaf1["dpid"], uplink["port"])}
     try:
-        t0 = time.monotonic()                               # the controller's clock
+        t0 = time.monotonic_ns()                            # the controller's clock
         det.notify([("leaf1", uplink["port"])], True)       # config only: no cut of ours
         assert port_config_down(s, "leaf1", uplink["port"])
-        drill.wait_for(lambda: pushed(False, t0), 20, "the controller to act on PORT_DOWN")
+        drill.wait_for(lambda: converged_on(s, port, False, t0), 20,
+                       "the controller to act on PORT_DOWN")
         after = dump(s)
         # leaf1 no longer hashes onto the dead uplink: no group bucket outputs to it
         groups = " ".join(after[("leaf1", "dump-groups")])
         assert not re.search(rf"output:{uplink['port']}\b", groups), groups
-        t1 = time.monotonic()
+        t1 = time.monotonic_ns()
         det.notify([("leaf1", uplink["port"])], False)
-        drill.wait_for(lambda: pushed(True, t1), 20,
+        drill.wait_for(lambda: converged_on(s, port, True, t1), 20,
                        "the controller to act on the port coming back")
         drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
     finally:
