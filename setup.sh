@@ -86,7 +86,9 @@ ovs_running() { timeout 10 ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
 # port and frees the unused ones: glibc's malloc made that a third of the machine's
 # CPU, tcmalloc's per-thread caches make it cheap (ovs-vswitchd at 34-40 % of a
 # core instead of 63-65 % in the default run). Open vSwitch starts with it preloaded.
-tcmalloc_path() { ldconfig -p | awk '$1 == "libtcmalloc_minimal.so.4" { print $NF; exit }'; }
+# awk reads to the end: leaving early would kill ldconfig with SIGPIPE, which
+# pipefail turns into this function's (and setup's) exit status 141
+tcmalloc_path() { ldconfig -p | awk '$1 == "libtcmalloc_minimal.so.4" && !p { print $NF; p = 1 }'; }
 
 ovs_allocator() {   # tcmalloc | malloc: what the running ovs-vswitchd allocates with
     local pid
