@@ -14,6 +14,15 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+with open(os.path.join(REPO, "tests", "unit", "contract.json")) as _f:
+    CONTRACT = json.load(_f)          # the pinned public surface (tests/unit/test_contract.py)
+
+
+def assert_contract(kind, doc):
+    """``doc`` (a results.json, drill.json or compare.json) has every top-level key
+    the public surface pins for ``kind``."""
+    missing = sorted(set(CONTRACT["documents"][kind]) - set(doc))
+    assert not missing, f"{kind} lacks its pinned keys {missing}"
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -134,7 +143,9 @@ def results_of(base):
     """The one run directory under ``base``: (its results.json, its path)."""
     (run,) = [p for p in base.iterdir() if p.is_dir()]
     with open(run / "results.json") as f:
-        return json.load(f), run
+        doc = json.load(f)
+    assert_contract("results.json", doc)
+    return doc, run
 
 
 def run_unless_stolen(tmp_path, *args):

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_contract
 
 
 def test_the_job_survives_a_cut_and_the_disturbed_iteration_is_found(tmp_path):
@@ -19,6 +19,7 @@ def test_the_job_survives_a_cut_and_the_disturbed_iteration_is_found(tmp_path):
     assert "the first leaf uplink a connection of the allreduce crosses" in p.stdout
     (base,) = [d for d in tmp_path.iterdir() if d.name.startswith("drill-")]
     doc = json.loads((base / "drill.json").read_text())
+    assert_contract("drill.json", doc)
     (mode,) = doc["modes"]
     assert mode["crossing"]                       # the cut link carries the job
     (rep,) = mode["repeats"]
