@@ -103,6 +103,14 @@ def parse_controller(text):
         f"{text!r}: use builtin, remote:HOST:PORT or app:PATH.py")
 
 
+# the module whose ``main(fabric, args)`` runs each fabric command
+COMMANDS = {"check": "emulator.experiments.check",
+            "compare": "emulator.experiments.compare.compare",
+            "drill": "emulator.experiments.drill.drill",
+            "drill_collective": "emulator.experiments.drill.drill_collective",
+            "probe": "emulator.experiments.probe.probe"}
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m emulator",
                                  description="AI-cluster fabric emulator")
@@ -182,13 +190,13 @@ def build_parser():
                    help="only when no budget of this machine is cached for it yet "
                         "(setup.sh calibrates so)")
 
-    from emulator.experiments import drill
+    from emulator.experiments.drill import drill
     p = sub.add_parser("drill", help="failover drill: inject faults under probe traffic, "
                                      "measure loss windows and recovery")
     add_fabric_args(p)
     drill.add_arguments(p)
 
-    from emulator.experiments import probe
+    from emulator.experiments.probe import probe
     p = sub.add_parser("probe", help="black-box prober: probe every path, find a link that "
                                      "drops or corrupts silently, isolate it; time to "
                                      "detect and isolate, false suspects")
@@ -201,7 +209,7 @@ def build_parser():
     add_fabric_args(p)
     check.add_arguments(p)
 
-    from emulator.experiments import compare
+    from emulator.experiments.compare import compare
     p = sub.add_parser("compare", help="load-balancing modes (ecmp, flowlet, dlb, spray) "
                                        "on the same collective: busbw, uplink spread; "
                                        "--planes: dual-plane vs single-plane fabric")
@@ -275,7 +283,7 @@ def main(argv=None):
             from emulator.dataplane import session
             session.require_root()
             if args.servers:         # the servers first: this machine's state names them
-                from emulator.dataplane import servers
+                from emulator.dataplane.cluster import servers
                 from emulator.fabric import cluster
                 cl = cluster.parse_cluster(args.servers, ssh_config=args.ssh_config,
                                            where="--servers")
@@ -311,7 +319,7 @@ def main(argv=None):
             name = args.command
             if name == "drill" and getattr(args, "workload", None):
                 name = "drill_collective"       # the same drill, under a collective
-            command = importlib.import_module(f"emulator.experiments.{name}")
+            command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)

@@ -18,8 +18,8 @@ import time
 from emulator.dataplane import proc
 from emulator.dataplane import runstate
 from emulator.errors import RunFailed
-from emulator.dataplane.ifaces import delete_interfaces
-from emulator.dataplane.instances import pidfile_daemons
+from emulator.dataplane.links.ifaces import delete_interfaces
+from emulator.dataplane.ovs.instances import pidfile_daemons
 
 
 def our_bridges():
@@ -58,7 +58,7 @@ def our_nft_tables():
 def journaled_devices(tag, errors):
     """Remove the interfaces without the run's name that dead run ``tag`` journaled as
     its own (a server's ``ovs-netdev``, which its instance's daemon made in that
-    namespace: ``dataplane.worker``); returns those removed."""
+    namespace: ``dataplane.cluster.worker``); returns those removed."""
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
     names = set()

@@ -1,6 +1,6 @@
 """``python -m traffic engine`` as a child process: start, wait until ready, go,
-result.  Used by the traffic mix (``experiments.mix``) and by a server's worker
-(``dataplane.worker``), which runs that server's part of a plan."""
+result.  Used by the traffic mix (``experiments.workloads.mix``) and by a server's worker
+(``dataplane.cluster.worker``), which runs that server's part of a plan."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from emulator.dataplane.controller_proc import REPO
+from emulator.dataplane.ovs.controller_proc import REPO
 from emulator.errors import RunFailed
 
 

@@ -42,8 +42,8 @@ from traffic.netns import entered
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
 from emulator.dataplane.runstate import tag_of_name
-from emulator.dataplane.ifaces import in_netns
-from emulator.dataplane.nftrules import corrupt_rule, loss_rule
+from emulator.dataplane.links.ifaces import in_netns
+from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
 from emulator.fabric.survival import surviving_pairs  # noqa: F401 (re-exported)
 
 
@@ -123,7 +123,7 @@ class Injector:
     def __init__(self, session, log_path=None, clock=time.monotonic_ns, detect=None,
                  nft_name="loss"):
         """``detect``: None (OVS notices carrier loss itself) or the modeled
-        loss-of-signal delay in seconds (``dataplane.detect``); ``nft_name``:
+        loss-of-signal delay in seconds (``dataplane.links.detect``); ``nft_name``:
         the run's nftables table for random loss is ``fl<tag><nft_name>``."""
         self.nft_name = nft_name
         self._losses = {}              # interface -> its nftables rule
@@ -135,12 +135,8 @@ class Injector:
         self._nft_table = None
         self._ifindex = {}
         self.detector = None
-        if detect is not None and self._remote():
-            from emulator.dataplane.cluster_net import RemoteDetector
-            self.detector = RemoteDetector(session.net, detect)
-        elif detect is not None:
-            from emulator.dataplane.detect import Detector
-            self.detector = Detector(session, detect, clock=clock)
+        if detect is not None:           # the fabric's own: here, or on its servers
+            self.detector = session.net.detector(session, detect, clock)
 
     # ---- plumbing --------------------------------------------------------
 
@@ -236,7 +232,7 @@ class Injector:
 
     def _signal(self, ports, down, t_cut):
         """Modeled detection: tell the switches ``detect`` after the carrier went
-        (``dataplane.detect``); {} without it."""
+        (``dataplane.links.detect``); {} without it."""
         if self.detector is None or not ports:
             return {}
         return {"detect": self.detector.notify(ports, down, t_cut)}

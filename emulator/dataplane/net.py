@@ -27,14 +27,12 @@ from mininet.net import Mininet
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from emulator.dataplane import instances as ovs_instances
+from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane import proc
-from emulator.dataplane import shaping
-from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
+from emulator.dataplane.links import shaping
 from emulator.errors import RunFailed
-from emulator.dataplane.ifaces import (delete_interfaces, link_group, ns_sockets,
-                                       quiet_ipv6, terminate_nodes, tx_checksum_off,
-                                       write_sysctl)
+from emulator.dataplane.links.ifaces import (delete_interfaces, link_group, ns_sockets, quiet_ipv6,
+                                             terminate_nodes, tx_checksum_off, write_sysctl)
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
 from emulator.dataplane.runstate import child_env
 from traffic.netns import entered
@@ -84,14 +82,14 @@ class FabricNet:
     """The running fabric of one run."""
 
     def __init__(self, topo, state, datapath_type, controller_url,
-                 queue_ms=DEFAULT_QUEUE_MS, shape=True, progress=None,
+                 queue_ms=shaping.DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
                  flow_control="none", tunnels=(), ssl=None, instance_netns=True,
                  mtu=None, rmem_may_stay=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path.  On one server of
-        several (``dataplane.worker``): ``tunnels``, this server's ends of the
+        several (``dataplane.cluster.worker``): ``tunnels``, this server's ends of the
         crossing links (``fabric.cluster.tunnels``), ``ssl`` (key, certificate, CA
         certificate paths) for an ``ssl:`` controller, and ``instance_netns`` False
         (the instance's daemon in this namespace, where the controller's address is
@@ -114,7 +112,7 @@ class FabricNet:
         self.placement = [(name, list(group)) for name, group in placement]
         self.controller_unix = controller_unix
         self.flow_control = flow_control           # none | pfc: classes and a pause gate
-        self.pfc = None                            # its running PFC (dataplane.pfc_run)
+        self.pfc = None                            # its running PFC (dataplane.lossless.pfc_run)
         self.tunnels = list(tunnels)
         self.ssl = ssl
         self.instance_netns = instance_netns
@@ -341,7 +339,7 @@ class FabricNet:
         if self.flow_control == "none":
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
             return
-        from emulator.dataplane import pfc
+        from emulator.dataplane.lossless import pfc
         pfc.apply_tree(ipr, idx, rate_bps,
                        shaping.tbf_params(rate_bps, self.queue_ms, self.frame)["limit"],
                        self.frame, pfc.SWITCH_QUEUE if switch else pfc.HOST_QUEUE)
@@ -389,6 +387,10 @@ class FabricNet:
 
     def host(self, name):
         return self.hosts[name]
+
+    def detector(self, session, delay_s, clock):   # modeled loss of signal (links.detect)
+        from emulator.dataplane.links.detect import Detector
+        return Detector(session, delay_s, clock=clock)
 
     def run_in(self, host, argv, timeout=30, check=True):
         """Run ``argv`` in ``host``'s namespace (checked, with timeout)."""

@@ -4,7 +4,7 @@ run's tag, a switch whose shell runs where its ports are, links made elsewhere."
 from mininet.link import Link
 from mininet.node import Host, OVSSwitch
 
-from emulator.dataplane import instances as ovs_instances
+from emulator.dataplane.ovs import instances as ovs_instances
 
 
 class _Tagged:

@@ -60,7 +60,7 @@ class RunState:
     @classmethod
     def create_named(cls, tag, server):
         """Lock the state directory of run ``tag``'s share on ``server``, a run started
-        elsewhere (``dataplane.worker``): ``<root>/on-<server>/<tag>``."""
+        elsewhere (``dataplane.cluster.worker``): ``<root>/on-<server>/<tag>``."""
         parent = os.path.join(STATE_ROOT, f"on-{server}")
         directory = os.path.join(parent, tag)
         for _ in range(3):       # another share's release may remove the empty parent

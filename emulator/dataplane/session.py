@@ -21,17 +21,16 @@ import sys
 import time
 
 from emulator.fabric import addressing
-from emulator.dataplane import datapath
-from emulator.dataplane import instances as ovs_instances
-from emulator.dataplane import logs
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.ovs import instances as ovs_instances
+from emulator.dataplane.observe import logs
 from emulator.fabric import spec
-from emulator.dataplane.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
+from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
-from emulator.dataplane.controller_proc import (REPO, Controller, controller_problems,  # noqa: F401
-                                                converged_events, free_port, listening,
-                                                wait_until)
+from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
+    REPO, Controller, controller_problems, converged_events, free_port, listening, wait_until)
 
 
 def require_root():
@@ -109,12 +108,12 @@ class Session:
         self.queue_ms = queue_ms
         self.mtu = mtu                   # RoCE path MTU; interfaces get shaping.link_mtu
         self.shape = shape
-        self.capture_text = capture       # --capture NODE[:PORT][,...] (dataplane.capture)
+        self.capture_text = capture       # --capture NODE[:PORT][,...] (dataplane.observe.capture)
         self.capture = None
-        self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (dataplane.telemetry)
+        self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (observe.telemetry)
         self.telemetry = None
-        self.impairer = None              # the fabric file's loss:/state: (dataplane.impair)
-        self.ecn = ecn                    # marking thresholds (dataplane.ecn.Ecn) or None
+        self.impairer = None              # the fabric file's loss:/state: (dataplane.links.impair)
+        self.ecn = ecn                    # marking thresholds (dataplane.lossless.ecn.Ecn) or None
         self.marker = None
         self.reach_timeout = reach_timeout
         self.progress = progress or (lambda msg: None)
@@ -139,7 +138,7 @@ class Session:
 
     @property
     def pfc(self):
-        """The running lossless fabric (dataplane.pfc_run.Pfc), or None."""
+        """The running lossless fabric (dataplane.lossless.pfc_run.Pfc), or None."""
         return self.net.pfc if self.net is not None else None
 
     def _raise_failure(self):
@@ -152,7 +151,7 @@ class Session:
         from emulator.dataplane.net import FabricNet
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
-        from emulator.dataplane import impair
+        from emulator.dataplane.links import impair
         impair.require_netem(self.fabric)
         send_buffer = None
         if self.servers:     # their own instances, each in a server's root namespace
@@ -162,13 +161,13 @@ class Session:
             if dp_type == "netdev" and self.shape:
                 send_buffer = datapath.check_send_buffer()
         if self.servers:
-            from emulator.dataplane import cluster_net
+            from emulator.dataplane.cluster import cluster_net
             cluster_net.refuse(self)
         else:
             layout_choice = self._resolve_layout(dp_type)
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
-        from emulator.dataplane import capture
+        from emulator.dataplane.observe import capture
         captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
         self.state.record("results", self.dir)
@@ -206,7 +205,7 @@ class Session:
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.results["flow_control"] = self.fabric.flow_control
         if self.fabric.flow_control != "none":
-            from emulator.dataplane.pfc_run import Pfc
+            from emulator.dataplane.lossless.pfc_run import Pfc
             from emulator.fabric.lossless import PfcConfig
             self.net.pfc = Pfc.for_session(
                 self, PfcConfig(mode=self.fabric.flow_control, **dict(self.fabric.pfc)))
@@ -214,14 +213,14 @@ class Session:
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")
         elif self.ecn is not None:
-            from emulator.dataplane.ecn import Marker
-            from emulator.dataplane.ecnq import DequeueMarker
+            from emulator.dataplane.lossless.ecn import Marker
+            from emulator.dataplane.lossless.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
                 .for_session(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()
-        from emulator.dataplane.reach import check_pairs, wait_all_pairs
+        from emulator.dataplane.observe.reach import check_pairs, wait_all_pairs
         pairs, how = check_pairs(self.topo)
         self.progress(f"waiting for the hosts to reach each other ({how})")
         seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
@@ -240,7 +239,7 @@ class Session:
             self.capture = capture.Capture(self, captures, frame_len=self.net.mtu)
             self.capture.start()
         if self.telemetry_port:
-            from emulator.dataplane.telemetry import Telemetry
+            from emulator.dataplane.observe.telemetry import Telemetry
             self.telemetry = Telemetry(self, self.telemetry_port).start()
             self.progress(f"telemetry: {self.telemetry.url}")
 
@@ -304,7 +303,7 @@ class Session:
 
     def _impair(self):
         """The fabric file's impairments, once the whole fabric was seen reachable."""
-        from emulator.dataplane import impair
+        from emulator.dataplane.links import impair
         from emulator.dataplane.faults import Injector
         self.impairer = Injector(self, nft_name="impair",
                                  log_path=os.path.join(self.dir, "impairments.jsonl"))

@@ -33,7 +33,7 @@ import time
 
 from emulator.experiments import budget
 from emulator.experiments.fidelity import STEAL_WARN
-from emulator.experiments.mix import measure, netns_of
+from emulator.experiments.workloads.mix import measure, netns_of
 from traffic.frames import frame_len_for_mtu
 
 CACHE = "/var/cache/fabric-lab/calibration.json"
@@ -128,9 +128,9 @@ def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
     a ``window_s`` window: a calibration that starts while the previous run's
     teardown still occupies the CPU measures that, not the machine. Returns
     whether it got quiet."""
-    from emulator.dataplane.counters import busy_share
+    from emulator.dataplane.observe.counters import busy_share
     if sample is None:
-        from emulator.dataplane.counters import machine_cpu as sample
+        from emulator.dataplane.observe.counters import machine_cpu as sample
     waited = 0.0
     before = sample()
     while True:
@@ -212,7 +212,7 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
     """The budget runs would read for what ``calibrate`` with these arguments
     measures (``cached_budget``), or None: ``calibrate --if-missing`` (setup.sh)
     measures only a machine that has none."""
-    from emulator.dataplane import datapath as dp
+    from emulator.dataplane.ovs import datapath as dp
     from emulator.fabric import layout as layouts
     dp_type, _ = dp.detect(datapath)
     used, _ = layouts.resolve(calibration_fabric(), os.cpu_count() or 1, dp_type, os.environ,
@@ -223,7 +223,7 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
 def say_load(streams, frame_len, datapath_request, out, fabric=None):
     """Print the share of this machine's cached budget, for the datapath layout
     ``fabric`` will run in, ``streams`` will use, or a warning."""
-    from emulator.dataplane import datapath
+    from emulator.dataplane.ovs import datapath
     from emulator.fabric import layout as layouts
     dp_type, _ = datapath.detect(datapath_request)
     layout = "shared"

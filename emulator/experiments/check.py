@@ -33,7 +33,7 @@ from emulator.fabric.addressing import home_leaf
 from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.watch import Watch
-from emulator.dataplane.reach import ping_round
+from emulator.dataplane.observe.reach import ping_round
 
 ROCE_PORT = 4791
 
@@ -211,7 +211,7 @@ def parse_link(text, topo):
 def set_link(ends, state, net):
     """Set both switch-side interfaces of a link up or down (netlink, in the
     namespaces of their switches' Open vSwitch)."""
-    from emulator.dataplane.ifaces import ns_sockets
+    from emulator.dataplane.links.ifaces import ns_sockets
     with ns_sockets() as sock:
         for sw, p in ends:
             ipr = sock(net.switch_netns(sw))

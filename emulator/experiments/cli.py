@@ -10,7 +10,7 @@ developing a controller app, using the same injector and counters as
   flap LINK COUNT PERIOD       COUNT down/up cycles (e.g. flap leaf1-spine1 5 200ms)
   loss LINK PERCENT [a|b|both] gray failure: drop PERCENT % leaving that end
   links [SECONDS]              per link direction: Mbit/s, queue backlog, drops
-  capture NODE[:PORT],...      start a pcap per interface (dataplane.capture)
+  capture NODE[:PORT],...      start a pcap per interface (dataplane.observe.capture)
   capture stop                 stop it; the files stay in the results directory
 
 A bad argument prints one ``error:`` line and the prompt comes back.
@@ -148,7 +148,7 @@ class FabricCLI(CLI):
     def do_capture(self, line):
         """capture NODE[:PORT][,...] | capture stop: pcap per interface, in the results dir"""
         def capture(args):
-            from emulator.dataplane import capture as cap
+            from emulator.dataplane.observe import capture as cap
             for name, n in sorted(self._stop_capture().items()):
                 output(f"{self.session.dir}/{name}: {n} packets\n")
             if args and args[0] != "stop":
@@ -161,7 +161,7 @@ class FabricCLI(CLI):
 
 def link_table(session, seconds):
     """Rows: per link direction, Mbit/s over ``seconds``, backlog bytes, drops (window)."""
-    from emulator.dataplane.counters import QueueCounters, link_names
+    from emulator.dataplane.observe.counters import QueueCounters, link_names
     q = QueueCounters(session.net)
     try:
         before = q.read()

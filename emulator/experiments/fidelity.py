@@ -16,7 +16,7 @@ Every command that measures traffic ends with one verdict:
   a switch port's shaper holds about twice its size of that buffer).  The figures of such a run describe this
   machine, not the fabric: the verdict says why and what to change.
 
-The inputs are the counter deltas of ``dataplane.counters.delta``, the
+The inputs are the counter deltas of ``dataplane.observe.counters.delta``, the
 traffic engine's own report (``traffic.engine``) and the fabric's queue
 bound.  Thresholds are parameters with defaults that a unit test pins.
 """

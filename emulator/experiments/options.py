@@ -28,7 +28,7 @@ def add_capture_arg(p):
 
 def add_transport_args(p):
     """``--transport``, ``--rc-timeout``, ``--rc-retry``, ``--cc`` and ``--ecn``: how the
-    collectives' RoCE behaves (traffic.transport, traffic.dcqcn, dataplane.ecn)."""
+    collectives' RoCE behaves (traffic.transport, traffic.dcqcn, dataplane.lossless.ecn)."""
     p.add_argument("--transport", choices=("rc", "none"), default="rc",
                    help="collectives: rc (default) = RoCE reliable connection (ACK/NAK, "
                         "go-back-N, retransmission timer); none = every packet once, "
@@ -52,7 +52,7 @@ def add_transport_args(p):
 
 
 def add_cc_param_arg(p):
-    """``--cc-param NAME=VALUE`` (repeatable): experiments.ccparams."""
+    """``--cc-param NAME=VALUE`` (repeatable): experiments.workloads.ccparams."""
     p.add_argument("--cc-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a DCQCN/TIMELY parameter of the senders, e.g. cnp_interval=20ms, "
                         "rai=500Kbps, g=0.0625, byte_counter=1M (names: traffic/dcqcn.py, "
@@ -74,7 +74,8 @@ def job_seed(value):
 
 
 def add_ecn_at_arg(p):
-    """``--ecn-at dequeue|enqueue``: where a switch port judges its queue (dataplane.ecnq)."""
+    """``--ecn-at dequeue|enqueue``: where a switch port judges its queue
+    (dataplane.lossless.ecnq)."""
     p.add_argument("--ecn-at", choices=("dequeue", "enqueue"), default="dequeue",
                    help="mark the packet that leaves while the queue is over the threshold "
                         "(dequeue, default: the signal is not delayed by the queue, as in "
@@ -83,7 +84,7 @@ def add_ecn_at_arg(p):
 
 def rank_transport(args):
     """The rank config keys of ``add_transport_args``'s options."""
-    from emulator.experiments import ccparams
+    from emulator.experiments.workloads import ccparams
     return {"transport": args.transport, "timeout_exp": args.rc_timeout,
             "retry_cnt": args.rc_retry, "cc": args.cc,
             "cc_params": ccparams.parse(args.cc_param, args.cc)}
@@ -94,18 +95,18 @@ def check_transport(args, fabric=None):
     parsed ECN thresholds (or None).  ``--cc dcqcn`` without ``--ecn`` marks at
     ``compare --cc``'s default thresholds for ``fabric``: DCQCN without marks
     never hears of congestion (an incast then lost 15 000 frames and its job)."""
-    from emulator.dataplane import ecn
+    from emulator.dataplane.lossless import ecn
     from emulator.errors import ConfigError
     if args.cc != "none" and args.transport != "rc":
         raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")
-    from emulator.experiments import ccparams
+    from emulator.experiments.workloads import ccparams
     ccparams.parse(args.cc_param, args.cc)
     if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
         raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
     if args.cc == "dcqcn" and args.ecn is None and fabric is not None:
-        from emulator.dataplane.shaping import DEFAULT_QUEUE_MS
-        from emulator.experiments.congestion import default_ecn
+        from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS
+        from emulator.experiments.compare.congestion import default_ecn
         return default_ecn(fabric, getattr(args, "queue_ms", None) or DEFAULT_QUEUE_MS,
                            args.ecn_at)
     return ecn.parse(args.ecn, at=args.ecn_at)
@@ -114,7 +115,7 @@ def check_transport(args, fabric=None):
 def check_capture(args, fabric):
     """Validate ``--capture`` against the fabric before anything is built (exit 2)."""
     if getattr(args, "capture", None):
-        from emulator.dataplane import capture
+        from emulator.dataplane.observe import capture
         from emulator.fabric import addressing
         capture.parse(args.capture, addressing.plan(fabric))
 

@@ -16,8 +16,8 @@ from emulator.fabric import addressing
 
 def run(fabric, args, out=print):
     """``emulator run``: the whole default scenario; returns the exit status."""
-    from emulator.experiments import background as bg
-    from emulator.experiments import collective
+    from emulator.experiments.workloads import background as bg
+    from emulator.experiments.workloads import collective
     from emulator.report import summary as report
     # Every argument is checked before anything is created.
     sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
@@ -79,7 +79,8 @@ def run(fabric, args, out=print):
 
 def warn_load(fabric, args, sizes, out):
     """Before anything is built: does the load fit this machine's measured budget?"""
-    from emulator.experiments import budget, workload
+    from emulator.experiments import budget
+    from emulator.experiments.workloads import workload
     from traffic.frames import frame_len_for_mtu
     topo = addressing.plan(fabric)
     frame_len = frame_len_for_mtu(args.mtu)
@@ -96,7 +97,7 @@ def warn_load(fabric, args, sizes, out):
 
 def _workload_seconds(session, args, sizes):
     """How long background flows should run: about as long as the workload."""
-    from emulator.experiments import collective
+    from emulator.experiments.workloads import collective
     if not sizes:
         return max(1.0, args.duration)
     rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
@@ -106,15 +107,15 @@ def _workload_seconds(session, args, sizes):
 
 def _workload(session, args, sizes, out):
     """The workload part of ``run``; returns the exit status."""
-    from emulator.experiments import collective
-    from emulator.experiments import mix
+    from emulator.experiments.workloads import collective
+    from emulator.experiments.workloads import mix
     if args.workload == "mix" and args.duration > 0:
         out(f"... traffic: {args.duration:g}s across leaves")
         session.results["traffic"] = mix.default_mix(
             session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
-        from emulator.experiments.compare import ENTROPY
+        from emulator.experiments.compare.compare import ENTROPY
         from emulator.experiments.options import job_seed, rank_transport
         seed = job_seed(getattr(args, "job_seed", None))
         out(f"... job seed {seed} (its QP numbers; --job-seed {seed} replays them)")

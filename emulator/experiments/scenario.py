@@ -242,6 +242,6 @@ def execute(injector, ev):
     if ev.action in ("pfc_storm", "pfc_storm_stop"):
         return injector.pfc_storm(ev.target, ev.action == "pfc_storm")
     if ev.action in ("deadlock", "deadlock_stop"):
-        from emulator.dataplane.pfc_run import misroute
+        from emulator.dataplane.lossless.pfc_run import misroute
         return misroute(injector, ev.action == "deadlock")
     raise ValueError(ev.action)

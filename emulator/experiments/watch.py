@@ -1,7 +1,7 @@
 """Watch a measurement: drop counters and CPU around it, then its fidelity verdict.
 
 ``with Watch(session) as w: <traffic>`` snapshots every drop counter and the
-CPU clocks (``dataplane.counters``) before and after the block, the machine's
+CPU clocks (``dataplane.observe.counters``) before and after the block, the machine's
 CPU in 100 ms windows within it, and the CPU of the child processes reaped
 inside it (traffic processes the block waited for); ``w.verdict(...)`` is ``fidelity.verdict`` on that window.
 """
@@ -9,7 +9,7 @@ inside it (traffic processes the block waited for); ``w.verdict(...)`` is ``fide
 import resource
 import time
 
-from emulator.dataplane import counters
+from emulator.dataplane.observe import counters
 from emulator.experiments import fidelity
 
 

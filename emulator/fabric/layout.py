@@ -1,7 +1,7 @@
 """Which Open vSwitch instance carries which switch: the fabric's datapath layout.
 
 Model.  A datapath instance is one ``ovsdb-server`` + ``ovs-vswitchd`` pair
-(``dataplane.instances``).  The userspace datapath forwards every port of an
+(``dataplane.ovs.instances``).  The userspace datapath forwards every port of an
 instance in that daemon's one main thread, so a port change, a BFD burst or
 a busy moment on one switch stalls every switch of its instance, and never
 those of another.  Layouts:

@@ -2,7 +2,7 @@
 
 A Session records, when it closes, the controller's handler exceptions /
 OpenFlow errors / tracebacks and the ERR/EMER lines ovs-vswitchd wrote about
-its bridges (``emulator.dataplane.logs``; deliberately downed ports are allowed).  Any
+its bridges (``emulator.dataplane.observe.logs``; deliberately downed ports are allowed).  Any
 such line fails the test that closed the session -- or, for module-scoped
 fabrics, the whole run at its end.
 """

@@ -13,7 +13,7 @@ import os
 
 from emulator.dataplane.session import controller_problems
 
-from emulator.dataplane.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
+from emulator.dataplane.observe.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
 
 
 def problems(session, offset, allow=()):

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from emulator.experiments import check, drill
+from emulator.experiments import check
+from emulator.experiments.drill import drill
 from emulator.fabric import presets
 from emulator.dataplane.session import Session
 from tests.conftest import REPO, unless_stolen, verdict_of

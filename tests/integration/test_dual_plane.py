@@ -19,8 +19,8 @@ import argparse
 
 import pytest
 
-from emulator.experiments import planes
-from emulator.experiments import planes_stats
+from emulator.experiments.compare import planes
+from emulator.experiments.compare import planes_stats
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
 

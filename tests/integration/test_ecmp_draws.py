@@ -14,7 +14,7 @@ import re
 import pytest
 
 from emulator.dataplane.session import Session
-from emulator.experiments.compare import ring_indices
+from emulator.experiments.compare.compare import ring_indices
 from emulator.fabric import presets
 from traffic.frames import udp_sport
 from traffic.rank_config import qpn

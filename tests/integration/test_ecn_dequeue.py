@@ -21,7 +21,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from emulator.dataplane import bpf, ecn, ecnq
+from emulator.dataplane import bpf
+from emulator.dataplane.lossless import ecn, ecnq
 from traffic.frames import PSN_OFF, icrc
 from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE
 from traffic_fixtures import (checksum_ok, ecn_burst, run, send_ect_frames, shaped_veth,

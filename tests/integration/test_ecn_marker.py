@@ -11,7 +11,7 @@ LAYOUT_INDEPENDENT = True
 
 import struct
 
-from emulator.dataplane import ecn
+from emulator.dataplane.lossless import ecn
 from traffic.frames import PSN_OFF, icrc
 from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE, checksum_ok, ecn_burst
 from traffic_fixtures import lab  # noqa: F401  (a fixture)

@@ -44,7 +44,7 @@ def test_every_host_pair_reaches_every_other(fabric):
     reach = fabric.results["reachability"]
     assert reach["pairs"] == 56 and reach["reachable"] == 56
     # and again, now that it has converged: one round, nothing lost
-    from emulator.dataplane.reach import ping_round
+    from emulator.dataplane.observe.reach import ping_round
     names = [h["name"] for h in fabric.topo["hosts"]]
     pairs = [(a, b) for a in names for b in names if a != b]
     assert ping_round(fabric.net, pairs) == set(pairs)
@@ -158,7 +158,7 @@ def test_not_root_gets_one_clear_message(tmp_path):
 
 
 def test_allreduce_completes_with_busbw_within_link_rate(fabric):
-    from emulator.experiments.collective import run_collective
+    from emulator.experiments.workloads.collective import run_collective
     rep = run_collective(fabric, "allreduce", [256 << 10, 1 << 20], ring="topology")
     assert rep["nranks"] == 8 and len(rep["rows"]) == 2
     for row in rep["rows"]:
@@ -169,7 +169,7 @@ def test_allreduce_completes_with_busbw_within_link_rate(fabric):
 
 
 def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
-    from emulator.experiments.mix import default_mix
+    from emulator.experiments.workloads.mix import default_mix
     res = unless_stolen(lambda _: default_mix(fabric, duration=2.0, qps=8, load=0.5),
                         lambda r: r["fidelity"])
     assert res["sent_packets"] > 0
@@ -210,7 +210,7 @@ def test_remote_controller_the_user_runs(tmp_path):
 
 
 def test_background_iperf_flows_fold_into_results(fabric):
-    from emulator.experiments.background import Background, parse_spec
+    from emulator.experiments.workloads.background import Background, parse_spec
     hosts = set(fabric.net.hosts)
     specs = [parse_spec("h1:h5", hosts), parse_spec("h2:h6:udp:5Mbps", hosts)]
     with Background(fabric, specs, 2.0) as bg:
@@ -224,7 +224,7 @@ def test_background_iperf_flows_fold_into_results(fabric):
 def test_switch_to_switch_links_are_rate_limited(tmp_path):
     """Uplinks slower than the offered load carry at most their rate, and the
     excess is dropped in their egress queue: congestion is real."""
-    from emulator.experiments.mix import default_mix
+    from emulator.experiments.workloads.mix import default_mix
     f = presets.build("leaf-spine", {"spines": "1", "leaves": "2", "hosts_per_leaf": "1",
                                      "host_rate": "40Mbps", "uplink_rate": "10Mbps"})
     with Session(f, results_base=str(tmp_path)) as s:

@@ -13,12 +13,13 @@ import time
 
 import pytest
 
-from emulator.experiments import drill, fidelity
+from emulator.experiments.drill import drill
+from emulator.experiments import fidelity
 from emulator.fabric import presets
 from emulator.experiments import scenario
-from emulator.experiments import drill_traffic
+from emulator.experiments.drill import drill_traffic
 from emulator.dataplane.faults import Injector
-from emulator.dataplane.reach import wait_all_pairs
+from emulator.dataplane.observe.reach import wait_all_pairs
 from emulator.dataplane.session import Session
 from tests.conftest import only_shortfall, unless_stolen, verdict_of
 from tests.integration.test_survival import converged_on
@@ -210,7 +211,7 @@ def test_modeled_detection_tells_both_switches_on_time(session, tmp_path):
 @pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
 def test_the_controller_treats_a_config_down_port_as_dead(session):
     mode, s, _, _, _ = session
-    from emulator.dataplane.detect import Detector
+    from emulator.dataplane.links.detect import Detector
     before = dump(s)
     leaf1 = next(x for x in s.topo["switches"] if x["name"] == "leaf1")
     uplink = next(p for p in leaf1["ports"] if p["peer"] == "spine1")
@@ -241,7 +242,7 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
 @pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
 def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     mode, s, inj, pairs, paths = session
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     bfd.enable(s.topo, BFD_MS, net=s.net)
     assert all(v["forwarding"] and v["tx_ms"] == BFD_MS for i, v in bfd.show(s.net).items()
                if i in bfd.interfaces(s.topo))
@@ -269,7 +270,7 @@ def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
 def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
     """50 % loss: BFD flaps, the hold-down keeps the port out, the controller pushes
     once per port, and the crossing flows lose nothing after the detection."""
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     with Session(fabric(), results_base=str(tmp_path), failover="fast-failover",
                  holddown=drill.BFD_HOLDDOWN) as s:
         pairs = drill.probe_pairs(s.topo, ARGS.qps)

@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from emulator.dataplane import cleanup, datapath, proc, runstate
-from emulator.dataplane.instances import Instance, stop_all
+from emulator.dataplane import cleanup, proc, runstate
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.ovs.instances import Instance, stop_all
 from emulator.dataplane.session import Session
 from emulator.errors import RunFailed
 from emulator.fabric import presets
@@ -71,7 +72,7 @@ def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
 
 def test_a_cut_in_one_instance_is_repaired(two):
     from emulator.dataplane.faults import Injector
-    from emulator.dataplane.reach import ping_round
+    from emulator.dataplane.observe.reach import ping_round
     inj = Injector(two)
     try:
         inj.link_down("leaf1-spine1")
@@ -132,7 +133,7 @@ def test_sigkill_then_clean_removes_the_instances(tmp_path):
     tag = run_tag(wait_for_text(log, "traffic:", p))
     p.kill()
     p.wait(timeout=30)
-    from emulator.dataplane.instances import pidfile_daemons
+    from emulator.dataplane.ovs.instances import pidfile_daemons
     daemons = pidfile_daemons(os.path.join(runstate.STATE_ROOT, tag), tag)
     assert len(daemons) == 6                   # 2 x (holder, ovsdb-server, ovs-vswitchd)
     c = emulator("clean", timeout=120)

@@ -69,7 +69,7 @@ def test_clean_after_sigkill_removes_only_ours(tmp_path):
         p.wait(timeout=30)
         left = leftovers(tag)
         # SIGKILL leaves them: bridges in the machine's OVS, or datapath instances
-        from emulator.dataplane.instances import pidfile_daemons
+        from emulator.dataplane.ovs.instances import pidfile_daemons
         from emulator.dataplane.runstate import STATE_ROOT
         assert left["processes"] and (left["bridges"] or pidfile_daemons(
             os.path.join(STATE_ROOT, tag), tag)), left

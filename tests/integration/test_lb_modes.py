@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from emulator.experiments import compare
+from emulator.experiments.compare import compare
 from emulator.fabric import presets
 
 SEED = 1

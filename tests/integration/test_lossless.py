@@ -9,7 +9,9 @@ import subprocess
 import pytest
 
 from emulator.dataplane.session import Session
-from emulator.experiments import collective, drill, drill_traffic, scenario
+from emulator.experiments.workloads import collective
+from emulator.experiments.drill import drill, drill_traffic
+from emulator.experiments import scenario
 from emulator.dataplane.faults import Injector
 from emulator.fabric import presets
 from tests.conftest import emulator, stolen, unless_stolen, verdict_of
@@ -149,7 +151,7 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
     """The route change of fabric.lossless.deadlock_plan under its four streams at
     line rate: the paused queues form the ring S1->L2->S2->L3, the report names it,
     the watchdog's drops break it, and traffic flows again once the routes go."""
-    from emulator.experiments.lossless_cmp import drive_deadlock
+    from emulator.experiments.compare.lossless_cmp import drive_deadlock
     fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "4", "hosts_per_leaf": "2",
                                           "lossless": "true"})
     with Session(fabric, results_base=str(tmp_path)) as s:

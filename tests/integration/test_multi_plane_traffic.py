@@ -7,7 +7,7 @@ rail-2 uplinks carry the cross-plane bytes; the counters show it.
 """
 
 from emulator.fabric import presets
-from emulator.experiments import mix
+from emulator.experiments.workloads import mix
 from emulator.dataplane.session import Session
 
 

@@ -9,7 +9,8 @@ import os
 import struct
 from contextlib import contextmanager
 
-from emulator.dataplane import bpf, pfc
+from emulator.dataplane import bpf
+from emulator.dataplane.lossless import pfc
 from traffic.frames import FrameTemplate, icrc
 
 LEN = 3042                    # BPF_PROG_TEST_RUN takes frames up to ~3.5 kB

@@ -134,7 +134,7 @@ def is_worker(pid):
     """A server's worker process (not the ssh that started it)."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
-    return b"emulator.dataplane.worker" in argv and not argv[0].endswith(b"ssh")
+    return b"emulator.dataplane.cluster.worker" in argv and not argv[0].endswith(b"ssh")
 
 
 def test_sigkill_then_clean_leaves_nothing_on_any_server(two, tmp_path):

@@ -71,8 +71,8 @@ def test_ecn_marks_are_served_per_link(tmp_path):
     """With ECN marking on, an incast into h1 shows marks at /metrics on links toward
     h1 only (leaf1->h1, or an uplink where h3's and h4's flows hashed together),
     never on a link away from h1."""
-    from emulator.dataplane import ecn
-    from emulator.experiments.collective import run_collective
+    from emulator.dataplane.lossless import ecn
+    from emulator.experiments.workloads.collective import run_collective
     fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "2"})
     port = free_port()
     with Session(fabric, results_base=str(tmp_path), telemetry=port,

@@ -17,7 +17,7 @@ from traffic.frames import icrc
 from traffic.report import combine, table
 
 from traffic_fixtures import (PYTHON, ROOT, bridge_lan, finish, lab, pair,  # noqa: F401
-                               needs_root, popen_in, run, wait_until)
+                              needs_root, popen_in, run, wait_until)
 
 pytestmark = [needs_root, pytest.mark.timeout(120)]
 
@@ -347,7 +347,7 @@ def _peak_backlog(ifname, frames, sndbuf):
     import threading
     import time
     from pyroute2 import IPRoute
-    from emulator.dataplane import shaping
+    from emulator.dataplane.links import shaping
     from traffic.frames import FrameTemplate
     from traffic.sender import Sender
     from traffic_fixtures import ECN_FRAME

@@ -147,7 +147,7 @@ def shaped_veth(lab):
     """A veth from the root namespace to namespace ``b``, jumbo MTU, the root end
     shaped as a 40 Mbit/s switch port with 30 ms of queue: (root end, b end, b)."""
     from pyroute2 import IPRoute
-    from emulator.dataplane import shaping
+    from emulator.dataplane.links import shaping
     b = lab.ns("b")
     ia, ib = lab.veth(None, "a", b, "b")
     for ns, i in ((None, ia), (b, ib)):

@@ -3,7 +3,7 @@ from a process's mappings, and the note for the machine's daemon."""
 
 import os
 
-from emulator.dataplane import datapath
+from emulator.dataplane.ovs import datapath
 from emulator.errors import RunFailed
 
 LDCONFIG = """\

@@ -196,3 +196,34 @@ def test_no_configuration_through_the_environment():
             if (rel, func) not in ENV_WRITERS_ALLOWED:
                 bad.append(f"{rel}:{line} in {func}()")
     assert bad == [], "os.environ written outside process start-up: " + ", ".join(bad)
+
+
+# Rooms: a folder of the emulator holds a few modules and sub-packages by concern.
+ROOMS = ("emulator/dataplane", "emulator/experiments")
+MAX_MODULES_PER_ROOM = 10
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_a_room_holds_few_modules_and_the_rest_in_sub_packages(room):
+    top = sorted(p.name for p in (ROOT / room).glob("*.py"))
+    assert len(top) <= MAX_MODULES_PER_ROOM, f"{room}: {len(top)} modules: {top}"
+
+
+def sub_packages():
+    for room in ROOMS:
+        for init in sorted((ROOT / room).glob("*/__init__.py")):
+            yield str(init.parent.relative_to(ROOT)), init
+
+
+@pytest.mark.parametrize("name,init", list(sub_packages()))
+def test_every_sub_package_says_what_lives_there_and_what_it_may_import(name, init):
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    assert len(doc.splitlines()) >= 3, f"{name}: no docstring"
+    assert "May import" in doc, f"{name}: its docstring does not say what it may import"
+
+
+def test_no_sub_package_is_left_without_its_init():
+    for room in ROOMS:
+        for d in (ROOT / room).iterdir():
+            if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
+                assert (d / "__init__.py").is_file(), f"{d.relative_to(ROOT)}"

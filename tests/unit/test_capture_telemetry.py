@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from emulator.dataplane import capture
+from emulator.dataplane.observe import capture
 from emulator.errors import ConfigError
 from emulator.experiments.options import check_telemetry
 from emulator.fabric import addressing, presets
@@ -54,7 +54,7 @@ def test_telemetry_port_must_be_a_free_tcp_port():
 
 
 def test_group_stats_are_read_per_bucket():
-    from emulator.dataplane.telemetry import count_flows, parse_group_stats
+    from emulator.dataplane.observe.telemetry import count_flows, parse_group_stats
     text = ("OFPST_GROUP reply (OF1.5) (xid=0x2):\n"
             " group_id=1073741825,duration=2.5s,ref_count=4,packet_count=30,byte_count=3000,"
             "bucket0:packet_count=10,byte_count=1000,bucket1:packet_count=20,byte_count=2000\n"

@@ -1,9 +1,9 @@
-"""--cc-param: names, units and refusals (emulator.experiments.ccparams)."""
+"""--cc-param: names, units and refusals (emulator.experiments.workloads.ccparams)."""
 
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments import ccparams
+from emulator.experiments.workloads import ccparams
 from traffic.dcqcn import MS, DcqcnParams
 from traffic.rank_config import cc_params
 

@@ -166,7 +166,7 @@ def _doc(**over):
     ({"tunnels": ["gretap"]}, "cannot make VXLAN devices (it has: gretap)"),
 ])
 def test_preflight_names_the_first_server_that_falls_short(over, needle):
-    from emulator.dataplane.servers import judge
+    from emulator.dataplane.cluster.servers import judge
     srv = servers(2)
     docs = {"srv1": _doc(), "srv2": _doc(**over)}
     with pytest.raises(Exception) as e:
@@ -245,7 +245,7 @@ def _engine_doc(counts, lat_max, t0):
 
 
 def test_engine_results_from_servers_merge_and_clocks_align():
-    from emulator.dataplane.cluster_traffic import merge_results, shift_times
+    from emulator.dataplane.cluster.cluster_traffic import merge_results, shift_times
     a, b = _engine_doc({10: 90}, 2.0, 1_000), _engine_doc({30: 10}, 5.0, 2_000)
     shift_times(b["receivers"], 500)
     flow = b["receivers"][0]["flows"][0]
@@ -267,7 +267,7 @@ def test_a_server_shell_leaves_no_mn_c_cleanup_behind(monkeypatch):
     mn -c` (every Mininet there) in mininet.clean's callbacks; a run's servers are
     cleaned by their workers, so a server shell takes its entry out again."""
     from mininet.examples.cluster import ClusterCleanup
-    from emulator.dataplane import servers
+    from emulator.dataplane.cluster import servers
     monkeypatch.setattr(servers.ServerShell, "startShell", lambda self, *a, **k: None)
     monkeypatch.setattr(ClusterCleanup, "serveruser", {"10.0.0.1": "root"})
     [s] = cluster.parse_servers(["root@10.9.9.9"], "--servers")

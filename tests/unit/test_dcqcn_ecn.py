@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator.dataplane import ecn
+from emulator.dataplane.lossless import ecn
 from emulator.errors import ConfigError
 from traffic.dcqcn import MS, CnpPacer, Dcqcn, DcqcnParams
 
@@ -67,7 +67,7 @@ def test_ecn_thresholds_parse_and_rules():
 
 
 def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
-    from emulator.experiments.congestion import analyse, jain, summarize, table
+    from emulator.experiments.compare.congestion import analyse, jain, summarize, table
     times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     ports = [{"name": "leaf1->h1", "rate_bps": 8e6}, {"name": "spine1->leaf1", "rate_bps": 8e6}]
     # leaf1->h1 sends at its full 1 MB/s from 0.1 to 0.4 s with a queue; the other idles
@@ -91,7 +91,7 @@ def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
 
 
 def test_queue_after_the_first_loop():
-    from emulator.experiments.congestion import after_first_loop, analyse
+    from emulator.experiments.compare.congestion import after_first_loop, analyse
     # over Kmin (10), back to it, then a second, smaller swing
     q = [0, 5, 30, 80, 40, 10, 0, 20, 25, 8]
     assert after_first_loop(q, 10) == [10, 0, 20, 25, 8]
@@ -103,7 +103,7 @@ def test_queue_after_the_first_loop():
     a = analyse(times, [{"name": "p", "rate_bps": 8e6}], [q], sent, [[0] * len(q)], kmin=10)
     assert a["queue_max_bytes"] == 80 and a["queue_p99_late_bytes"] == 25
     # a median over the repetitions whose first loop ended says over how many
-    from emulator.experiments.congestion import summarize, table
+    from emulator.experiments.compare.congestion import summarize, table
     never = dict(a, queue_p99_late_bytes=None)
     runs = [{"cc": "dcqcn", "rep": i, "time_s": 1.0, "bottleneck": b, "jain": 1.0,
              "retransmitted": 0, "timeouts": 0, "cnps": 5, "marks": 7, "wrong": 0,
@@ -159,7 +159,7 @@ def test_timely_samples_first_transmissions_only():
 
 
 def test_compare_ecn_default_fits_a_shallow_buffer():
-    from emulator.experiments.congestion import DEFAULT_ECN, default_ecn
+    from emulator.experiments.compare.congestion import DEFAULT_ECN, default_ecn
     from emulator.fabric import presets
     fabric = presets.build("leaf-spine", {})
     deep = default_ecn(fabric, 2000)
@@ -173,7 +173,7 @@ def test_dcqcn_without_ecn_marks_at_the_default_thresholds():
     # DCQCN with no marking never hears of congestion: `run --cc dcqcn` marks at
     # compare's default unless --ecn says otherwise (or off)
     from types import SimpleNamespace
-    from emulator.experiments.congestion import default_ecn
+    from emulator.experiments.compare.congestion import default_ecn
     from emulator.experiments.options import check_transport
     from emulator.fabric import presets
     fabric = presets.build("leaf-spine", {})

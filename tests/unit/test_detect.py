@@ -18,10 +18,10 @@ from os_ken.ofproto import ofproto_v1_5 as ofp15
 from os_ken.ofproto import ofproto_v1_5_parser as parser15
 
 from controller.ofcodec import port_is_live
-from emulator.dataplane import detect
+from emulator.dataplane.links import detect
 from emulator.dataplane.faults import Injector
 from emulator.errors import ConfigError
-from emulator.experiments import drill_stats
+from emulator.experiments.drill import drill_stats
 from emulator.fabric import addressing, presets
 
 
@@ -126,7 +126,7 @@ SHOW = """---- fl1234l1-e3 ----
 
 
 def test_bfd_show_is_read_per_interface():
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     got = bfd.parse_show(SHOW)
     assert got == {"fl1234l1-e3": {"forwarding": True, "state": "up", "tx_ms": 5, "rx_ms": 5},
                    "fl1234l1-e4": {"forwarding": False, "state": "down", "tx_ms": 1000,
@@ -135,13 +135,13 @@ def test_bfd_show_is_read_per_interface():
 
 @pytest.mark.parametrize("text,ms", [("5", 5), ("5ms", 5), ("2ms", 2), ("1000", 1000)])
 def test_parse_bfd_interval(text, ms):
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     assert bfd.parse_interval(text) == ms
 
 
 @pytest.mark.parametrize("text", ["1ms", "0", "fast", "2s", ""])
 def test_parse_bfd_interval_rejects(text):
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     with pytest.raises(ConfigError) as e:
         bfd.parse_interval(text)
     assert "--bfd" in str(e.value)

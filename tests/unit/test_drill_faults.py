@@ -9,7 +9,7 @@ fault can take and ``faults.surviving_pairs`` which host pairs keep a path.
 import pytest
 
 from emulator.fabric import addressing
-from emulator.experiments import drill
+from emulator.experiments.drill import drill
 from emulator.fabric import presets
 from emulator.experiments import scenario
 from emulator.errors import ConfigError
@@ -227,7 +227,7 @@ def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
 
 
 def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
-    from emulator.experiments.drill_collective import disturbed, judge, summarise
+    from emulator.experiments.drill.drill_collective import disturbed, judge, summarise
     calls = [{"t_start_ns": 0, "time_s": 1.0}, {"t_start_ns": 1_000_000_000, "time_s": 3.0},
              {"t_start_ns": 4_000_000_000, "time_s": 1.0}]
     assert disturbed(calls, 2_500_000_000) == 1
@@ -254,7 +254,7 @@ def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
 
 
 def test_collective_drill_cuts_the_first_uplink_the_job_uses():
-    from emulator.experiments.drill_collective import first_uplink
+    from emulator.experiments.drill.drill_collective import first_uplink
     from emulator.fabric import addressing, presets
     topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
                                                         "hosts_per_leaf": "1"}))
@@ -269,7 +269,7 @@ def test_collective_drill_cuts_the_first_uplink_the_job_uses():
 
 
 def test_controller_convergence_breaks_the_last_push_down():
-    from emulator.experiments.drill_stats import controller_convergence
+    from emulator.experiments.drill.drill_stats import controller_convergence
     log = "\n".join([
         '2026-11-23 12:00:00,000 INFO controller: CONVERGED {"event": "port", "up": false, '
         '"t_event": 10.002, "t_done": 10.030, "compute_ms": 8.0, "send_ms": 3.0, '

@@ -1,9 +1,10 @@
-"""The drill's probe plan (emulator/experiments/drill_probes.py): one flow per path,
+"""The drill's probe plan (emulator/experiments/drill/drill_probes.py): one flow per path,
 a rate within half the budget, and healthy links that go down during a repeat."""
 
 import pytest
 
-from emulator.experiments import drill, scenario
+from emulator.experiments.drill import drill
+from emulator.experiments import scenario
 from emulator.experiments.budget import path_hops
 from tests.unit.test_drill_faults import plan
 
@@ -73,7 +74,7 @@ def test_spurious_downs_make_a_repeat_emulator_bound():
 def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
     """Open vSwitch logs each BFD control packet it sent over 1.5 intervals late;
     only lines written after ``mark``, for the fabric's own interfaces, count."""
-    from emulator.dataplane import bfd
+    from emulator.dataplane.links import bfd
     from emulator.fabric import addressing, presets
     t = addressing.plan(presets.build("leaf-spine", {}))
     mine = bfd.interfaces(t)
@@ -108,7 +109,7 @@ def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
         "timed out", 30, None)
     assert "kept going down after the restore; Open vSwitch sent 2" in bfd.unsettled(
         "timed out", 10, {"late_sends": 2, "max_ms": 40, "interfaces": 1}, "after the restore")
-    from emulator.experiments.drill_stats import summary_line
+    from emulator.experiments.drill.drill_stats import summary_line
     rep = {"flows": {"a": {"crosses": True, "loss_window_ms": 12.0}}, "controller": None,
            "fidelity": {"verdict": "emulator-bound",
                         "bfd_late_sends": {"late_sends": 3, "max_ms": 120, "interfaces": 2}}}

@@ -99,7 +99,7 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
     assert fidelity.verdict(10_000, counters(machine_steal=0.07), timing=True)["verdict"] \
         == "faithful"
     # the steal column of /proc/stat (the 8th), read next to busy and total
-    from emulator.dataplane import counters as c
+    from emulator.dataplane.observe import counters as c
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
     before = c.machine_cpu(str(stat))
@@ -111,7 +111,7 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
 
 def test_saturated_cpu_windows_are_counted_and_noted():
     import time
-    from emulator.dataplane import counters as c
+    from emulator.dataplane.observe import counters as c
     shares = [(0.5, 0.0), (1.0, 0.0), (0.96, 0.1), (0.3, 0.0), (0.95, 0.02), (0.2, 0.0)]
     w = c.windows_summary(shares, 0.1)
     assert (w["windows"], w["saturated"], w["longest_saturated_ms"]) == (6, 3, 200)
@@ -193,7 +193,7 @@ def test_a_completion_time_on_a_saturated_machine_is_emulator_bound():
 
 
 def test_deep_queues_beyond_the_ovs_send_buffer_get_a_note():
-    from emulator.dataplane.datapath import queue_capacity_note
+    from emulator.dataplane.ovs.datapath import queue_capacity_note
     from emulator.fabric import addressing, presets
     topo = addressing.plan(presets.build("leaf-spine", {}))
     # 40 switch ports at 40 Mbit/s: 30 ms queues hold 6 MB, 2000 ms ones 400 MB
@@ -214,7 +214,7 @@ def test_ingress_drops_a_pause_came_too_late_for_are_the_emulators():
 
 
 def test_counters_delta_names_the_late_pause_drops_by_link():
-    from emulator.dataplane.counters import delta
+    from emulator.dataplane.observe.counters import delta
     topo = {"switches": [{"name": "spine1", "ports": [{"intf": "s2p1", "peer": "leaf1"}]}],
             "hosts": []}
     snap = {"t": 0.0, "queues": {}, "ovs_socket": {}, "ovs_interface": {}, "softnet": 0,

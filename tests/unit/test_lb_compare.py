@@ -1,10 +1,10 @@
-"""Unit tests of emulator.experiments.compare's pure parts: fairness, ring orders, the ECMP
+"""Unit tests of emulator.experiments.compare.compare's pure parts: fairness, ring orders, the ECMP
 balls-into-bins expectation, uplink series and the table (no root)."""
 
 import pytest
 
 from emulator.fabric import addressing
-from emulator.experiments import compare, lb_table
+from emulator.experiments.compare import compare, lb_table
 from emulator.fabric import presets
 
 

@@ -154,7 +154,7 @@ def test_storm_targets():
 
 
 def test_gate_message_encodes_a_tbf_change():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     msg = pfc.gate_message(7, 1, FRAME, 1 << 20, seq=3)
     length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", msg)
     assert (length, mtype, seq) == (len(msg), 36, 3)
@@ -178,8 +178,8 @@ class FakeGates:
 def _agent():
     """Two switch ports facing each other's hosts: key 0 (leaf1:eth1, from h1 = key 2)
     and key 1 (leaf1:eth2, from h2 = key 3)."""
-    from emulator.dataplane import pfc
-    from emulator.dataplane.pfc_agent import Agent
+    from emulator.dataplane.lossless import pfc
+    from emulator.dataplane.lossless.pfc_agent import Agent
     t = lossless.thresholds(40_000_000, FRAME)
     ports = [{"key": 0, "name": "leaf1:eth1", "node": "leaf1", "kind": "switch",
               "peer_key": 2, "rate_bps": 40_000_000, **t},
@@ -197,7 +197,7 @@ def _agent():
 
 
 def test_agent_pauses_the_upstream_past_xoff_and_resumes_at_xon():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     agent, mv, gates, t = _agent()
     ing = pfc.E_ING // 8
     assert agent.poll(0.0) == agent.idle_s == 0.002     # quiet: looks every 2 ms
@@ -216,7 +216,7 @@ def test_agent_pauses_the_upstream_past_xoff_and_resumes_at_xon():
 
 
 def test_agent_blames_itself_for_ingress_drops_unless_the_watchdog_forwards():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     w, drops, late = pfc.WORDS, pfc.E_ING_DROPS // 8, pfc.E_LATE // 8
     agent, mv, _, _ = _agent()
     mv[0 * w + drops] = 3                      # leaf1:eth1 overflowed: the pause was late
@@ -234,7 +234,7 @@ def test_agent_blames_itself_for_ingress_drops_unless_the_watchdog_forwards():
 
 
 def test_backlogs_are_read_a_few_ports_a_look_and_paced_by_the_fabric_size():
-    from emulator.dataplane.pfc_agent import Agent, Backlogs
+    from emulator.dataplane.lossless.pfc_agent import Agent, Backlogs
 
     class Reader:                  # QdiscReader.root: (backlog, drops, sent) of one port
         asked = []
@@ -258,7 +258,7 @@ def test_backlogs_are_read_a_few_ports_a_look_and_paced_by_the_fabric_size():
 
 
 def test_agent_storm_is_detected_mitigated_and_restored():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     agent, mv, gates, _ = _agent()
     w = pfc.WORDS
     mv[0 * w + pfc.E_EG_IN // 8] = 9000                 # leaf1 -> h1 holds frames
@@ -282,7 +282,7 @@ def test_agent_storm_is_detected_mitigated_and_restored():
 
 
 def test_agent_forgets_counts_no_queue_holds():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     agent, mv, _, _ = _agent()
     w = pfc.WORDS
     mv[0 * w + pfc.E_EG_IN // 8] = 5000                # a queue purged by a link down
@@ -302,7 +302,7 @@ def test_agent_forgets_counts_no_queue_holds():
 
 
 def test_agent_corrects_counts_of_frames_lost_inside_a_switch():
-    from emulator.dataplane import pfc
+    from emulator.dataplane.lossless import pfc
     agent, mv, _, _ = _agent()
     w = pfc.WORDS
     mv[1 * w + pfc.E_ING // 8] = 5 * FRAME               # counted in, never queued
@@ -339,7 +339,7 @@ def test_pfc_text_names_storms_and_reaction():
 
 
 def test_lossless_compare_roles_and_victim_window():
-    from emulator.experiments import lossless_cmp
+    from emulator.experiments.compare import lossless_cmp
     topo = addressing.plan(presets.build("leaf-spine", {"hosts_per_leaf": "3"}))
     hosts, victim = lossless_cmp.roles(topo, "incast")
     assert victim == ("h12", "h2") and hosts[0] == "h1"

@@ -1,7 +1,7 @@
 """The interface group that carries a run's tag (pure): teardown deletes the run's
 veths with one request by group (``ifaces.delete_interfaces``)."""
 
-from emulator.dataplane.ifaces import link_group
+from emulator.dataplane.links.ifaces import link_group
 
 
 def test_each_run_has_its_own_interface_group():

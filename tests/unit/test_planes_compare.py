@@ -1,14 +1,14 @@
-"""Unit tests of ``compare --planes``' pure parts (emulator/experiments/planes.py) and of the
-netlink qdisc-dump decoder it samples with (emulator/dataplane/shaping.py)."""
+"""Unit tests of ``compare --planes``' pure parts (emulator/experiments/compare/planes.py) and of the
+netlink qdisc-dump decoder it samples with (emulator/dataplane/links/shaping.py)."""
 
 import struct
 
 import pytest
 
 from emulator.fabric import addressing
-from emulator.experiments import planes
-from emulator.experiments import planes_stats
-from emulator.dataplane import shaping
+from emulator.experiments.compare import planes
+from emulator.experiments.compare import planes_stats
+from emulator.dataplane.links import shaping
 from emulator.__main__ import build_parser
 from emulator.errors import ConfigError
 

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments import prober as pr
-from emulator.experiments.probe import fault_hop, parse_fault
+from emulator.experiments.probe import prober as pr
+from emulator.experiments.probe.probe import fault_hop, parse_fault
 from emulator.fabric import addressing, presets
 
 
@@ -273,7 +273,7 @@ def test_links_on_the_same_paths_are_named_together():
 
 
 def test_the_summary_counts_a_repeat_localized_only_without_false_suspects():
-    from emulator.experiments.probe import summarise, table
+    from emulator.experiments.probe.probe import summarise, table
     ok = {"floor": 0.001, "detected": True, "detect_s": 1.5, "isolated_s": 1.6,
           "lost_after": 0, "suspects": ["leaf1->spine1"], "true_link": "leaf1->spine1",
           "false_suspects": [], "fidelity": {"verdict": "faithful"}}

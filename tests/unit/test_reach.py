@@ -3,7 +3,7 @@
 import socket
 import struct
 
-from emulator.dataplane import reach
+from emulator.dataplane.observe import reach
 
 
 def test_checksum_is_rfc1071():

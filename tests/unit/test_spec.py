@@ -148,7 +148,7 @@ def test_bad_link_impairments_name_their_place(extra, where):
 
 
 def test_impaired_links_and_their_fault_directions():
-    from emulator.dataplane import impair
+    from emulator.dataplane.links import impair
     from emulator.fabric import addressing, spec
     topo = addressing.plan(spec.parse(_one_link_fabric(loss="5%")))
     assert [name for name, _ in impair.impaired(topo)] == ["h1:leaf1"]

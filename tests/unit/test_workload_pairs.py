@@ -2,7 +2,7 @@
 
 from emulator.fabric import addressing
 from emulator.fabric import presets
-from emulator.experiments.workload import cross_leaf_pairs, mix_pairs
+from emulator.experiments.workloads.workload import cross_leaf_pairs, mix_pairs
 
 
 def plan(name, params=None):

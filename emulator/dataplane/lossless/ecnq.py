@@ -1,0 +1,327 @@
+"""ECN marking at dequeue: a switch port marks the packet that *leaves* while its
+queue is over the threshold (eBPF on both ends of the link).
+
+Model.  Where a switch marks matters to the control loop.  Marked at
+enqueue (dataplane.lossless.ecn), a packet carries "the queue was long when I
+arrived" and then waits the whole queue out before the receiver can echo
+it: the congestion signal is as late as the queue is long (200 ms behind a
+1 MB queue at 40 Mbit/s).  Marked at dequeue, as HPCC's ns-3 switch model
+does (``SwitchNotifyDequeue``) and as "mark-front" proposes, the signal
+leaves with the packet at the head and is only a propagation delay old.
+
+This kernel has no RED and no qdisc hook after the TBF, so the queue is
+counted on both sides of it, exactly, in one BPF array map (one entry per
+switch port: bytes in, bytes out, packets marked):
+
+- *in*: a tc ``clsact`` egress program on the switch port (it runs after
+  nftables' egress chains, where injected loss drops, and before the TBF)
+  adds each frame's length, unless the TBF's byte limit will drop it;
+- *out*: an XDP program (generic mode, before any packet socket or tc
+  ingress sees the frame) on the link's other end, in the next switch or
+  the host's namespace, adds the length of each frame the TBF released.
+
+``in - out`` is the port's queue when the frame left (HPCC's
+``egress_bytes`` after removing it).  ECN-capable IPv4 frames over half
+the MTU frame are marked CE with DCQCN's RED profile: never at or below
+Kmin, always above Kmax, with probability Pmax (q - Kmin)/(Kmax - Kmin)
+between; Kmin == Kmax is a step at K.  The IPv4 checksum is updated
+(RFC 1624); the RoCEv2 ICRC masks the TOS byte.
+"""
+
+import os
+import struct
+
+from pyroute2 import NetlinkError
+
+from emulator.dataplane import bpf
+from emulator.dataplane.links import shaping
+from emulator.dataplane.lossless.ecn import record_marks
+from emulator.dataplane.links.ifaces import ns_sockets
+from emulator.errors import EnvironmentProblem, RunFailed
+
+ENTRY = struct.Struct("<QQQQ")        # in bytes, out bytes, marked packets, spare
+IN, OUT, MARKS = 0, 8, 16
+XDP_PASS, TC_ACT_OK = 2, 0
+XDP_FLAGS_SKB_MODE = 2
+PSCALE = 1 << 16                      # marking probability in 1/65536ths
+TC_EGRESS = 0xFFFFFFF3                # clsact's egress parent (ffff:fff3)
+
+
+def enqueue_program(map_fd, index, limit):
+    """tc egress of port ``index``: count the frame into the queue unless the TBF's
+    ``limit`` bytes would drop it."""
+    a = bpf.Asm()
+    a.alu(6, "=", src=1)
+    a.ldx(4, 7, 6, 0)                     # r7 = skb->len
+    a.lookup(map_fd, "out", key=index)
+    a.ldx(8, 1, 0, IN)
+    a.ldx(8, 2, 0, OUT)
+    a.alu(1, "-=", src=2)
+    a.alu(1, "+=", src=7)                 # the queue with this frame
+    a.jmp("s>", 1, "out", imm=min(limit, 2 ** 31 - 1))   # the TBF drops it: never leaves
+    a.atomic_add(0, IN, 7)
+    a.label("out")
+    a.alu(0, "=", imm=TC_ACT_OK)
+    a.exit()
+    return a
+
+
+def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
+    """XDP on the far end of port ``index``: count the frame out of the queue and
+    mark it CE by the queue it leaves behind (see the module doc)."""
+    a = bpf.Asm()
+    a.alu(6, "=", src=1)
+    a.alu(1, "=", src=6)
+    a.call(bpf.XDP_GET_BUFF_LEN)
+    a.alu(7, "=", src=0)                  # r7 = frame length
+    a.lookup(map_fd, "pass", key=index)
+    a.alu(8, "=", src=0)
+    a.atomic_add(8, OUT, 7)
+    a.ldx(8, 9, 8, IN)
+    a.ldx(8, 1, 8, OUT)
+    a.alu(9, "-=", src=1)                 # r9 = queue behind this frame
+    mark_tail(a, kmin, kmax, pmax, min_len)
+    a.label("pass")
+    a.alu(0, "=", imm=XDP_PASS)
+    a.exit()
+    return a
+
+
+def mark_tail(a, kmin, kmax, pmax, min_len, marks_off=MARKS):
+    """With r6 the XDP context, r7 the frame length, r8 its port's map entry and
+    r9 the queue behind it: mark it CE by DCQCN's RED profile and count the mark
+    at ``marks_off`` of the entry; on to the label "pass" (the caller's) if not."""
+    a.jmp("s<=", 9, "pass", imm=kmin)
+    a.jmp("<=", 7, "pass", imm=min_len)
+    _headers(a)
+    a.ldx(1, 4, 2, 15)
+    a.alu(4, "&=", imm=3)
+    a.jmp("==", 4, "pass", imm=0)         # not ECN-capable
+    a.jmp("==", 4, "pass", imm=3)         # CE already
+    if kmax > kmin:
+        a.jmp("s>", 9, "mark", imm=kmax)
+        a.alu(9, "-=", imm=kmin)
+        a.alu(9, "*=", imm=max(1, round(pmax * PSCALE)))
+        a.call(bpf.GET_PRANDOM_U32)
+        a.alu(0, "&=", imm=PSCALE - 1)
+        a.alu(0, "*=", imm=kmax - kmin)
+        a.jmp(">=", 0, "pass", src=9)     # rand/65536 >= Pmax (q-Kmin)/(Kmax-Kmin)
+        _headers(a)
+    a.label("mark")
+    _set_ce(a)
+    a.alu(1, "=", imm=1)
+    a.atomic_add(8, marks_off, 1)
+
+
+def _headers(a):
+    """r2 = data with 26 bytes checked (Ethernet + IPv4 to its checksum), IPv4 only."""
+    a.packet(6, 26, "pass")
+    a.ldx(1, 4, 2, 12)
+    a.jmp("!=", 4, "pass", imm=0x08)
+    a.ldx(1, 4, 2, 13)
+    a.jmp("!=", 4, "pass", imm=0x00)
+
+
+def _set_ce(a):
+    """TOS |= CE and the IPv4 checksum fixed: HC' = ~(~HC + ~m + m') (RFC 1624),
+    m the 16-bit word of version/IHL and TOS."""
+    a.ldx(1, 4, 2, 14)
+    a.alu(4, "<<=", imm=8)
+    a.ldx(1, 5, 2, 15)
+    a.alu(4, "|=", src=5)                 # m
+    a.alu(5, "|=", imm=3)
+    a.stx(1, 2, 15, 5)                    # TOS = TOS | CE
+    a.ldx(1, 1, 2, 24)
+    a.alu(1, "<<=", imm=8)
+    a.ldx(1, 3, 2, 25)
+    a.alu(1, "|=", src=3)                 # HC
+    a.alu(1, "^=", imm=0xFFFF)
+    a.alu(4, "^=", imm=0xFFFF)
+    a.alu(1, "+=", src=4)
+    a.ldx(1, 4, 2, 14)
+    a.alu(4, "<<=", imm=8)
+    a.alu(4, "|=", src=5)                 # m'
+    a.alu(1, "+=", src=4)
+    for _ in range(2):                    # fold the carries
+        a.alu(3, "=", src=1)
+        a.alu(3, ">>=", imm=16)
+        a.alu(1, "&=", imm=0xFFFF)
+        a.alu(1, "+=", src=3)
+    a.alu(1, "^=", imm=0xFFFF)
+    a.alu(3, "=", src=1)
+    a.alu(3, ">>=", imm=8)
+    a.stx(1, 2, 24, 3)
+    a.stx(1, 2, 25, 1)
+
+
+class Attached:
+    """eBPF programs of a run on interfaces, and their map: ``attach_tc`` and
+    ``attach_xdp`` load and attach one (remembered in ``attached``, so a failure
+    half-way leaves nothing after ``remove``); ``remove`` takes them all off."""
+
+    def __init__(self):
+        self.map = None
+        self.attached = []                 # (kind, netns, ifname)
+
+    def attach_tc(self, ipr, idx, ns, ifname, asm, name):
+        """``asm`` as a direct-action classifier on the egress of interface ``idx``."""
+        fd = bpf.load(bpf.PROG_SCHED_CLS, asm, name)
+        try:
+            ipr.tc("add", "clsact", index=idx)
+            self.attached.append(("tc", ns, ifname))
+            ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd, name=name,
+                   parent=TC_EGRESS, classid=1, direct_action=True)
+        finally:
+            os.close(fd)
+
+    def attach_xdp(self, ipr, idx, ns, ifname, asm, name):
+        """``asm`` as the (generic-mode) XDP program of interface ``idx``."""
+        fd = bpf.load(bpf.PROG_XDP, asm, name)
+        try:
+            ipr.link("set", index=idx, xdp={"attrs": [("IFLA_XDP_FD", fd),
+                                                      ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+            self.attached.append(("xdp", ns, ifname))
+        finally:
+            os.close(fd)
+
+    def remove(self):
+        errors = detach(self.attached)
+        self.attached = []
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        return errors
+
+
+class DequeueMarker(Attached):
+    """The run's dequeue marking over ``ports``: [(ifname, peer netns path or None,
+    peer ifname, rate_bps)], queues limited as the TBFs of ``queue_ms``/``frame``;
+    ``own_ns``: {ifname: namespace path} of ports outside this namespace (a datapath
+    instance's)."""
+
+    def __init__(self, ecn, ports, frame_len, queue_ms, frame, own_ns=None):
+        super().__init__()
+        self.own_ns = dict(own_ns or {})
+        self.ecn = ecn
+        self.ports = sorted(ports)
+        self.frame_len = frame_len
+        self.limits = [shaping.tbf_params(rate, queue_ms, frame)["limit"]
+                       for _, _, _, rate in self.ports]
+
+    @classmethod
+    def for_session(cls, session):
+        """Mark at dequeue on every switch port of ``session``'s fabric."""
+        from emulator.fabric.addressing import switch_intf
+        by_name = {sw["name"]: sw for sw in session.topo["switches"]}
+        ports, own_ns = [], {}
+        for sw in session.topo["switches"]:
+            for p in sw["ports"]:
+                if p["peer_kind"] == "host":
+                    ns = f"/proc/{session.net.hosts[p['peer']].pid}/ns/net"
+                    peer = p["peer_port"]
+                else:
+                    ns = session.net.switch_netns(p["peer"])
+                    peer = switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
+                ports.append((p["intf"], ns, peer, p["rate_bps"]))
+                own_ns[p["intf"]] = session.net.switch_netns(sw["name"])
+        from traffic.frames import frame_len_for_mtu
+        marker = cls(session.ecn, ports, frame_len_for_mtu(session.mtu),
+                     session.net.queue_ms, session.net.frame, own_ns).install()
+        session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
+        session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
+        return marker
+
+    def install(self):
+        self.map = bpf.Map(ENTRY.size, max(1, len(self.ports)))
+        m = self.ecn
+        try:
+            with ns_sockets() as ipr_in:
+                for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
+                                                                       self.limits)):
+                    own = self.own_ns.get(ifname)
+                    ipr = ipr_in(own)
+                    self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
+                                   enqueue_program(self.map.fd, i, limit), f"ecnq_in{i}")
+                    ipr = ipr_in(ns)
+                    self.attach_xdp(ipr, _index(ipr, peer), ns, peer, dequeue_program(
+                        self.map.fd, i, m.kmin, m.kmax, m.pmax, self.frame_len // 2),
+                        f"ecnq_out{i}")
+        except Exception as e:
+            self.remove()
+            if isinstance(e, NetlinkError):
+                raise EnvironmentProblem(
+                    f"the kernel refused to attach the dequeue ECN marker ({e}): it needs "
+                    "tc clsact with cls_bpf and XDP; --ecn-at enqueue marks with nftables")
+            raise
+        return self
+
+    def entries(self):
+        """[(in, out, marks)] per port, in ``self.ports`` order."""
+        return [ENTRY.unpack(self.map.lookup(i))[:3] for i in range(len(self.ports))]
+
+    def marks(self):
+        """{ifname: packets this port marked CE} since install."""
+        return {p[0]: e[2] for p, e in zip(self.ports, self.entries())}
+
+    def backlog(self):
+        """{ifname: bytes in - out}: the queue the marker sees (0 when idle)."""
+        return {p[0]: e[0] - e[1] for p, e in zip(self.ports, self.entries())}
+
+    def reset(self, ifnames):
+        """Count the queues of ``ifnames`` afresh from their TBFs' backlog.
+
+        An interface set down purges its TBF, and a TBF whose peer is down
+        sends into the void: bytes counted in that never come out.  Called
+        once such a link is up again (dataplane.faults), so a port does not
+        mark forever for a queue it no longer has."""
+        wanted = [(i, p[0]) for i, p in enumerate(self.ports) if p[0] in set(ifnames)]
+        with ns_sockets() as ipr_in:
+            for i, ifname in wanted:
+                ipr = ipr_in(self.own_ns.get(ifname))
+                idx = _index(ipr, ifname, missing_ok=True)
+                if idx is None:
+                    continue
+                backlog = shaping.stats(ipr, idx)[0]
+                marks = ENTRY.unpack(self.map.lookup(i))[2]
+                self.map.update(i, ENTRY.pack(backlog, 0, marks, 0))
+
+    def close(self, session):
+        """Record the marks per port in ``session``'s results, then detach."""
+        try:
+            record_marks(session, self)
+        finally:
+            session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
+
+
+def detach(attached):
+    """Take off the programs of ``attached`` [("tc" | "xdp", netns, ifname)] (clsact
+    and its filters, or XDP), last first; returns the errors.  An interface
+    already gone took its programs with it."""
+    errors = []
+    with ns_sockets() as ipr_in:
+        for kind, ns, ifname in reversed(attached):
+            try:
+                ipr = ipr_in(ns)
+                idx = _index(ipr, ifname, missing_ok=True)
+                if idx is None:
+                    continue
+                if kind == "tc":
+                    ipr.tc("del", "clsact", index=idx)
+                else:
+                    ipr.link("set", index=idx,
+                             xdp={"attrs": [("IFLA_XDP_FD", -1),
+                                            ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+            except Exception as e:            # its namespace went first
+                errors.append(f"{ifname}: {e}")
+    return errors
+
+
+def _index(ipr, ifname, missing_ok=False):
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        if missing_ok:
+            return None
+        raise RunFailed(f"ECN marker: no interface {ifname}")
+    return found[0]
+
+

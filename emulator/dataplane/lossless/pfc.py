@@ -1,0 +1,268 @@
+"""Priority flow control on the emulated links: traffic classes, per-ingress buffer
+accounting in eBPF, and the pause applied to an upstream's lossless queue.
+
+Linux veths honour no 802.1Qbb pause and no qdisc does, so the lossless
+fabric (``flow_control: pfc``; model in fabric.lossless, docs/lossless.md)
+is built from three parts:
+
+- *classes*: each interface's egress is a TBF at the link rate whose child
+  is an HTB doing strict priority only (every class may use 10 Gbit/s):
+  10:10 network control (RoCE ACK/NAK and CNP, frames of at most 256 bytes),
+  10:20 lossless RoCE data, whose own leaf is a TBF that is the pause gate,
+  and 10:30 best effort.  A tc egress program sets each frame's class
+  (``skb->priority``).
+- *accounting* (one BPF array map, an entry per interface end, ``E_*``): a
+  frame of the lossless class arriving at a switch port is counted into that
+  port's buffer (or dropped past xoff + headroom: an ingress drop) and
+  stamped with the port (the BTH byte of FECN/BECN/reserved bits, which the
+  RoCEv2 ICRC masks) by an XDP program on the port, before Open vSwitch
+  sees it; the tc program of the egress port it leaves by counts it into
+  that queue; when it arrives at the link's far end, that end's XDP program
+  takes it off both, records the time, and counts and stamps it anew (a
+  host clears the byte).  Counting at arrival, as switches do, matters: the
+  userspace datapath forwards in batches, so counting at the egress would
+  see a port's frames in bursts of many at once.
+- *pause*: the agent (dataplane.lossless.pfc_agent) polls the occupancies and, past
+  xoff, sets the upstream's lossless gate to 1 byte/s (one frame of tokens
+  remains: the frame in flight); at xon it restores the gate and sends one
+  60-byte kick frame of EtherType 0x88B5 through the upstream's control
+  class so its qdisc runs again (the far end's XDP drops it).
+"""
+
+import socket
+import struct
+
+from emulator.dataplane import bpf
+
+# one map entry per interface end: u64 fields, byte offsets
+(E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
+ E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR, E_LATE) = range(0, 136, 8)
+ENTRY_SIZE = 136
+# E_PAUSES, E_PAUSED_NS: the agent's, for telemetry.  E_QUEUED: bytes that came in by
+# this port and wait in the switch's egress queues (counted when queued, freed with
+# E_ING); E_CORR: the agent's correction of E_ING for frames lost inside the switch
+# (an injected loss, a port gone down): a port's occupancy is E_ING - E_CORR.
+# E_LATE: the agent's, of E_ING_DROPS the ones its pause came too late for (the
+# emulator's: a paused upstream sends at most the headroom).
+WORDS = ENTRY_SIZE // 8
+FLAG_DROP = 1                          # the watchdog drops this egress queue's lossless frames
+
+KICK_ETHERTYPE = 0x88B5                # IEEE local experimental: the pause gate's kick
+ROCE_PORT = 4791
+ACK_OPCODES = (0x11, 0x81)             # RC ACKNOWLEDGE (and NAK), CNP
+BTH_OFF, STAMP_OFF = 42, 46            # Ethernet 14 + IPv4 20 + UDP 8; BTH byte 4
+CONTROL_MAX = 256                      # frames up to this rides the control class
+
+HTB_HANDLE, GATE_HANDLE = 0x100000, 0x200000
+CLASS_CONTROL, CLASS_LOSSLESS, CLASS_BEST = 0x100010, 0x100020, 0x100030
+GATE_OPEN_FACTOR = 10                  # the open gate runs at 10 x the link: never the limit
+HOST_QUEUE = 32 << 20                  # a host NIC's lossless queue: the host's memory
+SWITCH_QUEUE = 32 << 20                # lossless egress queue; ingress limits bound it
+TC_ACT_OK, TC_ACT_SHOT, XDP_DROP, XDP_PASS = 0, 2, 1, 2
+SKB_LEN, SKB_PRIORITY = 0, 32
+
+
+# ---- qdiscs -------------------------------------------------------------------
+
+def apply_tree(ipr, index, rate_bps, queue_limit, frame, lossless_limit):
+    """The lossless shaper of interface ``index``: TBF 1: at ``rate_bps`` -> HTB 10:
+    (strict priority) -> control 10:10, lossless 10:20 (gate TBF 20:), best
+    effort 10:30 (HTB's default FIFO of txqueuelen frames).  ``queue_limit``: the
+    TBF's own, which its child replaces."""
+    rate = rate_bps // 8
+    burst = max(2 * frame, rate // 1000)
+    ipr.tc("add", "tbf", index=index, handle=0x10000, rate=rate, burst=burst,
+           limit=queue_limit)
+    ipr.tc("add", "htb", index=index, handle=HTB_HANDLE, parent=0x10001,
+           default=CLASS_BEST & 0xFFFF)
+    ipr.tc("add-class", "htb", index=index, handle=HTB_HANDLE | 1, parent=HTB_HANDLE,
+           rate="10gbit", ceil="10gbit", quantum=frame)
+    for classid, prio in ((CLASS_CONTROL, 0), (CLASS_LOSSLESS, 1), (CLASS_BEST, 2)):
+        ipr.tc("add-class", "htb", index=index, handle=classid, parent=HTB_HANDLE | 1,
+               rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
+    ipr.tc("add", "tbf", index=index, handle=GATE_HANDLE, parent=CLASS_LOSSLESS,
+           rate=min(rate * GATE_OPEN_FACTOR, 2 ** 32 - 1), burst=2 * frame,
+           limit=lossless_limit)
+
+
+_NLMSG = struct.Struct("=IHHII")
+_TCMSG = struct.Struct("=BBHiIII")
+_RATESPEC = struct.Struct("=BBHhHI")
+RTM_NEWQDISC, NLM_F_REQUEST, NLM_F_ACK = 36, 1, 4
+TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS, TCA_TBF_BURST = 1, 2, 1, 6
+LINKLAYER_ETHERNET = 1
+
+
+def _attr(kind, payload):
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, kind) + payload + b"\0" * (-n % 4)
+
+
+def gate_message(ifindex, rate_bytes, burst, limit, seq=0):
+    """RTM_NEWQDISC (change) of the lossless gate TBF 20: on ``ifindex``.
+
+    TCA_TBF_BURST gives the bucket in bytes, so the kernel derives its time at
+    any rate (a 1 byte/s gate holding one frame needs ~4000 s of bucket, beyond
+    the u32 ticks pyroute2 computes).  The change refills the bucket: one more
+    frame may leave (the frame in flight)."""
+    ratespec = _RATESPEC.pack(0, LINKLAYER_ETHERNET, 0, 0, 0, rate_bytes)
+    qopt = ratespec + _RATESPEC.pack(0, 0, 0, 0, 0, 0) + struct.pack("=III", limit, 0, 0)
+    opts = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst))
+    body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, ifindex, GATE_HANDLE, CLASS_LOSSLESS, 0) + \
+        _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, opts)
+    return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
+                       seq, 0) + body
+
+
+def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
+    return b"\xff" * 6 + src_mac + struct.pack("!H", KICK_ETHERTYPE) + b"\0" * 46
+
+
+# ---- eBPF ---------------------------------------------------------------------
+
+def _roce_data(a, ctx, not_roce, control, tc=False):
+    """r2/r3 = the packet's data and end (``bpf.Asm.packet``); to ``not_roce``
+    unless an IPv4 RoCEv2 frame with its BTH stamp byte; to ``control`` for
+    ACK/NAK/CNP.  Clobbers r4."""
+    data = 2
+    a.packet(ctx, STAMP_OFF + 1, not_roce, tc=tc)
+    a.ldx(2, 4, data, 12)
+    a.jmp("!=", 4, not_roce, imm=0x0008)          # EtherType 0x0800, little-endian load
+    a.ldx(1, 4, data, 14)
+    a.jmp("!=", 4, not_roce, imm=0x45)
+    a.ldx(1, 4, data, 23)
+    a.jmp("!=", 4, not_roce, imm=17)
+    a.ldx(2, 4, data, 36)
+    a.jmp("!=", 4, not_roce, imm=((ROCE_PORT & 0xFF) << 8) | (ROCE_PORT >> 8))
+    a.ldx(1, 4, data, BTH_OFF)
+    for op in ACK_OPCODES:
+        a.jmp("==", 4, control, imm=op)
+
+
+def egress_program(map_fd, key, base=-1):
+    """tc egress of interface end ``key`` (of a switch whose first port is entry
+    ``base``; -1 for a host): set the frame's class; count a lossless frame into
+    this end's queue and, at a switch, as queued for the port it came in by."""
+    a = bpf.Asm()
+    a.alu(6, "=", src=1)
+    a.ldx(4, 7, 6, SKB_LEN)
+    a.jmp("<=", 7, "other", imm=STAMP_OFF)
+    a.alu(2, "=", imm=STAMP_OFF + 1)              # frames from a packet socket carry only
+    a.call(bpf.SKB_PULL_DATA)                     # their Ethernet header in line
+    a.jmp("!=", 0, "other", imm=0)
+    _roce_data(a, 6, "other", "control", tc=True)
+    a.ldx(1, 4, 2, STAMP_OFF)
+    a.stx(8, 10, -16, 4)
+    a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
+    a.lookup(map_fd, "out", key=key)
+    a.atomic_add(0, E_EG_IN, 7)
+    if base >= 0:
+        a.ldx(8, 1, 10, -16)
+        a.jmp("==", 1, "out", imm=0)
+        a.alu(1, "+=", imm=base - 1)
+        a.lookup(map_fd, "out", key_reg=1)
+        a.atomic_add(0, E_QUEUED, 7)
+    a.alu(0, "=", imm=TC_ACT_OK)
+    a.exit()
+    a.label("other")
+    a.jmp(">", 7, "best", imm=CONTROL_MAX)
+    a.label("control")
+    a.st(4, 6, SKB_PRIORITY, CLASS_CONTROL)
+    a.label("out")
+    a.alu(0, "=", imm=TC_ACT_OK)
+    a.exit()
+    a.label("best")
+    a.st(4, 6, SKB_PRIORITY, CLASS_BEST)
+    a.alu(0, "=", imm=TC_ACT_OK)
+    a.exit()
+    return a
+
+
+def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
+    """XDP on interface end ``key``, the far end of egress ``up_key`` (whose
+    switch's first entry is ``up_base``, -1 for a host): take an arriving
+    lossless frame off that queue and off the buffer of the port it entered
+    that switch by; drop it if the watchdog drops that queue.  At a switch
+    (``stamp`` = this port's number + 1): count it into this port's buffer, or
+    drop it past xoff + headroom (an ingress drop), note the time it crosses
+    xoff, and stamp it; at a host (``stamp`` 0) clear the stamp.  ``ecn``
+    (dataplane.lossless.ecn.Ecn) marks it CE by the queue it leaves behind, as
+    dataplane.lossless.ecnq does.  Kick frames are dropped."""
+    from emulator.dataplane.lossless import ecnq
+    a = bpf.Asm()
+    a.alu(6, "=", src=1)
+    a.alu(1, "=", src=6)
+    a.call(bpf.XDP_GET_BUFF_LEN)
+    a.alu(7, "=", src=0)
+    a.packet(6, 14, "pass")
+    a.ldx(2, 4, 2, 12)
+    a.jmp("==", 4, "drop", imm=((KICK_ETHERTYPE & 0xFF) << 8) | (KICK_ETHERTYPE >> 8))
+    _roce_data(a, 6, "pass", "pass")
+    a.ldx(1, 4, 2, STAMP_OFF)
+    a.stx(8, 10, -16, 4)
+    a.lookup(map_fd, "pass", key=up_key)
+    a.alu(8, "=", src=0)
+    a.atomic_add(8, E_EG_OUT, 7)
+    a.call(bpf.KTIME_GET_NS)
+    a.stx(8, 8, E_LAST_NS, 0)
+    if up_base >= 0:
+        a.ldx(8, 1, 10, -16)
+        a.jmp("==", 1, "freed", imm=0)
+        a.alu(1, "+=", imm=up_base - 1)
+        a.lookup(map_fd, "freed", key_reg=1)
+        a.alu(1, "=", imm=0)
+        a.alu(1, "-=", src=7)
+        a.atomic_add(0, E_ING, 1)
+        a.atomic_add(0, E_QUEUED, 1)
+    a.label("freed")
+    a.ldx(8, 1, 8, E_FLAGS)
+    a.alu(1, "&=", imm=FLAG_DROP)
+    a.jmp("==", 1, "keep", imm=0)
+    a.alu(1, "=", imm=1)
+    a.atomic_add(8, E_WD_DROPS, 1)
+    a.label("drop")
+    a.alu(0, "=", imm=XDP_DROP)
+    a.exit()
+    a.label("keep")
+    if stamp:
+        a.lookup(map_fd, "pass", key=key)
+        a.alu(9, "=", src=0)
+        a.ldx(8, 1, 9, E_ING)
+        a.ldx(8, 2, 9, E_CORR)
+        a.alu(1, "-=", src=2)                     # the occupancy
+        a.alu(1, "+=", src=7)
+        a.ldx(8, 2, 9, E_LIMIT)
+        a.jmp("s>", 1, "ingress_drop", src=2)    # signed: a count off by a lost frame
+        a.ldx(8, 2, 9, E_PEAK)                    # may dip below 0
+        a.jmp("s<=", 1, "nopeak", src=2)
+        a.stx(8, 9, E_PEAK, 1)
+        a.label("nopeak")
+        a.alu(1, "=", src=7)
+        a.atomic_add(9, E_ING, 1, fetch=True)
+        a.ldx(8, 2, 9, E_CORR)
+        a.alu(1, "-=", src=2)                     # r1 = the occupancy before
+        a.ldx(8, 2, 9, E_XOFF)
+        a.jmp("s>=", 1, "stamp", src=2)           # over xoff already
+        a.alu(1, "+=", src=7)
+        a.jmp("s<", 1, "stamp", src=2)
+        a.call(bpf.KTIME_GET_NS)
+        a.stx(8, 9, E_CROSS_NS, 0)                # this frame crossed xoff
+    a.label("stamp")
+    a.packet(6, STAMP_OFF + 1, "pass")            # packet pointers again after the calls
+    a.st(1, 2, STAMP_OFF, stamp)
+    if ecn is not None:
+        a.ldx(8, 9, 8, E_EG_IN)
+        a.ldx(8, 1, 8, E_EG_OUT)
+        a.alu(9, "-=", src=1)                     # r9 = the queue behind this frame
+        ecnq.mark_tail(a, ecn.kmin, ecn.kmax, ecn.pmax, min_len, marks_off=E_MARKS)
+    a.label("pass")
+    a.alu(0, "=", imm=XDP_PASS)
+    a.exit()
+    if stamp:
+        a.label("ingress_drop")
+        a.alu(1, "=", imm=1)
+        a.atomic_add(9, E_ING_DROPS, 1)
+        a.alu(0, "=", imm=XDP_DROP)
+        a.exit()
+    return a
+

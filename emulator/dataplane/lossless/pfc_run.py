@@ -1,0 +1,310 @@
+"""The lossless fabric of a run: PFC attached to every link end, the pause agent,
+and the counters in the run's results (dataplane.lossless.pfc has the mechanism)."""
+
+import struct
+
+from emulator.dataplane import bpf
+from emulator.dataplane.lossless.ecnq import Attached
+from emulator.dataplane.lossless.pfc import (
+    E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF, ENTRY_SIZE, WORDS,
+    egress_program, ingress_program)
+from emulator.errors import RunFailed
+from emulator.fabric import lossless
+
+
+class Pfc(Attached):
+    """PFC over every link of a running fabric: programs attached on both ends of
+    every link, thresholds in the map, the agent process polling it.
+
+    ``ends``: [{key, name, node, kind, ifname, netns, rate_bps, peer_key, base,
+    stamp}] in key order (each switch's ports consecutive, from ``base``)."""
+
+    def __init__(self, ends, frame, cfg=lossless.PfcConfig(), ecn=None, min_len=0,
+                 env=None, workdir=None):
+        super().__init__()
+        self.ends = ends
+        self.frame = frame
+        self.cfg = cfg
+        self.ecn = ecn
+        self.min_len = min_len
+        self.env = env
+        self.workdir = workdir
+        self.agent = None
+        self.by_name = {e["name"]: e for e in ends}
+
+    @classmethod
+    def for_session(cls, session, cfg=lossless.PfcConfig()):
+        from traffic.frames import frame_len_for_mtu
+        ends, host_ends, key_of = [], [], {}
+        for sw in session.topo["switches"]:
+            base = len(ends)
+            for local, p in enumerate(sw["ports"]):
+                if local >= 255:
+                    raise RunFailed(f"lossless: {sw['name']} has more than 255 ports")
+                key_of[(sw["name"], p["port"])] = len(ends)
+                ends.append({"key": len(ends), "node": sw["name"], "kind": "switch",
+                             "name": f"{sw['name']}:{p['name']}", "ifname": p["intf"],
+                             "netns": session.net.switch_netns(sw["name"]),
+                             "rate_bps": p["rate_bps"], "base": base, "stamp": local + 1,
+                             "peer": (p["peer"], p["peer_port"]), "peer_kind": p["peer_kind"]})
+        for e in list(ends):
+            peer, port = e["peer"]
+            if e["peer_kind"] != "host":
+                e["peer_key"] = key_of[(peer, port)]
+                continue
+            key = len(ends) + len(host_ends)
+            host_ends.append({"key": key, "node": peer, "kind": "host", "name": f"{peer}:{port}",
+                              "ifname": port, "rate_bps": e["rate_bps"], "base": -1,
+                              "netns": f"/proc/{session.net.hosts[peer].pid}/ns/net",
+                              "stamp": 0, "peer_key": e["key"]})
+            e["peer_key"] = key
+        ends += host_ends
+        for e in ends:
+            e.pop("peer", None)
+            e.pop("peer_kind", None)
+        ecn = session.ecn if session.ecn is not None and session.ecn.at == "dequeue" else None
+        pfc = cls(ends, session.net.frame, cfg, ecn=ecn,
+                  min_len=frame_len_for_mtu(session.mtu) // 2, env=session.child_env(),
+                  workdir=session.dir)
+        pfc.install()
+        session.progress(f"lossless fabric ({cfg.mode}) on {len(ends)} interface ends: "
+                         + pfc.describe())
+        return pfc
+
+    def describe(self):
+        rates = sorted({e["rate_bps"] for e in self.ends if e["kind"] == "switch"})
+        t = lossless.thresholds(rates[0], self.frame, self.cfg) if rates else {}
+        return (f"xoff {t.get('xoff')} B, xon {t.get('xon')} B, headroom {t.get('headroom')} B "
+                f"per ingress port at {rates[0] / 1e6:g} Mbit/s; watchdog "
+                f"{self.cfg.wd_detect_s * 1e3:g}/{self.cfg.wd_restore_s * 1e3:g} ms "
+                f"({self.cfg.wd_action})" if rates else "no switch ports")
+
+    def install(self):
+        from emulator.dataplane.links.ifaces import ns_sockets
+        self.map = bpf.Map(ENTRY_SIZE, len(self.ends), flags=bpf.F_MMAPABLE)
+        try:
+            for e in self.ends:
+                if e["kind"] == "switch":
+                    t = lossless.thresholds(e["rate_bps"], self.frame, self.cfg)
+                    e.update(t)
+                    entry = [0] * WORDS
+                    entry[E_XOFF // 8], entry[E_LIMIT // 8] = t["xoff"], t["limit"]
+                    self.map.update(e["key"], struct.pack(f"<{WORDS}q", *entry))
+            with ns_sockets() as sock:
+                for e in self.ends:
+                    ipr = sock(e["netns"])
+                    idx = ipr.link_lookup(ifname=e["ifname"])[0]
+                    e["ifindex"] = idx
+                    self.attach_tc(ipr, idx, e["netns"], e["ifname"], egress_program(
+                        self.map.fd, e["key"], e["base"] if e["kind"] == "switch" else -1),
+                        f"pfc_eg{e['key']}")
+                    up = self.ends[e["peer_key"]]
+                    self.attach_xdp(ipr, idx, e["netns"], e["ifname"], ingress_program(
+                        self.map.fd, up["key"], up["base"] if up["kind"] == "switch" else -1,
+                        e["key"], e["stamp"], self.ecn if up["kind"] == "switch" else None,
+                        self.min_len), f"pfc_in{e['key']}")
+            self._start_agent()
+        except Exception:
+            self.remove()
+            raise
+        return self
+
+    def _start_agent(self):
+        import json
+        import os
+        import select
+        import subprocess
+        import sys
+        from emulator.dataplane.ovs.controller_proc import REPO
+        path = os.path.join(self.workdir, "pfc-agent.json")
+        cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends),
+               "frame": self.frame, "ports": self.ends,
+               "pfc": {k: getattr(self.cfg, k) for k in self.cfg.__dataclass_fields__}}
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "emulator.dataplane.lossless.pfc_agent", path], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.map.fd,),
+            env=self.env)
+        ready, _, _ = select.select([self.agent.stdout], [], [], 20)
+        line = self.agent.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            self.agent.kill()
+            self.agent.wait(timeout=5)
+            raise RunFailed("the PFC agent did not start (see the run's output)")
+
+    def storm(self, end_name, on):
+        """Interface end ``end_name`` (``node:port``) pauses its peer forever, or stops."""
+        if self.cfg.mode != "pfc":
+            raise RunFailed("a PFC storm needs flow_control pfc (credits have no pause "
+                            "frames to storm)")
+        self._command(f"storm {self.by_name[end_name]['key']} {'on' if on else 'off'}")
+
+    def check(self):
+        """RunFailed if the agent is gone: the pauses are no longer modelled."""
+        if self.agent is None or self.agent.poll() is not None:
+            raise RunFailed("the PFC agent exited"
+                            + (f" (status {self.agent.returncode})" if self.agent else "")
+                            + ": the lossless fabric is no longer modelled")
+
+    def _command(self, line):
+        self.check()
+        self.agent.stdin.write(line.encode() + b"\n")
+        self.agent.stdin.flush()
+
+    def stop_agent(self):
+        """The agent's counters (dict), the agent stopped."""
+        import json
+        import os
+        if self.agent is None:
+            return None
+        path = os.path.join(self.workdir, "pfc-counters.json")
+        import subprocess
+        try:
+            self._command(f"exit {path}")
+            self.agent.wait(timeout=10)
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            raise RunFailed(f"the PFC agent's counters: {e}")
+        finally:
+            if self.agent.poll() is None:
+                self.agent.kill()
+                self.agent.wait(timeout=5)
+            self.agent = None
+
+    def marks(self):
+        """{switch end name: packets it marked CE} (dequeue ECN in the gate's XDP)."""
+        return {e["name"]: self._word(e["key"], E_MARKS)
+                for e in self.ends if e["kind"] == "switch"}
+
+    def drops(self):
+        """``drop_counts``' first part: what the network lost."""
+        return self.drop_counts()[0]
+
+    def drop_counts(self):
+        """({interface end, named as dataplane.observe.counters names queues: frames of the
+        lossless class the network lost on the link it sends on}, {the same ends:
+        the emulator's}), each map entry read once.  The network's: ingress drops at
+        the far end (headroom exceeded) the pause agent did not blame on its own
+        lateness, and the watchdog's drops of its queue; the emulator's: those it
+        did (pfc_agent.Agent.blame_drops)."""
+        self.check()
+        words = {e["key"]: struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
+                 for e in self.ends}
+        network, late = {}, {}
+        for e in self.ends:
+            up = self.ends[e["peer_key"]]
+            name = up["ifname"] if up["kind"] == "switch" else f"{up['node']}:{up['ifname']}"
+            w = words[e["key"]]
+            n = w[E_LATE // 8]
+            network[name] = (network.get(name, 0) + w[E_ING_DROPS // 8] - n
+                             + words[up["key"]][E_WD_DROPS // 8])
+            late[name] = late.get(name, 0) + n
+        return network, late
+
+    def live(self):
+        """[(end name, buffer bytes, pauses it sent, s its queue was paused, ingress drops,
+        watchdog drops)] now, for telemetry (pauses count when they begin, paused time
+        when they end)."""
+        from emulator.dataplane.lossless import pfc
+        self.check()
+        out = []
+        for e in self.ends:
+            w = struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
+            out.append((e["name"], w[pfc.E_ING // 8] - w[pfc.E_CORR // 8], w[pfc.E_PAUSES // 8],
+                        w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
+                        w[pfc.E_WD_DROPS // 8]))
+        return out
+
+    def _word(self, key, off):
+        return struct.unpack_from("<q", self.map.lookup(key), off)[0]
+
+    def close(self, session):
+        """Counters into ``session.results["lossless"]``, then everything detached."""
+        try:
+            counters = self.stop_agent()
+            if self.ecn is not None:
+                from emulator.dataplane.lossless.ecn import record_marks
+                record_marks(session, self)
+            session.results["lossless"] = summarize(counters, self)
+        except Exception as e:              # teardown goes on: the fabric must go
+            session.teardown_errors.append(str(e))
+        finally:
+            session.teardown_errors += [f"PFC: {e}" for e in self.remove()]
+
+    def remove(self):
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.kill()
+            self.agent.wait(timeout=5)
+        return super().remove()
+
+
+def summarize(counters, pfc):
+    """``results["lossless"]``: the settings, per interface end the counters that
+    moved, and the run's totals (reaction in frame times, median and max)."""
+    ports = counters["ports"]
+    moved = {n: {k: v for k, v in c.items() if v not in (0, [], 0.0)}
+             for n, c in ports.items()
+             if c["pause_frames_sent"] or c["pause_frames_received"] or c["ingress_drops"]
+             or c["watchdog"] or c["watchdog_drops"]}
+    frames = sorted(r["frames"] for r in counters["reactions"])
+    thresholds = {e["name"]: {k: e[k] for k in ("xoff", "xon", "headroom", "limit")}
+                  for e in pfc.ends if e["kind"] == "switch"}
+    return {
+        "flow_control": pfc.cfg.mode, "lossless_priority": lossless.LOSSLESS_PRIORITY,
+        "settings": {k: getattr(pfc.cfg, k) for k in pfc.cfg.__dataclass_fields__},
+        "thresholds": dict(sorted(thresholds.items())[:1]) | {"ports": len(thresholds)},
+        "pause_frames": sum(c["pause_frames_sent"] for c in ports.values()),
+        "pauses": sum(c["pauses_sent"] for c in ports.values()),
+        "paused_s_max": max((c["paused_s"] for c in ports.values()), default=0.0),
+        "longest_pause_s": max((c["longest_pause_s"] for c in ports.values()), default=0.0),
+        "ingress_drops": sum(c["ingress_drops"] for c in ports.values()),
+        "late_pause_drops": sum(c["late_pause_drops"] for c in ports.values()),
+        "watchdog_drops": sum(c["watchdog_drops"] for c in ports.values()),
+        "headroom_used_max": max((c.get("headroom_used", 0) for c in ports.values()),
+                                 default=0),
+        "watchdog_events": sorted(
+            ((ev, t, n) for n, c in ports.items() for ev, t in c["watchdog"]),
+            key=lambda x: x[1]),
+        "deadlocks": counters["deadlocks"], "storms": counters["storms"],
+        "agent_t0_ns": counters["t0_ns"],          # the times above count from it
+        "reaction_frames": {"count": len(frames),
+                            "median": frames[len(frames) // 2] if frames else None,
+                            "p95": frames[int(0.95 * (len(frames) - 1))] if frames else None,
+                            "max": frames[-1] if frames else None},
+        "gate_errors": counters["gate_errors"],
+        "ports": moved,
+    }
+
+
+MISROUTE_COOKIE = 0xDEAD10C
+
+
+def misroute(injector, on):
+    """Install (or remove) fabric.lossless.deadlock_plan's routes on the running
+    fabric: OpenFlow flows above the controller's (priority 1200), under a
+    cookie of their own; logged as a fault event."""
+    import subprocess
+    from emulator.fabric.lossless import deadlock_plan
+    s, t = injector.s, injector.clock()
+    routes, _ = deadlock_plan(s.topo)
+    by_name = {sw["name"]: sw for sw in s.topo["switches"]}
+    by_switch = {}
+    for name, in_ports, dsts, out in routes:
+        number = {p["name"]: p["port"] for p in by_name[name]["ports"]}
+        by_switch.setdefault(name, "")
+        by_switch[name] += "".join(
+            f"cookie={MISROUTE_COOKIE:#x},priority=1200,ip,in_port={number[i]},"
+            f"nw_dst={d},actions=output:{number[out]}\n" for i in in_ports for d in dsts)
+    for name, lines in by_switch.items():
+        target = s.net.ovs(name).target(by_name[name]["bridge"])
+        args = ["add-flows", target, "-"] if on else \
+            ["del-flows", target, f"cookie={MISROUTE_COOKIE:#x}/-1"]
+        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args],
+                           input=lines if on else None, capture_output=True, text=True,
+                           timeout=20)
+        if r.returncode != 0:
+            raise RunFailed(f"deadlock routes on {name}: {r.stderr.strip()}")
+    return injector._log("deadlock" if on else "deadlock_stop", "routes", t,
+                         switches=sorted(by_switch))

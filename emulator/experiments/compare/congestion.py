@@ -1,0 +1,295 @@
+"""Congestion control compared on one workload: ``emulator compare --cc none,dcqcn``.
+
+Model.  For each congestion-control mode (and repetition) a fresh Session
+is built with ECN marking on every switch port (``--ecn``, dataplane.lossless.ecn)
+and the collective runs over the RC transport with that mode at the
+sending NICs (traffic.dcqcn).  A sampler reads every switch port's egress
+queue (TBF backlog, drops, bytes sent) every ``--sample-ms`` during the
+collective.  Per run (``analyse``, pure):
+
+- the *bottleneck*: the switch port whose queue was longest on average;
+- its queue while it was busy (from its first to its last byte sent):
+  max, p99 and mean, in bytes and in units of Kmax; and the p99 *after the
+  first loop* (from when the queue, having passed Kmin, first falls back to
+  Kmin): DCQCN's senders all start at line rate and the first loop's peak
+  can dominate a short run's p99 (docs/transport.md);
+- its utilisation: bytes it sent over its link rate x that busy time;
+- fairness: Jain's index over the senders' throughputs (bytes over the
+  time each sender's own call took);
+- completion time, retransmissions, timeouts, CNPs and ECN marks, and
+  ``died``: runs in which a QP ran out of retries (the job aborted).
+
+``--queue-ms`` sets the buffers: deep (the default 2000 ms, a lossless
+stand-in for PFC: congestion shows as queueing) or shallow (lossy: the
+transport's go-back-N repairs the drops, at a price the table shows).
+"""
+
+import os
+
+from emulator.errors import ConfigError
+
+CC_MODES = ("none", "dcqcn", "timely")
+# HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
+# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: within the
+# 10 ms CNP interval (traffic.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
+# so a 20 % chance per packet would leave most intervals without a CNP
+# (docs/transport.md)
+DEFAULT_ECN = "100KB:400KB:1"
+
+
+def default_ecn(fabric, queue_ms, at="dequeue"):
+    """``DEFAULT_ECN``, scaled down so Kmax is at most half the smallest switch-port
+    queue of ``queue_ms``: marks must start well before a shallow buffer drops."""
+    from emulator.dataplane.lossless import ecn as ecn_mod
+    from emulator.dataplane.links.shaping import tbf_params
+    e = ecn_mod.parse(DEFAULT_ECN, at=at)
+    queue = min(tbf_params(lk.rate_bps, queue_ms)["limit"] for lk in fabric.links)
+    if 2 * e.kmax <= queue:
+        return e
+    k = queue / (2 * e.kmax)
+    return ecn_mod.Ecn(max(1, int(e.kmin * k)), max(1, int(e.kmax * k)), e.pmax, at=at)
+
+
+def jain(xs):
+    """Jain's fairness index of ``xs`` (1 = equal shares)."""
+    xs = [x for x in xs if x is not None]
+    if not xs or not any(xs):
+        return None
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def cell(v, spec):
+    """``v`` formatted by ``spec`` for a table, a right-aligned '-' when missing."""
+    return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
+
+
+def percentile(values, q):
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def after_first_loop(queue, kmin):
+    """``queue`` from when it, having exceeded ``kmin``, first fell back to it;
+    all of it if it never exceeded ``kmin``; [] if the first loop lasted
+    (nearly) all along: it fell back only in the last tenth, as a queue
+    without congestion control does when the senders finish."""
+    over = next((k for k, b in enumerate(queue) if b > kmin), None)
+    if over is None:
+        return list(queue)
+    back = next((k for k in range(over, len(queue)) if queue[k] <= kmin), None)
+    if back is None or back >= 0.9 * (len(queue) - 1):
+        return []
+    return list(queue[back:])
+
+
+def analyse(times, ports, backlog, sent, drops, kmin=0):
+    """The bottleneck port and its queue/utilisation (see the module doc).
+
+    ``ports``: [{"name", "rate_bps"}]; ``backlog``/``sent``/``drops``: one
+    list per port, one value per sample time in ``times`` (s); ``kmin``: the
+    ECN threshold that ends the first loop.
+    """
+    if len(times) < 2:
+        return None
+    means = [sum(b) / len(b) for b in backlog]
+    i = max(range(len(ports)), key=lambda k: means[k])
+    s = sent[i]
+    # busy: sampling intervals in which the port sent at >= 10 % of its rate (the
+    # barrier's hellos that trickle through before and after do not count)
+    rate = ports[i]["rate_bps"]
+    moving = [k for k in range(1, len(s)) if times[k] > times[k - 1] and
+              (s[k] - s[k - 1]) * 8 / (times[k] - times[k - 1]) >= 0.1 * rate]
+    if not moving:
+        return None
+    first, last = moving[0] - 1, moving[-1]
+    busy_s = times[last] - times[first]
+    window = backlog[i][first:last + 1]
+    return {"port": ports[i]["name"], "busy_s": round(busy_s, 4),
+            "queue_max_bytes": max(window), "queue_p99_bytes": percentile(window, 0.99),
+            "queue_mean_bytes": round(sum(window) / len(window)),
+            "queue_p99_late_bytes": percentile(after_first_loop(window, kmin), 0.99),
+            "utilisation": round((s[last] - s[first]) * 8 / (ports[i]["rate_bps"] * busy_s), 4)
+            if busy_s > 0 else None,
+            "drops": drops[i][last] - drops[i][first],
+            "samples": len(window)}
+
+
+def sender_throughputs(ranks, collective):
+    """Bytes/s of each sender's timed calls (incast: every rank but the root)."""
+    out = []
+    for r in ranks:
+        if collective == "incast" and r["rank"] == 0:
+            continue
+        t = sum(x["time_s"] for x in r["results"])
+        b = sum(x["bytes_sent"] - x.get("retransmitted_bytes", 0) for x in r["results"])
+        out.append(b / t if t > 0 else None)
+    return out
+
+
+def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
+    """One Session with ``cc`` at the senders (``cc_params``: its --cc-param values);
+    returns its measurements."""
+    from emulator.dataplane.session import Session
+    from emulator.experiments.workloads import collective
+    from emulator.experiments.compare.planes import QueueSampler
+    with Session(fabric, results_base=args.results, queue_ms=args.queue_ms, mtu=args.mtu,
+                 ecn=ecn, lb="ecmp", capture=getattr(args, "capture", None),
+                 progress=lambda m: None) as s:
+        ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
+                  "name": f"{sw['name']}->{p['peer']}"}
+                 for sw in s.topo["switches"] for p in sw["ports"]]
+        sampler = QueueSampler(ports, args.sample_ms / 1e3, s.net.intf_netns())
+        sampler.start()
+        try:
+            hosts = args.hosts.split(",") if args.hosts else None
+            report = collective.run_collective(
+                s, args.workload, sizes, hosts=hosts, qps=1, warmup=0,
+                rank_extra={"transport": "rc", "cc": cc, "cc_params": cc_params or {}})
+        finally:
+            sampler.stop()
+        ranks = collective.rank_results(os.path.join(s.dir, "collective"))
+        t0 = sampler.times[0] if sampler.times else 0
+        times = [t - t0 for t in sampler.times]
+        bott = analyse(times, ports, sampler.backlog, sampler.sent, sampler.drops, ecn.kmin)
+        series = None
+        if bott:
+            k = [p["name"] for p in ports].index(bott["port"])
+            series = {"t": [round(t, 4) for t in times], "backlog": sampler.backlog[k]}
+        row = report["rows"][0]
+        tr = report.get("transport", {})
+        out = {"cc": cc, "rep": rep, "dir": s.dir, "time_s": max(r["time_s"]
+                                                                 for r in report["rows"]),
+               "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
+               "wrong": sum(r["wrong"] for r in report["rows"]),
+               "failed_qps": report.get("failed_qps", []),
+               "bottleneck": bott, "series": series,
+               "jain": jain(sender_throughputs(ranks, args.workload)),
+               "retransmitted": tr.get("retransmitted_packets"),
+               "timeouts": tr.get("timeouts"), "naks": tr.get("naks_sent"),
+               "cnps": tr.get("cnps_sent"), "ce_received": tr.get("ce_received"),
+               "fidelity": report["fidelity"]["verdict"],
+               "fidelity_notes": report["fidelity"]["reasons"] + report["fidelity"]["warnings"],
+               "cpu": report["fidelity"]["cpu"]}
+    out["marks"] = s.results.get("ecn", {}).get("marked_total")
+    steal = out["cpu"].get("machine_steal")
+    progress(f"... cc {cc} rep {rep + 1}: {out['time_s']:.2f} s, queue p99 "
+             f"{(bott or {}).get('queue_p99_bytes')} B, {out['fidelity']}"
+             + (f" (hypervisor steal {steal:.0%})" if steal else ""))
+    return out
+
+
+def summarize(runs, kmax):
+    """One row per cc mode: medians over its repetitions."""
+    rows = []
+    for cc in dict.fromkeys(r["cc"] for r in runs):
+        rs = [r for r in runs if r["cc"] == cc]
+
+        def med(get):
+            vals = sorted(v for v in (get(r) for r in rs) if v is not None)
+            return vals[len(vals) // 2] if vals else None
+        b = lambda key: (lambda r: (r["bottleneck"] or {}).get(key))  # noqa: E731
+        rows.append({"cc": cc, "reps": len(rs), "time_s": med(lambda r: r["time_s"]),
+                     "queue_max": med(b("queue_max_bytes")),
+                     "queue_p99": med(b("queue_p99_bytes")),
+                     "queue_mean": med(b("queue_mean_bytes")),
+                     "queue_p99_over_kmax": (med(b("queue_p99_bytes")) or 0) / kmax,
+                     "queue_p99_late": med(b("queue_p99_late_bytes")),
+                     "late_reps": sum(b("queue_p99_late_bytes")(r) is not None for r in rs),
+                     "utilisation": med(b("utilisation")), "jain": med(lambda r: r["jain"]),
+                     "drops": med(b("drops")), "retransmitted": med(lambda r: r["retransmitted"]),
+                     "timeouts": med(lambda r: r["timeouts"]), "cnps": med(lambda r: r["cnps"]),
+                     "marks": med(lambda r: r["marks"]),
+                     "wrong": sum(r["wrong"] for r in rs),
+                     "died": sum(bool(r.get("failed_qps")) for r in rs),
+                     "faithful": sum(r["fidelity"] == "faithful" for r in rs)})
+    return rows
+
+
+def table(rows):
+    head = (f"{'cc':6s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
+            f"{'p99/Kmax':>8s} {'p99late':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
+            f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
+    lines = [head]
+    f = cell
+    for r in rows:
+        lines.append(f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
+                     f"{f(r['queue_p99'], '8d')} {f(r['queue_mean'], '8d')} "
+                     f"{f(r['queue_p99_over_kmax'], '8.2f')} {f(r['queue_p99_late'], '8d')} "
+                     f"{f(r['utilisation'], '5.2f')} "
+                     f"{f(r['jain'], '5.2f')} {f(r['drops'], '6d')} "
+                     f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
+                     f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "
+                     f"{r['died']:4d} {r['faithful']}/{r['reps']}")
+    for r in rows:
+        if 0 < r.get("late_reps", r["reps"]) < r["reps"]:
+            lines.append(f"  {r['cc']} p99late: median of the {r['late_reps']} of {r['reps']} "
+                         "repetitions whose queue fell back to Kmin before their last tenth")
+    return "\n".join(lines)
+
+
+def plot(runs, path, kmax):
+    """The bottleneck queue over time, one line per run, one panel per cc mode."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    modes = list(dict.fromkeys(r["cc"] for r in runs))
+    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), squeeze=False,
+                             sharey=True)
+    for ax, cc in zip(axes[0], modes):
+        for r in runs:
+            if r["cc"] == cc and r["series"]:
+                ax.plot(r["series"]["t"], [b / 1e3 for b in r["series"]["backlog"]],
+                        lw=1, label=f"rep {r['rep'] + 1}")
+        ax.axhline(kmax / 1e3, ls="--", c="grey", lw=1, label="Kmax")
+        ax.set_title(f"cc {cc}: bottleneck egress queue")
+        ax.set_xlabel("s")
+        ax.set_ylabel("kB")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(fabric, args, out=print):
+    """``emulator compare --cc ...``: returns the exit status."""
+    from emulator.dataplane.lossless import ecn as ecn_mod
+    from emulator.dataplane.session import make_results_dir, write_json
+    from emulator.experiments.workloads import ccparams
+    from emulator.experiments.workloads.collective import parse_sizes
+    modes = [m.strip() for m in args.cc.split(",") if m.strip()]
+    bad = [m for m in modes if m not in CC_MODES]
+    if bad or not modes:
+        raise ConfigError("--cc", f"unknown mode {bad[0]!r}; one of {CC_MODES}" if bad
+                          else "no mode given")
+    args.workload = getattr(args, "workload", None) or "incast"
+    if args.workload not in ("incast", "alltoall"):
+        raise ConfigError("--workload", "--cc compares incast or alltoall")
+    ecn = (ecn_mod.parse(args.ecn, at=args.ecn_at) if args.ecn
+           else default_ecn(fabric, args.queue_ms, args.ecn_at))
+    if ecn is None:
+        raise ConfigError("--ecn", "--cc needs ECN marking (K or Kmin:Kmax:Pmax)")
+    if args.reps < 1:
+        raise ConfigError("--reps", "at least 1")
+    sizes = parse_sizes(args.sizes or "1M")
+    params = {cc: ccparams.parse(args.cc_param, cc) for cc in modes if cc != "none"}
+    base = make_results_dir(args.results, "cc")
+    args.results = base
+    runs = [run_one(fabric, cc, rep, sizes, ecn, args, progress=out, cc_params=params.get(cc))
+            for rep in range(args.reps) for cc in modes]
+    rows = summarize(runs, ecn.kmax)
+    text = table(rows)
+    write_json(os.path.join(base, "cc.json"),
+               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
+                "queue_ms": args.queue_ms, "ecn": ecn.text(), "rows": rows, "runs": runs})
+    plot(runs, os.path.join(base, "cc.png"), ecn.kmax)
+    out(f"# {args.workload} {args.sizes or '1M'} on {fabric.name}, ECN {ecn.text()}, "
+        f"queues {args.queue_ms:g} ms; results in {base}")
+    out(text)
+    if any(r["wrong"] for r in rows):
+        return 1
+    if args.strict and any(r["faithful"] < r["reps"] for r in rows):
+        out("--strict: some runs were emulator-bound; exit status 3")
+        return 3
+    return 0

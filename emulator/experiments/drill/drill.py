@@ -1,0 +1,416 @@
+"""Failover drills (``python -m emulator drill``): faults under probe traffic, measured.
+
+Model.  For each failover mode (``--failover none,controller,fast-failover``)
+one fabric is built (``Session(failover=mode)``: the controller is told the
+mode on its command line) and reused for every repeat.  A repeat:
+
+  1. starts one traffic engine (``experiments.drill.drill_traffic``) that sends
+     paced RoCEv2 probes (``--pps`` per flow, small frames) from each host to
+     the host at the same position on the next leaf (a bonded host's first
+     ToR), on every rail of multi-NIC hosts (``--rails``), ``--qps`` flows
+     (UDP source ports) per pair, so ECMP puts some on the faulty link and
+     some elsewhere, and receives them all;
+  2. waits until every probe flow has arrived (the engine says so);
+  3. runs the fault schedule (``--fault`` pairs or ``--scenario`` file) at
+     its times, each event stamped with CLOCK_MONOTONIC, the receivers' clock;
+  4. after the traffic, waits for the controller to have converged on the
+     restore before the next repeat.
+
+Per flow (SONiC data-plane checker names): lost packets, ``loss_window_ms``
+(lost sequences in the gaps between the first fault and the first restore,
+divided by the flow's pps), ``recovery_ms`` (first fault -> first packet
+after the last lossy gap), ``longest_gap_ms`` (arrival gap, OVS stall included),
+duplicates, reordering.  Whether a flow crosses the fault is read from
+``ofproto/trace`` before the first repeat, switch by switch from the source
+host's (a bonded host's NIC switch included): its path names the port it
+leaves every node by, and it crosses a link fault when it leaves a node by
+either end of that link, a crash when it passes the switch.  The controller's
+convergence is first fault -> the last ``CONVERGED`` port-down push acknowledged
+by barriers (controller.log).  Over the repeats: median / p95 / max of the
+crossing flows' loss windows, and the lost packets of the others (must be 0).
+Each repeat carries its fidelity verdict (drops counted outside the links'
+queues, senders behind schedule): a repeat the machine could not carry is
+reported emulator-bound, never as the failover's loss.
+"""
+
+import json
+import os
+import time
+
+from emulator.dataplane.links.detect import parse_detect
+from emulator.experiments.drill.drill_stats import (  # noqa: F401
+    controller_convergence, flow_result, percentile, stats, summarise, summary_line, table)
+from emulator.experiments import fidelity, scenario
+from emulator.experiments.drill.drill_probes import (  # noqa: F401
+    PROBE_SETS, crosses, fault_ports, flow_paths, hop, link_ends, parse_rails, path_pairs,
+    planned_flows, probe_pairs, probe_rate, trace_path, unexpected_downs)
+from emulator.experiments.options import FAILOVER_MODES, LB_MODES, parse_seed
+from emulator.errors import ConfigError, RunFailed
+from emulator.fabric.units import parse_duration
+from traffic.frames import ROCE_MTUS
+
+MODES = FAILOVER_MODES
+
+
+def add_arguments(p):
+    """Options of the ``drill`` subcommand (the fabric options are added already)."""
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                   help="leaf1-spine1 (cut both ends), leaf1-spine1:cut:a, "
+                        "leaf1-spine1:flap:5:200ms, leaf1-spine1:loss:5, spine1:crash, "
+                        "controller:kill; each is injected then restored (default: cut "
+                        "the first uplink of the first leaf)")
+    p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
+    p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
+    p.add_argument("--failover", default="fast-failover", metavar="MODE[,MODE...]",
+                   help="none, controller, fast-failover, or a comma list to compare")
+    p.add_argument("--detect", default="1ms", metavar="DELAY|os",
+                   help="modeled loss-of-signal detection: the switches at a cut link's ends "
+                        "are told this long after the cut (default 1ms, typical of hardware); "
+                        "'os' leaves it to Open vSwitch's own carrier polling (13-85 ms here)")
+    p.add_argument("--bfd", default=None, metavar="MS",
+                   help="run BFD on every inter-switch link at this interval (2-1000 ms): "
+                        "detects gray failures (--fault LINK:loss:P) and feeds port liveness "
+                        "to fast-failover and the controller; default off")
+    p.add_argument("--bfd-holddown", default=None, metavar="BASE:MAX|0",
+                   help="with --bfd: a port whose BFD session failed stays down for BASE s "
+                        "after it comes back, doubling per flap up to MAX s (default with "
+                        "--bfd 3:30; 0: off, every flap reroutes); docs/failover.md")
+    p.add_argument("--probes", choices=PROBE_SETS, default="paths",
+                   help="paths (default): one host per leaf probes the next leaf, one flow "
+                        "per equal-cost path (UDP source ports chosen by ofproto/trace), so "
+                        "every uplink and downlink carries one probe flow; hosts: every host "
+                        "probes the next leaf, --qps flows each, hashed as they come")
+    p.add_argument("--resolution", default="1ms", metavar="MS",
+                   help="time resolution of a loss window: the probe rate per flow is one "
+                        "packet per MS (default 1ms = 1000 pps), lowered, and said so, if "
+                        "the probes would take more than half of this machine's calibrated "
+                        "budget")
+    p.add_argument("--pps", type=float, default=None,
+                   help="packets/s per probe flow, as given even above the budget "
+                        "(default: from --resolution)")
+    p.add_argument("--qps", type=int, default=None,
+                   help="probe flows per host pair (--probes hosts; default 4) or at most "
+                        "this many paths per pair (--probes paths; default all)")
+    p.add_argument("--frame-len", type=int, default=128)
+    p.add_argument("--at", type=float, default=None,
+                   help="s from flowing to the fault (default 0.5; under a collective: "
+                        "from its first call, default the middle of the calls)")
+    p.add_argument("--hold", type=float, default=1.0, help="s from fault to restore")
+    p.add_argument("--post", type=float, default=0.7, help="s of traffic after the last event")
+    p.add_argument("--gap-ms", type=float, default=1.0, help="a disruption is a gap > this")
+    p.add_argument("--rails", default="all", metavar="all|N[,N...]",
+                   help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
+                        "default all")
+    p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    p.add_argument("--lb", choices=LB_MODES, default="ecmp",
+                   help="the controller's load balancing (default ecmp)")
+    p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
+                   help="ECMP hash seed: per-switch (default) or one N for every switch")
+    p.add_argument("--queue-ms", type=float, default=30.0,
+                   help="egress queue of every link, in ms at the link rate (default 30)")
+    p.add_argument("--mtu", type=int, choices=ROCE_MTUS, default=4096,
+                   help="RoCE path MTU the interfaces carry (default 4096; probes are "
+                        "--frame-len bytes)")
+    p.add_argument("--results", default="results", metavar="DIR")
+    g = p.add_argument_group("under a collective (instead of probes): would the job survive?")
+    g.add_argument("--workload", default=None,
+                   choices=("allreduce", "allgather", "reducescatter", "alltoall"),
+                   help="run this collective while the faults happen: the disturbed "
+                        "iteration against the others, retransmissions, QPs out of retries "
+                        "(experiments/drill/drill_collective.py)")
+    g.add_argument("--sizes", default=None, help="bytes per call (default 1M)")
+    g.add_argument("--iterations", type=int, default=10, help="calls per repeat (default 10)")
+    from emulator.experiments.options import add_capture_arg, add_transport_args
+    add_transport_args(g)
+    add_capture_arg(p)
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when a repeat is emulator-bound (the machine, not the "
+                        "fabric, limited the probes)")
+
+
+def parse_modes(text):
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if not modes or bad:
+        raise ConfigError("--failover", f"{text!r}: use {', '.join(MODES)} (comma list)")
+    return modes
+
+
+def default_fault(topo):
+    """The first uplink of the first leaf (``leaf1-spine1`` on the presets)."""
+    for sw in topo["switches"]:
+        if sw["kind"] != "leaf":
+            continue
+        for p in sw["ports"]:
+            if p["peer_kind"] not in ("host", "nic", "leaf"):
+                return f"{sw['name']}-{p['peer']}"
+    raise ConfigError("drill", "the fabric has no leaf uplink to cut by default: "
+                               "give --fault SPEC or --scenario FILE")
+
+
+def schedule_from(args, topo=None, out=print):
+    """The fault schedule; with neither --fault nor --scenario, the first leaf uplink."""
+    if args.fault and args.scenario:
+        raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE, not both")
+    if args.scenario:
+        return scenario.load_scenario(args.scenario)
+    faults = args.fault
+    if not faults:
+        if topo is None:
+            raise ConfigError("drill", "give --fault SPEC (repeatable) or --scenario FILE")
+        faults = [default_fault(topo)]
+        out(f"... no --fault given: cutting {faults[0]}, the first uplink of the first leaf")
+    events, at = [], 0.5 if args.at is None else args.at
+    for spec in faults:
+        evs = scenario.fault_spec(spec, at_s=at, hold_s=args.hold)
+        events += evs
+        at = evs[-1].at_s + args.hold
+    return sorted(events, key=lambda e: e.at_s)
+
+
+# ---- probes -------------------------------------------------------------------
+
+def wait_for(cond, timeout, what, procs=None):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for name, (p, _) in (procs or {}).items():
+            if p.poll() is not None:
+                raise RunFailed(f"{what}: process in {name} exited {p.returncode}")
+        if time.monotonic() > deadline:
+            raise RunFailed(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def ports_down(converged):
+    """{(dpid, port)} whose latest port event in the controller's log is a down."""
+    latest = {}
+    for ev in converged:
+        if ev.get("event") == "port" and "up" in ev:
+            latest[(ev["dpid"], ev["port"])] = ev["up"]
+    return {k for k, up in latest.items() if not up}
+
+
+def wait_restored(s, mode, t_restore_ns, timeout=60, kind=None):
+    """After a repeat: the controller acknowledged the restore (modes that listen).
+
+    Restored means no port is down in the controller's view and, unless the
+    restore was the end of a loss (``kind`` ``loss_stop``: a BFD session may
+    have come back up before it, or never gone down), a port-up or a switch's
+    connect pushed after the restore.
+    """
+    if mode == "none" or t_restore_ns is None or s.controller is None:
+        return
+    t0 = t_restore_ns / 1e9
+
+    def done():
+        evs = s.controller.converged()
+        if ports_down(evs):
+            return False
+        return kind == "loss_stop" or any(
+            ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
+            for ev in evs)
+    wait_for(done, timeout, "the controller to converge on the restore")
+
+
+BFD_HOLDDOWN = "3:30"       # the controller's hold-down when the drill runs BFD
+
+
+def holddown_for(args):
+    """The controller's ``--bfd-holddown``: the user's, else BFD_HOLDDOWN with --bfd.
+    Without BFD nothing is damped: a fast cut can look like a BFD failure to the
+    controller ("carrier up, not live"), so damping is tied to running BFD."""
+    given = getattr(args, "bfd_holddown", None)
+    if given is not None:
+        return given
+    return BFD_HOLDDOWN if getattr(args, "bfd", None) else None
+
+
+def restore_event(events):
+    """The first restoring event of a repeat's injected ``events``: (t_ns, kind) or (None, None)."""
+    for e in events:
+        if e["kind"] in ("link_up", "switch_recover", "loss_stop", "controller_restart"):
+            return e["t_ns"], e["kind"]
+    return None, None
+
+
+RESTORES = ("restore", "recover", "loss_stop")
+
+
+def run_mode(fabric, mode, events, args, base, out):
+    from emulator.experiments.drill import drill_traffic
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.session import Session
+    with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
+                 capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
+                 queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
+                 mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
+                 progress=lambda m: out(f"... [{mode}] {m}")) as s:
+        scenario.check_targets(events, s.topo, fabric.flow_control)
+        late = None                 # with BFD: what OVS logs of control packets sent late
+        if args.bfd:
+            from emulator.dataplane.links import bfd
+            interval = bfd.parse_interval(args.bfd)
+            late = bfd.LateSends(s.topo, s.net)
+            late.mark()
+            bfd.enable(s.topo, interval, progress=lambda m: out(f"... [{mode}] {m}"),
+                       net=s.net)
+            # sessions starting look like BFD downs: wait out their hold-down
+            try:
+                wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()),
+                         30, "the controller to route over every port after BFD came up")
+            except RunFailed as e:
+                raise RunFailed(bfd.unsettled(str(e), interval, late.read())) from None
+        rails = parse_rails(getattr(args, "rails", None))
+        if getattr(args, "probes", "hosts") == "paths":
+            pairs, paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps, rails))
+        else:
+            pairs = probe_pairs(s.topo, args.qps or 4, rails)
+            paths = flow_paths(s, pairs)
+        if not pairs:
+            raise ConfigError("drill", "the fabric needs hosts on two leaves")
+        out(f"... [{mode}] {sum(len(q) for *_, q in pairs)} probe flows over {len(pairs)} "
+            f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
+        crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
+        inj = Injector(s, detect=parse_detect(args.detect))
+        repeats = []
+        try:
+            expected = fault_ports(events, s.topo)
+            for r in range(args.repeat):
+                n0 = len(inj.events)
+                t_start = time.monotonic()
+                if late:
+                    late.mark()
+                sent, recv, timelines, dur, fid = drill_traffic.repeat(
+                    s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
+                late_bfd = late.read() if late else None
+                fid = fidelity.spurious_downs(fid, unexpected_downs(
+                    s.controller.converged() if s.controller else [], t_start, expected,
+                    s.topo), late_bfd)
+                if late_bfd is not None:
+                    fid = dict(fid, bfd_late_sends=late_bfd)
+                evs = inj.events[n0:]
+                t_fault = evs[0]["t_ns"]
+                t_rest, rest_kind = restore_event(evs)
+                calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
+                flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur,
+                                             calm_from),
+                                 crosses=crossing.get(k), path=paths.get(k))
+                         for k, n in sorted(sent.items())}
+                with open(s.controller.log_path, errors="replace") as f:
+                    conv = controller_convergence(f.read(), t_fault, t_rest)
+                repeats.append({"repeat": r, "events": evs, "flows": flows,
+                                "controller": conv, "fidelity": fid})
+                if r == 0:
+                    plot(timelines, t_fault, t_rest, crossing,
+                         os.path.join(base, f"throughput-{mode}.png"), mode)
+                try:
+                    wait_restored(s, mode, t_rest, kind=rest_kind)
+                except RunFailed as e:     # ports still down: BFD's hold-down kept doubling
+                    if not (late and ports_down(s.controller.converged())):
+                        raise
+                    raise RunFailed(bfd.unsettled(
+                        str(e), interval, late.read(), "after the restore")) from None
+                out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
+                    + summary_line(repeats[-1]))
+        finally:
+            inj.close()
+    problems = s.results.get("controller", {}).get("problems", [])
+    return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
+            "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
+            "repeats": repeats,
+            "summary": summarise(repeats), "controller_problems": problems}
+
+
+def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
+    """Throughput per flow around the fault (Agg PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for key, (t0, tl) in sorted(timelines.items()):
+        xs, ys = [], []
+        for i in range(0, len(tl), bin_ms):
+            xs.append((t0 + i * 1e6 - t_fault) / 1e6)
+            ys.append(sum(tl[i:i + bin_ms]) * 8 / (bin_ms / 1e3) / 1e6)
+        ax.plot(xs, ys, lw=0.8, ls="-" if crossing.get(key) else ":",
+                label=f"{key}{' (crosses)' if crossing.get(key) else ''}")
+    ax.axvline(0, color="red", lw=1)
+    if t_restore is not None:
+        ax.axvline((t_restore - t_fault) / 1e6, color="green", lw=1)
+    ax.set_xlabel("ms since fault (red); restore in green")
+    ax.set_ylabel(f"Mbit/s ({bin_ms} ms bins)")
+    ax.set_title(f"probe throughput per flow, failover={mode}")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(fabric, args, out=print):
+    modes = parse_modes(args.failover)
+    parse_detect(args.detect)
+    if args.bfd:
+        from emulator.dataplane.links.bfd import parse_interval
+        parse_interval(args.bfd)
+        if fabric.cluster is not None:
+            raise ConfigError("--bfd", "BFD sessions run on one machine only: not with "
+                                       "--servers")
+    if getattr(args, "bfd_holddown", None) is not None:
+        from emulator.experiments.options import parse_holddown
+        parse_holddown(args.bfd_holddown)
+    from emulator.experiments import budget, calibrate
+    from emulator.fabric import addressing
+    topo = addressing.plan(fabric)
+    from emulator.experiments.options import check_capture
+    check_capture(args, fabric)
+    events = schedule_from(args, topo, out)
+    scenario.check_targets(events, topo, fabric.flow_control)
+    if args.repeat < 1:
+        raise ConfigError("--repeat", "at least 1")
+    if args.qps is not None and args.qps < 1:
+        raise ConfigError("--qps", "at least 1")
+    try:
+        resolution = parse_duration(str(args.resolution)) * 1e3
+    except ValueError:
+        resolution = 0
+    if not resolution > 0:
+        raise ConfigError("--resolution", f"{args.resolution!r}: a time such as 1ms or 2ms")
+    rails = parse_rails(getattr(args, "rails", None))
+    planned = planned_flows(topo, args.probes, args.qps, rails)
+    from emulator.dataplane.ovs import datapath
+    from emulator.fabric import layout
+    dp_type = datapath.detect(args.datapath)[0]
+    used, _ = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+    args.pps, note = probe_rate(topo, planned, args.frame_len, resolution,
+                                calibrate.cached_budget(dp_type, args.frame_len, layout=used),
+                                args.pps)
+    if note:
+        out(f"... {note}")
+    calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
+                         budget.path_hops(topo, s, d)) for s, d, n in planned],
+                       args.frame_len, args.datapath, out, fabric)
+    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+    os.makedirs(base, exist_ok=False)
+    results = [run_mode(fabric, m, events, args, base, out) for m in modes]
+    doc = {"events": [vars(e) for e in events], "args": {k: v for k, v in vars(args).items()
+                                                         if isinstance(v, (int, float, str, list))},
+           "modes": results}
+    with open(os.path.join(base, "drill.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    out(table(results))
+    from emulator.report.summary import pfc_text
+    for r in results:
+        if r.get("lossless"):
+            out(f"[{r['mode']}] " + pfc_text(r["lossless"]))
+        for name, n in sorted((r.get("captures") or {}).items()):
+            out(f"capture [{r['mode']}]: {os.path.join(r['results_dir'], name)} ({n} packets)")
+    out(f"results: {base}/drill.json, plots throughput-<mode>.png")
+    bad = [r["mode"] for r in results if r["controller_problems"]]
+    if bad:
+        out(f"controller problems in {', '.join(bad)}")
+        return 1
+    if getattr(args, "strict", False) and any(r["summary"]["emulator_bound_repeats"]
+                                              for r in results):
+        out("--strict: some repeats were emulator-bound; exit status 3")
+        return 3
+    return 0

@@ -1,0 +1,9 @@
+"""Black-box probing (``emulator probe``): find a silently lossy link, isolate it.
+
+``probe`` (the command on a running fabric) and ``prober`` (the pure
+logic: paths, suspects, verdicts).
+
+May import: the shared modules of ``experiments``, ``experiments.drill``'s
+helpers, ``experiments.workloads``, ``emulator.dataplane``,
+``emulator.fabric``, ``emulator.errors``, ``traffic``.
+"""
