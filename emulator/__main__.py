@@ -236,9 +236,20 @@ def build_parser():
     return ap
 
 
+def raise_open_files_limit():
+    """Every host namespace holds open descriptors of the run's (Mininet's shells,
+    raw sockets): a 512-host fabric passes the usual soft limit of 1024."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
+    raise_open_files_limit()
     try:
         if args.command == "validate":
             fabric = spec.load_file(args.file)
