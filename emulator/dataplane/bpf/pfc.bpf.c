@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Priority flow control's classes and per-ingress buffer accounting
+ * (dataplane.lossless.pfc has the model and the names).
+ *
+ * pfc_egress   tc clsact egress of an interface end: sets the frame's class
+ *              (skb->priority); counts a lossless frame into this end's queue
+ *              and, at a switch, as queued for the port it came in by (the
+ *              stamp byte names it).
+ * pfc_ingress  XDP (generic mode) on an interface end, the far end of egress
+ *              ``up_key``: takes an arriving lossless frame off that queue and
+ *              off the buffer of the port it entered that switch by; drops it
+ *              if the watchdog drops that queue.  At a switch: counts it into
+ *              this port's buffer or drops it past the limit (an ingress drop),
+ *              notes the time it crosses xoff, and stamps it with this port; at
+ *              a host: clears the stamp.  Optionally marks it CE by the queue it
+ *              leaves behind (ecn_mark.h).  Kick frames are dropped.
+ *
+ * One object per interface end: ``cfg`` holds its keys; the map is the run's
+ * own (user space creates it, F_MMAPABLE for the pause agent).
+ */
+#include "ecn_mark.h"
+#include <linux/in.h>
+#include <linux/udp.h>
+
+#define TC_ACT_OK 0
+#define ROCE_PORT 4791
+#define KICK_ETHERTYPE 0x88B5     /* IEEE local experimental: the pause gate's kick */
+#define OP_ACKNOWLEDGE 0x11       /* RC ACKNOWLEDGE (and NAK) */
+#define OP_CNP 0x81
+#define CONTROL_MAX 256           /* frames up to this ride the control class */
+#define CLASS_CONTROL 0x100010    /* HTB classes 10:10, 10:20, 10:30 */
+#define CLASS_LOSSLESS 0x100020
+#define CLASS_BEST 0x100030
+#define FLAG_DROP 1               /* the watchdog drops this egress queue's lossless frames */
+
+/* an entry per interface end; user space reads it as pfc.E_* (the agent by mmap) */
+struct pfc_entry {
+	__s64 eg_in;            /* bytes into this end's lossless egress queue */
+	__s64 eg_out;           /* of them, bytes that reached the far end */
+	__s64 ing;              /* bytes that came in by this (switch) port, in its buffer */
+	__s64 xoff;             /* thresholds, set by user space */
+	__s64 limit;
+	__s64 cross_ns;         /* when the buffer last crossed xoff */
+	__s64 last_ns;          /* when the far end last received from this queue */
+	__s64 flags;            /* FLAG_DROP */
+	__s64 ing_drops;
+	__s64 wd_drops;
+	__s64 peak;
+	__s64 marks;
+	__s64 pauses;           /* the agent's, as are paused_ns, corr, late */
+	__s64 paused_ns;
+	__s64 queued;           /* of ing, bytes waiting in the switch's egress queues */
+	__s64 corr;
+	__s64 late;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);        /* replaced by the run's map */
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct pfc_entry);
+} pfc_ends SEC(".maps");
+
+/* set by user space before load (pfc.CONFIG) */
+struct pfc_cfg {
+	__u64 key;              /* this interface end's entry */
+	__s64 base;             /* its switch's first entry; -1: a host */
+	__u64 up_key;           /* the egress this end receives from */
+	__s64 up_base;          /* that one's switch's first entry; -1: a host */
+	__u64 stamp;            /* this port's number + 1 at a switch; 0 at a host */
+	__u64 ecn;              /* mark CE at dequeue by ``red`` */
+	struct red red;
+};
+
+const volatile struct pfc_cfg cfg = {};
+
+/* RoCEv2's Base Transport Header; the byte of FECN/BECN/reserved bits, which
+ * the ICRC masks, carries the stamp: the switch port the frame came in by. */
+struct bth {
+	__u8 opcode;
+	__u8 flags;
+	__be16 pkey;
+	__u8 stamp;
+} __attribute__((packed));
+
+#define BTH_OFF (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr))
+#define STAMP_END (BTH_OFF + sizeof(struct bth))        /* 47: the bytes a class needs */
+
+enum roce { NOT_ROCE, CONTROL, LOSSLESS };
+
+/* The class of an IPv4 RoCEv2 frame (with its stamp byte in line), or NOT_ROCE. */
+static __always_inline enum roce roce_class(void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct udphdr *udp = (void *)(ip + 1);
+	struct bth *bth = data + BTH_OFF;
+
+	if ((void *)(bth + 1) > data_end)
+		return NOT_ROCE;
+	/* IPv4 without options (version/IHL 0x45), UDP to RoCEv2's port */
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
+	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT))
+		return NOT_ROCE;
+	if (bth->opcode == OP_ACKNOWLEDGE || bth->opcode == OP_CNP)
+		return CONTROL;
+	return LOSSLESS;
+}
+
+static __always_inline struct pfc_entry *entry(__u32 key)
+{
+	return bpf_map_lookup_elem(&pfc_ends, &key);
+}
+
+/* The entry of the port a frame stamped ``stamp`` came in by, at the switch
+ * whose first entry is ``base``; none for an unstamped frame or a host. */
+static __always_inline struct pfc_entry *ingress_port(__s64 base, __u8 stamp)
+{
+	if (base < 0 || !stamp)
+		return NULL;
+	return entry(stamp + base - 1);
+}
+
+SEC("tc")
+int pfc_egress(struct __sk_buff *skb)
+{
+	__u64 len = skb->len;
+	struct pfc_entry *e, *in;
+	enum roce class = NOT_ROCE;
+	__u8 stamp;
+
+	/* frames from a packet socket carry only their Ethernet header in line */
+	if (len >= STAMP_END && !bpf_skb_pull_data(skb, STAMP_END))
+		class = roce_class((void *)(long)skb->data, (void *)(long)skb->data_end);
+	if (class == NOT_ROCE) {
+		skb->priority = len > CONTROL_MAX ? CLASS_BEST : CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	if (class == CONTROL) {
+		skb->priority = CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	/* roce_class checked the stamp byte is in line; the verifier wants it again */
+	if ((void *)(long)skb->data + STAMP_END > (void *)(long)skb->data_end)
+		return TC_ACT_OK;
+	stamp = ((struct bth *)((void *)(long)skb->data + BTH_OFF))->stamp;
+	skb->priority = CLASS_LOSSLESS;
+	e = entry(cfg.key);
+	if (!e)
+		return TC_ACT_OK;
+	__sync_fetch_and_add(&e->eg_in, len);
+	in = ingress_port(cfg.base, stamp);
+	if (in)
+		__sync_fetch_and_add(&in->queued, len);
+	return TC_ACT_OK;
+}
+
+SEC("xdp")
+int pfc_ingress(struct xdp_md *ctx)
+{
+	__u64 len = bpf_xdp_get_buff_len(ctx);
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct bth *bth = data + BTH_OFF;
+	struct pfc_entry *up, *in, *own;
+	__s64 occupancy, before;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(KICK_ETHERTYPE))
+		return XDP_DROP;
+	if (roce_class(data, data_end) != LOSSLESS || (void *)(bth + 1) > data_end)
+		return XDP_PASS;
+	up = entry(cfg.up_key);
+	if (!up)
+		return XDP_PASS;
+	__sync_fetch_and_add(&up->eg_out, len);
+	up->last_ns = bpf_ktime_get_ns();
+	in = ingress_port(cfg.up_base, bth->stamp);
+	if (in) {
+		__sync_fetch_and_add(&in->ing, -len);
+		__sync_fetch_and_add(&in->queued, -len);
+	}
+	if (up->flags & FLAG_DROP) {
+		__sync_fetch_and_add(&up->wd_drops, 1);
+		return XDP_DROP;
+	}
+	if (cfg.stamp) {
+		own = entry(cfg.key);
+		if (!own)
+			return XDP_PASS;
+		/* signed: a count off by a lost frame may dip below 0 */
+		occupancy = own->ing - own->corr + len;
+		if (occupancy > own->limit) {
+			__sync_fetch_and_add(&own->ing_drops, 1);
+			return XDP_DROP;
+		}
+		if (occupancy > own->peak)
+			own->peak = occupancy;
+		before = __sync_fetch_and_add(&own->ing, len) - own->corr;
+		if (before < own->xoff && (__s64)(before + len) >= own->xoff)
+			own->cross_ns = bpf_ktime_get_ns();     /* this frame crossed xoff */
+	}
+	bth->stamp = cfg.stamp;
+	if (cfg.ecn)
+		mark_tail(ctx, len, up->eg_in - up->eg_out, &cfg.red, (__u64 *)&up->marks);
+	return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";
