@@ -12,7 +12,6 @@ tail as at enqueue), paced frames never, and the counted queue returns to 0.
 # no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): its own namespaces, no fabric
 LAYOUT_INDEPENDENT = True
 
-import os
 import struct
 import time
 from contextlib import contextmanager
@@ -42,15 +41,10 @@ def frame(tos=2):
 def programs(kmin, kmax, pmax, limit=10 ** 6):
     """(map, enqueue program fd, dequeue program fd) of port 0, closed after."""
     m = bpf.Map(ecnq.ENTRY.size, 1)
-    fds = []
     try:
-        fds.append(bpf.load(bpf.PROG_SCHED_CLS, ecnq.enqueue_program(m.fd, 0, limit), "t_in"))
-        fds.append(bpf.load(bpf.PROG_XDP, ecnq.dequeue_program(m.fd, 0, kmin, kmax, pmax,
-                                                                1000), "t_out"))
-        yield m, fds[0], fds[1]
+        with ecnq.programs(m, 0, limit, kmin, kmax, pmax, 1000) as fds:
+            yield m, fds["ecnq_in"], fds["ecnq_out"]
     finally:
-        for fd in fds:
-            os.close(fd)
         m.close()
 
 

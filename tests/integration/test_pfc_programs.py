@@ -5,7 +5,6 @@ ingress drops past the limit, the watchdog's drops and the kick frame."""
 # no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): no fabric
 LAYOUT_INDEPENDENT = True
 
-import os
 import struct
 from contextlib import contextmanager
 
@@ -44,26 +43,27 @@ def entries(n, limits=()):
 
 
 @contextmanager
-def loaded(kind, asm, name):
-    fd = bpf.load(kind, asm, name)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+def loaded(m, program, key, base=-1, up_key=0, up_base=-1, stamp=0):
+    """The fd of ``program`` (pfc_egress or pfc_ingress) of end ``key`` on map ``m``."""
+    with pfc.programs(m, key, base, up_key, up_base, stamp) as fds:
+        yield fds[program]
 
 
 def test_egress_counts_only_the_lossless_class():
-    with entries(1) as m, loaded(bpf.PROG_SCHED_CLS, pfc.egress_program(m.fd, 0), "t_eg") as fd:
-        for frame in (roce(), roce(0x11), roce(0x81), b"\xff" * 12 + b"\x08\x06" + b"\0" * 46):
-            ret, _ = bpf.test_run(fd, frame)
-            assert ret == pfc.TC_ACT_OK
+    with entries(1) as m, loaded(m, "pfc_egress", 0) as fd:
+        arp = b"\xff" * 12 + b"\x08\x06" + b"\0" * 46
+        for frame, cls in ((roce(), pfc.CLASS_LOSSLESS), (roce(0x11), pfc.CLASS_CONTROL),
+                           (roce(0x81), pfc.CLASS_CONTROL), (arp, pfc.CLASS_CONTROL),
+                           (arp + b"\0" * 300, pfc.CLASS_BEST)):
+            ret, _, priority = bpf.test_run_skb(fd, frame)
+            assert ret == pfc.TC_ACT_OK and priority == cls
         assert words(m, 0)[pfc.E_EG_IN // 8] == LEN      # the data frame only
 
 
 def test_switch_ingress_counts_stamps_and_keeps_the_icrc():
     # key 0: a switch port (its own buffer), key 1: the host NIC it receives from
     with entries(2, {0: (2 * LEN, 3 * LEN)}) as m, \
-            loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, -1, 0, 1), "t_in") as fd:
+            loaded(m, "pfc_ingress", 0, up_key=1, stamp=1) as fd:
         ret, out = bpf.test_run(fd, roce())
         assert ret == pfc.XDP_PASS
         assert out[pfc.STAMP_OFF] == 1                     # this port's number + 1
@@ -89,7 +89,7 @@ def test_the_next_hop_frees_the_buffer_the_stamp_names():
         e = [0] * W
         e[pfc.E_ING // 8] = 2 * LEN
         m.update(0, struct.pack(f"<{W}q", *e))
-        with loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, 0, 2, 0), "t_host") as fd:
+        with loaded(m, "pfc_ingress", 2, up_key=1, up_base=0) as fd:
             ret, out = bpf.test_run(fd, roce(stamp=1))     # entered the switch by port 1
             assert ret == pfc.XDP_PASS and out[pfc.STAMP_OFF] == 0
         assert words(m, 0)[pfc.E_ING // 8] == LEN
@@ -99,7 +99,7 @@ def test_the_next_hop_frees_the_buffer_the_stamp_names():
 
 def test_watchdog_drop_and_kick_frames():
     with entries(2, {0: (10 ** 6, 10 ** 7)}) as m, \
-            loaded(bpf.PROG_XDP, pfc.ingress_program(m.fd, 1, -1, 0, 1), "t_wd") as fd:
+            loaded(m, "pfc_ingress", 0, up_key=1, stamp=1) as fd:
         ret, _ = bpf.test_run(fd, pfc.kick_frame())
         assert ret == pfc.XDP_DROP
         e = [0] * W

@@ -1,14 +1,16 @@
 """Building and loading the eBPF programs without a kernel: which objects are
-stale (a stand-in clang that copies its input), and the errors that name the
-packages to install when clang or libbpf's headers are missing."""
+stale (a stand-in clang that copies its input), the errors that name the
+packages to install when clang, libbpf's headers or libbpf.so.1 are missing,
+and the Python side of the structs shared with C."""
 
+import ctypes
 import os
 import stat
 
 import pytest
 
 from emulator.dataplane.bpf import __main__ as bpf_cli
-from emulator.dataplane.bpf import build
+from emulator.dataplane.bpf import build, loader
 from emulator.errors import EnvironmentProblem
 
 FAKE_CLANG = """#!/bin/sh
@@ -103,3 +105,29 @@ def test_without_libbpf_headers_the_error_names_the_packages(tree, monkeypatch):
     monkeypatch.setattr(build, "HEADERS", "/nonexistent/bpf_helpers.h")
     with pytest.raises(EnvironmentProblem, match="libbpf-dev"):
         build.build(str(src), str(out))
+
+
+def test_without_libbpf_so_the_error_names_the_packages(monkeypatch):
+    real = ctypes.CDLL
+
+    def cdll(name, *args, **kwargs):
+        if name == "libbpf.so.1":
+            raise OSError("libbpf.so.1: cannot open shared object file")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(loader, "_lib", None)
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    with pytest.raises(EnvironmentProblem, match="libbpf.so.1.*clang libbpf-dev"):
+        loader._libbpf()
+
+
+def test_layouts_pack_by_name_with_c_offsets():
+    from emulator.dataplane.lossless import ecnq, pfc
+    assert ecnq.CONFIG.offsets["red.kmin"] == 16 and ecnq.CONFIG.size == 48
+    assert pfc.ENTRY.size == pfc.ENTRY_SIZE == 136 and pfc.E_LATE == 128
+    assert pfc.CONFIG.offsets["red.min_len"] == 72
+    with pytest.raises(ValueError, match="missing"):
+        ecnq.CONFIG.pack_fields(index=0)
+    red = ecnq.red(1000, 2000, 0.0, 500)
+    assert red["red.pmul"] == 1                    # at least 1/65536, as before
+    assert ecnq.red(1000, 2000, 1.0, 500)["red.pmul"] == 1 << 16

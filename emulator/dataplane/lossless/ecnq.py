@@ -26,10 +26,12 @@ the MTU frame are marked CE with DCQCN's RED profile: never at or below
 Kmin, always above Kmax, with probability Pmax (q - Kmin)/(Kmax - Kmin)
 between; Kmin == Kmax is a step at K.  The IPv4 checksum is updated
 (RFC 1624); the RoCEv2 ICRC masks the TOS byte.
-"""
 
-import os
-import struct
+The programs are C (``dataplane/bpf/ecnq.bpf.c``, the marking in
+``ecn_mark.h``), loaded once per port with that port's entry and thresholds
+as constants (``programs``); ``ENTRY`` and ``CONFIG`` are their structs as
+Python packs them.
+"""
 
 from pyroute2 import NetlinkError
 
@@ -39,150 +41,60 @@ from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.errors import EnvironmentProblem, RunFailed
 
-ENTRY = struct.Struct("<QQQQ")        # in bytes, out bytes, marked packets, spare
-IN, OUT, MARKS = 0, 8, 16
+ENTRY = bpf.Layout("ecnq_entry", [("in_bytes", "Q"), ("out_bytes", "Q"), ("marks", "Q"),
+                                   ("spare", "Q")])
+# the per-port constants of ecnq.bpf.c (its const volatile ``cfg``)
+CONFIG = bpf.Layout("ecnq_cfg", [("index", "Q"), ("limit", "q"), ("red.kmin", "q"),
+                                 ("red.kmax", "q"), ("red.pmul", "Q"), ("red.min_len", "Q")])
+MAP = "ecnq_queues"
 XDP_PASS, TC_ACT_OK = 2, 0
 XDP_FLAGS_SKB_MODE = 2
 PSCALE = 1 << 16                      # marking probability in 1/65536ths
 TC_EGRESS = 0xFFFFFFF3                # clsact's egress parent (ffff:fff3)
 
 
-def enqueue_program(map_fd, index, limit):
-    """tc egress of port ``index``: count the frame into the queue unless the TBF's
-    ``limit`` bytes would drop it."""
-    a = bpf.Asm()
-    a.alu(6, "=", src=1)
-    a.ldx(4, 7, 6, 0)                     # r7 = skb->len
-    a.lookup(map_fd, "out", key=index)
-    a.ldx(8, 1, 0, IN)
-    a.ldx(8, 2, 0, OUT)
-    a.alu(1, "-=", src=2)
-    a.alu(1, "+=", src=7)                 # the queue with this frame
-    a.jmp("s>", 1, "out", imm=min(limit, 2 ** 31 - 1))   # the TBF drops it: never leaves
-    a.atomic_add(0, IN, 7)
-    a.label("out")
-    a.alu(0, "=", imm=TC_ACT_OK)
-    a.exit()
-    return a
+def red(kmin, kmax, pmax, min_len):
+    """ecn_mark.h's ``struct red`` (CONFIG's ``red.*``): CE never at or below
+    ``kmin`` bytes behind, always above ``kmax``, with probability ``pmax``
+    (q - kmin)/(kmax - kmin) between, on frames longer than ``min_len``."""
+    return {"red.kmin": kmin, "red.kmax": kmax, "red.pmul": max(1, round(pmax * PSCALE)),
+            "red.min_len": min_len}
 
 
-def dequeue_program(map_fd, index, kmin, kmax, pmax, min_len):
-    """XDP on the far end of port ``index``: count the frame out of the queue and
-    mark it CE by the queue it leaves behind (see the module doc)."""
-    a = bpf.Asm()
-    a.alu(6, "=", src=1)
-    a.alu(1, "=", src=6)
-    a.call(bpf.XDP_GET_BUFF_LEN)
-    a.alu(7, "=", src=0)                  # r7 = frame length
-    a.lookup(map_fd, "pass", key=index)
-    a.alu(8, "=", src=0)
-    a.atomic_add(8, OUT, 7)
-    a.ldx(8, 9, 8, IN)
-    a.ldx(8, 1, 8, OUT)
-    a.alu(9, "-=", src=1)                 # r9 = queue behind this frame
-    mark_tail(a, kmin, kmax, pmax, min_len)
-    a.label("pass")
-    a.alu(0, "=", imm=XDP_PASS)
-    a.exit()
-    return a
-
-
-def mark_tail(a, kmin, kmax, pmax, min_len, marks_off=MARKS):
-    """With r6 the XDP context, r7 the frame length, r8 its port's map entry and
-    r9 the queue behind it: mark it CE by DCQCN's RED profile and count the mark
-    at ``marks_off`` of the entry; on to the label "pass" (the caller's) if not."""
-    a.jmp("s<=", 9, "pass", imm=kmin)
-    a.jmp("<=", 7, "pass", imm=min_len)
-    _headers(a)
-    a.ldx(1, 4, 2, 15)
-    a.alu(4, "&=", imm=3)
-    a.jmp("==", 4, "pass", imm=0)         # not ECN-capable
-    a.jmp("==", 4, "pass", imm=3)         # CE already
-    if kmax > kmin:
-        a.jmp("s>", 9, "mark", imm=kmax)
-        a.alu(9, "-=", imm=kmin)
-        a.alu(9, "*=", imm=max(1, round(pmax * PSCALE)))
-        a.call(bpf.GET_PRANDOM_U32)
-        a.alu(0, "&=", imm=PSCALE - 1)
-        a.alu(0, "*=", imm=kmax - kmin)
-        a.jmp(">=", 0, "pass", src=9)     # rand/65536 >= Pmax (q-Kmin)/(Kmax-Kmin)
-        _headers(a)
-    a.label("mark")
-    _set_ce(a)
-    a.alu(1, "=", imm=1)
-    a.atomic_add(8, marks_off, 1)
-
-
-def _headers(a):
-    """r2 = data with 26 bytes checked (Ethernet + IPv4 to its checksum), IPv4 only."""
-    a.packet(6, 26, "pass")
-    a.ldx(1, 4, 2, 12)
-    a.jmp("!=", 4, "pass", imm=0x08)
-    a.ldx(1, 4, 2, 13)
-    a.jmp("!=", 4, "pass", imm=0x00)
-
-
-def _set_ce(a):
-    """TOS |= CE and the IPv4 checksum fixed: HC' = ~(~HC + ~m + m') (RFC 1624),
-    m the 16-bit word of version/IHL and TOS."""
-    a.ldx(1, 4, 2, 14)
-    a.alu(4, "<<=", imm=8)
-    a.ldx(1, 5, 2, 15)
-    a.alu(4, "|=", src=5)                 # m
-    a.alu(5, "|=", imm=3)
-    a.stx(1, 2, 15, 5)                    # TOS = TOS | CE
-    a.ldx(1, 1, 2, 24)
-    a.alu(1, "<<=", imm=8)
-    a.ldx(1, 3, 2, 25)
-    a.alu(1, "|=", src=3)                 # HC
-    a.alu(1, "^=", imm=0xFFFF)
-    a.alu(4, "^=", imm=0xFFFF)
-    a.alu(1, "+=", src=4)
-    a.ldx(1, 4, 2, 14)
-    a.alu(4, "<<=", imm=8)
-    a.alu(4, "|=", src=5)                 # m'
-    a.alu(1, "+=", src=4)
-    for _ in range(2):                    # fold the carries
-        a.alu(3, "=", src=1)
-        a.alu(3, ">>=", imm=16)
-        a.alu(1, "&=", imm=0xFFFF)
-        a.alu(1, "+=", src=3)
-    a.alu(1, "^=", imm=0xFFFF)
-    a.alu(3, "=", src=1)
-    a.alu(3, ">>=", imm=8)
-    a.stx(1, 2, 24, 3)
-    a.stx(1, 2, 25, 1)
+def programs(queues, index, limit, kmin, kmax, pmax, min_len):
+    """The two programs of port ``index`` on map ``queues`` (a ``bpf.Map`` of
+    ENTRY values): ``ecnq_in`` (tc egress) counts a frame into the queue unless
+    the TBF's ``limit`` bytes would drop it, ``ecnq_out`` (XDP on the far end)
+    counts it out and marks it by the queue it leaves behind (see the module
+    doc).  Returns their fds (``bpf.Programs``)."""
+    # the limit as a 32-bit signed immediate held it before the programs were C
+    config = CONFIG.pack_fields(index=index, limit=min(limit, 2 ** 31 - 1),
+                                **red(kmin, kmax, pmax, min_len))
+    return bpf.load("ecnq", config, CONFIG, {MAP: queues}, value_layouts=[ENTRY])
 
 
 class Attached:
     """eBPF programs of a run on interfaces, and their map: ``attach_tc`` and
-    ``attach_xdp`` load and attach one (remembered in ``attached``, so a failure
+    ``attach_xdp`` attach a loaded one (remembered in ``attached``, so a failure
     half-way leaves nothing after ``remove``); ``remove`` takes them all off."""
 
     def __init__(self):
         self.map = None
         self.attached = []                 # (kind, netns, ifname)
 
-    def attach_tc(self, ipr, idx, ns, ifname, asm, name):
-        """``asm`` as a direct-action classifier on the egress of interface ``idx``."""
-        fd = bpf.load(bpf.PROG_SCHED_CLS, asm, name)
-        try:
-            ipr.tc("add", "clsact", index=idx)
-            self.attached.append(("tc", ns, ifname))
-            ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd, name=name,
-                   parent=TC_EGRESS, classid=1, direct_action=True)
-        finally:
-            os.close(fd)
+    def attach_tc(self, ipr, idx, ns, ifname, fd, name):
+        """Program ``fd`` as a direct-action classifier on the egress of interface
+        ``idx`` (the filter holds it: the caller closes ``fd``)."""
+        ipr.tc("add", "clsact", index=idx)
+        self.attached.append(("tc", ns, ifname))
+        ipr.tc("add-filter", "bpf", index=idx, handle=1, fd=fd, name=name,
+               parent=TC_EGRESS, classid=1, direct_action=True)
 
-    def attach_xdp(self, ipr, idx, ns, ifname, asm, name):
-        """``asm`` as the (generic-mode) XDP program of interface ``idx``."""
-        fd = bpf.load(bpf.PROG_XDP, asm, name)
-        try:
-            ipr.link("set", index=idx, xdp={"attrs": [("IFLA_XDP_FD", fd),
-                                                      ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
-            self.attached.append(("xdp", ns, ifname))
-        finally:
-            os.close(fd)
+    def attach_xdp(self, ipr, idx, ns, ifname, fd, name):
+        """Program ``fd`` as the (generic-mode) XDP program of interface ``idx``."""
+        ipr.link("set", index=idx, xdp={"attrs": [("IFLA_XDP_FD", fd),
+                                                  ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+        self.attached.append(("xdp", ns, ifname))
 
     def remove(self):
         errors = detach(self.attached)
@@ -239,13 +151,14 @@ class DequeueMarker(Attached):
                 for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
                                                                        self.limits)):
                     own = self.own_ns.get(ifname)
-                    ipr = ipr_in(own)
-                    self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
-                                   enqueue_program(self.map.fd, i, limit), f"ecnq_in{i}")
-                    ipr = ipr_in(ns)
-                    self.attach_xdp(ipr, _index(ipr, peer), ns, peer, dequeue_program(
-                        self.map.fd, i, m.kmin, m.kmax, m.pmax, self.frame_len // 2),
-                        f"ecnq_out{i}")
+                    with programs(self.map, i, limit, m.kmin, m.kmax, m.pmax,
+                                  self.frame_len // 2) as fds:
+                        ipr = ipr_in(own)
+                        self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
+                                       fds["ecnq_in"], f"ecnq_in{i}")
+                        ipr = ipr_in(ns)
+                        self.attach_xdp(ipr, _index(ipr, peer), ns, peer, fds["ecnq_out"],
+                                        f"ecnq_out{i}")
         except Exception as e:
             self.remove()
             if isinstance(e, NetlinkError):

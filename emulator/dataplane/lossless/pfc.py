@@ -27,6 +27,10 @@ is built from three parts:
   remains: the frame in flight); at xon it restores the gate and sends one
   60-byte kick frame of EtherType 0x88B5 through the upstream's control
   class so its qdisc runs again (the far end's XDP drops it).
+
+The two programs are C (``dataplane/bpf/pfc.bpf.c``), loaded once per
+interface end with its keys as constants (``programs``); ``ENTRY`` and
+``CONFIG`` are their structs as Python packs them.
 """
 
 import socket
@@ -34,10 +38,14 @@ import struct
 
 from emulator.dataplane import bpf
 
-# one map entry per interface end: u64 fields, byte offsets
+# one map entry per interface end (pfc.bpf.c's struct pfc_entry): s64 fields, byte offsets
+ENTRY = bpf.Layout("pfc_entry", [(name, "q") for name in (
+    "eg_in", "eg_out", "ing", "xoff", "limit", "cross_ns", "last_ns", "flags", "ing_drops",
+    "wd_drops", "peak", "marks", "pauses", "paused_ns", "queued", "corr", "late")])
 (E_EG_IN, E_EG_OUT, E_ING, E_XOFF, E_LIMIT, E_CROSS_NS, E_LAST_NS, E_FLAGS, E_ING_DROPS,
- E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR, E_LATE) = range(0, 136, 8)
-ENTRY_SIZE = 136
+ E_WD_DROPS, E_PEAK, E_MARKS, E_PAUSES, E_PAUSED_NS, E_QUEUED, E_CORR, E_LATE) = \
+    (ENTRY.offsets[name] for name in ENTRY.names)
+ENTRY_SIZE = ENTRY.size
 # E_PAUSES, E_PAUSED_NS: the agent's, for telemetry.  E_QUEUED: bytes that came in by
 # this port and wait in the switch's egress queues (counted when queued, freed with
 # E_ING); E_CORR: the agent's correction of E_ING for frames lost inside the switch
@@ -58,8 +66,7 @@ CLASS_CONTROL, CLASS_LOSSLESS, CLASS_BEST = 0x100010, 0x100020, 0x100030
 GATE_OPEN_FACTOR = 10                  # the open gate runs at 10 x the link: never the limit
 HOST_QUEUE = 32 << 20                  # a host NIC's lossless queue: the host's memory
 SWITCH_QUEUE = 32 << 20                # lossless egress queue; ingress limits bound it
-TC_ACT_OK, TC_ACT_SHOT, XDP_DROP, XDP_PASS = 0, 2, 1, 2
-SKB_LEN, SKB_PRIORITY = 0, 32
+TC_ACT_OK, XDP_DROP, XDP_PASS = 0, 1, 2
 
 
 # ---- qdiscs -------------------------------------------------------------------
@@ -120,149 +127,35 @@ def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
 
 # ---- eBPF ---------------------------------------------------------------------
 
-def _roce_data(a, ctx, not_roce, control, tc=False):
-    """r2/r3 = the packet's data and end (``bpf.Asm.packet``); to ``not_roce``
-    unless an IPv4 RoCEv2 frame with its BTH stamp byte; to ``control`` for
-    ACK/NAK/CNP.  Clobbers r4."""
-    data = 2
-    a.packet(ctx, STAMP_OFF + 1, not_roce, tc=tc)
-    a.ldx(2, 4, data, 12)
-    a.jmp("!=", 4, not_roce, imm=0x0008)          # EtherType 0x0800, little-endian load
-    a.ldx(1, 4, data, 14)
-    a.jmp("!=", 4, not_roce, imm=0x45)
-    a.ldx(1, 4, data, 23)
-    a.jmp("!=", 4, not_roce, imm=17)
-    a.ldx(2, 4, data, 36)
-    a.jmp("!=", 4, not_roce, imm=((ROCE_PORT & 0xFF) << 8) | (ROCE_PORT >> 8))
-    a.ldx(1, 4, data, BTH_OFF)
-    for op in ACK_OPCODES:
-        a.jmp("==", 4, control, imm=op)
+# the per-end constants of pfc.bpf.c (its const volatile ``cfg``)
+CONFIG = bpf.Layout("pfc_cfg", [
+    ("key", "Q"), ("base", "q"), ("up_key", "Q"), ("up_base", "q"), ("stamp", "Q"),
+    ("ecn", "Q"), ("red.kmin", "q"), ("red.kmax", "q"), ("red.pmul", "Q"),
+    ("red.min_len", "Q")])
+MAP = "pfc_ends"
 
 
-def egress_program(map_fd, key, base=-1):
-    """tc egress of interface end ``key`` (of a switch whose first port is entry
-    ``base``; -1 for a host): set the frame's class; count a lossless frame into
-    this end's queue and, at a switch, as queued for the port it came in by."""
-    a = bpf.Asm()
-    a.alu(6, "=", src=1)
-    a.ldx(4, 7, 6, SKB_LEN)
-    a.jmp("<=", 7, "other", imm=STAMP_OFF)
-    a.alu(2, "=", imm=STAMP_OFF + 1)              # frames from a packet socket carry only
-    a.call(bpf.SKB_PULL_DATA)                     # their Ethernet header in line
-    a.jmp("!=", 0, "other", imm=0)
-    _roce_data(a, 6, "other", "control", tc=True)
-    a.ldx(1, 4, 2, STAMP_OFF)
-    a.stx(8, 10, -16, 4)
-    a.st(4, 6, SKB_PRIORITY, CLASS_LOSSLESS)
-    a.lookup(map_fd, "out", key=key)
-    a.atomic_add(0, E_EG_IN, 7)
-    if base >= 0:
-        a.ldx(8, 1, 10, -16)
-        a.jmp("==", 1, "out", imm=0)
-        a.alu(1, "+=", imm=base - 1)
-        a.lookup(map_fd, "out", key_reg=1)
-        a.atomic_add(0, E_QUEUED, 7)
-    a.alu(0, "=", imm=TC_ACT_OK)
-    a.exit()
-    a.label("other")
-    a.jmp(">", 7, "best", imm=CONTROL_MAX)
-    a.label("control")
-    a.st(4, 6, SKB_PRIORITY, CLASS_CONTROL)
-    a.label("out")
-    a.alu(0, "=", imm=TC_ACT_OK)
-    a.exit()
-    a.label("best")
-    a.st(4, 6, SKB_PRIORITY, CLASS_BEST)
-    a.alu(0, "=", imm=TC_ACT_OK)
-    a.exit()
-    return a
+def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0):
+    """The two programs of interface end ``key`` on map ``ends`` (a ``bpf.Map`` of
+    ENTRY values), as fds (``bpf.Programs``):
 
-
-def ingress_program(map_fd, up_key, up_base, key, stamp, ecn=None, min_len=0):
-    """XDP on interface end ``key``, the far end of egress ``up_key`` (whose
-    switch's first entry is ``up_base``, -1 for a host): take an arriving
-    lossless frame off that queue and off the buffer of the port it entered
-    that switch by; drop it if the watchdog drops that queue.  At a switch
-    (``stamp`` = this port's number + 1): count it into this port's buffer, or
-    drop it past xoff + headroom (an ingress drop), note the time it crosses
-    xoff, and stamp it; at a host (``stamp`` 0) clear the stamp.  ``ecn``
-    (dataplane.lossless.ecn.Ecn) marks it CE by the queue it leaves behind, as
-    dataplane.lossless.ecnq does.  Kick frames are dropped."""
-    from emulator.dataplane.lossless import ecnq
-    a = bpf.Asm()
-    a.alu(6, "=", src=1)
-    a.alu(1, "=", src=6)
-    a.call(bpf.XDP_GET_BUFF_LEN)
-    a.alu(7, "=", src=0)
-    a.packet(6, 14, "pass")
-    a.ldx(2, 4, 2, 12)
-    a.jmp("==", 4, "drop", imm=((KICK_ETHERTYPE & 0xFF) << 8) | (KICK_ETHERTYPE >> 8))
-    _roce_data(a, 6, "pass", "pass")
-    a.ldx(1, 4, 2, STAMP_OFF)
-    a.stx(8, 10, -16, 4)
-    a.lookup(map_fd, "pass", key=up_key)
-    a.alu(8, "=", src=0)
-    a.atomic_add(8, E_EG_OUT, 7)
-    a.call(bpf.KTIME_GET_NS)
-    a.stx(8, 8, E_LAST_NS, 0)
-    if up_base >= 0:
-        a.ldx(8, 1, 10, -16)
-        a.jmp("==", 1, "freed", imm=0)
-        a.alu(1, "+=", imm=up_base - 1)
-        a.lookup(map_fd, "freed", key_reg=1)
-        a.alu(1, "=", imm=0)
-        a.alu(1, "-=", src=7)
-        a.atomic_add(0, E_ING, 1)
-        a.atomic_add(0, E_QUEUED, 1)
-    a.label("freed")
-    a.ldx(8, 1, 8, E_FLAGS)
-    a.alu(1, "&=", imm=FLAG_DROP)
-    a.jmp("==", 1, "keep", imm=0)
-    a.alu(1, "=", imm=1)
-    a.atomic_add(8, E_WD_DROPS, 1)
-    a.label("drop")
-    a.alu(0, "=", imm=XDP_DROP)
-    a.exit()
-    a.label("keep")
-    if stamp:
-        a.lookup(map_fd, "pass", key=key)
-        a.alu(9, "=", src=0)
-        a.ldx(8, 1, 9, E_ING)
-        a.ldx(8, 2, 9, E_CORR)
-        a.alu(1, "-=", src=2)                     # the occupancy
-        a.alu(1, "+=", src=7)
-        a.ldx(8, 2, 9, E_LIMIT)
-        a.jmp("s>", 1, "ingress_drop", src=2)    # signed: a count off by a lost frame
-        a.ldx(8, 2, 9, E_PEAK)                    # may dip below 0
-        a.jmp("s<=", 1, "nopeak", src=2)
-        a.stx(8, 9, E_PEAK, 1)
-        a.label("nopeak")
-        a.alu(1, "=", src=7)
-        a.atomic_add(9, E_ING, 1, fetch=True)
-        a.ldx(8, 2, 9, E_CORR)
-        a.alu(1, "-=", src=2)                     # r1 = the occupancy before
-        a.ldx(8, 2, 9, E_XOFF)
-        a.jmp("s>=", 1, "stamp", src=2)           # over xoff already
-        a.alu(1, "+=", src=7)
-        a.jmp("s<", 1, "stamp", src=2)
-        a.call(bpf.KTIME_GET_NS)
-        a.stx(8, 9, E_CROSS_NS, 0)                # this frame crossed xoff
-    a.label("stamp")
-    a.packet(6, STAMP_OFF + 1, "pass")            # packet pointers again after the calls
-    a.st(1, 2, STAMP_OFF, stamp)
-    if ecn is not None:
-        a.ldx(8, 9, 8, E_EG_IN)
-        a.ldx(8, 1, 8, E_EG_OUT)
-        a.alu(9, "-=", src=1)                     # r9 = the queue behind this frame
-        ecnq.mark_tail(a, ecn.kmin, ecn.kmax, ecn.pmax, min_len, marks_off=E_MARKS)
-    a.label("pass")
-    a.alu(0, "=", imm=XDP_PASS)
-    a.exit()
-    if stamp:
-        a.label("ingress_drop")
-        a.alu(1, "=", imm=1)
-        a.atomic_add(9, E_ING_DROPS, 1)
-        a.alu(0, "=", imm=XDP_DROP)
-        a.exit()
-    return a
-
+    - ``pfc_egress`` (tc egress): sets the frame's class; counts a lossless frame
+      into this end's queue and, at a switch whose first port is entry ``base``
+      (-1 for a host), as queued for the port it came in by;
+    - ``pfc_ingress`` (XDP), the far end of egress ``up_key`` (whose switch's
+      first entry is ``up_base``, -1 for a host): takes an arriving lossless
+      frame off that queue and off the buffer of the port it entered that switch
+      by; drops it if the watchdog drops that queue.  At a switch (``stamp`` =
+      this port's number + 1): counts it into this port's buffer, or drops it
+      past xoff + headroom (an ingress drop), notes the time it crosses xoff,
+      and stamps it; at a host (``stamp`` 0) clears the stamp.  ``ecn``
+      (dataplane.lossless.ecn.Ecn) marks it CE by the queue it leaves behind, as
+      dataplane.lossless.ecnq does, if longer than ``min_len``.  Kick frames are
+      dropped.
+    """
+    from emulator.dataplane.lossless.ecnq import red
+    marking = red(ecn.kmin, ecn.kmax, ecn.pmax, min_len) if ecn is not None else \
+        red(0, 0, 0.0, 0)
+    config = CONFIG.pack_fields(key=key, base=base, up_key=up_key, up_base=up_base,
+                                stamp=stamp, ecn=int(ecn is not None), **marking)
+    return bpf.load("pfc", config, CONFIG, {MAP: ends}, value_layouts=[ENTRY])

@@ -6,8 +6,7 @@ import struct
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless.ecnq import Attached
 from emulator.dataplane.lossless.pfc import (
-    E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF, ENTRY_SIZE, WORDS,
-    egress_program, ingress_program)
+    E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF, ENTRY_SIZE, WORDS, programs)
 from emulator.errors import RunFailed
 from emulator.fabric import lossless
 
@@ -95,14 +94,16 @@ class Pfc(Attached):
                     ipr = sock(e["netns"])
                     idx = ipr.link_lookup(ifname=e["ifname"])[0]
                     e["ifindex"] = idx
-                    self.attach_tc(ipr, idx, e["netns"], e["ifname"], egress_program(
-                        self.map.fd, e["key"], e["base"] if e["kind"] == "switch" else -1),
-                        f"pfc_eg{e['key']}")
                     up = self.ends[e["peer_key"]]
-                    self.attach_xdp(ipr, idx, e["netns"], e["ifname"], ingress_program(
-                        self.map.fd, up["key"], up["base"] if up["kind"] == "switch" else -1,
-                        e["key"], e["stamp"], self.ecn if up["kind"] == "switch" else None,
-                        self.min_len), f"pfc_in{e['key']}")
+                    with programs(
+                            self.map, e["key"], e["base"] if e["kind"] == "switch" else -1,
+                            up["key"], up["base"] if up["kind"] == "switch" else -1,
+                            e["stamp"], self.ecn if up["kind"] == "switch" else None,
+                            self.min_len) as fds:
+                        self.attach_tc(ipr, idx, e["netns"], e["ifname"], fds["pfc_egress"],
+                                       f"pfc_eg{e['key']}")
+                        self.attach_xdp(ipr, idx, e["netns"], e["ifname"],
+                                        fds["pfc_ingress"], f"pfc_in{e['key']}")
             self._start_agent()
         except Exception:
             self.remove()
