@@ -365,6 +365,15 @@ def run_once(case):
     return result
 
 
+def write(doc, path):
+    """``doc`` as JSON with one vector per line (a change shows as that line)."""
+    head = {k: v for k, v in doc.items() if k != "vectors"}
+    with open(path, "w") as f:
+        f.write(json.dumps(head, separators=(",", ":"))[:-1] + ',"vectors":[\n')
+        f.write(",\n".join(json.dumps(v, separators=(",", ":")) for v in doc["vectors"]))
+        f.write("\n]}\n")
+
+
 def main(path):
     if any(case.get("packet") is None for case in ecnq_cases() + pfc_cases()):
         raise SystemExit("a case without a frame")
@@ -388,9 +397,7 @@ def main(path):
                     "of the bytes the program changed; time words (E_CROSS_NS, E_LAST_NS) "
                     "after as 0/1; random: marked only on a 1-in-65536 draw.",
            "time_words": list(TIME_WORDS), "vectors": vectors}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=None, separators=(",", ":"))
-        f.write("\n")
+    write(doc, path)
     counts = Counter(v["program"] for v in vectors)
     print(f"{len(vectors)} vectors: {dict(counts)} -> {path}")
 
