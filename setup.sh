@@ -2,7 +2,8 @@
 # Install everything the emulator needs, idempotently, then optionally run.
 #
 #   sudo ./setup.sh              install (and measure this machine's budget once)
-#   sudo ./setup.sh run [ARGS]   install, then: python -m emulator run ARGS
+#   sudo ./setup.sh run [ARGS]   install, then: python -m emulator run ARGS, then
+#                                measure the budget once if it is not cached yet
 #   sudo ./setup.sh test [ARGS]  install, then: the whole test suite (pytest ARGS)
 #
 # The same script provisions the Vagrant VM, a bare Debian/Ubuntu machine and CI.
@@ -13,7 +14,7 @@ VENV="${FABRIC_LAB_VENV:-$HERE/.venv}"
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 ethtool
               iputils-ping iproute2 tcpdump tshark nftables procps psmisc curl
               openssh-client openssh-server openssl libtcmalloc-minimal4
-              python3 python3-venv python3-pip)
+              clang libbpf-dev python3 python3-venv python3-pip)
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -161,6 +162,13 @@ start_ovs() {
     say "Open vSwitch: running"
 }
 
+# The eBPF programs (ECN marking at dequeue, PFC accounting) are C, compiled here with
+# clang into the package's build folder; a run compiles what is missing or stale itself.
+build_bpf() {
+    (cd "$HERE" && timeout 300 "$VENV/bin/python" -m emulator.dataplane.bpf build) \
+        || die "compiling the eBPF programs failed (clang -target bpf; see above)"
+}
+
 # Runs and drills size their load by this machine's measured budget: measure it once
 # (3-4 minutes), unless it is cached. The test suite measures its own.
 calibrate_once() {
@@ -171,16 +179,24 @@ calibrate_once() {
 
 install_packages "${1:-}"
 make_venv
+build_bpf
 tune_kernel
 start_ovs
-case "${1:-}" in ""|run) calibrate_once ;; esac
+# a first result comes first: `run` measures the budget after it (the run says when
+# it has none)
+[ -z "${1:-}" ] && calibrate_once
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 cd "$HERE"
 case "$cmd" in
     "") say "done; run: ${SUDO_USER:+sudo }$VENV/bin/python -m emulator run (as root)" ;;
-    run) exec "$VENV/bin/python" -m emulator run "$@" ;;
+    run)
+        rc=0
+        "$VENV/bin/python" -m emulator run "$@" || rc=$?
+        # after a first result, the budget once (3-4 minutes; Ctrl-C skips it)
+        [ "$rc" -eq 0 ] && calibrate_once
+        exit "$rc" ;;
     test)
         if [ $# -gt 0 ]; then
             exec "$VENV/bin/python" -m pytest "$@"
