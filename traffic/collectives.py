@@ -16,6 +16,12 @@ others (n-1)/n*size -- hence nccl-tests' busbw factors (``BUSBW_FACTOR``).
 every rank but 0 write ``size`` bytes to rank 0 in one step; its busbw is
 what rank 0's link carried.
 
+``broadcast`` is a pipelined ring from the ring's first rank: the buffer in
+``n`` chunks; in step (time slot) s the rank at ring position p forwards
+chunk s - p, which it received in slot s - 1, so every hop carries every
+chunk once and the pipeline fills in n - 1 slots (as NCCL's ring
+broadcast); busbw = algbw.
+
 Ring order: ``ring_order`` keeps the given order (naive) or, given a
 host->leaf map, puts the hosts of each leaf next to each other so that the
 ring crosses the spine only once per leaf (the minimum for a ring).
@@ -23,7 +29,7 @@ ring crosses the spine only once per leaf (the minimum for a ring).
 
 from dataclasses import dataclass
 
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast")
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast", "broadcast")
 
 
 def _allreduce(n):
@@ -40,9 +46,10 @@ def _incast(n):
 
 # incast: busbw is what the root's link carries, (n-1) x size / time
 BUSBW_FACTOR = {"allreduce": _allreduce, "allgather": _one,
-                "reducescatter": _one, "alltoall": _one, "incast": _incast}
+                "reducescatter": _one, "alltoall": _one, "incast": _incast,
+                "broadcast": lambda n: 1}
 REDOP = {"allreduce": "sum", "reducescatter": "sum", "allgather": "none",
-         "alltoall": "none", "incast": "none"}
+         "alltoall": "none", "incast": "none", "broadcast": "none"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,22 @@ def _ring_steps(ring, rank, size, phases):
     return steps
 
 
+def _broadcast_steps(ring, rank, size):
+    """Pipelined ring broadcast from ``ring[0]``: slot s forwards chunk s - p."""
+    n = len(ring)
+    p = ring.index(rank)
+    nxt, prv = ring[(p + 1) % n], ring[(p - 1) % n]
+    steps = []
+    for s in range(2 * n - 2):
+        out, into = s - p, s - p + 1      # chunk sent, chunk received in slot s
+        sends = ((Transfer(nxt, out, chunk_bytes(size, n, out)),)
+                 if p < n - 1 and 0 <= out < n else ())
+        recvs = ((Transfer(prv, into, chunk_bytes(size, n, into)),)
+                 if p > 0 and 0 <= into < n else ())
+        steps.append(Step(s, sends, recvs, (s - 1,) if sends and p > 0 else ()))
+    return steps
+
+
 def schedule(collective, n, rank, size, ring=None):
     """The steps of ``rank`` (an index in 0..n-1) for one collective call."""
     if collective not in COLLECTIVES:
@@ -124,6 +147,8 @@ def schedule(collective, n, rank, size, ring=None):
     if collective == "reducescatter":
         # ends with rank at ring position p holding the reduced chunk p
         return _ring_steps(ring, rank, size, [(-s - 1, -s - 2) for s in range(steps)])
+    if collective == "broadcast":
+        return _broadcast_steps(ring, rank, size)
     if collective == "incast":
         # N -> 1: every other rank writes ``size`` bytes to rank 0 at once
         if rank == 0:

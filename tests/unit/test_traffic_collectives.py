@@ -25,7 +25,7 @@ def test_every_send_matches_a_receive(coll, n):
                 assert dep < st.index
 
 
-@pytest.mark.parametrize("coll", [c for c in COLLECTIVES if c != "incast"])
+@pytest.mark.parametrize("coll", [c for c in COLLECTIVES if c not in ("incast", "broadcast")])
 @pytest.mark.parametrize("n", NS)
 def test_bytes_per_rank_follow_busbw_factor(coll, n):
     size = 4096 * n
@@ -34,6 +34,26 @@ def test_bytes_per_rank_follow_busbw_factor(coll, n):
         recv = sum(t.nbytes for st in schedule(coll, n, r, size) for t in st.recvs)
         assert sent == recv == BUSBW_FACTOR[coll](n) * size
     assert bytes_per_rank(coll, n, size) == BUSBW_FACTOR[coll](n) * size
+
+
+@pytest.mark.parametrize("n", NS)
+def test_broadcast_forwards_every_chunk_once_down_the_ring(n):
+    ring = list(reversed(range(n)))              # the root is ring[0]
+    size = 1000 * n + 7
+    scheds = {r: schedule("broadcast", n, r, size, ring) for r in range(n)}
+    have = {r: set(range(n)) if r == ring[0] else set() for r in range(n)}
+    for k in range(len(scheds[ring[0]])):
+        for r in range(n):
+            for t in scheds[r][k].sends:
+                assert t.chunk in have[r]        # forwarded only once it arrived
+                assert all(d < k for d in scheds[r][k].after)
+        for r in range(n):
+            for t in scheds[r][k].sends:
+                have[t.peer].add(t.chunk)
+    assert all(have[r] == set(range(n)) for r in range(n))
+    sent = [sum(t.nbytes for st in scheds[r] for t in st.sends) for r in ring]
+    assert sent == [size] * (n - 1) + [0]
+    assert bytes_per_rank("broadcast", n, size) == BUSBW_FACTOR["broadcast"](n) * size
 
 
 @pytest.mark.parametrize("n", NS)
@@ -117,7 +137,7 @@ def test_chunks_cover_the_buffer():
 
 def test_bad_arguments():
     with pytest.raises(ValueError):
-        schedule("broadcast", 4, 0, 100)
+        schedule("gather", 4, 0, 100)
     with pytest.raises(ValueError):
         schedule("allreduce", 4, 4, 100)
     with pytest.raises(ValueError):
