@@ -148,6 +148,13 @@ def _masked_prefix(frame):
     return b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(bth)
 
 
+def _ip_checksum(header):
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
 def icrc(frame):
     """The ICRC of a complete frame (its last 4 bytes are ignored)."""
     crc = zlib.crc32(_masked_prefix(frame))
@@ -236,6 +243,47 @@ class FrameTemplate:
         crc = self._tail.combine(zlib.crc32(memoryview(buf)[PSN_OFF:head], self._crc_prefix))
         _ICRC.pack_into(buf, n - ICRC_LEN, crc)
         return n
+
+    def fill_packet(self, buf, psn, tx_ns, flow, tag, chunk, index, count, whole):
+        """``fill_head`` with every probe field (a collective's packets): the probe
+        lies inside the head, so the padding and its CRC are reused the same way."""
+        n, head = self.len, self.head
+        if whole:
+            buf[:n] = self.raw
+        else:
+            buf[:head] = self.raw[:head]
+        _PSN.pack_into(buf, PSN_OFF, (psn & PSN_MASK) | self.psn_flags)
+        PROBE.pack_into(buf, self.probe_off, PROBE_MAGIC, flow, tx_ns, tag, chunk, index, count)
+        crc = self._tail.combine(zlib.crc32(memoryview(buf)[PSN_OFF:head], self._crc_prefix))
+        _ICRC.pack_into(buf, n - ICRC_LEN, crc)
+        return n
+
+    def resized(self, frame_len):
+        """This template with another frame length, without scapy (a message's
+        last, shorter packet): the lengths (IPv4, UDP, RETH), the IPv4 checksum,
+        the padding and the CRC state are redone; the bytes equal what
+        ``FrameTemplate(..., frame_len=frame_len)`` builds."""
+        head = self.probe_off + PROBE.size
+        pad_len = max(frame_len - head - ICRC_LEN, 0)
+        raw = bytearray(self.raw[:head]) + bytes((i * 7 + 3) & 0xFF for i in range(pad_len)) \
+            + bytes(ICRC_LEN)
+        n = len(raw)
+        struct.pack_into("!H", raw, ETH_LEN + 2, n - ETH_LEN)
+        struct.pack_into("!H", raw, ETH_LEN + 10, 0)
+        struct.pack_into("!H", raw, ETH_LEN + 10, _ip_checksum(raw[ETH_LEN:ETH_LEN + IP_LEN]))
+        struct.pack_into("!H", raw, BTH_OFF - UDP_LEN + 4, n - ETH_LEN - IP_LEN)
+        if self.opcode in RETH_OPCODES:
+            struct.pack_into("!I", raw, BTH_OFF + BTH_LEN + 12, n - HEADERS_LEN - RETH_LEN)
+        _ICRC.pack_into(raw, n - ICRC_LEN, icrc(raw))
+        t = object.__new__(FrameTemplate)
+        t.__dict__.update(self.__dict__)
+        t.raw = bytes(raw)
+        t.len = n
+        t._crc_prefix = zlib.crc32(_masked_prefix(t.raw))
+        t._buf = bytearray(t.raw)
+        t.tail_sig = (n, head)
+        t._tail = _TailCrc.of(t.raw[head:n - ICRC_LEN])
+        return t
 
     def with_sport(self, sport):
         """A copy of this template with another UDP source port (path entropy).
@@ -341,4 +389,35 @@ class FastParser:
                 int.from_bytes(frame[n - ICRC_LEN:n], "little")
         return bytes(frame[26:30]), flow, psn, tx_ns, ok
 
+    def rdma(self, frame, n):
+        """Every field a collective's NIC needs of our data frame, or None:
+        (src ip, dst ip, ecn, dqpn, psn, ackreq, flow, tx_ns, tag, chunk, index,
+        count, icrc ok).  One unpack for the headers, the ICRC as ``__call__``."""
+        if n < HEADERS_LEN + PROBE.size:
+            return None
+        etype, ver, tos, proto, src, dst, dport, op, qpw, psnw = _RDMA.unpack_from(frame, 12)
+        if etype != 0x0800 or ver != 0x45 or proto != 17 or dport != ROCE_PORT:
+            return None
+        off = BTH_OFF + BTH_LEN + (RETH_LEN if op in RETH_OPCODES else 0)
+        if off + PROBE.size + ICRC_LEN > n:
+            return None
+        magic, flow, tx_ns, tag, chunk, index, count = PROBE.unpack_from(frame, off)
+        if magic != PROBE_MAGIC:
+            return None
+        ok = True
+        if self.verify:
+            key = bytes(frame[ETH_LEN:PSN_OFF])
+            crc = self._prefix.get(key)
+            if crc is None:
+                if len(self._prefix) > 65536:
+                    self._prefix.clear()
+                crc = self._prefix[key] = zlib.crc32(_masked_prefix(frame))
+            ok = zlib.crc32(frame[PSN_OFF:n - ICRC_LEN], crc) == \
+                int.from_bytes(frame[n - ICRC_LEN:n], "little")
+        return (src, dst, tos & 3, qpw & 0xFFFFFF, psnw & PSN_MASK, psnw >> 31, flow, tx_ns,
+                tag, chunk, index, count, ok)
 
+
+# from the EtherType: type, version/IHL, TOS, protocol, src, dst, UDP dport, BTH
+# opcode, the word ending in the destination QP, the AckReq/PSN word
+_RDMA = struct.Struct("!HBB7xB2x4s4s2xH4xB3xII")

@@ -54,6 +54,11 @@ class RankQPs:
         self.by_qpn = {}         # my QP number -> (peer, qp)
         self.resp = {}           # (peer ip bytes, dqpn) -> [Responder, ACK template, msn]
         self.retx = []           # keys with packets to send again (round-robin)
+        # only QPs with a timer running are looked at by ``poll`` and ``next_deadline``
+        # (a process serving many NICs has hundreds of idle ones)
+        self.armed = set()       # requester keys whose retransmission timer may run
+        self.acking = {}         # responder key -> state, while a coalesced ACK is due
+        self.any_failed = False  # some QP ran out of retries (``failed`` says which)
         self.acks_sent = self.naks_sent = self.acks_received = 0
         self.control_corrupted = self.control_unknown = 0
 
@@ -71,6 +76,7 @@ class RankQPs:
 
     def sent(self, key, psn, packet, now, again=False):
         self.req[key].sent(psn, packet, now, again)
+        self.armed.add(key)
         times = self.sent_at.get(key)
         if times is not None:
             if again:
@@ -139,6 +145,7 @@ class RankQPs:
         r = self.req[key]
         if c.is_nak:
             r.nak(c.psn, now)
+            self.any_failed = self.any_failed or r.failed
             self._queue(key)
         elif c.is_ack:
             self.acks_received += 1
@@ -180,6 +187,8 @@ class RankQPs:
             st[2] += 1                    # one more message completed (MSN)
         if reply:
             self._reply(st, reply)
+        if st[0].first_unacked is not None:
+            self.acking[(peer_ip, dqpn)] = st
         return verdict == Responder.ACCEPT
 
     def _reply(self, st, reply):
@@ -194,20 +203,38 @@ class RankQPs:
     def poll(self, now):
         for rp in self.rp.values():
             rp.advance(now)
-        for key, r in self.req.items():
-            if r.deadline is not None and now >= r.deadline and r.poll(now):
+        for key in list(self.armed):
+            r = self.req[key]
+            if r.deadline is None:
+                self.armed.discard(key)       # idle or failed: armed again by ``sent``
+            elif now >= r.deadline and r.poll(now):
+                self.any_failed = self.any_failed or r.failed
                 self._queue(key)
-        for st in self.resp.values():
-            if st[0].first_unacked is not None:
-                reply = st[0].poll(now)
-                if reply:
-                    self._reply(st, reply)
+        for rkey, st in list(self.acking.items()):
+            if st[0].first_unacked is None:
+                del self.acking[rkey]
+                continue
+            reply = st[0].poll(now)
+            if reply:
+                self._reply(st, reply)
+                del self.acking[rkey]
 
     def next_deadline(self):
-        due = [r.deadline for r in self.req.values() if r.deadline is not None]
-        due += [st[0].deadline() for st in self.resp.values()
+        due = [self.req[k].deadline for k in self.armed if self.req[k].deadline is not None]
+        due += [st[0].deadline() for st in self.acking.values()
                 if st[0].first_unacked is not None]
         return min(due, default=None)
+
+    def acked_through(self, key, psn):
+        """Whether QP ``key`` has nothing outstanding up to ``psn`` (it was sent and
+        acknowledged, or the QP failed: its packets will never be)."""
+        r = self.req[key]
+        if r.failed:
+            return True
+        for q in (r.window, r.resend):
+            if q and psn_diff(q[0][0], psn) <= 0:
+                return False
+        return True
 
     def busy(self):
         """Some QP still has packets outstanding (and has not failed)."""

@@ -31,6 +31,7 @@ _DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down 
 ROOM_WAIT_NS = 100_000
 
 MAX_FRAME = 9216
+MSG_DONTWAIT = 0x40
 SO_SNDBUFFORCE = 32
 
 
@@ -195,6 +196,49 @@ class Sender:
             for i in range(n):
                 self.sock.send(memoryview(slots[i])[:iov[i].iov_len])
         return rr
+
+    def post(self, packets, now):
+        """Put ``packets`` (``emit``'s tuples, at most ``batch``) on the wire without
+        waiting: returns how many left, a prefix.  A full interface queue (the send
+        buffer, a paused link) takes no more now and the rest stay with the
+        caller, as a NIC's frames wait in its queues; only the headers are
+        rewritten per frame (``FrameTemplate.fill_packet``).  One process serving
+        many NICs must not block on one of them (``traffic.job``)."""
+        slots, iov, sig = self.slots, self.iov, self._sig
+        for i, (tpl, psn, flow, tag, chunk, index, count) in enumerate(packets):
+            iov[i].iov_len = tpl.fill_packet(slots[i], psn, now, flow, tag, chunk, index,
+                                             count, sig[i] != tpl.tail_sig)
+            sig[i] = tpl.tail_sig
+        n, done = len(packets), 0
+        while done < n:
+            if self.mmsg:
+                r = _SENDMMSG(self.fd, self._msgs_addr + done * _MMSG_SIZE, n - done,
+                              MSG_DONTWAIT)
+            else:
+                r = self._send_dontwait(done)
+            if r >= 0:
+                done += r
+                continue
+            err = ctypes.get_errno()
+            if err == errno.EINTR:
+                continue
+            if err in _FULL:
+                self.queue_full += 1
+                break
+            if err in _DOWN:                   # lost on the wire (a fault), as ``emit``
+                self.link_down += n - done
+                return n
+            raise OSError(err, os.strerror(err))
+        return done
+
+    def _send_dontwait(self, i):
+        """One frame of slot ``i`` without sendmmsg: 1, or -1 with ctypes' errno set."""
+        try:
+            self.sock.send(memoryview(self.slots[i])[:self.iov[i].iov_len], MSG_DONTWAIT)
+            return 1
+        except OSError as e:
+            ctypes.set_errno(e.errno)
+            return -1
 
     def send_one(self, frame, patience_s=1.0):
         """Send one frame (an ACK, NAK or CNP) as a NIC would: when the interface's
