@@ -44,8 +44,8 @@ from .accounting import Accounting
 from .barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
                       serve_readable)
 from .collectives import schedule
-from .entropy import EntropyPolicy, sport as entropy_sport
-from .frames import HEADERS_LEN, PROBE, RETH_LEN, PSN_MASK, FrameTemplate, opcode_for, parse
+from .frames import parse
+from .outbound import Outbound, qp_key
 from .pacing import TokenBucket
 from .qps import RankQPs
 from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
@@ -88,13 +88,12 @@ class Rank:
             self.qps = RankQPs(cfg["rc_params"], self.sender.send_one, self.mac, mine["ip"],
                                cfg["dscp"], ooo=cfg["entropy"] != "qp", **cc_params(cfg))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
-        self.entropy = EntropyPolicy(cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6))
-        self.variants = {}     # (template id, entropy index) -> template with that sport
         self.chunks = {}       # (tag, step, peer) -> [packets expected, set of indices]
         self.corrupt = {}      # (tag, step) -> corrupted packets
-        self.psn = {}
-        self.templates = {}
-        self.peer_mac = {}
+        self.peer_mac = {}     # filled by ``barrier``
+        self.out = Outbound(self.me, mine["ip"], self.mac, self.ips, self.peer_mac,
+                            cfg["mtu"], cfg["qps"], cfg["dscp"], cfg["qpn_seed"],
+                            cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6), self.qps)
         self.bytes_rx = {}
         self.last_rx = {}      # tag -> last arrival of that call's packets
         import scapy.contrib.roce  # noqa: F401  (0.5 s: paid now, not in a timed call)
@@ -120,51 +119,6 @@ class Rank:
                     raise RuntimeError(f"no MAC for rank {i} ({r['ip']})")
 
     # -- data path ----------------------------------------------------------
-    def _template(self, peer, qp, opcode, payload):
-        key = (peer, qp, opcode, payload)
-        t = self.templates.get(key)
-        if t is None:
-            q = qpn(self.me, peer, qp, self.cfg["qpn_seed"])
-            extra = RETH_LEN if opcode in ("WRITE_FIRST", "WRITE_ONLY") else 0
-            # the last packet of a message asks for an ACK (an RDMA WRITE completes there)
-            t = self.templates[key] = FrameTemplate(
-                self.mac, self.peer_mac[peer], self.ranks[self.me]["ip"],
-                self.ranks[peer]["ip"], dst_qpn=q, src_qpn=q, opcode=opcode,
-                frame_len=HEADERS_LEN + extra + payload, dscp=self.cfg["dscp"],
-                ecn=2, ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))   # ECT(0)
-            if self.qps:
-                self.qps.add_qp((peer, qp), q)
-        return t
-
-    def _packets(self, tag, step, transfer):
-        """The packet tuples of one chunk, spread over the QPs."""
-        mtu, qps = self.cfg["mtu"], self.cfg["qps"]
-        count = max(1, -(-transfer.nbytes // mtu))
-        out = []
-        per_qp = [len(range(q, count, qps)) for q in range(qps)]
-        for i in range(count):
-            q = i % qps
-            payload = max(min(mtu, transfer.nbytes - i * mtu), PROBE.size)
-            op = opcode_for("WRITE", i // qps, per_qp[q])
-            key = (transfer.peer, q)
-            psn = self.psn.get(key, 0)
-            self.psn[key] = (psn + 1) & PSN_MASK
-            out.append((self._template(transfer.peer, q, op, payload), psn,
-                        flow_id(self.me, transfer.peer, q), tag, step, i, count))
-        return out
-
-    def _with_entropy(self, packet, now):
-        """``packet`` with the source port its QP's entropy policy picks now."""
-        idx = self.entropy.pick(packet[2], now)
-        if idx == 0:
-            return packet
-        t = packet[0]
-        key = (id(t), idx)
-        v = self.variants.get(key)
-        if v is None:
-            v = self.variants[key] = t.with_sport(entropy_sport(t.sport, idx))
-        return (v,) + packet[1:]
-
     def _drain(self, buf, mv):
         qps = self.qps
         for _ in range(256):
@@ -224,37 +178,15 @@ class Rank:
                 t += self.cfg["rc_params"].give_up_ns() / 1e9
         return int(t * 1e9)
 
-    def _next_batch(self, queue, limit, now):
-        """(packets to send now, resent?): resends first, then new packets from the
-        per-QP send queues (``sendq``: a QP its rate holds back waits alone)."""
-        qps = self.qps
-        batch, again = [], []
-        if qps and qps.retx:
-            for _key, _psn, pkt in qps.resends(limit, now):
-                batch.append(pkt)
-                again.append(True)
-        if qps:
-            def admit(key, pkt):
-                if not qps.may_send(key, now):
-                    return False
-                qps.charge(key, pkt[0].len, now)
-                return True
-            new = queue.take(limit - len(batch), admit, qps.usable)
-        else:
-            new = queue.take(limit - len(batch))
-        return batch + new, again + [False] * len(new)
-
     def _emit(self, batch, again, now):
         """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
-        wire = batch
-        if self.entropy.active:
-            wire = [self._with_entropy(p, now) for p in batch]
+        wire = self.out.wire(batch, now)
         sent = self.sender.emit(wire, self.clock)
         self.packets_sent += len(wire)
         if self.qps:
             now = self.clock()
             for pkt, a in zip(batch, again):
-                self.qps.sent(_qp_key(pkt), pkt[1], pkt, now, a)
+                self.qps.sent(qp_key(pkt), pkt[1], pkt, now, a)
                 if a:
                     self.retx_bytes += pkt[0].len
         return sent
@@ -277,7 +209,7 @@ class Rank:
         bucket = TokenBucket(cfg["rate_bps"], cfg["burst"] * cost, self.clock())
         buf = bytearray(9216)
         mv = memoryview(buf)
-        queue, released = SendQueues(_qp_key), 0
+        queue, released = SendQueues(qp_key), 0
         deadline, unblocked, ok = {}, set(), set()
         sent_bytes = 0
         before = qps.counters() if qps else {}
@@ -307,7 +239,7 @@ class Rank:
             while released < len(steps) and all(d in unblocked for d in steps[released].after):
                 st = steps[released]
                 for t in st.sends:
-                    queue.extend(self._packets(tag, released, t))
+                    queue.extend(self.out.packets(tag, released, t.peer, t.nbytes))
                 deadline[released] = now + self._step_timeout_ns(
                     max((t.nbytes for t in st.recvs), default=0))
                 released += 1
@@ -316,7 +248,7 @@ class Rank:
                 n = min(self.sender.batch, int(bucket.tokens // cost))
                 if n > 0:
                     waiting = len(queue)
-                    batch, again = self._next_batch(queue, n, now)
+                    batch, again = self.out.next_batch(queue, n, now)
                     if batch:
                         sent = self._emit(batch, again, now)
                         bucket.consume(sent * 8)
@@ -373,9 +305,7 @@ class Rank:
         for st in schedule(self.cfg["collective"], self.n, self.me, self.cfg["sizes"][0],
                            self.cfg["ring_order"]):
             for t in st.sends:
-                for q in range(self.cfg["qps"]):
-                    for op in ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST"):
-                        self._template(t.peer, q, op, self.cfg["mtu"])
+                self.out.prepare(t.peer)
             for t in st.recvs if self.qps else ():
                 peer = self.ranks[t.peer]
                 for q in range(self.cfg["qps"]):
@@ -419,7 +349,7 @@ class Rank:
                 "collective": self.cfg["collective"], "nranks": self.n,
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],
                 "qps": self.cfg["qps"], "results": results,
-                "entropy": self.cfg["entropy"], "entropy_changes": self.entropy.changes,
+                "entropy": self.cfg["entropy"], "entropy_changes": self.out.entropy.changes,
                 "rx_flows": flows["total"], "socket_drops": socket_drops(self.rx),
                 "data_frames_sent": self.packets_sent,
                 "control_frames_dropped": self.sender.control_dropped,
@@ -443,7 +373,3 @@ class Rank:
                            self.cfg["barrier_timeout_s"], also=(self.hello, self.ready),
                            socks=(self.rx,), tick=self._receive_only())
 
-
-def _qp_key(packet):
-    """(peer, qp) of one of this rank's packets, from its flow id (``flow_id``)."""
-    return (packet[2] >> 8) & 0xFFF, packet[2] & 0xFF
