@@ -1,9 +1,10 @@
-"""Command line: ``python -m traffic {send,recv,rank,report} ...``.
+"""Command line: ``python -m traffic {send,recv,rank,engine,job,report} ...``.
 
 send    paced RoCEv2 flows from this namespace to one peer (JSON stats out)
 recv    account RoCEv2 flows arriving on an interface (JSON summary out)
 rank    one rank of a collective (``--config FILE.json``, see traffic.rank)
 engine  every host's paced flows and receivers in one process (traffic.engine)
+job     a training job's ranks and collectives over every NIC in one process (traffic.job)
 report  nccl-tests table of rank result files
 """
 
@@ -66,6 +67,11 @@ def parse_args(argv):
     e.add_argument("--out", help="write the JSON here instead of stdout")
     e.add_argument("--no-wait", action="store_true",
                    help="start at once instead of waiting for 'go' on stdin")
+    j = sub.add_parser("job", help="a training job's ranks in one process")
+    j.add_argument("--config", required=True, help="job JSON (see traffic.job_config)")
+    j.add_argument("--out", help="write the JSON here instead of stdout")
+    j.add_argument("--wait-go", action="store_true",
+                   help="after 'ready', wait for 'go' on stdin before starting")
     p = sub.add_parser("report", help="nccl-tests table of rank results")
     p.add_argument("files", nargs="+")
     p.add_argument("--json", action="store_true", help="print JSON, not the table")
@@ -133,6 +139,9 @@ def main(argv=None):
         return engine_main(a.plan, a.out, wait_go=not a.no_wait)
     if a.cmd == "rank":
         return rank_main(a.config, a.out)
+    if a.cmd == "job":
+        from .job import main as job_main
+        return job_main(a.config, a.out, wait_go=a.wait_go)
     return cmd_report(a)
 
 

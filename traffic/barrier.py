@@ -164,6 +164,24 @@ def resolve_mac(ip, intf, trigger=False, timeout=3.0):
             time.sleep(0.05)      # poll interval while the kernel ARPs
 
 
+def next_hop_macs(ips):
+    """{ip: next-hop MAC, or None while unresolved} from this namespace's route and
+    neighbour tables (one netlink socket for all: a job resolves many peers)."""
+    from pyroute2 import IPRoute
+    out = {}
+    with IPRoute() as ipr:
+        known = {n.get("NDA_DST"): n.get("NDA_LLADDR") for n in ipr.neigh("dump")
+                 if n.get("NDA_LLADDR") and n["state"] not in (0x01, 0x20)}
+        for ip in ips:
+            try:
+                route = ipr.route("get", dst=ip)[0]
+            except Exception:            # no route (yet): unresolved
+                out[ip] = None
+                continue
+            out[ip] = known.get(route.get("RTA_GATEWAY") or ip)
+    return out
+
+
 def read_mac(intf):
     with open(f"/sys/class/net/{intf}/address") as f:
         return f.read().strip()
