@@ -224,7 +224,8 @@ class JobEngine:
                 due.append(t0 + t)
             due += [t for t in (r.next_timer() for r in runs.values()) if t is not None]
             if rc:
-                due += [t for t in (nic.rc.next_deadline() for nic in nics) if t is not None]
+                due += [t for t in (nic.rc.next_deadline() for nic in nics
+                                    if nic.rc.armed or nic.rc.acking) if t is not None]
             wake = min(due) if due else None
             # at most one pass per tick: what falls due within it waits for the tick
             t = clock()

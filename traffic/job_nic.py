@@ -242,12 +242,10 @@ class JobNic:
             got += 1
             if addr[2] == PACKET_OUTGOING:
                 continue
-            ts = None
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                    sec, nsec = TIMESPEC.unpack_from(data)
-                    ts = sec * 1_000_000_000 + nsec - off
-            if ts is None:
+            if anc and anc[0][1] == SO_TIMESTAMPNS:     # the only control message asked
+                sec, nsec = TIMESPEC.unpack_from(anc[0][2])
+                ts = sec * 1_000_000_000 + nsec - off
+            else:
                 ts = self.clock()
             f = rdma(mv, n)
             if f is None:

@@ -57,11 +57,16 @@ class JobProgram:
         self.blocked = [None] * n        # the states a rank waits for
         self.records = [[] for _ in range(n)]
         self._launch = []
+        self._dirty = True               # something may move (else only at ``_due``)
+        self._due = None
 
     # -- what the caller does -------------------------------------------------------
     def advance(self, now):
         """Run every rank as far as it can at ``now``; returns the instances
-        (``job_config.Instance``) whose network part is to start now."""
+        (``job_config.Instance``) whose network part is to start now.  Cheap
+        when nothing is due: the engine calls it on every pass."""
+        if not self._dirty and (self._due is None or now < self._due):
+            return []
         moved = True
         while moved:
             moved = False
@@ -69,6 +74,8 @@ class JobProgram:
                 while self._step(r, now):
                     moved = True
         out, self._launch = self._launch, []
+        self._dirty = False
+        self._due = self._next_timer()
         return out
 
     def network_done(self, cid, t):
@@ -76,9 +83,13 @@ class JobProgram:
         s = self.st[cid]
         s.net_end = t
         s.end = t + s.inst.local_ns
+        self._dirty = True
 
     def next_timer(self):
         """When a rank may go on next without the network (ns), or None."""
+        return self._next_timer() if self._dirty else self._due
+
+    def _next_timer(self):
         due = [b for b in self.busy if b is not None]
         for waits in self.blocked:
             if waits and all(s.end is not None for s in waits):
