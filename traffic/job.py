@@ -180,9 +180,7 @@ class JobEngine:
             now = clock()
             if rc:
                 for nic in nics:
-                    q = nic.rc
-                    if q.armed or q.acking or q.rp:
-                        q.poll(now)
+                    nic.poll_rc(now)
             launch(now)
             moved = True
             while moved:
@@ -224,8 +222,7 @@ class JobEngine:
                 due.append(t0 + t)
             due += [t for t in (r.next_timer() for r in runs.values()) if t is not None]
             if rc:
-                due += [t for t in (nic.rc.next_deadline() for nic in nics
-                                    if nic.rc.armed or nic.rc.acking) if t is not None]
+                due += [nic.rc_due for nic in nics if nic.rc_due is not None]
             wake = min(due) if due else None
             # at most one pass per tick: what falls due within it waits for the tick
             t = clock()

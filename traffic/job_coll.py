@@ -17,9 +17,10 @@ instance's tag in every frame, exactly as a rank runs one call
 
 Its end is the last arrival of its data or its ACKs (kernel stamps), not
 the moment the engine looked.  A NIC here is anything with ``out``
-(``outbound.Outbound``), ``enqueue``, ``complete``, ``corrupt``, ``unsent``,
-``last_rx``, ``last_ack``, ``rc`` and ``step_timeout_ns`` (``job_nic.JobNic``;
-the unit tests use a fake).
+(``outbound.Outbound``), ``enqueue``, ``complete``, ``done`` (tag -> the
+(step, peer) of chunks completed since the last look), ``corrupt``,
+``unsent``, ``last_rx``, ``last_ack``, ``rc`` and ``step_timeout_ns``
+(``job_nic.JobNic``; the unit tests use a fake).
 """
 
 from .collectives import Step, Transfer, schedule
@@ -30,7 +31,7 @@ class _Part:
     """One endpoint's share of an instance."""
 
     __slots__ = ("nic", "steps", "released", "deadline", "ok", "unblocked", "pending",
-                 "last_psn")
+                 "last_psn", "got", "due")
 
     def __init__(self, nic, steps):
         self.nic, self.steps = nic, steps
@@ -38,6 +39,18 @@ class _Part:
         self.deadline = {}       # step -> when its receives time out
         self.ok, self.unblocked, self.pending = set(), set(), set()
         self.last_psn = {}       # (peer, qp) -> the last PSN this instance used on it
+        self.got = set()         # (step, peer) of the chunks complete at this endpoint
+        self.due = None          # the first deadline of a pending step not yet timed out
+
+    def timeouts(self, now):
+        """Unblock the pending steps whose receives timed out; True if one did."""
+        if self.due is None or now < self.due:
+            return False
+        late = [k for k in self.pending if k not in self.unblocked and now >= self.deadline[k]]
+        self.unblocked.update(late)          # timed out: their dependents go anyway
+        self.due = min((self.deadline[k] for k in self.pending if k not in self.unblocked),
+                       default=None)
+        return bool(late)
 
 
 def steps_of(inst):
@@ -64,21 +77,32 @@ class NetRun:
                                                                  steps_of(inst))]
         self.start = now
         self.end = None
+        self.quiet, self.wake = False, None   # only an arrival or ``wake`` can move it
         self.end_idle = 2 * max((p.nic.step_timeout_ns(t.nbytes) for p in self.parts
                                  for st in p.steps for t in st.recvs), default=0)
 
     def poll(self, now):
-        """Release what may go, time out what is late; True once the instance ended."""
+        """Release what may go, time out what is late; True once the instance ended.
+
+        Cheap when nothing happened: the NIC lists the chunks it completed per tag
+        (``done``), so a pass looks only at what arrived and at the deadlines."""
         tag = self.tag
+        if self.quiet and (self.wake is None or now < self.wake) \
+                and not any(tag in p.nic.done for p in self.parts):
+            return False
+        self.quiet = False
         for p in self.parts:
             nic = p.nic
-            for k in list(p.pending):
-                if all(nic.complete(tag, k, t.peer) for t in p.steps[k].recvs):
+            new = nic.done.pop(tag, None)
+            if new:
+                p.got.update(new)
+                got = p.got
+                for k in [k for k in p.pending
+                          if all((k, t.peer) in got for t in p.steps[k].recvs)]:
                     p.pending.discard(k)
                     p.ok.add(k)
                     p.unblocked.add(k)
-                elif k not in p.unblocked and now >= p.deadline[k]:
-                    p.unblocked.add(k)          # timed out: its dependents go anyway
+            p.timeouts(now)
             steps = p.steps
             while p.released < len(steps) and all(d in p.unblocked
                                                    for d in steps[p.released].after):
@@ -94,21 +118,30 @@ class NetRun:
                     p.ok.add(k)
                     p.unblocked.add(k)
                     continue
-                p.deadline[k] = now + nic.step_timeout_ns(max(t.nbytes for t in st.recvs))
+                d = p.deadline[k] = now + nic.step_timeout_ns(max(t.nbytes for t in st.recvs))
                 p.pending.add(k)
-        if any(p.released < len(p.steps) for p in self.parts) or self._sending():
+                if p.due is None or d < p.due:
+                    p.due = d
+        if any(p.released < len(p.steps) for p in self.parts):
+            self.quiet, self.wake = True, self.next_timer()
             return False
-        if not any(p.pending for p in self.parts):
-            self.end = self._last_event(now)
-            return True
-        if now >= self._give_up():
+        if any(p.pending for p in self.parts):
+            give_up = self._give_up()
+            if now < give_up:
+                self.quiet, self.wake = True, min(give_up, self.next_timer())
+                return False
+            if self._sending():
+                return False
             self.end = now
             return True
-        return False
+        if self._sending():
+            return False
+        self.end = self._last_event(now)
+        return True
 
     def next_timer(self):
         """When ``poll`` may have something to do without an arrival (ns), or None."""
-        due = [p.deadline[k] for p in self.parts for k in p.pending if k not in p.unblocked]
+        due = [p.due for p in self.parts if p.due is not None]
         if all(p.released == len(p.steps) for p in self.parts) and \
                 any(p.pending for p in self.parts):
             due.append(self._give_up())

@@ -114,11 +114,16 @@ class JobNic:
         self.mv = memoryview(self.buf)
         self.rt_offset = time.time_ns() - clock()   # kernel stamps -> CLOCK_MONOTONIC
         self.chunks = {}       # (tag, step, peer) -> [packets expected, set of indices]
+        self.done = {}         # tag -> [(step, peer)] of chunks completed since looked at
         self.corrupt = {}      # (tag, step) -> corrupted packets
         self.last_rx = {}      # tag -> last arrival of its data (ns)
         self.rx_bytes, self.tx_bytes, self.retx_bytes = {}, {}, {}    # per tag
         self.unsent = {}       # tag -> packets queued, never sent yet
         self.last_ack = None
+        # when the transport's timers need a look (``poll_rc``): None while none runs
+        self.rc_due = None
+        if self.rc is not None:
+            self.ack_delay, self.rto = nic["rc_params"].ack_delay_ns, nic["rc_params"].timeout_ns
         self.data_sent = self.data_received = self.control_sent = 0
         self.control_received = self.control_dropped = self.other_frames = 0
 
@@ -149,6 +154,15 @@ class JobNic:
     def complete(self, tag, step, peer):
         entry = self.chunks.get((tag, step, peer))
         return entry is not None and len(entry[1]) >= entry[0]
+
+    def poll_rc(self, now):
+        """Run the transport's timers if one may be due (a DCQCN rate limiter's
+        timers every pass); keeps ``rc_due`` for the engine's wake-up."""
+        rc = self.rc
+        if rc.rp or (self.rc_due is not None and now >= self.rc_due):
+            self.rc_due = rc.poll(now)
+            if rc.rp:
+                self.rc_due = now if self.rc_due is None else min(self.rc_due, now)
 
     def busy(self):
         """Something waits to be sent (data, resends or control frames)."""
@@ -225,13 +239,17 @@ class JobNic:
                 rc.sent(qp_key(pkt), pkt[1], pkt, now, a)
         self.bucket.consume(total * 8)
         self.data_sent += len(batch)
+        if rc is not None and batch:          # a timer starts no earlier than an RTO
+            due = now + self.rto
+            if self.rc_due is None or due < self.rc_due:
+                self.rc_due = due
 
     # -- receiving -----------------------------------------------------------------------
     def drain(self, limit=256):
         """Read what the socket holds (at most ``limit`` frames); returns frames read."""
         sock, bufs, mv, rdma = self.rx, self.bufs, self.mv, self.parse.rdma
         rc, acct, chunks, my_ip = self.rc, self.acct, self.chunks, self.my_ip
-        off, got = self.rt_offset, 0
+        off, got, first = self.rt_offset, 0, None
         for _ in range(limit):
             try:
                 n, anc, _flags, addr = sock.recvmsg_into(bufs, ANC_SIZE)
@@ -276,14 +294,23 @@ class JobNic:
             if entry is None:
                 entry = chunks[key] = [count, set()]
             entry[1].add(index)
+            if len(entry[1]) == entry[0]:
+                self.done.setdefault(tag, []).append((chunk, peer))
             self.rx_bytes[tag] = self.rx_bytes.get(tag, 0) + n
             self.last_rx[tag] = ts
+            if first is None:
+                first = ts
+        if first is not None and rc is not None:   # a coalesced ACK may be due from then
+            due = first + self.ack_delay
+            if self.rc_due is None or due < self.rc_due:
+                self.rc_due = due
         return got
 
     def forget(self, tag):
         """Drop what was kept of a finished instance's chunks (late copies are ignored)."""
         for key in [k for k in self.chunks if k[0] == tag]:
             del self.chunks[key]
+        self.done.pop(tag, None)
 
     # -- results -------------------------------------------------------------------------
     def result(self, t0):

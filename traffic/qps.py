@@ -201,15 +201,20 @@ class RankQPs:
 
     # -- timers -----------------------------------------------------------------------
     def poll(self, now):
+        """Run the timers due at ``now``; returns the next deadline (``next_deadline``)."""
         for rp in self.rp.values():
             rp.advance(now)
+        due = None
         for key in list(self.armed):
             r = self.req[key]
             if r.deadline is None:
                 self.armed.discard(key)       # idle or failed: armed again by ``sent``
-            elif now >= r.deadline and r.poll(now):
+                continue
+            if now >= r.deadline and r.poll(now):
                 self.any_failed = self.any_failed or r.failed
                 self._queue(key)
+            if r.deadline is not None and (due is None or r.deadline < due):
+                due = r.deadline
         for rkey, st in list(self.acking.items()):
             if st[0].first_unacked is None:
                 del self.acking[rkey]
@@ -218,6 +223,11 @@ class RankQPs:
             if reply:
                 self._reply(st, reply)
                 del self.acking[rkey]
+            else:
+                t = st[0].deadline()
+                if due is None or t < due:
+                    due = t
+        return due
 
     def next_deadline(self):
         due = [self.req[k].deadline for k in self.armed if self.req[k].deadline is not None]

@@ -35,6 +35,7 @@ class FakeNic:
     def __init__(self, index, rc=False):
         self.index, self.out = index, FakeOut(index)
         self.chunks, self.corrupt, self.unsent, self.last_rx = {}, {}, {}, {}
+        self.done = {}
         self.last_ack, self.queue = None, []
         self.rc = FakeRc() if rc else None
 
@@ -58,7 +59,10 @@ def deliver(nics, now, drop=()):
             src.unsent[tag] -= 1
             if (src.index, dst.index, step, index) in drop:
                 continue
-            dst.chunks.setdefault((tag, step, src.index), [count, set()])[1].add(index)
+            entry = dst.chunks.setdefault((tag, step, src.index), [count, set()])
+            entry[1].add(index)
+            if len(entry[1]) == count:
+                dst.done.setdefault(tag, []).append((step, src.index))
             dst.last_rx[tag] = now
         src.queue = []
 

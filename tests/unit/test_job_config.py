@@ -20,7 +20,7 @@ def ar(cid="ar", members=(0, 1), **kw):
 def test_defaults_and_derived_instances():
     j = load_job(doc([[ar(), {"op": "send", "id": "p", "peer": 1, "bytes": 9}],
                       [ar(), {"op": "recv", "id": "p", "peer": 0, "bytes": 9}]]))
-    assert j.nic["mtu"] == 4096 and j.nic["transport"] == "rc" and j.tick_ns == 1_000_000
+    assert j.nic["mtu"] == 4096 and j.nic["transport"] == "rc" and j.tick_ns == 2_000_000
     assert j.nic["rc_params"].timeout_exp == 15
     assert [(i.id, i.tag, i.kind, i.endpoints) for i in j.instances.values()] == [
         ("ar", 1, "allreduce", (0, 1)), ("p", 2, "p2p", (0, 1))]
