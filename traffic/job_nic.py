@@ -97,7 +97,7 @@ class JobNic:
         self.rc = None
         if nic["transport"] == "rc":
             self.rc = RankQPs(nic["rc_params"], self.send_control, self.mac, self.ip,
-                              nic["dscp"], ooo=nic["entropy"] != "qp",
+                              nic["dscp"], ooo=nic["entropy"] != "qp", rate_slack_ns=2 * tick_ns,
                               **cc_params(dict(nic, rate_bps=self.rate)))
         self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                             nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],

@@ -37,8 +37,11 @@ class RankQPs:
     """
 
     def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False,
-                 timely=None):
+                 timely=None, rate_slack_ns=0):
         self.p = params
+        # how far a rate-limited QP may catch up after a late look (a caller that
+        # wakes on a tick sends what fell due meanwhile, as a bucket of that depth)
+        self.slack = rate_slack_ns
         self.timely = timely     # TimelyParams: every QP paced by its RTT (traffic.timely)
         self.sent_at = {}        # (peer, qp) -> deque of (psn, ns) of first transmissions
         self.ooo = ooo           # responders place out of order (spraying NICs)
@@ -94,7 +97,8 @@ class RankQPs:
         if rp is None:        # no CNP yet: the QP runs at line rate (no rate limiter)
             return
         rp.sent(nbytes)
-        self.next_ok[key] = max(now, self.next_ok.get(key, now)) + int(
+        floor = now - self.slack
+        self.next_ok[key] = max(floor, self.next_ok.get(key, floor)) + int(
             nbytes * 8e9 / rp.rate_bps)
 
     def next_send_ns(self, now):

@@ -251,3 +251,23 @@ def test_an_ackreq_that_came_out_of_order_is_answered_when_the_gap_fills():
     assert s.data(0, 0) == (Responder.ACCEPT, ("ack", 2))          # the gap fills
     assert s.data(4, 0) == (Responder.ACCEPT, None)                # no AckReq ahead
     assert s.data(3, 0) == (Responder.ACCEPT, None)                # coalesced as usual
+
+
+def test_a_rate_limited_qp_catches_up_within_its_slack_after_a_late_look():
+    """A caller waking on a tick (the job engine) lets a QP under DCQCN send what fell
+    due meanwhile, up to ``rate_slack_ns``; without slack (a rank) one packet per look."""
+    from traffic.dcqcn import DcqcnParams
+    ms = 1_000_000
+    for slack, allowed in ((0, 1), (4 * ms, 3)):
+        q = RankQPs(params(), lambda f: None, "02:00:00:00:00:01", "10.0.0.1",
+                    dcqcn=DcqcnParams(8e6), rate_slack_ns=slack)
+        q.add_qp((1, 0), 0x66)
+        cnp = parse_control(ControlTemplate(CNP, "02:00:00:00:00:02", "02:00:00:00:00:01",
+                                            "10.0.0.2", "10.0.0.1", 0x66).frame())
+        q.control(cnp, 0)                       # cut to 4 Mbit/s: a 1000-byte packet / 2 ms
+        assert q.rp[(1, 0)].rate_bps == 4e6
+        now, sent = 10 * ms, 0                  # looked at 10 ms late
+        while q.may_send((1, 0), now):
+            q.charge((1, 0), 1000, now)
+            sent += 1
+        assert sent == allowed
