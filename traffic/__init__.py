@@ -8,6 +8,10 @@ the emulator starts the same commands in Mininet hosts.
 - ``sender``: paced AF_PACKET sender (sendmmsg batches).
 - ``accounting``: per-flow loss/dup/reorder/disruption accounting (pure).
 - ``receiver``: AF_PACKET receiver feeding the accounting.
-- ``collectives``: ring/alltoall schedules (pure); ``rank``: per-host process.
+- ``collectives``: ring/alltoall/broadcast schedules (pure); ``rank``: per-host
+  process; ``outbound``: a NIC's RDMA WRITE packets (shared by rank and job).
+- ``job``: a training job's ranks and collectives over every NIC in one process
+  (``job_config``, ``job_program`` (pure), ``job_coll``, ``job_nic``;
+  docs/job-engine.md).
 - ``report``: nccl-tests style table; ``iperf``: iperf3 background traffic.
 """
