@@ -15,6 +15,7 @@ from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
 from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
+                                          add_training_args,
                                           add_fidelity_args, add_transport_args,
                                           parse_seed)
 from traffic.frames import ROCE_MTUS
@@ -111,6 +112,16 @@ COMMANDS = {"check": "emulator.experiments.check",
             "probe": "emulator.experiments.probe.probe"}
 
 
+WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none")
+
+
+def parse_workload(text):
+    if text in WORKLOADS or text.startswith("simai:"):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE)")
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m emulator",
                                  description="AI-cluster fabric emulator")
@@ -136,12 +147,12 @@ def build_parser():
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
                         "(shows hash polarization)")
     g = p.add_argument_group("traffic")
-    g.add_argument("--workload", default="mix",
-                   choices=("mix", "allreduce", "allgather", "reducescatter", "alltoall",
-                            "incast", "none"),
+    g.add_argument("--workload", default="mix", type=parse_workload,
+                   metavar="{" + ",".join(WORKLOADS) + ",simai:FILE}",
                    help="mix: RoCEv2 flows across leaves (default); a collective: "
                         "nccl-tests-style run over all hosts (or --hosts); incast: every "
-                        "host writes --sizes bytes to the first at once")
+                        "host writes --sizes bytes to the first at once; simai:FILE: a "
+                        "training job from a SimAI/AICB workload file (docs/training.md)")
     g.add_argument("--duration", type=float, default=5.0,
                    help="seconds of the traffic mix")
     g.add_argument("--sizes", default="1M:4M",
@@ -157,6 +168,8 @@ def build_parser():
                    metavar="SRC:DST[:tcp|udp[:RATE]]",
                    help="iperf3 flow running alongside the workload, repeatable "
                         "(e.g. h1:h5:udp:10Mbps); results go into results.json")
+    g = p.add_argument_group("training jobs (--workload simai:FILE)")
+    add_training_args(g)
     g = p.add_argument_group("RoCE transport and congestion control")
     add_transport_args(g)
     g = p.add_argument_group("fidelity")

@@ -163,3 +163,20 @@ def parse_holddown(text):
         return str(text).strip()
     raise ConfigError("--bfd-holddown", f"{text!r}: BASE:MAX in seconds with BASE <= MAX "
                                         "(e.g. 3:30), or 0 for off")
+
+
+def add_training_args(p):
+    """How a SimAI workload runs on the fabric (experiments.workloads.training)."""
+    p.add_argument("--gpus-per-host", type=int, default=None, metavar="K",
+                   help="GPUs (ranks) per host (default: the host's NICs); ranks fill hosts "
+                        "in order, K per host")
+    p.add_argument("--iterations", type=int, default=1, metavar="N",
+                   help="training iterations (default 1)")
+    p.add_argument("--real-rate", default="400Gbps", metavar="RATE",
+                   help="a real GPU's NIC rate the job is scaled from (default 400Gbps): "
+                        "compute and NVLink are stretched by it over the emulated rate")
+    p.add_argument("--nvlink-rate", default=None, metavar="RATE",
+                   help="a real GPU's NVLink rate (default 8x --real-rate), scaled as the NICs")
+    p.add_argument("--size-scale", type=float, default=None, metavar="S",
+                   help="divide every size by S (default: chosen so an iteration takes about "
+                        "30 s, and every ring chunk stays at least 8 frames)")

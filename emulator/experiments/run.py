@@ -22,6 +22,9 @@ def run(fabric, args, out=print):
     # Every argument is checked before anything is created.
     sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
         else None
+    from emulator.experiments.workloads import training
+    path = training.workload_path(args.workload)
+    job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
     host_names = {h.name for h in fabric.hosts}
     background = [bg.parse_spec(b, host_names) for b in args.background]
     if fabric.cluster is not None and (args.cli or background):
@@ -55,7 +58,7 @@ def run(fabric, args, out=print):
                 else:
                     with bg.Background(session, background,
                                        _workload_seconds(session, args, sizes)) as bgr:
-                        status = _workload(session, args, sizes, out)
+                        status = _workload(session, args, sizes, out, job)
                     if background:
                         session.results["background"] = bgr.results
         finally:
@@ -69,7 +72,8 @@ def run(fabric, args, out=print):
     if problems:
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
         status = 1
-    fid = (session.results.get("traffic") or session.results.get("collective") or {}) \
+    fid = (session.results.get("traffic") or session.results.get("collective")
+           or session.results.get("training") or {}) \
         .get("fidelity")
     if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
         out("--strict: the measurement is emulator-bound; exit status 3")
@@ -105,10 +109,22 @@ def _workload_seconds(session, args, sizes):
                                                 sizes, rate))
 
 
-def _workload(session, args, sizes, out):
+def _workload(session, args, sizes, out, job=None):
     """The workload part of ``run``; returns the exit status."""
     from emulator.experiments.workloads import collective
     from emulator.experiments.workloads import mix
+    if job is not None:
+        from emulator.experiments.options import job_seed, rank_transport
+        from emulator.experiments.workloads import training
+        from emulator.experiments.compare.compare import ENTROPY
+        seed = job_seed(getattr(args, "job_seed", None))
+        t = training.run_job(session, job, dict(
+            rank_transport(args), entropy=ENTROPY[args.lb], qpn_seed=seed, qps=args.qps or 1,
+            timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
+            progress=lambda m: out(f"... {m}"))
+        t["job_seed"] = seed
+        session.results["training"] = t
+        return 1 if t["wrong"] or t["aborted"] else 0
     if args.workload == "mix" and args.duration > 0:
         out(f"... traffic: {args.duration:g}s across leaves")
         session.results["traffic"] = mix.default_mix(

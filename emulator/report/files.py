@@ -166,7 +166,7 @@ def markdown(results, topo, pictures, summary_text=None):
         from emulator.report.summary import pfc_text
         out += ["", "## Lossless fabric", "", "```", pfc_text(r["lossless"]), "```"]
     traffic = r.get("traffic")
-    fid = (traffic or r.get("collective") or {}).get("fidelity")
+    fid = (traffic or r.get("collective") or r.get("training") or {}).get("fidelity")
     if fid is not None:
         out += ["", "## Fidelity", ""]
         if fid["verdict"] != "faithful":
@@ -190,6 +190,9 @@ def markdown(results, topo, pictures, summary_text=None):
         if "busbw.png" in pictures:
             out += ["![busbw](busbw.png)", ""]
         out += ["```", coll["table"], "```"]
+    if r.get("training"):
+        from emulator.report.training import training_lines
+        out += ["", "## Training job", "", "```", *training_lines(r["training"]), "```"]
     checks = r.get("checks")
     if checks:
         out += ["", "## Checks", "", _md_table(("check", "result", "detail"), [

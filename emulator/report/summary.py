@@ -208,6 +208,13 @@ def summary(results, topo):
         if coll.get("fidelity"):
             out.append("")
             out += fidelity_lines(coll["fidelity"])
+    if r.get("training"):
+        from emulator.report.training import training_lines
+        out.append("")
+        out += training_lines(r["training"])
+        if r["training"].get("fidelity"):
+            out.append("")
+            out += fidelity_lines(r["training"]["fidelity"])
     for b in r.get("background", []):
         if "error" in b:
             out.append(f"background {b.get('src')}->{b.get('dst')}: error: {b['error']}")
