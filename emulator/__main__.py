@@ -109,6 +109,7 @@ COMMANDS = {"check": "emulator.experiments.check",
             "compare": "emulator.experiments.compare.compare",
             "drill": "emulator.experiments.drill.drill",
             "drill_collective": "emulator.experiments.drill.drill_collective",
+            "drill_training": "emulator.experiments.drill.drill_training",
             "probe": "emulator.experiments.probe.probe"}
 
 
@@ -342,14 +343,16 @@ def main(argv=None):
             from emulator.dataplane import session
             name = args.command
             if name == "drill" and getattr(args, "workload", None):
-                name = "drill_collective"       # the same drill, under a collective
+                # the same drill, under a collective or a training job
+                name = "drill_training" if args.workload.startswith("simai:") \
+                    else "drill_collective"
             command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset
             fabric = load_fabric(args)
             if fabric.cluster is not None and name in ("check", "probe", "compare",
-                                                       "drill_collective"):
-                what = "drill --workload" if name == "drill_collective" else name
+                                                       "drill_collective", "drill_training"):
+                what = "drill --workload" if name.startswith("drill_") else name
                 raise FabricError(f"{what} runs on one machine only: not with --servers "
                                   "(run and drill under probes run on servers)")
             session.require_root()

@@ -165,13 +165,15 @@ def parse_holddown(text):
                                         "(e.g. 3:30), or 0 for off")
 
 
-def add_training_args(p):
-    """How a SimAI workload runs on the fabric (experiments.workloads.training)."""
+def add_training_args(p, iterations=True):
+    """How a SimAI workload runs on the fabric (experiments.workloads.training);
+    ``iterations``: add ``--iterations`` (a drill has its own)."""
     p.add_argument("--gpus-per-host", type=int, default=None, metavar="K",
                    help="GPUs (ranks) per host (default: the host's NICs); ranks fill hosts "
                         "in order, K per host")
-    p.add_argument("--iterations", type=int, default=1, metavar="N",
-                   help="training iterations (default 1)")
+    if iterations:
+        p.add_argument("--iterations", type=int, default=1, metavar="N",
+                       help="training iterations (default 1)")
     p.add_argument("--real-rate", default="400Gbps", metavar="RATE",
                    help="a real GPU's NIC rate the job is scaled from (default 400Gbps): "
                         "compute and NVLink are stretched by it over the emulated rate")

@@ -2,8 +2,10 @@
 simai:FILE``): every rank in one job process, the training results, EndToEnd.csv."""
 
 import csv
+import json
 
-from tests.conftest import REPO, emulator, unless_stolen, results_of, verdict_of
+from tests.conftest import (REPO, assert_contract, emulator, results_of, unless_stolen,
+                            verdict_of)
 
 MICRO = f"{REPO}/tests/data/simai/microAllReduce.txt"
 
@@ -41,3 +43,24 @@ def test_a_workload_with_more_ranks_than_the_fabric_is_refused_before_anything_i
     assert p.returncode == 2, p.stdout + p.stderr
     assert "all_gpus" in p.stderr or "8" in p.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_drill_under_a_training_job_finds_the_disturbed_iteration(tmp_path):
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        p = emulator("drill", "--workload", f"simai:{MICRO}", "--gpus-per-host", "1",
+                     "--size-scale", "40", "--fault", "leaf1-spine1", "--failover",
+                     "fast-failover", "--repeat", "1", "--results", str(base), timeout=400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        (d,) = [x for x in base.iterdir() if x.name.startswith("drill-")]
+        return p, json.loads((d / "drill.json").read_text())
+    p, doc = unless_stolen(measure,
+                           lambda m: m[1]["modes"][0]["repeats"][0]["fidelity_detail"])
+    assert_contract("drill.json", doc)
+    (mode,) = doc["modes"]
+    (rep,) = mode["repeats"]
+    assert rep["fidelity"] == "faithful", verdict_of(rep["fidelity_detail"])
+    assert len(rep["iterations"]) == 3 and rep["disturbed"] is not None
+    assert rep["slowdown"] > 0.8 and not rep["job_died"] and rep["wrong"] == 0
+    assert rep["events"][0]["kind"] == "link_down" and rep["events"][0]["target"] == "leaf1-spine1"
+    assert "slowdown med" in p.stdout

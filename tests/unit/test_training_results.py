@@ -101,3 +101,14 @@ def test_a_workload_spec_names_an_existing_file(tmp_path):
         training.workload_path("simai:")
     with pytest.raises(ConfigError, match="no such file"):
         training.workload_path(f"simai:{tmp_path}/missing.txt")
+
+
+def test_the_drill_judges_the_iteration_that_held_the_fault():
+    from emulator.experiments.drill.drill_training import judge
+    t = training.document(job(), RESULT, EST)
+    t["per_iteration"][1]["time_s"] = 7.5                 # the disturbed one was slower
+    t0 = RESULT["job"]["t0_ns"]
+    v = judge(t, t0 + 70 * T)
+    assert v["disturbed"] == 1 and v["slowdown"] == 1.5 and v["undisturbed_s"] == 5.0
+    assert not v["job_died"] and v["wrong"] == 0
+    assert judge(t, t0 + 200 * T)["disturbed"] is None   # after the job: nothing disturbed

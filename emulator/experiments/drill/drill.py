@@ -52,6 +52,16 @@ from traffic.frames import ROCE_MTUS
 MODES = FAILOVER_MODES
 
 
+def drill_workload(text):
+    """``--workload``: a collective or ``simai:FILE``."""
+    import argparse
+    if text in ("allreduce", "allgather", "reducescatter", "alltoall") or \
+            text.startswith("simai:"):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
+                                     "allgather, reducescatter, alltoall, simai:FILE)")
+
+
 def add_arguments(p):
     """Options of the ``drill`` subcommand (the fabric options are added already)."""
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
@@ -113,13 +123,18 @@ def add_arguments(p):
                         "--frame-len bytes)")
     p.add_argument("--results", default="results", metavar="DIR")
     g = p.add_argument_group("under a collective (instead of probes): would the job survive?")
-    g.add_argument("--workload", default=None,
-                   choices=("allreduce", "allgather", "reducescatter", "alltoall"),
-                   help="run this collective while the faults happen: the disturbed "
-                        "iteration against the others, retransmissions, QPs out of retries "
-                        "(experiments/drill/drill_collective.py)")
+    g.add_argument("--workload", default=None, type=drill_workload,
+                   metavar="{allreduce,allgather,reducescatter,alltoall,simai:FILE}",
+                   help="run this collective (or training job, simai:FILE) while the faults "
+                        "happen: the disturbed iteration against the others, "
+                        "retransmissions, QPs out of retries "
+                        "(experiments/drill/drill_collective.py, drill_training.py)")
     g.add_argument("--sizes", default=None, help="bytes per call (default 1M)")
-    g.add_argument("--iterations", type=int, default=10, help="calls per repeat (default 10)")
+    g.add_argument("--iterations", type=int, default=None,
+                   help="calls per repeat (default 10), or a training job's iterations "
+                        "(default 3)")
+    from emulator.experiments.options import add_training_args
+    add_training_args(g, iterations=False)
     from emulator.experiments.options import add_capture_arg, add_transport_args
     add_transport_args(g)
     add_capture_arg(p)

@@ -241,6 +241,8 @@ def main(fabric, args, out=print):
     parse_detect(args.detect)
     ecn = check_transport(args, fabric)
     check_capture(args, fabric)
+    if args.iterations is None:
+        args.iterations = 10
     if args.iterations < 2:
         raise ConfigError("--iterations", "at least 2 (one disturbed, one to compare)")
     if args.repeat < 1:

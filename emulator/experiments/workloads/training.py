@@ -91,8 +91,9 @@ def job_config(session, job, extra):
     return cfg
 
 
-def run_job(session, job, extra, progress=print):
-    """Run ``job`` on ``session``'s fabric; returns the ``training`` document."""
+def run_job(session, job, extra, progress=print, faulted=()):
+    """Run ``job`` on ``session``'s fabric; returns the ``training`` document.
+    ``faulted``: link names ('a->b') that faults take down meanwhile (a drill)."""
     from emulator.dataplane.session import REPO
     from emulator.experiments.watch import Watch
     out_dir = os.path.join(session.dir, "training")
@@ -130,12 +131,12 @@ def run_job(session, job, extra, progress=print):
     with open(res_path) as f:
         result = json.load(f)
     doc = document(job, result, est)
-    doc["fidelity"] = job_fidelity(watch, result, (t0, time.monotonic()))
+    doc["fidelity"] = job_fidelity(watch, result, (t0, time.monotonic()), faulted)
     end_to_end(job, result, os.path.join(session.dir, "EndToEnd.csv"))
     return doc
 
 
-def job_fidelity(watch, result, within):
+def job_fidelity(watch, result, within, faulted=()):
     """The verdict: the job engine's drops and lateness, the switches', the CPU."""
     from emulator.dataplane.links.impair import fault_names
     eps = result["endpoints"]
@@ -145,7 +146,8 @@ def job_fidelity(watch, result, within):
     return watch.verdict(sent, lost=lost, timing=True,
                          engine={"socket_drops": eng["socket_drops"],
                                  "cpu_share": eng["cpu_share"]},
-                         faulted=fault_names(watch.session.topo), within=within)
+                         faulted=set(faulted) | fault_names(watch.session.topo),
+                         within=within)
 
 
 def iterations_of(result, count):
@@ -203,8 +205,11 @@ def document(job, result, est):
             "compute_s": round(statistics.median(compute), 4),
             "exposed_comm_s": round(statistics.median(exposed), 4),
             "per_iteration": [{"time_s": round(t, 4), "compute_s": round(c, 4),
-                               "exposed_comm_s": round(x, 4)}
-                              for t, c, x in zip(times, compute, exposed)],
+                               "exposed_comm_s": round(x, 4), "start_ns": w[0],
+                               "end_ns": w[1]}
+                              for t, c, x, w in zip(times, compute, exposed, its)],
+            "t0_ns": result["job"]["t0_ns"],     # CLOCK_MONOTONIC: the op times' zero
+            "transport": transport_totals(result),
             "real_iteration_s": round(median / job.stretch, 6),
             "real_compute_s": round(statistics.median(compute) / job.stretch, 6),
             "real_exposed_comm_s": round(statistics.median(exposed) / job.stretch, 6),
@@ -220,6 +225,16 @@ def document(job, result, est):
             "latency_bound_count": len(job.latency_bound),
             "wrong": result["job"]["wrong"], "aborted": result["job"]["aborted"],
             "failed_qps": result["job"]["failed_qps"], "engine": result["engine"]}
+
+
+def transport_totals(result):
+    """The RC transport's counters summed over the job's NICs."""
+    out = {}
+    for e in result["endpoints"]:
+        for k, v in (e.get("transport") or {}).items():
+            if isinstance(v, (int, float)):
+                out[k] = out.get(k, 0) + v
+    return out
 
 
 def end_to_end(job, result, path):

@@ -1,0 +1,179 @@
+"""A failover drill under a training job: what does the fault cost an iteration?
+
+Model.  ``drill --workload simai:FILE --fault SPEC`` runs, per failover mode,
+one fabric and per repeat one training job (``workloads.training``) of
+``--iterations`` iterations (default 3), and injects the fault schedule
+while it runs: the events' times count from the moment the job engine
+starts the ranks (it says ``ready`` in its log).  The engine's op times
+count from its own start on CLOCK_MONOTONIC, the injector's clock, so the
+iteration whose window holds the first fault is known.  Per repeat:
+
+- the disturbed iteration's time against the median of the others
+  (``slowdown``), and its exposed communication against theirs;
+- the RC transport's retransmissions and timeouts over the job;
+- whether a QP ran out of retries (the job died) and #wrong.
+
+Over the repeats, per mode, the table ``drill_collective`` prints for a
+collective: median and max slowdown, and how many jobs died.  Without
+``--at`` the fault comes in the middle of the second iteration (by the
+analytic estimate), so the first and the last are undisturbed.
+"""
+
+import json
+import os
+import threading
+import time
+
+from emulator.errors import ConfigError, RunFailed
+
+DEFAULT_ITERATIONS = 3
+
+
+def started(log_path):
+    """True once the job engine started the ranks (its log says ``ready``)."""
+    try:
+        with open(log_path) as f:
+            return any(line.strip() == "ready" for line in f)
+    except OSError:
+        return False
+
+
+def judge(t, t_fault_ns):
+    """One repeat's verdict from the ``training`` document (pure)."""
+    its = t["per_iteration"]
+    k = None
+    for i, it in enumerate(its):
+        if t["t0_ns"] + it["start_ns"] <= t_fault_ns <= t["t0_ns"] + it["end_ns"]:
+            k = i
+            break
+    others = sorted(it["time_s"] for i, it in enumerate(its) if i != k)
+    base = others[len(others) // 2] if others else None
+    hit = its[k] if k is not None else None
+    exposed = sorted(it["exposed_comm_s"] for i, it in enumerate(its) if i != k)
+    tr = t.get("transport", {})
+    failed = t.get("failed_qps", [])
+    return {"iterations": [it["time_s"] for it in its], "disturbed": k,
+            "undisturbed_s": base, "disturbed_s": hit["time_s"] if hit else None,
+            "slowdown": round(hit["time_s"] / base, 3) if hit and base else None,
+            "exposed_s": hit["exposed_comm_s"] if hit else None,
+            "undisturbed_exposed_s": exposed[len(exposed) // 2] if exposed else None,
+            "retransmitted": tr.get("retransmitted_packets", 0),
+            "timeouts": tr.get("timeouts", 0), "naks": tr.get("naks_sent", 0),
+            "failed_qps": failed, "job_died": bool(failed or t.get("aborted")),
+            "wrong": t.get("wrong") or 0}
+
+
+def repeat(s, job, inj, events, extra, out):
+    """One job with the schedule injected; returns ``judge``'s verdict."""
+    from emulator.experiments import scenario
+    from emulator.experiments.drill.drill_traffic import faulted_links
+    from emulator.experiments.workloads import training
+    box = {}
+    log = os.path.join(s.dir, "training", "job.log")
+    if os.path.exists(log):
+        os.remove(log)               # the last repeat's "ready" must not start this one
+
+    def work():
+        try:
+            box["training"] = training.run_job(s, job, extra, progress=out,
+                                               faulted=faulted_links(events, s.topo))
+        except BaseException as e:       # re-raised in the caller's thread
+            box["error"] = e
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not started(log):
+        if not t.is_alive() or time.monotonic() > deadline:
+            t.join(timeout=5)
+            raise box.get("error") or RunFailed("the training job never started")
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    n0 = len(inj.events)
+    for ev in events:
+        delay = t0 + ev.at_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)            # the schedule's own times
+        scenario.execute(inj, ev)
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    verdict = judge(box["training"], inj.events[n0]["t_ns"])
+    verdict["events"] = inj.events[n0:]
+    verdict["fidelity"] = box["training"]["fidelity"]["verdict"]
+    verdict["fidelity_detail"] = box["training"]["fidelity"]
+    return verdict
+
+
+def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.links.detect import parse_detect
+    from emulator.dataplane.session import Session
+    from emulator.experiments import scenario
+    from emulator.experiments.drill.drill import restore_event, wait_restored
+    from emulator.experiments.drill.drill_collective import summarise
+    from emulator.experiments.options import rank_transport
+    from emulator.experiments.workloads.collective import default_timeout_exp
+    with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
+                 lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
+                 ecn=ecn, capture=getattr(args, "capture", None),
+                 progress=lambda m: out(f"... [{mode}] {m}")) as s:
+        scenario.check_targets(events, s.topo, fabric.flow_control)
+        inj = Injector(s, detect=parse_detect(args.detect))
+        extra = dict(rank_transport(args), qpn_seed=args.job_seed,
+                     timeout_exp=args.rc_timeout or default_timeout_exp(s.queue_ms))
+        reps = []
+        try:
+            for r in range(args.repeat):
+                v = repeat(s, job, inj, events, extra, lambda m: out(f"... [{mode}] {m}"))
+                reps.append(v)
+                t_rest, rest_kind = restore_event(v["events"])
+                wait_restored(s, mode, t_rest, kind=rest_kind)
+                out(f"... [{mode}] repeat {r + 1}/{args.repeat}: iteration "
+                    f"{v['disturbed']} took {v['disturbed_s']} s vs {v['undisturbed_s']} s "
+                    f"(x{v['slowdown']}), {v['retransmitted']} retransmitted, "
+                    f"{v['timeouts']} timeouts, job {'DIED' if v['job_died'] else 'survived'}")
+        finally:
+            inj.close()
+    return {"mode": mode, "results_dir": s.dir, "events": [vars(e) for e in events],
+            "repeats": reps, "summary": summarise(reps)}
+
+
+def main(fabric, args, out=print):
+    """``emulator drill --workload simai:FILE``: returns the exit status."""
+    from emulator.dataplane.links.detect import parse_detect
+    from emulator.experiments.drill.drill import parse_modes, schedule_from
+    from emulator.experiments.drill.drill_collective import table
+    from emulator.experiments.options import check_capture, check_transport, job_seed
+    from emulator.experiments.workloads import job as jobs
+    from emulator.experiments.workloads import training
+    from emulator.fabric import addressing
+    modes = parse_modes(args.failover)
+    parse_detect(args.detect)
+    ecn = check_transport(args, fabric)
+    check_capture(args, fabric)
+    if args.iterations is None:
+        args.iterations = DEFAULT_ITERATIONS
+    if args.iterations < 2:
+        raise ConfigError("--iterations", "at least 2 (one disturbed, one to compare)")
+    if args.repeat < 1:
+        raise ConfigError("--repeat", "at least 1")
+    if not (args.fault or args.scenario):
+        raise ConfigError("--fault", "a drill under a training job needs --fault SPEC (or "
+                          "--scenario FILE): which link or switch to break")
+    topo = addressing.plan(fabric)
+    job = training.prepare(training.workload_path(args.workload), topo, args, args.mtu)
+    if args.at is None:      # the middle of the second iteration
+        args.at = 1.5 * jobs.estimate(job)["iteration_s"]
+    args.job_seed = job_seed(getattr(args, "job_seed", None))
+    out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
+    events = schedule_from(args, topo, out)
+    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+    os.makedirs(base, exist_ok=False)
+    results = [run_mode(fabric, m, events, job, args, base, out, ecn) for m in modes]
+    with open(os.path.join(base, "drill.json"), "w") as f:
+        json.dump({"workload": args.workload, "modes": results}, f, indent=1)
+    args.sizes = f"{os.path.basename(args.workload)} (sizes / {job.scale:g})"
+    out(table(results, args))
+    out(f"results: {base}/drill.json")
+    died = any(m["summary"]["jobs_died"] for m in results)
+    return 1 if died or any(m["summary"]["wrong"] for m in results) else 0
