@@ -64,3 +64,22 @@ def test_a_drill_under_a_training_job_finds_the_disturbed_iteration(tmp_path):
     assert rep["slowdown"] > 0.8 and not rep["job_died"] and rep["wrong"] == 0
     assert rep["events"][0]["kind"] == "link_down" and rep["events"][0]["target"] == "leaf1-spine1"
     assert "slowdown med" in p.stdout
+
+
+def test_compare_runs_the_job_under_each_mode(tmp_path):
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        p = emulator("compare", "--modes", "ecmp,spray", "--workload", f"simai:{MICRO}",
+                     "--gpus-per-host", "1", "--size-scale", "40", "--reps", "1",
+                     "--results", str(base), timeout=400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        (d,) = [x for x in base.iterdir() if x.is_dir()]
+        return p, json.loads((d / "compare.json").read_text())
+    p, doc = unless_stolen(measure, lambda m: next(
+        (r["fidelity"] for r in m[1]["runs"] if r["fidelity"]["verdict"] != "faithful"),
+        m[1]["runs"][0]["fidelity"]))
+    assert_contract("compare.json", doc)
+    assert [r["mode"] for r in doc["rows"]] == ["ecmp", "spray"]
+    for r in doc["runs"]:
+        assert r["fidelity"]["verdict"] == "faithful", verdict_of(r["fidelity"])
+        assert r["wrong"] == 0 and r["iteration_s"] > 0 and r["busbw_Mbps"]["TP"] > 0

@@ -112,3 +112,15 @@ def test_the_drill_judges_the_iteration_that_held_the_fault():
     assert v["disturbed"] == 1 and v["slowdown"] == 1.5 and v["undisturbed_s"] == 5.0
     assert not v["job_died"] and v["wrong"] == 0
     assert judge(t, t0 + 200 * T)["disturbed"] is None   # after the job: nothing disturbed
+
+
+def test_the_ring_option_orders_the_hosts_a_job_is_placed_on():
+    from emulator.experiments.compare.training_cmp import ordered_topo
+    from emulator.fabric import addressing, presets
+    topo = addressing.plan(presets.build("leaf-spine", {"leaves": "2", "hosts_per_leaf": "2"}))
+    names = lambda t: [h["name"] for h in t["hosts"]]          # noqa: E731
+    assert names(ordered_topo(topo, "naive")) == ["h1", "h2", "h3", "h4"]
+    assert names(ordered_topo(topo, "topology")) == ["h1", "h2", "h3", "h4"]
+    assert names(ordered_topo(topo, "strided")) == ["h1", "h3", "h2", "h4"]
+    with pytest.raises(ConfigError):
+        ordered_topo(topo, "random")

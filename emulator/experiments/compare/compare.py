@@ -296,10 +296,13 @@ def add_arguments(p):
     p.add_argument("--hosts", default=None,
                    help="--cc: comma-separated hosts (incast: the first is the root)")
     p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
-    p.add_argument("--workload", default=None,
-                   choices=("allreduce", "allgather", "reducescatter", "alltoall", "incast"),
+    p.add_argument("--workload", default=None, type=compare_workload,
+                   metavar="{allreduce,allgather,reducescatter,alltoall,incast,simai:FILE}",
                    help="collective (default allreduce; alltoall with --planes; incast "
-                        "with --cc)")
+                        "with --cc), or a training job: simai:FILE (each mode's iteration "
+                        "time; experiments/compare/training_cmp.py)")
+    from emulator.experiments.options import add_training_args
+    add_training_args(p)
     p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
                                                 "default 2M)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
@@ -336,6 +339,16 @@ def add_arguments(p):
     add_capture_arg(p)
 
 
+def compare_workload(text):
+    import argparse
+    if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast") or \
+            text.startswith("simai:"):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
+                                     "allgather, reducescatter, alltoall, incast, "
+                                     "simai:FILE)")
+
+
 def main(fabric, args, out=print):
     """``emulator compare``: returns the exit status."""
     from emulator.experiments.workloads.collective import parse_sizes
@@ -362,6 +375,12 @@ def main(fabric, args, out=print):
     if bad or not modes:
         raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
     args.workload = getattr(args, "workload", None) or "allreduce"
+    if args.workload.startswith("simai:"):
+        from emulator.experiments.compare import training_cmp
+        if args.reps < 1:
+            raise ConfigError("--reps", "at least 1")
+        args.seed = 1 if args.seed is None else args.seed
+        return training_cmp.main(fabric, args, modes, ENTROPY, out)
     if args.workload == "alltoall":
         raise ConfigError("--workload", "alltoall only with --planes (the modes' ECMP "
                                         "expectation models a ring)")

@@ -1,0 +1,127 @@
+"""Load-balancing modes under a training job: ``compare --workload simai:FILE``.
+
+Model.  For each mode of ``--modes`` (ecmp, flowlet, dlb, spray; the
+controller's balancing and the NICs' entropy, as ``compare`` runs a
+collective) and each repetition (ECMP hash seed ``--seed + rep``, QP
+numbers ``--job-seed + rep``), a fresh fabric runs the same training job
+(``workloads.training``) and reports its iteration time, exposed
+communication and the busbw of each group kind.  ``--ring`` orders the
+hosts the job is placed on, and so every group's ring: ``topology`` keeps
+a leaf's hosts together (the aggregation-group aware placement: a DP ring
+crosses the spines once per leaf), ``strided`` alternates leaves (every DP
+hop crosses the spines), ``naive`` keeps the fabric's host order.
+"""
+
+import os
+import statistics
+
+from emulator.errors import ConfigError
+
+
+def ordered_topo(topo, ring):
+    """``topo`` with its hosts in the order ``ring`` places ranks on them."""
+    from emulator.fabric.addressing import home_leaf
+    hosts = list(topo["hosts"])
+    if ring == "topology":
+        leaves = list(dict.fromkeys(home_leaf(h) for h in hosts))
+        hosts.sort(key=lambda h: leaves.index(home_leaf(h)))
+    elif ring == "strided":
+        by_leaf = {}
+        for h in hosts:
+            by_leaf.setdefault(home_leaf(h), []).append(h)
+        columns = list(by_leaf.values())
+        hosts = [col[i] for i in range(max(map(len, columns))) for col in columns
+                 if i < len(col)]
+    elif ring != "naive":
+        raise ConfigError("--ring", f"{ring!r}: naive, topology or strided")
+    return dict(topo, hosts=hosts)
+
+
+def run_one(fabric, mode, seed, job, args, extra, progress, entropy):
+    """One fabric balancing with ``mode`` (the NICs' ``entropy`` mode): the job's
+    measurements."""
+    from emulator.dataplane.session import Session
+    from emulator.experiments.workloads import training
+    from emulator.experiments.workloads.collective import default_timeout_exp
+    with Session(fabric, results_base=args.results, seed=seed, lb=mode,
+                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
+                 failover=getattr(args, "failover", "fast-failover"),
+                 capture=getattr(args, "capture", None)) as s:
+        ex = dict(extra, entropy=entropy, flowlet_gap_ms=args.flowlet_gap_ms,
+                  timeout_exp=default_timeout_exp(s.queue_ms))
+        t = training.run_job(s, job, ex, progress=lambda m: progress(f"... {mode}: {m}"))
+    row = {"mode": mode, "seed": seed, "dir": s.dir, "iteration_s": t["iteration_s"],
+           "exposed_comm_s": t["exposed_comm_s"], "compute_s": t["compute_s"],
+           "real_iteration_s": t["real_iteration_s"], "wrong": t["wrong"],
+           "aborted": t["aborted"],
+           "busbw_Mbps": {k: g["busbw_Mbps"] for k, g in t["groups"].items()},
+           "retransmitted": t["transport"].get("retransmitted_packets", 0),
+           "fidelity": t["fidelity"]}
+    progress(f"... {mode:8s} seed {seed}: iteration {row['iteration_s']:.3f}s, exposed "
+             f"{row['exposed_comm_s']:.3f}s, #wrong {row['wrong']}, "
+             f"{row['fidelity']['verdict']}")
+    return row
+
+
+def summarize(runs, modes):
+    rows = []
+    for mode in modes:
+        mine = [r for r in runs if r["mode"] == mode]
+        kinds = sorted({k for r in mine for k in r["busbw_Mbps"]})
+        bw = {k: statistics.median(v for r in mine if (v := r["busbw_Mbps"].get(k)))
+              if any(r["busbw_Mbps"].get(k) for r in mine) else None for k in kinds}
+        rows.append({"mode": mode, "reps": len(mine),
+                     "iteration_s": statistics.median(r["iteration_s"] for r in mine),
+                     "iteration_min_s": min(r["iteration_s"] for r in mine),
+                     "iteration_max_s": max(r["iteration_s"] for r in mine),
+                     "exposed_comm_s": statistics.median(r["exposed_comm_s"] for r in mine),
+                     "real_iteration_s": statistics.median(r["real_iteration_s"]
+                                                           for r in mine),
+                     "busbw_Mbps": bw, "wrong": sum(r["wrong"] for r in mine),
+                     "faithful": sum(r["fidelity"]["verdict"] == "faithful" for r in mine)})
+    return rows
+
+
+def table(rows):
+    lines = [f"{'mode':8s} {'iteration s':>11s} {'min..max':>15s} {'exposed s':>9s} "
+             f"{'real ms':>9s} {'busbw Mb/s by group':24s} {'#wrong':>6s} faithful"]
+    for r in rows:
+        bw = " ".join(f"{k}:{v:.1f}" for k, v in r["busbw_Mbps"].items() if v) or "-"
+        lines.append(f"{r['mode']:8s} {r['iteration_s']:11.3f} "
+                     f"{r['iteration_min_s']:7.3f}..{r['iteration_max_s']:<7.3f} "
+                     f"{r['exposed_comm_s']:9.3f} {r['real_iteration_s'] * 1e3:9.2f} "
+                     f"{bw:24s} {r['wrong']:6d} {r['faithful']}/{r['reps']}")
+    return "\n".join(lines)
+
+
+def main(fabric, args, modes, entropy, out=print):
+    """``emulator compare --workload simai:FILE``: returns the exit status; ``entropy``:
+    {mode: the NICs' entropy mode} (``compare.ENTROPY``)."""
+    from emulator.dataplane.session import make_results_dir, write_json
+    from emulator.experiments.options import job_seed
+    from emulator.experiments.workloads import training
+    from emulator.fabric import addressing
+    topo = ordered_topo(addressing.plan(fabric), args.ring)
+    job = training.prepare(training.workload_path(args.workload), topo, args,
+                           getattr(args, "mtu", 4096))
+    base = make_results_dir(args.results, "compare")
+    args.results = base
+    job0 = job_seed(getattr(args, "job_seed", None))
+    out(f"... job seeds {job0}..{job0 + args.reps - 1}; ring {args.ring}")
+    runs = [run_one(fabric, mode, args.seed + rep, job, args,
+                    {"qpn_seed": job0 + rep}, out, entropy[mode])
+            for mode in modes for rep in range(args.reps)]
+    rows = summarize(runs, modes)
+    write_json(os.path.join(base, "compare.json"),
+               {"fabric": fabric.name, "workload": args.workload, "ring": args.ring,
+                "sizes": {"size_scale": job.scale, "compute_scale": job.stretch},
+                "queue_ms": args.queue_ms, "rows": rows, "runs": runs})
+    out(f"# {os.path.basename(args.workload)} on {fabric.name}, ring {args.ring}; "
+        f"results in {base}")
+    out(table(rows))
+    if any(r["wrong"] for r in rows):
+        return 1
+    if args.strict and any(r["faithful"] < r["reps"] for r in rows):
+        out("--strict: some runs were emulator-bound; exit status 3")
+        return 3
+    return 0
