@@ -38,8 +38,9 @@ def add_transport_args(p):
                         "the first above 4 full queues, --queue-ms 30 -> 15: 134 ms)")
     p.add_argument("--rc-retry", type=int, default=7, choices=range(8), metavar="N",
                    help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
-    p.add_argument("--cc", choices=("none", "dcqcn", "timely"), default="none",
-                   help="congestion control at the sending NICs (collectives): DCQCN "
+    p.add_argument("--cc", choices=("none", "dcqcn", "timely"), default=None,
+                   help="congestion control at the sending NICs (collectives; default none, "
+                        "and dcqcn for a training job, as RoCE NICs ship): DCQCN "
                         "reacts to CNPs for ECN-marked packets (marking at --ecn, by "
                         "default 100KB:400KB:1 scaled to the queues); TIMELY "
                         "to the round-trip times of its ACKs (no switch support)")
@@ -86,7 +87,7 @@ def rank_transport(args):
     """The rank config keys of ``add_transport_args``'s options."""
     from emulator.experiments.workloads import ccparams
     return {"transport": args.transport, "timeout_exp": args.rc_timeout,
-            "retry_cnt": args.rc_retry, "cc": args.cc,
+            "retry_cnt": args.rc_retry, "cc": args.cc or "none",
             "cc_params": ccparams.parse(args.cc_param, args.cc)}
 
 
@@ -97,6 +98,8 @@ def check_transport(args, fabric=None):
     never hears of congestion (an incast then lost 15 000 frames and its job)."""
     from emulator.dataplane.lossless import ecn
     from emulator.errors import ConfigError
+    if args.cc is None:
+        args.cc = "none"
     if args.cc != "none" and args.transport != "rc":
         raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")
@@ -182,3 +185,13 @@ def add_training_args(p, iterations=True):
     p.add_argument("--size-scale", type=float, default=None, metavar="S",
                    help="divide every size by S (default: chosen so an iteration takes about "
                         "30 s, and every ring chunk stays at least 8 frames)")
+
+
+def training_cc(args, out):
+    """A training job's NICs run DCQCN unless ``--cc`` says otherwise: RoCE NICs ship
+    with it on, and without it a lossy fabric's ECMP collisions at line rate end in
+    go-back-N retransmissions until a QP runs out of retries (the job dies)."""
+    if args.cc is None and args.transport == "rc":
+        args.cc = "dcqcn"
+        out("... congestion control: dcqcn, with ECN marking at the switch ports (RoCE NICs' "
+            "default; --cc none turns it off)")

@@ -34,7 +34,9 @@ def run(fabric, args, out=print):
     from emulator.experiments.options import check_capture, check_telemetry
     check_capture(args, fabric)
     check_telemetry(args)
-    from emulator.experiments.options import check_transport
+    from emulator.experiments.options import check_transport, training_cc
+    if job is not None:
+        training_cc(args, out)
     ecn = check_transport(args, fabric)
     require_root()
     check_dependencies()

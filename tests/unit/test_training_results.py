@@ -124,3 +124,18 @@ def test_the_ring_option_orders_the_hosts_a_job_is_placed_on():
     assert names(ordered_topo(topo, "strided")) == ["h1", "h3", "h2", "h4"]
     with pytest.raises(ConfigError):
         ordered_topo(topo, "random")
+
+
+def test_a_training_jobs_nics_run_dcqcn_unless_told_otherwise():
+    from emulator.experiments.options import check_transport, training_cc
+    said = []
+    args = NS(cc=None, transport="rc", cc_param=[], rc_timeout=None, ecn=None,
+              ecn_at="dequeue")
+    training_cc(args, said.append)
+    assert args.cc == "dcqcn" and "dcqcn" in said[0]
+    for cc, transport in (("none", "rc"), ("timely", "rc"), (None, "none")):
+        args = NS(cc=cc, transport=transport, cc_param=[], rc_timeout=None, ecn=None,
+                  ecn_at="dequeue")
+        training_cc(args, said.append)
+        check_transport(args)
+        assert args.cc == (cc or "none")

@@ -143,12 +143,14 @@ def main(fabric, args, out=print):
     from emulator.dataplane.links.detect import parse_detect
     from emulator.experiments.drill.drill import parse_modes, schedule_from
     from emulator.experiments.drill.drill_collective import table
-    from emulator.experiments.options import check_capture, check_transport, job_seed
+    from emulator.experiments.options import (check_capture, check_transport, job_seed,
+                                              training_cc)
     from emulator.experiments.workloads import job as jobs
     from emulator.experiments.workloads import training
     from emulator.fabric import addressing
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
+    training_cc(args, out)
     ecn = check_transport(args, fabric)
     check_capture(args, fabric)
     if args.iterations is None:
