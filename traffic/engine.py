@@ -413,6 +413,13 @@ def main(plan_path, out=None, wait_go=True):
         doc = engine.run()
     finally:
         engine.close()
+    write_doc(doc, out)
+    return 0
+
+
+def write_doc(doc, out=None):
+    """The result document as JSON: into ``out`` whole (written aside, then moved, so a
+    reader never sees half of it), or on stdout."""
     text = json.dumps(doc, indent=1)
     if out:
         tmp = out + ".tmp"
@@ -421,4 +428,3 @@ def main(plan_path, out=None, wait_go=True):
         os.replace(tmp, out)
     else:
         print(text)
-    return 0

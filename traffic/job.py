@@ -32,8 +32,6 @@ error), as a deadlock of the programs does (``job_program.Deadlock``).
 """
 
 import gc
-import json
-import os
 import selectors
 import signal
 import socket
@@ -42,7 +40,7 @@ import time
 from array import array
 
 from .barrier import next_hop_macs
-from .engine import _cpu, percentiles
+from .engine import _cpu, percentiles, write_doc
 from .job_coll import NetRun, steps_of
 from .job_config import JobConfigError, load_job
 from .job_nic import JobNic
@@ -335,12 +333,5 @@ def main(config_path, out=None, wait_go=False):
         doc = engine.run(stop=lambda: bool(stopping))
     finally:
         engine.close()
-    text = json.dumps(doc, indent=1)
-    if out:
-        tmp = out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text + "\n")
-        os.replace(tmp, out)
-    else:
-        print(text)
+    write_doc(doc, out)
     return 1 if doc["job"]["aborted"] or doc["job"]["wrong"] else 0

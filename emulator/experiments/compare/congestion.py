@@ -287,6 +287,12 @@ def main(fabric, args, out=print):
     out(f"# {args.workload} {args.sizes or '1M'} on {fabric.name}, ECN {ecn.text()}, "
         f"queues {args.queue_ms:g} ms; results in {base}")
     out(text)
+    return exit_status(rows, args, out)
+
+
+def exit_status(rows, args, out):
+    """1 when a row lost chunks (#wrong), 3 with ``--strict`` when a repetition was not
+    faithful, else 0 (rows with ``wrong``, ``faithful`` and ``reps``)."""
     if any(r["wrong"] for r in rows):
         return 1
     if args.strict and any(r["faithful"] < r["reps"] for r in rows):

@@ -119,9 +119,5 @@ def main(fabric, args, modes, entropy, out=print):
     out(f"# {os.path.basename(args.workload)} on {fabric.name}, ring {args.ring}; "
         f"results in {base}")
     out(table(rows))
-    if any(r["wrong"] for r in rows):
-        return 1
-    if args.strict and any(r["faithful"] < r["reps"] for r in rows):
-        out("--strict: some runs were emulator-bound; exit status 3")
-        return 3
-    return 0
+    from emulator.experiments.compare.congestion import exit_status
+    return exit_status(rows, args, out)

@@ -80,30 +80,25 @@ def judge(ranks, t_fault_ns):
             "wrong": sum(c["wrong"] for c in calls)}
 
 
-def repeat(s, inj, events, args, rank_extra):
-    """One collective with the schedule injected; returns ``judge``'s verdict."""
-    from emulator.experiments.workloads import collective
+def under_schedule(inj, events, work, has_started, what):
+    """Run ``work()`` in a thread and inject ``events`` while it runs, their times
+    counted from when ``has_started()`` first holds; returns (``work``'s result, the
+    injector's events of this run).  ``what`` names the work in errors."""
     from emulator.experiments import scenario
-    sizes = [collective.parse_sizes(args.sizes or "1M")[0]] * args.iterations
     box = {}
-    log = os.path.join(s.dir, "collective", "rank0.log")
-    if os.path.exists(log):
-        os.remove(log)               # the last repeat's "calls" must not start this one
 
-    def work():
+    def run():
         try:
-            box["report"] = collective.run_collective(
-                s, args.workload, sizes, qps=1, warmup=1, rank_extra=rank_extra,
-                faulted=faulted_links(events, s.topo))
+            box["result"] = work()
         except BaseException as e:       # re-raised in the caller's thread
             box["error"] = e
-    t = threading.Thread(target=work, daemon=True)
+    t = threading.Thread(target=run, daemon=True)
     t.start()
-    deadline = time.monotonic() + 60
-    while not started(log):
+    deadline = time.monotonic() + 120
+    while not has_started():
         if not t.is_alive() or time.monotonic() > deadline:
             t.join(timeout=5)
-            raise box.get("error") or RunFailed("the collective's ranks never started")
+            raise box.get("error") or RunFailed(f"{what} never started")
         time.sleep(0.01)
     t0 = time.monotonic()
     n0 = len(inj.events)
@@ -115,10 +110,25 @@ def repeat(s, inj, events, args, rank_extra):
     t.join()
     if "error" in box:
         raise box["error"]
+    return box["result"], inj.events[n0:]
+
+
+def repeat(s, inj, events, args, rank_extra):
+    """One collective with the schedule injected; returns ``judge``'s verdict."""
+    from emulator.experiments.workloads import collective
+    sizes = [collective.parse_sizes(args.sizes or "1M")[0]] * args.iterations
+    log = os.path.join(s.dir, "collective", "rank0.log")
+    if os.path.exists(log):
+        os.remove(log)               # the last repeat's "calls" must not start this one
+    report, injected = under_schedule(
+        inj, events, lambda: collective.run_collective(
+            s, args.workload, sizes, qps=1, warmup=1, rank_extra=rank_extra,
+            faulted=faulted_links(events, s.topo)),
+        lambda: started(log), "the collective's ranks")
     verdict = judge(collective.rank_results(os.path.join(s.dir, "collective")),
-                    inj.events[n0]["t_ns"])
-    verdict["events"] = inj.events[n0:]
-    verdict["fidelity"] = box["report"]["fidelity"]["verdict"]
+                    injected[0]["t_ns"])
+    verdict["events"] = injected
+    verdict["fidelity"] = report["fidelity"]["verdict"]
     return verdict
 
 

@@ -21,10 +21,9 @@ analytic estimate), so the first and the last are undisturbed.
 
 import json
 import os
-import threading
 import time
 
-from emulator.errors import ConfigError, RunFailed
+from emulator.errors import ConfigError
 
 DEFAULT_ITERATIONS = 3
 
@@ -65,42 +64,20 @@ def judge(t, t_fault_ns):
 
 def repeat(s, job, inj, events, extra, out):
     """One job with the schedule injected; returns ``judge``'s verdict."""
-    from emulator.experiments import scenario
+    from emulator.experiments.drill.drill_collective import under_schedule
     from emulator.experiments.drill.drill_traffic import faulted_links
     from emulator.experiments.workloads import training
-    box = {}
     log = os.path.join(s.dir, "training", "job.log")
     if os.path.exists(log):
         os.remove(log)               # the last repeat's "ready" must not start this one
-
-    def work():
-        try:
-            box["training"] = training.run_job(s, job, extra, progress=out,
-                                               faulted=faulted_links(events, s.topo))
-        except BaseException as e:       # re-raised in the caller's thread
-            box["error"] = e
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 120
-    while not started(log):
-        if not t.is_alive() or time.monotonic() > deadline:
-            t.join(timeout=5)
-            raise box.get("error") or RunFailed("the training job never started")
-        time.sleep(0.01)
-    t0 = time.monotonic()
-    n0 = len(inj.events)
-    for ev in events:
-        delay = t0 + ev.at_s - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)            # the schedule's own times
-        scenario.execute(inj, ev)
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    verdict = judge(box["training"], inj.events[n0]["t_ns"])
-    verdict["events"] = inj.events[n0:]
-    verdict["fidelity"] = box["training"]["fidelity"]["verdict"]
-    verdict["fidelity_detail"] = box["training"]["fidelity"]
+    t, injected = under_schedule(
+        inj, events, lambda: training.run_job(s, job, extra, progress=out,
+                                              faulted=faulted_links(events, s.topo)),
+        lambda: started(log), "the training job")
+    verdict = judge(t, injected[0]["t_ns"])
+    verdict["events"] = injected
+    verdict["fidelity"] = t["fidelity"]["verdict"]
+    verdict["fidelity_detail"] = t["fidelity"]
     return verdict
 
 
