@@ -285,7 +285,9 @@ def test_link_down_reroutes_and_restart_converges(fabric):
     wait_until(lambda: not dump_groups(leaf1), "leaf1's ECMP group to go")
     flows = [f for f, _ in dump_flows(leaf1)]
     assert any("nw_dst=10.0.0.2" in f and "actions=output:3" in f for f in flows), flows
-    assert '"event": "port"' in ctl.text()
+    # the controller logs the port event once it has pushed the change: the groups
+    # may be gone a moment before the line is written
+    wait_until(lambda: '"event": "port"' in ctl.text(), "the controller to log the port event")
     before = {b: (dump_flows(b), dump_groups(b)) for b in bridges}
     ctl.stop(signal.SIGKILL)
     second = start()
