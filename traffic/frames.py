@@ -377,17 +377,20 @@ class FastParser:
         if magic != PROBE_MAGIC:
             return None
         psn = int.from_bytes(frame[PSN_OFF + 1:PSN_OFF + 4], "big")
-        ok = True
-        if self.verify:
-            key = bytes(frame[ETH_LEN:PSN_OFF])
-            crc = self._prefix.get(key)
-            if crc is None:
-                if len(self._prefix) > 65536:
-                    self._prefix.clear()
-                crc = self._prefix[key] = zlib.crc32(_masked_prefix(frame))
-            ok = zlib.crc32(frame[PSN_OFF:n - ICRC_LEN], crc) == \
-                int.from_bytes(frame[n - ICRC_LEN:n], "little")
+        ok = self._icrc_ok(frame, n) if self.verify else True
         return bytes(frame[26:30]), flow, psn, tx_ns, ok
+
+    def _icrc_ok(self, frame, n):
+        """The frame's ICRC checks out: the CRC of its masked headers up to the PSN
+        is cached per header prefix (a flow's frames share it), then run on."""
+        key = bytes(frame[ETH_LEN:PSN_OFF])
+        crc = self._prefix.get(key)
+        if crc is None:
+            if len(self._prefix) > 65536:
+                self._prefix.clear()
+            crc = self._prefix[key] = zlib.crc32(_masked_prefix(frame))
+        return zlib.crc32(frame[PSN_OFF:n - ICRC_LEN], crc) == \
+            int.from_bytes(frame[n - ICRC_LEN:n], "little")
 
     def rdma(self, frame, n):
         """Every field a collective's NIC needs of our data frame, or None:
@@ -404,16 +407,7 @@ class FastParser:
         magic, flow, tx_ns, tag, chunk, index, count = PROBE.unpack_from(frame, off)
         if magic != PROBE_MAGIC:
             return None
-        ok = True
-        if self.verify:
-            key = bytes(frame[ETH_LEN:PSN_OFF])
-            crc = self._prefix.get(key)
-            if crc is None:
-                if len(self._prefix) > 65536:
-                    self._prefix.clear()
-                crc = self._prefix[key] = zlib.crc32(_masked_prefix(frame))
-            ok = zlib.crc32(frame[PSN_OFF:n - ICRC_LEN], crc) == \
-                int.from_bytes(frame[n - ICRC_LEN:n], "little")
+        ok = self._icrc_ok(frame, n) if self.verify else True
         return (src, dst, tos & 3, qpw & 0xFFFFFF, psnw & PSN_MASK, psnw >> 31, flow, tx_ns,
                 tag, chunk, index, count, ok)
 

@@ -34,13 +34,18 @@ from emulator.errors import RunFailed
 from emulator.experiments.drill.drill_traffic import faulted_links
 
 
-def started(log_path):
-    """True once rank 0 began its calls (its log says ``calls``)."""
+def log_says(log_path, word):
+    """True once ``log_path`` has a line that is ``word`` alone."""
     try:
         with open(log_path) as f:
-            return any(line.strip() == "calls" for line in f)
+            return any(line.strip() == word for line in f)
     except OSError:
         return False
+
+
+def started(log_path):
+    """True once rank 0 began its calls (its log says ``calls``)."""
+    return log_says(log_path, "calls")
 
 
 def disturbed(rows, t_fault_ns):

@@ -30,11 +30,8 @@ DEFAULT_ITERATIONS = 3
 
 def started(log_path):
     """True once the job engine started the ranks (its log says ``ready``)."""
-    try:
-        with open(log_path) as f:
-            return any(line.strip() == "ready" for line in f)
-    except OSError:
-        return False
+    from emulator.experiments.drill.drill_collective import log_says
+    return log_says(log_path, "ready")
 
 
 def judge(t, t_fault_ns):
