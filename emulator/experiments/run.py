@@ -27,10 +27,10 @@ def run(fabric, args, out=print):
     job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
     host_names = {h.name for h in fabric.hosts}
     background = [bg.parse_spec(b, host_names) for b in args.background]
-    if fabric.cluster is not None and (args.cli or background):
+    if fabric.cluster is not None and (args.cli or background or job):
         from emulator.errors import ConfigError
-        raise ConfigError("--cli" if args.cli else "--background",
-                          "runs on one machine only: not with --servers")
+        raise ConfigError("--cli" if args.cli else "--background" if background
+                          else "--workload", "runs on one machine only: not with --servers")
     from emulator.experiments.options import check_capture, check_telemetry
     check_capture(args, fabric)
     check_telemetry(args)

@@ -78,9 +78,7 @@ def job_config(session, job, extra):
     for ep in doc["endpoints"]:
         h = by_host[ep["host"]]
         port = next(p for p in h["ports"] if p["port"] == ep["port"])
-        endpoints.append({"netns": session.net.netns_of(h["name"])
-                          if hasattr(session.net, "netns_of")
-                          else f"/proc/{session.net.hosts[h['name']].pid}/ns/net",
+        endpoints.append({"netns": f"/proc/{session.net.hosts[h['name']].pid}/ns/net",
                           "intf": port["port"], "ip": port["ip"], "mac": port["mac"],
                           "name": h["name"] if len(h["ports"]) == 1
                           else f"{h['name']}:{port['port']}",
