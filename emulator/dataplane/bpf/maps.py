@@ -11,9 +11,9 @@ import struct
 
 from emulator.errors import EnvironmentProblem
 
-MAP_ARRAY = 2
+MAP_HASH, MAP_ARRAY, MAP_PROG_ARRAY = 1, 2, 3
 F_MMAPABLE = 1 << 10
-_MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _PROG_TEST_RUN = 0, 1, 2, 10
+_MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _PROG_TEST_RUN = 0, 1, 2, 3, 10
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _ATTR = 128
 SKB_SIZE = 192                        # sizeof(struct __sk_buff)
@@ -39,16 +39,20 @@ def _ptr(buf):
 
 
 class Map:
-    """A BPF array map of ``entries`` values of ``value_size`` bytes (u32 keys);
-    ``flags`` F_MMAPABLE lets a process map its values into memory.  Programs
-    use it in place of the map their object declares (``loader.load``)."""
+    """A BPF map of ``entries`` values of ``value_size`` bytes: an array (u32
+    keys) unless ``kind`` says otherwise (``MAP_HASH`` with ``key_size``-byte
+    keys, ``MAP_PROG_ARRAY`` of program fds); ``flags`` F_MMAPABLE lets a
+    process map an array's values into memory.  Programs use it in place of the
+    map their object declares (``loader.load``)."""
 
-    def __init__(self, value_size, entries, flags=0):
+    def __init__(self, value_size, entries, flags=0, kind=MAP_ARRAY, key_size=4):
         self.value_size = value_size
         self.entries = entries
         self.flags = flags
+        self.kind = kind
+        self.key_size = key_size
         try:
-            self.fd, _ = _sys(_MAP_CREATE, struct.pack("<IIIII", MAP_ARRAY, 4, value_size,
+            self.fd, _ = _sys(_MAP_CREATE, struct.pack("<IIIII", kind, key_size, value_size,
                                                        entries, flags))
         except OSError as e:
             raise EnvironmentProblem(f"eBPF maps unavailable ({e.strerror}): dequeue ECN "
@@ -56,7 +60,8 @@ class Map:
                                      "CONFIG_BPF_SYSCALL and root")
 
     def _elem(self, cmd, key, value):
-        k = ctypes.create_string_buffer(struct.pack("<I", key), 4)
+        raw = struct.pack("<I", key) if isinstance(key, int) else bytes(key)
+        k = ctypes.create_string_buffer(raw, self.key_size)
         _sys(cmd, struct.pack("<IIQQQ", self.fd, 0, _ptr(k), _ptr(value), 0))
 
     def lookup(self, key):
@@ -66,6 +71,11 @@ class Map:
 
     def update(self, key, data):
         self._elem(_MAP_UPDATE, key, ctypes.create_string_buffer(data, self.value_size))
+
+    def delete(self, key):
+        raw = struct.pack("<I", key) if isinstance(key, int) else bytes(key)
+        k = ctypes.create_string_buffer(raw, self.key_size)
+        _sys(_MAP_DELETE, struct.pack("<IIQ", self.fd, 0, _ptr(k)))
 
     def close(self):
         if self.fd is not None:

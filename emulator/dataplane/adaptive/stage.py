@@ -1,0 +1,294 @@
+"""The run's adaptive-routing stage: maps, programs on the ports, the detection
+model's news, and the decisions' counts at the end (dataplane.adaptive.model
+has the model; dataplane/bpf/ar.bpf.c the programs).
+
+Per tracked port (a candidate of some route): ``ar_egress`` on its tc egress and
+``ar_ingress`` counting out on the link's far end.  Per deciding port:
+``ar_ingress`` deciding.  An interface that is both gets one program doing both.
+Where the lossless fabric or dequeue ECN marking already holds an interface's
+XDP hook or tc egress, this stage's program is chained after theirs (their
+program tail-calls it; a second tc filter).
+"""
+
+import struct
+import time
+
+from pyroute2 import NetlinkError
+
+from emulator.dataplane import bpf
+from emulator.dataplane.adaptive import model
+from emulator.dataplane.links import shaping
+from emulator.dataplane.links.ifaces import ns_sockets
+from emulator.dataplane.lossless.ecnq import XDP_FLAGS_SKB_MODE, detach
+from emulator.errors import EnvironmentProblem, RunFailed
+
+PORT = bpf.Layout("ar_port", model.PORT_FIELDS)
+CONTROL = bpf.Layout("ar_ctl", model.CONTROL_FIELDS)
+CONFIG = bpf.Layout("ar_cfg", model.CONFIG_FIELDS)
+TC_EGRESS = 0xFFFFFFF3
+TC_PRIO = 1                      # before the lossless/ECN filter (prio 49152 by default)
+
+
+def _index(ipr, ifname):
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise RunFailed(f"adaptive routing: no interface {ifname}")
+    return found[0]
+
+
+class AdaptiveStage:
+    """Adaptive routing (``mode``: dlb or packet) on a running fabric.
+
+    ``ifaces``: {(switch, port): (netns path or None, ifname)} of switch ports
+    and ``far``: {(switch, port): (netns, ifname)} of their links' other ends;
+    ``rates`` {(switch, port): bit/s}; ``dscp``: the class decided."""
+
+    def __init__(self, mode, topo, ifaces, far, rates, frame, queue_ms, dscp=26,
+                 flowlet_frames=model.FLOWLET_FRAMES, chain=None):
+        self.mode = mode
+        self.topo = topo
+        self.plan = model.plan(topo)
+        self.ifaces, self.far, self.rates = ifaces, far, rates
+        self.frame, self.queue_ms, self.dscp = frame, queue_ms, dscp
+        self.flowlet_frames = flowlet_frames
+        self.chain = chain              # another feature's hooks: (netns, ifname) -> slot
+        self.keys = {tp: k for k, tp in enumerate(self.plan["tracked"])}
+        self.sw_index = {s["name"]: i for i, s in enumerate(topo["switches"])}
+        self.maps = {}
+        self.attached = []              # (kind, netns, ifname) for detach
+        self.slots = []                 # (prog array, key) filled in a chain
+        self.downs = {}                 # port name -> ns it was told down
+        self.started_ns = None
+
+    @classmethod
+    def for_session(cls, session):
+        from emulator.fabric.addressing import switch_intf
+        from traffic.frames import frame_len_for_mtu
+        by_name = {sw["name"]: sw for sw in session.topo["switches"]}
+        ifaces, far, rates = {}, {}, {}
+        for sw in session.topo["switches"]:
+            for p in sw["ports"]:
+                key = (sw["name"], p["port"])
+                ifaces[key] = (session.net.switch_netns(sw["name"]), p["intf"])
+                rates[key] = p["rate_bps"]
+                if p["peer_kind"] == "host":
+                    far[key] = (f"/proc/{session.net.hosts[p['peer']].pid}/ns/net",
+                                p["peer_port"])
+                else:
+                    far[key] = (session.net.switch_netns(p["peer"]),
+                                switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"]))
+        chain = None
+        for owner in (getattr(session.net, "pfc", None), getattr(session, "marker", None)):
+            if owner is not None and hasattr(owner, "chain_slots"):
+                chain = owner.chain_slots()
+        stage = cls(session.lb, session.topo, ifaces, far, rates,
+                    frame_len_for_mtu(session.mtu), session.net.queue_ms,
+                    flowlet_frames=session.flowlet_frames, chain=chain).install()
+        session.progress(stage.describe())
+        return stage
+
+    def describe(self):
+        p = self.plan
+        n_sw = len({sw for sw, _ in p["deciders"]})
+        rate = min((self.rates[t] for t in p["tracked"]), default=None)
+        t = model.timers(self.frame, rate, self.flowlet_frames) if rate else None
+        how = (f"flowlet timer {self.flowlet_frames} frame times "
+               f"({t['flowlet_ns'] / 1e6:.1f} ms at {rate / 1e6:g} Mbit/s)"
+               if self.mode == "dlb" and t
+               else "shortest local queue per packet")
+        return (f"adaptive routing in the data plane ({self.mode}): {n_sw} switches decide "
+                f"{len(p['routes'])} routes over {len(p['tracked'])} ports; {how}")
+
+    # ---- install -----------------------------------------------------------
+
+    def _port_entry(self, key):
+        rate = self.rates[key]
+        t = model.timers(self.frame, rate)
+        limit = shaping.tbf_params(rate, self.queue_ms, self.frame)["limit"]
+        values = dict.fromkeys(model.PORT_NAMES, 0)
+        values.update(mark=model.mark(key[1]), frame=self.frame, half_ns=t["half_ns"],
+                      load_full=t["load_full"], limit=limit)
+        return PORT.pack_fields(**values)
+
+    def _configs(self):
+        """{(netns, ifname): (cfg values for ar_ingress)} and [(netns, ifname, key)]
+        for ar_egress."""
+        p = self.plan
+        xdp = {}
+        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
+                    flowlet_ns=0, pend_ns=0, key=-1)
+        for tp, k in self.keys.items():
+            xdp.setdefault(self.far[tp], dict(base))["up_key"] = k
+        for sw, port in p["deciders"]:
+            rate = min(r for (s, _), r in self.rates.items() if s == sw)
+            rate = min((self.rates[t] for t in p["tracked"] if t[0] == sw), default=rate)
+            t = model.timers(self.frame, rate, self.flowlet_frames)
+            xdp.setdefault(self.ifaces[(sw, port)], dict(base)).update(
+                sw=self.sw_index[sw], decide=1, flowlet_ns=t["flowlet_ns"],
+                pend_ns=t["pend_ns"])
+        tc = [(*self.ifaces[tp], k) for tp, k in self.keys.items()]
+        return xdp, tc
+
+    def install(self):
+        p = self.plan
+        n_ports = max(1, len(self.keys))
+        self.maps = {
+            "ar_ports": bpf.Map(PORT.size, n_ports),
+            "ar_ctls": bpf.Map(CONTROL.size, n_ports),
+            "ar_routes": bpf.Map(model.ROUTE.size, max(1, len(p["routes"])),
+                                 kind=bpf.maps.MAP_HASH, key_size=model.ROUTE_KEY.size),
+            "ar_flowlets": bpf.Map(model.FLOWLET_SIZE,
+                                   max(1, len(self.topo["switches"]) * model.FLOWSETS)),
+        }
+        try:
+            for tp, k in self.keys.items():
+                self.maps["ar_ports"].update(k, self._port_entry(tp))
+            for (sw, ip), ports in p["routes"].items():
+                keys = [self.keys[(sw, q)] for q in ports]
+                self.maps["ar_routes"].update(
+                    model.route_key(self.sw_index[sw], ip),
+                    model.ROUTE.pack(len(keys), *keys, *[0] * (model.MAX_CAND - len(keys))))
+            self._attach(*self._configs())
+        except Exception as e:
+            self.remove()
+            if isinstance(e, NetlinkError):
+                raise EnvironmentProblem(f"the kernel refused to attach adaptive routing "
+                                         f"({e}): it needs tc clsact with cls_bpf and XDP")
+            raise
+        self.started_ns = time.monotonic_ns()
+        return self
+
+    def _load(self, values, program):
+        return bpf.load("ar", CONFIG.pack_fields(**values), CONFIG, self.maps,
+                        value_layouts=[PORT, CONTROL], programs=[program])
+
+    def _attach(self, xdp, tc):
+        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
+                    flowlet_ns=0, pend_ns=0, key=-1)
+        with ns_sockets() as sock:
+            for (ns, ifname), values in sorted(xdp.items(), key=lambda kv: kv[0][1]):
+                ipr = sock(ns)
+                idx = _index(ipr, ifname)
+                with self._load(values, "ar_ingress") as fds:
+                    slot = (self.chain or {}).get((ns, ifname))
+                    if slot is not None:              # after the other feature's program
+                        prog_array, key = slot
+                        prog_array.update(key, struct.pack("<I", fds["ar_ingress"]))
+                        self.slots.append(slot)
+                        continue
+                    ipr.link("set", index=idx,
+                             xdp={"attrs": [("IFLA_XDP_FD", fds["ar_ingress"]),
+                                            ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
+                    self.attached.append(("xdp", ns, ifname))
+            for ns, ifname, key in tc:
+                ipr = sock(ns)
+                idx = _index(ipr, ifname)
+                with self._load(dict(base, key=key), "ar_egress") as fds:
+                    try:
+                        ipr.tc("add", "clsact", index=idx)
+                        self.attached.append(("tc", ns, ifname))
+                    except NetlinkError as e:
+                        if e.code != 17:              # EEXIST: another feature's clsact
+                            raise
+                        self.attached.append(("tcfilter", ns, ifname))
+                    ipr.tc("add-filter", "bpf", index=idx, handle=2, fd=fds["ar_egress"],
+                           name=f"ar_eg{key}", parent=TC_EGRESS, classid=1,
+                           direct_action=True, prio=TC_PRIO)
+
+    # ---- the detection model's news ---------------------------------------
+
+    def link_news(self, ports, down, t_ns):
+        """The detection model tells ports [(switch, port)] they are ``down`` (or
+        up) at ``t_ns`` (monotonic ns): the programs skip them from the next frame.
+        A port coming up has its queue counted afresh (a purged TBF's bytes never
+        come out)."""
+        ctl = self.maps.get("ar_ctls")
+        if ctl is None:
+            return
+        for tp in ports:
+            k = self.keys.get(tuple(tp))
+            if k is None:
+                continue
+            corr = 0
+            if not down:
+                e = dict(zip(model.PORT_NAMES, PORT.unpack(self.maps["ar_ports"].lookup(k))))
+                corr = e["in"] - e["out"]
+            ctl.update(k, CONTROL.pack(int(down), t_ns if down else 0, corr, 0))
+            if down:
+                self.downs[f"{tp[0]}:{tp[1]}"] = t_ns
+
+    # ---- reading -------------------------------------------------------------
+
+    def entries(self):
+        """{"switch:port": dict of PORT fields} of every tracked port."""
+        m = self.maps["ar_ports"]
+        return {f"{sw}:{p}": dict(zip(model.PORT_NAMES, PORT.unpack(m.lookup(k))))
+                for (sw, p), k in self.keys.items()}
+
+    def backlog(self):
+        """{"switch:port": bytes queued (in - out - correction)}."""
+        ctl = self.maps["ar_ctls"]
+        out = {}
+        for (sw, p), k in self.keys.items():
+            e = dict(zip(model.PORT_NAMES, PORT.unpack(self.maps["ar_ports"].lookup(k))))
+            c = dict(zip(CONTROL.names, CONTROL.unpack(ctl.lookup(k))))
+            out[f"{sw}:{p}"] = max(0, e["in"] - e["out"] - c["corr"])
+        return out
+
+    def summary(self):
+        """The decisions so far, per switch and port (results.json ``adaptive``)."""
+        r = model.reading(self.entries(), self.downs)
+        per_switch = {}
+        for name, pr in r["ports"].items():
+            sw = name.split(":")[0]
+            s = per_switch.setdefault(sw, {"frames": 0, "flowlets": 0, "moved": 0,
+                                           "ports": {}})
+            s["frames"] += pr["frames"]
+            s["flowlets"] += pr["flowlets"]
+            s["moved"] += pr["moved_in"]
+            s["ports"][name.split(":")[1]] = pr
+        return {"mode": self.mode, "flowlet_frames": self.flowlet_frames,
+                "dscp": self.dscp, "routes": len(self.plan["routes"]),
+                "frames": r["frames"], "flowlets": r["flowlets"], "moved": r["moved"],
+                "switches": per_switch}
+
+    # ---- teardown -------------------------------------------------------------
+
+    def remove(self):
+        errors = []
+        for prog_array, key in self.slots:
+            try:
+                prog_array.delete(key)
+            except OSError:
+                pass                             # its map went first: nothing to undo
+        self.slots = []
+        filters = [a for a in self.attached if a[0] == "tcfilter"]
+        errors += _del_filters(filters)
+        errors += detach([a for a in self.attached if a[0] != "tcfilter"])
+        self.attached = []
+        for m in self.maps.values():
+            m.close()
+        self.maps = {}
+        return errors
+
+    def close(self, session):
+        try:
+            session.results["adaptive"] = self.summary()
+        finally:
+            session.teardown_errors += [f"adaptive routing: {e}" for e in self.remove()]
+
+
+def _del_filters(filters):
+    errors = []
+    with ns_sockets() as sock:
+        for _, ns, ifname in filters:
+            try:
+                ipr = sock(ns)
+                found = ipr.link_lookup(ifname=ifname)
+                if found:
+                    ipr.tc("del-filter", "bpf", index=found[0], parent=TC_EGRESS,
+                           prio=TC_PRIO, handle=2)
+            except Exception as e:          # its namespace or clsact went first
+                errors.append(f"{ifname}: {e}")
+    return errors
+

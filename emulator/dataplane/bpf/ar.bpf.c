@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Adaptive routing in the switch's data plane: dynamic load balancing per
+ * flowlet and per packet (dataplane.adaptive has the model and the names).
+ *
+ * ar_ingress  XDP (generic mode) on an interface end.  As the far end of a
+ *             tracked switch port (``cfg.up_key``): counts the frame out of
+ *             that port's queue.  As a deciding switch port (``cfg.decide``):
+ *             picks the egress of a RoCEv2 frame of the decided class among
+ *             its route's live candidates (``ar_routes``) by their quality,
+ *             per flowlet (``ar_flowlets``) or per packet, and writes the
+ *             choice into the IPv4 DSCP bits (the port's ``mark``), which an
+ *             OpenFlow flow matches to output there.  ECN bits are kept and
+ *             the header checksum fixed; the ICRC masks the TOS byte.
+ * ar_egress   tc clsact egress of a tracked switch port: counts the frame into
+ *             the port's queue (unless the TBF's limit drops it) and its recent
+ *             load; a frame carrying this port's mark is restored to the class's
+ *             DSCP and counted as arrived (no longer pending).
+ *
+ * Quality of a port: its queue (bytes in - bytes out, plus the bytes decided
+ * towards it that have not reached its egress yet: Open vSwitch forwards in
+ * batches) in log-2 bands of frames, and its recent load (a decaying sum of the
+ * bytes it sent) in eighths of its rate; the worse of the two is the band.
+ * The best band wins; ties go to the least loaded.  Per packet, the shortest
+ * queue wins (DRILL), ties again to the least loaded.
+ */
+#include "ecn_mark.h"
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <linux/udp.h>
+
+#define ROCE_PORT 4791
+#define MAX_CAND 8
+#define FLOWSETS 1024           /* flowlet slots per switch (power of 2) */
+#define BANDS 7                 /* bands 0..7 */
+#define HOT_BAND 3              /* a queue of 4+ frames: "building" */
+#define MODE_FLOWLET 1
+#define MODE_PACKET 2
+#define DSCP_SHIFT 2
+
+/* an entry per tracked switch port; user space reads it (adaptive.PORT) */
+struct ar_port {
+	__s64 in;               /* bytes into its egress queue (tc) */
+	__s64 out;              /* bytes out at the link's far end (XDP) */
+	__s64 sent;             /* bytes decided towards it */
+	__s64 sent_in;          /* of them, bytes that reached its egress */
+	__u64 sent_ns;          /* last decision towards it */
+	__u64 load;             /* decaying sum of bytes into its queue */
+	__u64 load_ns;          /* when ``load`` was last decayed */
+	__u64 evac_ns;          /* first decision that skipped it while down */
+	__u64 frames;           /* frames decided towards it */
+	__u64 flowlets;         /* flowlets started on it */
+	__u64 moved_in;         /* flowlets that left another port for it */
+	__u64 moved_out;        /* flowlets that left it */
+	__u64 hot_ns;           /* its queue last crossed into HOT_BAND (tc) */
+	__u64 shun_ns;          /* first new flowlet placed elsewhere after hot_ns */
+	__u64 react_sum;        /* sum, count, max of shun_ns - hot_ns */
+	__u64 react_n;
+	__u64 react_max;
+	/* constants, set by user space */
+	__u64 mark;             /* DSCP that its output flow matches */
+	__u64 frame;            /* a full frame's bytes: the queue bands' unit */
+	__u64 half_ns;          /* the load's half-life */
+	__u64 load_full;        /* the load's steady value at the port's rate */
+	__s64 limit;            /* its TBF's byte limit */
+};
+
+/* an entry per tracked port, written by user space only (adaptive.CONTROL) */
+struct ar_ctl {
+	__u64 down;             /* its carrier is down (the detection model said so) */
+	__u64 down_ns;          /* since when */
+	__s64 corr;             /* bytes counted in that will never come out */
+	__u64 spare;
+};
+
+struct ar_route_key {
+	__u32 sw;
+	__u32 dst;              /* IPv4 destination, network order */
+};
+
+struct ar_route {
+	__u32 n;
+	__u32 keys[MAX_CAND];   /* candidate ports' entries */
+};
+
+struct ar_flowlet {
+	__u64 last_ns;
+	__u32 key;              /* the port entry it goes by */
+	__u32 valid;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);        /* replaced by the run's map */
+	__type(key, __u32);
+	__type(value, struct ar_port);
+} ar_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ar_ctl);
+} ar_ctls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct ar_route_key);
+	__type(value, struct ar_route);
+} ar_routes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ar_flowlet);
+} ar_flowlets SEC(".maps");
+
+/* set by user space before load (adaptive.CONFIG) */
+struct ar_cfg {
+	__u64 sw;               /* this switch's number (routes, flowlet slots) */
+	__s64 up_key;           /* the tracked port this end receives from; -1: none */
+	__u64 decide;           /* 1: decide the frames arriving here */
+	__u64 mode;             /* MODE_FLOWLET or MODE_PACKET */
+	__u64 dscp;             /* the class decided (and restored at egress) */
+	__u64 flowlet_ns;       /* flowlet inactivity timer */
+	__u64 pend_ns;          /* decided bytes older than this no longer count */
+	__s64 key;              /* tc: this port's entry; -1: none */
+};
+
+const volatile struct ar_cfg cfg = {};
+
+static __always_inline struct ar_port *port(__u32 key)
+{
+	return bpf_map_lookup_elem(&ar_ports, &key);
+}
+
+static __always_inline struct ar_ctl *ctl(__u32 key)
+{
+	return bpf_map_lookup_elem(&ar_ctls, &key);
+}
+
+static __always_inline int is_down(__u32 key)
+{
+	struct ar_ctl *c = ctl(key);
+
+	return c && c->down;
+}
+
+/* The decaying load of ``p`` at ``now`` (halved every half_ns). */
+static __always_inline __u64 load_at(struct ar_port *p, __u64 now)
+{
+	__u64 half = p->half_ns ? p->half_ns : 1;
+	__u64 shift = now > p->load_ns ? (now - p->load_ns) / half : 0;
+
+	return shift >= 63 ? 0 : p->load >> shift;
+}
+
+/* Bytes counted into the queue of entry ``key`` that are still there. */
+static __always_inline __s64 queued(struct ar_port *p, __u32 key)
+{
+	struct ar_ctl *c = ctl(key);
+
+	return p->in - p->out - (c ? c->corr : 0);
+}
+
+/* Bytes queued at ``p`` (entry ``key``) or on their way to its queue. */
+static __always_inline __s64 backlog(struct ar_port *p, __u32 key, __u64 now)
+{
+	__s64 q = queued(p, key);
+
+	if (now - p->sent_ns < cfg.pend_ns && p->sent > p->sent_in)
+		q += p->sent - p->sent_in;
+	return q > 0 ? q : 0;
+}
+
+static __always_inline __u64 queue_band(__s64 q, __u64 frame)
+{
+	__u64 band = 0, t = frame ? frame : 1;
+
+	for (int i = 0; i < BANDS; i++) {
+		if ((__u64)q >= t)
+			band++;
+		t <<= 1;
+	}
+	return band;
+}
+
+/* Lower is better.  Per flowlet: (band << 56) | load.  Per packet (DRILL's
+ * shortest local queue): (bytes queued << 24) | load / 256. */
+static __always_inline __u64 quality(struct ar_port *p, __u32 key, __u64 now)
+{
+	__u64 load = load_at(p, now), full = p->load_full ? p->load_full : 1;
+	__s64 q = backlog(p, key, now);
+	__u64 qb, lb;
+
+	if (cfg.mode == MODE_PACKET) {
+		if (q > (1LL << 39) - 1)
+			q = (1LL << 39) - 1;
+		load >>= 8;
+		if (load > (1ULL << 24) - 1)
+			load = (1ULL << 24) - 1;
+		return ((__u64)q << 24) | load;
+	}
+	qb = queue_band(q, p->frame);
+	lb = load * 8 / full;
+
+	if (lb > BANDS)
+		lb = BANDS;
+	if (lb > qb)
+		qb = lb;
+	if (load > (1ULL << 56) - 1)
+		load = (1ULL << 56) - 1;
+	return (qb << 56) | load;
+}
+
+/* Write ``dscp`` into the TOS byte (ECN kept), checksum fixed (RFC 1624). */
+static __always_inline void set_dscp(struct iphdr *ip, __u8 dscp)
+{
+	__u8 *b = (__u8 *)ip;
+	__u64 m = ((__u64)b[0] << 8) | b[1];
+	__u64 tos = (dscp << DSCP_SHIFT) | (b[1] & ECN_MASK);
+	__u64 sum;
+
+	b[1] = tos;
+	sum = ((((__u64)b[10] << 8) | b[11]) ^ 0xFFFF) + (m ^ 0xFFFF)
+	      + (((__u64)b[0] << 8) | tos);
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	sum ^= 0xFFFF;
+	b[10] = sum >> 8;
+	b[11] = sum;
+}
+
+static __always_inline __u32 flow_hash(struct iphdr *ip, struct udphdr *udp)
+{
+	__u32 h = ip->saddr * 0x9E3779B1u;
+
+	h ^= ip->daddr + 0x7F4A7C15u + (h << 6) + (h >> 2);
+	h ^= ((__u32)udp->source << 16 | udp->dest) + 0x7F4A7C15u + (h << 6) + (h >> 2);
+	h ^= h >> 16;
+	h *= 0x85EBCA6Bu;
+	h ^= h >> 13;
+	return h;
+}
+
+/* The best live candidate of ``r`` at ``now`` (its entry), or -1; a candidate
+ * down since the last decision gets its evac_ns. */
+static __always_inline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
+{
+	__s64 choice = -1;
+	__u64 bq = ~0ULL;
+
+	for (int i = 0; i < MAX_CAND; i++) {
+		struct ar_port *p;
+		__u64 q;
+
+		if (i >= r->n)
+			break;
+		struct ar_ctl *c;
+
+		p = port(r->keys[i]);
+		c = ctl(r->keys[i]);
+		if (!p || !c)
+			continue;
+		if (c->down) {
+			if (p->evac_ns < c->down_ns)
+				p->evac_ns = now;
+			continue;
+		}
+		q = quality(p, r->keys[i], now);
+		if (q < bq) {
+			bq = q;
+			choice = r->keys[i];
+		}
+	}
+	*best_q = bq;
+	return choice;
+}
+
+/* A new flowlet leaves by ``chosen``: ports of ``r`` in a hot episode that it
+ * avoided record their reaction time. */
+static __always_inline void shun(struct ar_route *r, __s64 chosen, __u64 now)
+{
+	for (int i = 0; i < MAX_CAND; i++) {
+		struct ar_port *p;
+
+		if (i >= r->n)
+			break;
+		if (r->keys[i] == chosen)
+			continue;
+		p = port(r->keys[i]);
+		if (!p || !p->hot_ns || p->shun_ns >= p->hot_ns)
+			continue;
+		if (queue_band(backlog(p, r->keys[i], now), p->frame) < HOT_BAND)
+			continue;
+		p->shun_ns = now;
+		__sync_fetch_and_add(&p->react_sum, now - p->hot_ns);
+		__sync_fetch_and_add(&p->react_n, 1);
+		if (now - p->hot_ns > p->react_max)
+			p->react_max = now - p->hot_ns;
+	}
+}
+
+static __always_inline int is_candidate(struct ar_route *r, __u32 key)
+{
+	for (int i = 0; i < MAX_CAND; i++) {
+		if (i >= r->n)
+			break;
+		if (r->keys[i] == key)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline void decide(struct xdp_md *ctx, __u64 len)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	struct udphdr *udp = (void *)(ip + 1);
+	struct ar_route_key rk = {};
+	struct ar_flowlet *fl = NULL;
+	struct ar_route *r;
+	struct ar_port *p, *old;
+	__u64 now, bq;
+	__s64 choice;
+	__u32 slot;
+
+	if ((void *)(udp + 1) > data_end)
+		return;
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
+	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT) ||
+	    (ip->tos >> DSCP_SHIFT) != cfg.dscp)
+		return;
+	rk.sw = cfg.sw;
+	rk.dst = ip->daddr;
+	r = bpf_map_lookup_elem(&ar_routes, &rk);
+	if (!r)
+		return;
+	now = bpf_ktime_get_ns();
+	if (cfg.mode == MODE_FLOWLET) {
+		slot = cfg.sw * FLOWSETS + (flow_hash(ip, udp) & (FLOWSETS - 1));
+		fl = bpf_map_lookup_elem(&ar_flowlets, &slot);
+		if (!fl)
+			return;
+		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key)) {
+			if (!is_down(fl->key)) {
+				choice = fl->key;
+				goto send;
+			}
+		}
+	}
+	choice = best(r, now, &bq);
+	if (choice < 0)
+		return;                 /* every candidate down: the route's own choice */
+	if (fl) {
+		p = port(choice);
+		if (!p)
+			return;
+		__sync_fetch_and_add(&p->flowlets, 1);
+		if (fl->valid && fl->key != choice && is_candidate(r, fl->key)) {
+			old = port(fl->key);
+			__sync_fetch_and_add(&p->moved_in, 1);
+			if (old)
+				__sync_fetch_and_add(&old->moved_out, 1);
+		}
+		shun(r, choice, now);
+		fl->key = choice;
+		fl->valid = 1;
+	}
+send:
+	if (fl)
+		fl->last_ns = now;
+	p = port(choice);
+	if (!p)
+		return;
+	__sync_fetch_and_add(&p->sent, len);
+	__sync_fetch_and_add(&p->frames, 1);
+	p->sent_ns = now;
+	if ((void *)&ip->check + sizeof(ip->check) > data_end)
+		return;
+	set_dscp(ip, p->mark);
+}
+
+SEC("xdp")
+int ar_ingress(struct xdp_md *ctx)
+{
+	__u64 len = bpf_xdp_get_buff_len(ctx);
+	struct ar_port *up;
+
+	if (cfg.up_key >= 0) {
+		up = port(cfg.up_key);
+		if (up)
+			__sync_fetch_and_add(&up->out, len);
+	}
+	if (cfg.decide)
+		decide(ctx, len);
+	return XDP_PASS;
+}
+
+#define TOS_OFF (sizeof(struct ethhdr) + 1)
+#define IP_END (sizeof(struct ethhdr) + sizeof(struct iphdr))
+
+SEC("tc")
+int ar_egress(struct __sk_buff *skb)
+{
+	__u64 len = skb->len, now = bpf_ktime_get_ns(), half, shift;
+	struct ar_port *p;
+	struct iphdr *ip;
+	__s64 before;
+	__u8 tos, new_tos;
+
+	if (cfg.key < 0)
+		return TC_ACT_UNSPEC;
+	p = port(cfg.key);
+	if (!p)
+		return TC_ACT_UNSPEC;
+	/* the restore first: a frame the TBF drops was still decided */
+	if (len >= IP_END && !bpf_skb_pull_data(skb, IP_END)) {
+		void *data = (void *)(long)skb->data;
+
+		if (data + IP_END <= (void *)(long)skb->data_end &&
+		    ((struct ethhdr *)data)->h_proto == bpf_htons(ETH_P_IP)) {
+			ip = data + sizeof(struct ethhdr);
+			tos = ip->tos;
+			if ((tos >> DSCP_SHIFT) == p->mark) {
+				new_tos = (cfg.dscp << DSCP_SHIFT) | (tos & ECN_MASK);
+				bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + 10,
+						    bpf_htons(tos), bpf_htons(new_tos), 2);
+				bpf_skb_store_bytes(skb, TOS_OFF, &new_tos, 1, 0);
+				__sync_fetch_and_add(&p->sent_in, len);
+			}
+		}
+	}
+	before = queued(p, cfg.key);
+	if (before + (__s64)len > p->limit)
+		return TC_ACT_UNSPEC;           /* the TBF drops it */
+	__sync_fetch_and_add(&p->in, len);
+	if (queue_band(before, p->frame) < HOT_BAND &&
+	    queue_band(before + len, p->frame) >= HOT_BAND)
+		p->hot_ns = now;
+	half = p->half_ns ? p->half_ns : 1;
+	shift = now > p->load_ns ? (now - p->load_ns) / half : 0;
+	if (shift >= 63) {
+		p->load = 0;
+		p->load_ns = now;
+	} else if (shift) {
+		p->load >>= shift;
+		p->load_ns += shift * half;
+	}
+	__sync_fetch_and_add(&p->load, len);
+	return TC_ACT_UNSPEC;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,183 @@
+"""Adaptive routing's eBPF programs (root), run by the kernel on crafted frames
+and crafted queue maps (BPF_PROG_TEST_RUN): the choice by quality, flowlets
+kept and moved, a dead candidate skipped, per-packet choice, and the egress's
+restore of the class's DSCP with a valid checksum and ICRC."""
+
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): no fabric
+LAYOUT_INDEPENDENT = True
+
+import struct
+from contextlib import contextmanager
+
+from emulator.dataplane import bpf
+from emulator.dataplane.adaptive import model, stage
+from traffic.frames import FrameTemplate, icrc
+
+LEN = 3042                    # BPF_PROG_TEST_RUN takes frames up to ~3.5 kB
+PORTS = (3, 4, 5, 6)          # a leaf's uplinks; entries 0-3
+DST = "10.0.1.1"
+SEC = 10 ** 9
+
+
+def roce(sport=0xC000, dscp=26, dst=DST, ecn=2):
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", dst,
+                      0x100, frame_len=LEN, dscp=dscp, ecn=ecn, sport=sport)
+    return t.raw
+
+
+def ip_checksum(frame):
+    hdr = bytearray(frame[14:34])
+    hdr[10:12] = b"\0\0"
+    s = sum(struct.unpack("!10H", hdr))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s ^ 0xFFFF
+
+
+def dscp(frame):
+    return frame[15] >> 2
+
+
+def port_of(frame):
+    return dscp(frame) - model.MARK_BASE
+
+
+@contextmanager
+def maps(routes={(0, DST): (0, 1, 2, 3)}):
+    ms = {"ar_ports": bpf.Map(stage.PORT.size, len(PORTS)),
+          "ar_ctls": bpf.Map(stage.CONTROL.size, len(PORTS)),
+          "ar_routes": bpf.Map(model.ROUTE.size, 8, kind=bpf.maps.MAP_HASH,
+                               key_size=model.ROUTE_KEY.size),
+          "ar_flowlets": bpf.Map(model.FLOWLET_SIZE, 2 * model.FLOWSETS)}
+    try:
+        for k, p in enumerate(PORTS):
+            set_port(ms, k, mark=model.mark(p), frame=LEN, half_ns=SEC, load_full=100 * LEN,
+                     limit=1000 * LEN)
+        for (sw, ip), keys in routes.items():
+            ms["ar_routes"].update(model.route_key(sw, ip),
+                                   model.ROUTE.pack(len(keys), *keys,
+                                                    *[0] * (model.MAX_CAND - len(keys))))
+        yield ms
+    finally:
+        for m in ms.values():
+            m.close()
+
+
+def get_port(ms, k):
+    return dict(zip(model.PORT_NAMES, stage.PORT.unpack(ms["ar_ports"].lookup(k))))
+
+
+def set_port(ms, k, **values):
+    e = dict.fromkeys(model.PORT_NAMES, 0) | (get_port(ms, k) if values.get("keep") else {})
+    values.pop("keep", None)
+    e.update(values)
+    ms["ar_ports"].update(k, stage.PORT.pack_fields(**e))
+
+
+def set_down(ms, k, down=True, t_ns=1):
+    ms["ar_ctls"].update(k, stage.CONTROL.pack(int(down), t_ns, 0, 0))
+
+
+@contextmanager
+def program(ms, name, **cfg):
+    values = dict(sw=0, up_key=-1, decide=1, mode=model.MODES["dlb"], dscp=26,
+                  flowlet_ns=100 * SEC, pend_ns=100 * SEC, key=-1) | cfg
+    with bpf.load("ar", stage.CONFIG.pack_fields(**values), stage.CONFIG, ms,
+                  value_layouts=[stage.PORT, stage.CONTROL], programs=[name]) as fds:
+        yield fds[name]
+
+
+def test_idle_ports_spread_new_flowlets_by_load_and_the_mark_is_a_valid_frame():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        chosen = []
+        for sport in range(0xC000, 0xC004):
+            ret, out = bpf.test_run(fd, roce(sport))
+            assert ret == 2                                  # XDP_PASS
+            chosen.append(port_of(out))
+            assert out[15] & 3 == 2                          # ECN bits kept
+            assert struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
+            assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
+        # each pending flowlet's bytes weigh on its port: four flows, four ports
+        assert sorted(chosen) == list(PORTS)
+        assert sum(get_port(ms, k)["flowlets"] for k in range(4)) == 4
+
+
+def test_a_flowlet_stays_on_its_port_a_new_one_avoids_the_queue():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        first = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        k = PORTS.index(first)
+        set_port(ms, k, keep=True, **{"in": 40 * LEN})    # a queue builds there
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first   # same flowlet
+        assert port_of(bpf.test_run(fd, roce(0xC001))[1]) != first   # a new one avoids it
+        assert get_port(ms, k)["frames"] == 2
+
+
+def test_a_flowlet_past_the_timer_is_placed_afresh_and_counted_moved():
+    with maps() as ms, program(ms, "ar_ingress", flowlet_ns=1) as fd:
+        first = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        set_port(ms, PORTS.index(first), keep=True, **{"in": 40 * LEN})
+        second = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        assert second != first
+        assert get_port(ms, PORTS.index(second))["moved_in"] == 1
+        assert get_port(ms, PORTS.index(first))["moved_out"] == 1
+
+
+def test_a_dead_candidate_is_skipped_at_the_next_packet():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        first = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        k = PORTS.index(first)
+        set_down(ms, k, t_ns=5)
+        after = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        assert after != first
+        assert get_port(ms, k)["evac_ns"] >= 5               # its reaction, timestamped
+        for sport in range(0xC001, 0xC010):                  # nothing new goes there
+            assert port_of(bpf.test_run(fd, roce(sport))[1]) != first
+        for j in range(4):
+            set_down(ms, j)
+        out = bpf.test_run(fd, roce(0xC000))[1]
+        assert dscp(out) == 26                               # all dead: left to the route
+
+
+def test_packet_mode_picks_the_shortest_queue_for_every_packet():
+    with maps() as ms, program(ms, "ar_ingress", mode=model.MODES["packet"]) as fd:
+        for k, q in enumerate((9, 3, 7, 5)):
+            set_port(ms, k, keep=True, **{"in": q * LEN})
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == PORTS[1]
+        set_port(ms, 1, keep=True, **{"in": 20 * LEN})
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == PORTS[3]   # same flow moves
+        assert sum(get_port(ms, k)["flowlets"] for k in range(4)) == 0
+
+
+def test_other_frames_pass_untouched():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        for frame in (roce(dscp=10), roce(dst="10.0.9.9")):
+            assert bpf.test_run(fd, frame)[1] == frame
+    with maps() as ms, program(ms, "ar_ingress", decide=0, up_key=2) as fd:
+        assert bpf.test_run(fd, roce())[1] == roce()
+        assert get_port(ms, 2)["out"] == LEN                 # counted out only
+
+
+def test_egress_restores_the_class_and_counts_the_frame_in():
+    with maps() as ms:
+        with program(ms, "ar_ingress") as fd_in:
+            marked = bpf.test_run(fd_in, roce(0xC000))[1]
+        k = PORTS.index(port_of(marked))
+        with program(ms, "ar_egress", decide=0, key=k) as fd_eg:
+            ret, out, _ = bpf.test_run_skb(fd_eg, marked)
+        assert ret == 0xFFFFFFFF                             # TC_ACT_UNSPEC: the next filter
+        assert dscp(out) == 26 and out[15] & 3 == 2
+        assert struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
+        e = get_port(ms, k)
+        assert e["in"] == LEN and e["sent_in"] == e["sent"] == LEN
+        assert e["load"] == LEN
+
+
+def test_egress_leaves_out_what_the_tbf_drops_and_notes_a_building_queue():
+    with maps() as ms:
+        set_port(ms, 0, keep=True, limit=5 * LEN)
+        with program(ms, "ar_egress", decide=0, key=0) as fd:
+            for _ in range(6):
+                bpf.test_run_skb(fd, roce())
+        e = get_port(ms, 0)
+        assert e["in"] == 5 * LEN                            # the sixth is the TBF's drop
+        assert e["hot_ns"] > 0                               # 4 frames: the queue built
