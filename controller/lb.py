@@ -2,15 +2,23 @@
 
 No os-ken, no I/O, the clock is passed in: every decision is unit-tested
 against a fake topology and fake load (tests/unit/test_lb_policy.py).
-The mode comes from ``FABRIC_LB`` (``ecmp|flowlet|dlb|spray``, default ecmp);
-docs/load-balancing.md explains the designs and their limits.
+The mode comes from ``FABRIC_LB`` (``ecmp|flowlet|controller-dlb|dlb|packet|spray``,
+default ecmp); docs/load-balancing.md explains the designs and their limits.
 
 * ``ecmp``  -- the routing policy's select groups hash ip_src, ip_dst,
   udp_src, udp_dst (controller.policy): nothing added here.
 * ``spray`` -- the same switches; the sending NIC gives every packet a new
   UDP source port (traffic.entropy), so ECMP spreads one QP's packets over
   every path.  Nothing added here either.
-* ``flowlet`` and ``dlb`` -- reactive placement of every new RoCE flow:
+* ``dlb`` and ``packet`` -- the switches choose in their data plane (the
+  emulator's adaptive-routing stage, dataplane.adaptive): the frame arrives
+  at a leaf, an eBPF program picks the egress among the route's live
+  candidates and writes that port's mark (DSCP ``MARK_BASE + port``) into
+  the frame; ``adaptive_flows`` are the flows, one per candidate port
+  (``PRIO_AR``), that output a marked RoCEv2 frame to its port.  The
+  controller adds them to the ECMP state and does nothing else; a user's
+  app that wants the stage installs the same flows.
+* ``flowlet`` and ``controller-dlb`` -- reactive placement of every new RoCE flow:
   on each leaf, every multi-path route gets a copy one priority higher
   (``PRIO_LB_LEARN``) that matches RoCEv2 (udp_dst 4791), sends the packet
   to the controller *and* still forwards it through the ECMP group (no
@@ -26,7 +34,7 @@ docs/load-balancing.md explains the designs and their limits.
 
   ``flowlet``: a placed flow never moves; the NIC starts a new flowlet with a
   new source port after an idle gap (traffic.entropy), which is a new flow
-  here and is placed afresh.  ``dlb``: the QP keeps its port, and ``tick``
+  here and is placed afresh.  ``controller-dlb``: the QP keeps its port, and ``tick``
   also moves a flow off a hot link (utilisation >= ``HOT`` carrying two or
   more active flows) to a path whose links are all <= ``COLD`` and carry no
   active flow; a moved flow is held ``HOLD_S`` (no flapping).  Moving a
@@ -46,10 +54,13 @@ from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
 from .groups import FF_GROUP_BASE
 from .policy import PRIO_IPV4, next_hops
 
-MODES = ("ecmp", "flowlet", "dlb", "spray")
+MODES = ("ecmp", "flowlet", "controller-dlb", "dlb", "packet", "spray")
 LB_ENV = "FABRIC_LB"
 DEFAULT_MODE = "ecmp"
-REACTIVE = ("flowlet", "dlb")        # modes that place flows from the controller
+REACTIVE = ("flowlet", "controller-dlb")   # modes that place flows from the controller
+ADAPTIVE = ("dlb", "packet")         # modes the switches' data plane decides
+PRIO_AR = PRIO_IPV4 + 2              # a marked frame -> the port its mark names
+MARK_BASE = 32                       # a port's mark: DSCP MARK_BASE + port (1-31)
 PRIO_LB_LEARN = PRIO_IPV4 + 1        # route copy + packet-in of RoCE packets
 PRIO_LB_FLOW = 1500                  # one placed flow -> its uplink
 COOKIE_LB = 0xFAB0000000000002       # placed flows; the resync diff never owns them
@@ -86,8 +97,27 @@ def port_rates(topology_path):
             for p in s["ports"]}
 
 
+def adaptive_flows(topo, state):
+    """The flows a switch whose ``state`` (SwitchState) has multi-path routes needs
+    for data-plane adaptive routing: a RoCEv2 frame marked DSCP ``MARK_BASE +
+    port`` goes out of that port, for every port of its select groups."""
+    ports = set()
+    for g in state.groups:
+        if g.type == "select" and len(g.buckets) >= 2:
+            for b in g.buckets:
+                ports |= {a.port for a in b.actions if isinstance(a, Output)}
+    return frozenset(
+        FlowMod(0, PRIO_AR, match(eth_type=ETH_TYPE_IPV4, ip_proto=IP_PROTO_UDP,
+                                  udp_dst=ROCE_PORT, ip_dscp=MARK_BASE + p), (Output(p),))
+        for p in sorted(ports) if 1 <= p <= 63 - MARK_BASE)
+
+
 def augment(topo, desired, mode):
-    """``desired`` ({dpid: SwitchState}) plus the learn flows of a reactive mode."""
+    """``desired`` ({dpid: SwitchState}) plus the learn flows of a reactive mode,
+    or the mark flows of an adaptive one."""
+    if mode in ADAPTIVE:
+        return {dpid: SwitchState(st.flows | adaptive_flows(topo, st), st.groups)
+                for dpid, st in desired.items()}
     if mode not in REACTIVE:
         return desired
     out = {}
@@ -256,7 +286,7 @@ class Balancer:
                 del self.flows[key]
                 out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB,
                                             "delete")))
-        if self.mode == "dlb":
+        if self.mode == "controller-dlb":
             out += self.rebalance(now)
         return out
 

@@ -14,7 +14,8 @@ from emulator.fabric import addressing
 from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
-from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
+from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+                                          add_capture_arg,
                                           add_training_args,
                                           add_fidelity_args, add_transport_args,
                                           parse_seed)
@@ -142,6 +143,7 @@ def build_parser():
                    help="load balancing (default ecmp): the controller's mode, and for "
                         "collectives the NIC's entropy (per packet for spray, per flowlet "
                         "for flowlet); the mix keeps one UDP source port per QP")
+    add_adaptive_args(g)
     g.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
     g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",

@@ -44,10 +44,10 @@ GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
 # the NIC's keys, as a rank config has them (validated by ``rank_config.load_config``)
 SHARED = ("mtu", "qps", "dscp", "burst", "transport", "timeout_exp", "retry_cnt", "cc",
           "cc_params", "qpn_seed", "entropy", "flowlet_gap_ms", "step_timeout_s",
-          "gap_threshold_ms")
+          "gap_threshold_ms", "ooo")
 JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": "rc",
                 "timeout_exp": 15, "retry_cnt": 7, "cc": "none", "cc_params": {},
-                "qpn_seed": None, "entropy": "qp", "flowlet_gap_ms": 1.0,
+                "qpn_seed": None, "entropy": "qp", "flowlet_gap_ms": 1.0, "ooo": None,
                 "step_timeout_s": None, "gap_threshold_ms": 10.0,
                 # the emulator's time scale (compute ns in the programs are scaled already)
                 "time_scale": 1.0,

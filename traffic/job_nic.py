@@ -35,7 +35,7 @@ from .netns import entered
 from .outbound import Outbound, qp_key
 from .pacing import TokenBucket
 from .qps import RankQPs
-from .rank_config import cc_params
+from .rank_config import cc_params, out_of_order
 from .rcframes import parse_control
 from .receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
 from .sender import _DOWN, _FULL, MSG_DONTWAIT, ROOM_WAIT_NS, Sender, open_raw
@@ -97,7 +97,7 @@ class JobNic:
         self.rc = None
         if nic["transport"] == "rc":
             self.rc = RankQPs(nic["rc_params"], self.send_control, self.mac, self.ip,
-                              nic["dscp"], ooo=nic["entropy"] != "qp", rate_slack_ns=2 * tick_ns,
+                              nic["dscp"], ooo=out_of_order(nic), rate_slack_ns=2 * tick_ns,
                               **cc_params(dict(nic, rate_bps=self.rate)))
         self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                             nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],

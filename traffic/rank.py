@@ -49,7 +49,7 @@ from .outbound import Outbound, qp_key
 from .pacing import TokenBucket
 from .qps import RankQPs
 from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
-                          flow_id, load_config, qpn)
+                          flow_id, load_config, out_of_order, qpn)
 from .rcframes import parse_control
 from .receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
 from .sender import Sender
@@ -86,7 +86,7 @@ class Rank:
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission
         if cfg["transport"] == "rc":
             self.qps = RankQPs(cfg["rc_params"], self.sender.send_one, self.mac, mine["ip"],
-                               cfg["dscp"], ooo=cfg["entropy"] != "qp", **cc_params(cfg))
+                               cfg["dscp"], ooo=out_of_order(cfg), **cc_params(cfg))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.chunks = {}       # (tag, step, peer) -> [packets expected, set of indices]
         self.corrupt = {}      # (tag, step) -> corrupted packets

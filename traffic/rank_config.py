@@ -14,6 +14,12 @@ from .transport import RcParams
 TRANSPORTS = ("rc", "none")
 CC_MODES = ("none", "dcqcn", "timely")
 
+
+def out_of_order(cfg):
+    """Do the responders place packets out of order?  As asked, else when the
+    entropy is not one path per QP."""
+    return cfg["entropy"] != "qp" if cfg.get("ooo") is None else bool(cfg["ooo"])
+
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
             "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
@@ -21,6 +27,9 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             # NIC path entropy (traffic.entropy): qp | spray | flowlet, and the
             # idle gap that starts a new flowlet
             "entropy": "qp", "flowlet_gap_ms": 1.0,
+            # responders place out of order (None: when the entropy is not per QP;
+            # true under switches that choose per packet)
+            "ooo": None,
             # RC transport (traffic.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
             "transport": "rc", "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
@@ -65,6 +74,8 @@ def load_config(doc):
     if cfg["qpn_seed"] is not None and (not isinstance(cfg["qpn_seed"], int)
                                         or cfg["qpn_seed"] < 0):
         raise ConfigError("qpn_seed: null or an integer >= 0")
+    if cfg["ooo"] not in (None, True, False):
+        raise ConfigError("ooo: true, false or null")
     if cfg["entropy"] not in ENTROPY_MODES or not cfg["flowlet_gap_ms"] > 0:
         raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     if cfg["transport"] not in TRANSPORTS:

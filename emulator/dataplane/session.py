@@ -76,6 +76,7 @@ def write_json(path, data):
 # (run tag, problems in its logs) of every Session closed in this process:
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
+ADAPTIVE_LB = ("dlb", "packet")       # --lb modes the switches' data plane decides
 
 
 class Session:
@@ -90,7 +91,7 @@ class Session:
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
                  failover="fast-failover", capture=None, telemetry=None, ecn=None,
-                 holddown=None, layout=None):
+                 holddown=None, layout=None, flowlet_frames=None):
         self.fabric = fabric
         cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
         self.servers = cl.servers if cl else ()
@@ -100,6 +101,13 @@ class Session:
         self.watch = None
         self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
         self.lb = lb                     # the controller's load balancing (controller/lb.py)
+        self.flowlet_frames = flowlet_frames   # --lb dlb's flowlet timer (dataplane.adaptive)
+        if lb in ADAPTIVE_LB and self.servers:
+            from emulator.errors import ConfigError
+            raise ConfigError("--lb", f"{lb} (adaptive routing in the switches' data plane) "
+                                      "runs on one machine: leave out servers: or use "
+                                      "--lb controller-dlb")
+        self.adaptive = None             # --lb dlb|packet: the switches' own stage
         self.failover = failover         # none | controller | fast-failover
         self.results_base = results_base
         self.controller_spec = controller
@@ -217,6 +225,9 @@ class Session:
             from emulator.dataplane.lossless.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
                 .for_session(self)
+        if self.lb in ADAPTIVE_LB:
+            from emulator.dataplane.adaptive.stage import AdaptiveStage
+            self.adaptive = AdaptiveStage.for_session(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()
@@ -371,6 +382,9 @@ class Session:
             if self.capture is not None:
                 self.results.setdefault("captures", {}).update(self.capture.stop())
                 self.capture = None
+            if self.adaptive is not None:
+                self.adaptive.close(self)
+                self.adaptive = None
             if self.marker is not None:
                 self.marker.close(self)
                 self.marker = None

@@ -4,7 +4,26 @@ import argparse
 
 from traffic.frames import ROCE_MTUS
 
-LB_MODES = ("ecmp", "flowlet", "dlb", "spray")               # --lb, compare --modes
+# --lb, compare --modes: the controller's modes (controller.lb) and the switches'
+# data-plane ones (dlb, packet: dataplane.adaptive)
+LB_MODES = ("ecmp", "flowlet", "controller-dlb", "dlb", "packet", "spray")
+# the sending NICs' path entropy under each mode (traffic.entropy)
+ENTROPY = {"ecmp": "qp", "controller-dlb": "qp", "dlb": "qp", "packet": "qp",
+           "flowlet": "flowlet", "spray": "spray"}
+
+
+def nic_lb(mode):
+    """The NICs' side of load-balancing ``mode``: their path entropy, and whether
+    responders place packets out of order (a switch choosing per packet
+    reorders, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
+    return {"entropy": ENTROPY[mode], "ooo": ENTROPY[mode] != "qp" or mode == "packet"}
+
+
+def add_adaptive_args(p):
+    """``--flowlet-frames``: the data-plane DLB's flowlet inactivity timer."""
+    p.add_argument("--flowlet-frames", type=int, default=None, metavar="N",
+                   help="--lb dlb: a flow idle this many frame times at its uplinks' rate "
+                        "starts a new flowlet (default 16; docs/load-balancing.md)")
 FAILOVER_MODES = ("none", "controller", "fast-failover")     # --failover
 
 

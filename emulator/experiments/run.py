@@ -47,6 +47,7 @@ def run(fabric, args, out=print):
                           datapath_request=args.datapath, seed=args.hash_seed,
                           queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
                           mtu=args.mtu, lb=args.lb, failover=args.failover,
+                          flowlet_frames=args.flowlet_frames,
                           capture=args.capture, telemetry=args.telemetry, ecn=ecn)
         try:
             with session:
@@ -116,12 +117,11 @@ def _workload(session, args, sizes, out, job=None):
     from emulator.experiments.workloads import collective
     from emulator.experiments.workloads import mix
     if job is not None:
-        from emulator.experiments.options import job_seed, rank_transport
+        from emulator.experiments.options import job_seed, nic_lb, rank_transport
         from emulator.experiments.workloads import training
-        from emulator.experiments.compare.compare import ENTROPY
         seed = job_seed(getattr(args, "job_seed", None))
         t = training.run_job(session, job, dict(
-            rank_transport(args), entropy=ENTROPY[args.lb], qpn_seed=seed, qps=args.qps or 1,
+            rank_transport(args), **nic_lb(args.lb), qpn_seed=seed, qps=args.qps or 1,
             timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
             progress=lambda m: out(f"... {m}"))
         t["job_seed"] = seed
@@ -133,14 +133,13 @@ def _workload(session, args, sizes, out, job=None):
             session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
-        from emulator.experiments.compare.compare import ENTROPY
-        from emulator.experiments.options import job_seed, rank_transport
+        from emulator.experiments.options import job_seed, nic_lb, rank_transport
         seed = job_seed(getattr(args, "job_seed", None))
         out(f"... job seed {seed} (its QP numbers; --job-seed {seed} replays them)")
         rep = collective.run_collective(
             session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
             ring=args.ring, progress=lambda m: out(f"... {m}"),
-            rank_extra=dict(rank_transport(args), entropy=ENTROPY[args.lb], qpn_seed=seed))
+            rank_extra=dict(rank_transport(args), **nic_lb(args.lb), qpn_seed=seed))
         rep["job_seed"] = seed
         session.results["collective"] = rep
         if any(r["wrong"] for r in rep["rows"]):

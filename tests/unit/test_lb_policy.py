@@ -45,7 +45,7 @@ def uplinks(topo, leaf):
 
 def test_mode_from_env():
     assert lb.mode_from_env({}) == "ecmp"
-    assert lb.mode_from_env({"FABRIC_LB": "dlb"}) == "dlb"
+    assert lb.mode_from_env({"FABRIC_LB": "controller-dlb"}) == "controller-dlb"
     with pytest.raises(ValueError, match="use one of"):
         lb.mode_from_env({"FABRIC_LB": "wcmp"})
 
@@ -60,7 +60,7 @@ def test_hashing_modes_add_nothing(topo, mode):
 
 def test_learn_flows_copy_multipath_routes_on_leaves_only(topo):
     desired = policy.desired_state(topo, topo.all_ports())
-    out = lb.augment(topo, desired, "dlb")
+    out = lb.augment(topo, desired, "controller-dlb")
     leaf1, spine1 = topo.by_name["leaf1"].dpid, topo.by_name["spine1"].dpid
     learn = [f for f in out[leaf1].flows if f.priority == lb.PRIO_LB_LEARN]
     assert len(learn) == 12                     # the 12 hosts on other leaves
@@ -81,7 +81,7 @@ def test_learn_flows_copy_multipath_routes_on_leaves_only(topo):
 
 def test_placement_spreads_colliding_flows(topo, rates):
     """Four flows leaf1 -> leaf2 land on four different spines (ECMP may stack them)."""
-    bal = lb.Balancer(topo, "dlb", rates)
+    bal = lb.Balancer(topo, "controller-dlb", rates)
     leaf1 = topo.by_name["leaf1"].dpid
     chosen = []
     for i, (s, d) in enumerate([("h1", "h5"), ("h2", "h6"), ("h3", "h7"), ("h4", "h8")]):
@@ -112,7 +112,7 @@ def test_placement_avoids_measured_hot_link(topo, rates):
 
 
 def test_same_leaf_and_non_roce_are_not_placed(topo):
-    bal = lb.Balancer(topo, "dlb")
+    bal = lb.Balancer(topo, "controller-dlb")
     leaf1 = topo.by_name["leaf1"].dpid
     assert bal.packet_in(leaf1, frame(topo, "h1", "h2", 50000), 0.0) == []
     data = bytearray(frame(topo, "h1", "h5", 50000))
@@ -152,7 +152,7 @@ def _two_on_one(topo, rates, mode):
 
 
 def test_dlb_moves_one_flow_off_a_hot_link_and_holds_it(topo, rates):
-    bal, keys, ups = _two_on_one(topo, rates, "dlb")
+    bal, keys, ups = _two_on_one(topo, rates, "controller-dlb")
     msgs = bal.tick(0.1)
     assert len(msgs) == 1 and msgs[0][1].command == "modify"
     assert msgs[0][0] == topo.by_name["leaf1"].dpid
@@ -167,7 +167,7 @@ def test_dlb_moves_one_flow_off_a_hot_link_and_holds_it(topo, rates):
 def test_light_flows_neither_count_nor_block_a_move(topo, rates):
     """A QP's ACKs are a RoCE flow of their own, a few % of the data's bytes: one on
     every other uplink must not keep a hot link's data flow where it is."""
-    bal, keys, ups = _two_on_one(topo, rates, "dlb")
+    bal, keys, ups = _two_on_one(topo, rates, "controller-dlb")
     leaf1 = topo.by_name["leaf1"].dpid
     acks = []
     for i, (s, d) in enumerate([("h3", "h7"), ("h4", "h8"), ("h3", "h6")]):
@@ -191,7 +191,7 @@ def test_flowlet_never_moves_an_active_flow(topo, rates):
 
 
 def test_dlb_does_not_move_onto_a_busy_path(topo, rates):
-    bal, keys, ups = _two_on_one(topo, rates, "dlb")
+    bal, keys, ups = _two_on_one(topo, rates, "controller-dlb")
     leaf1 = topo.by_name["leaf1"].dpid
     rate = rates[(leaf1, ups[0])]
     full = int(rate / 8 * 0.1)
@@ -200,7 +200,7 @@ def test_dlb_does_not_move_onto_a_busy_path(topo, rates):
 
 
 def test_link_down_replaces_flows_on_it(topo):
-    bal = lb.Balancer(topo, "dlb")
+    bal = lb.Balancer(topo, "controller-dlb")
     leaf1 = topo.by_name["leaf1"].dpid
     bal.packet_in(leaf1, frame(topo, "h1", "h5", 50000), 0.0)
     f = next(iter(bal.flows.values()))

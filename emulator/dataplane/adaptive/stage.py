@@ -83,7 +83,8 @@ class AdaptiveStage:
                 chain = owner.chain_slots()
         stage = cls(session.lb, session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
-                    flowlet_frames=session.flowlet_frames, chain=chain).install()
+                    flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,
+                    chain=chain).install()
         session.progress(stage.describe())
         return stage
 

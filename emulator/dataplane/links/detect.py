@@ -23,7 +23,9 @@ each end itself, as its PHY would:
   ``revalidator/purge`` after the barrier was measured and bought nothing
   (longest gap median 17.1 ms with it, 16.7 ms without, 8 repeats each).
 
-Restoring the link clears the config bit the same way.  Every notification
+At the same instant the switch's data plane hears it: the adaptive-routing
+stage (``--lb dlb|packet``, dataplane.adaptive) skips the port from the next
+frame.  Restoring the link clears the config bit the same way.  Every notification
 is logged with CLOCK_MONOTONIC ns: sent, and acknowledged by the switch.
 
 What it does not model: the far end of a one-sided cut learns at the same
@@ -181,6 +183,9 @@ class Detector:
     def __init__(self, session, delay_s, clock=time.monotonic_ns):
         self.delay_s = delay_s
         self.clock = clock
+        # the switches' own data plane hears of it with their OpenFlow agent
+        stage = getattr(session, "adaptive", None)
+        self.listeners = [stage.link_news] if stage is not None else []
         net = session.net
         self._ports = {(sw["name"], p["port"]):
                        (sw["bridge"], hw_addr(p["intf"], net.sysfs(sw["name"])))
@@ -207,6 +212,8 @@ class Detector:
                 if left > 0.0015:
                     time.sleep(left - 0.001)     # sleep most of it, spin the last ms
         t_sent = self.clock()
+        for listener in self.listeners:
+            listener(ports, down, t_sent)
         pending = []
         for sw, port in ports:
             bridge, mac = self._ports[(sw, port)]

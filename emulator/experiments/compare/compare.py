@@ -46,11 +46,12 @@ from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
 from emulator.experiments.compare.lb_table import (disturbed_attempt, should_repeat, summarize,
                                                    table)
-from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_capture_arg,
-                                          add_fidelity_args)
+from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+                                          add_capture_arg, add_fidelity_args, nic_lb)
 
 MODES = LB_MODES
-ENTROPY = {"ecmp": "qp", "dlb": "qp", "flowlet": "flowlet", "spray": "spray"}
+DEFAULT_MODES = ("ecmp", "flowlet", "dlb", "spray")
+ENTROPY = {m: nic_lb(m) for m in MODES}          # {mode: the NICs' side of it}
 SAMPLE_S = 0.1
 RINGS = ("naive", "topology", "strided")
 
@@ -198,11 +199,12 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
     from emulator.experiments.workloads import collective
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
+                 flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
                  failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
         order = ring_indices(s.topo, ring)
-        extra = {"entropy": ENTROPY[mode], "flowlet_gap_ms": args.flowlet_gap_ms,
+        extra = {**nic_lb(mode), "flowlet_gap_ms": args.flowlet_gap_ms,
                  "qpn_seed": job}
         sampler = Sampler(s.net)
         sampler.start()
@@ -295,7 +297,10 @@ def add_arguments(p):
     add_cc_param_arg(p)
     p.add_argument("--hosts", default=None,
                    help="--cc: comma-separated hosts (incast: the first is the root)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma list of " + "|".join(MODES))
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                   help="comma list of " + "|".join(MODES) + " (default "
+                        + ",".join(DEFAULT_MODES) + ")")
+    add_adaptive_args(p)
     p.add_argument("--workload", default=None, type=compare_workload,
                    metavar="{allreduce,allgather,reducescatter,alltoall,incast,simai:FILE}",
                    help="collective (default allreduce; alltoall with --planes; incast "

@@ -38,16 +38,18 @@ def ordered_topo(topo, ring):
 
 
 def run_one(fabric, mode, seed, job, args, extra, progress, entropy):
-    """One fabric balancing with ``mode`` (the NICs' ``entropy`` mode): the job's
+    """One fabric balancing with ``mode`` (``entropy``: the NICs' side of it,
+    options.nic_lb): the job's
     measurements."""
     from emulator.dataplane.session import Session
     from emulator.experiments.workloads import training
     from emulator.experiments.workloads.collective import default_timeout_exp
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
+                 flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
                  failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
-        ex = dict(extra, entropy=entropy, flowlet_gap_ms=args.flowlet_gap_ms,
+        ex = dict(extra, **entropy, flowlet_gap_ms=args.flowlet_gap_ms,
                   timeout_exp=default_timeout_exp(s.queue_ms))
         t = training.run_job(s, job, ex, progress=lambda m: progress(f"... {mode}: {m}"))
     row = {"mode": mode, "seed": seed, "dir": s.dir, "iteration_s": t["iteration_s"],
@@ -96,7 +98,7 @@ def table(rows):
 
 def main(fabric, args, modes, entropy, out=print):
     """``emulator compare --workload simai:FILE``: returns the exit status; ``entropy``:
-    {mode: the NICs' entropy mode} (``compare.ENTROPY``)."""
+    {mode: the NICs' side of it} (``compare.ENTROPY``)."""
     from emulator.dataplane.session import make_results_dir, write_json
     from emulator.experiments.options import job_seed
     from emulator.experiments.workloads import training

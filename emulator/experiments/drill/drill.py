@@ -44,7 +44,8 @@ from emulator.experiments import fidelity, scenario
 from emulator.experiments.drill.drill_probes import (  # noqa: F401
     PROBE_SETS, crosses, fault_ports, flow_paths, hop, link_ends, parse_rails, path_pairs,
     planned_flows, probe_pairs, probe_rate, trace_path, unexpected_downs)
-from emulator.experiments.options import FAILOVER_MODES, LB_MODES, parse_seed
+from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+                                          parse_seed)
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.units import parse_duration
 from traffic.frames import ROCE_MTUS
@@ -113,7 +114,9 @@ def add_arguments(p):
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
     p.add_argument("--lb", choices=LB_MODES, default="ecmp",
-                   help="the controller's load balancing (default ecmp)")
+                   help="load balancing (default ecmp): the controller's, or the switches' "
+                        "data plane (dlb, packet)")
+    add_adaptive_args(p)
     p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch")
     p.add_argument("--queue-ms", type=float, default=30.0,
@@ -257,6 +260,7 @@ def run_mode(fabric, mode, events, args, base, out):
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
+                 flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
                  mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:

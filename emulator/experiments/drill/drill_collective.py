@@ -175,9 +175,10 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
     from emulator.dataplane.session import Session
     from emulator.experiments import scenario
     from emulator.experiments.drill.drill import restore_event, wait_restored
-    from emulator.experiments.options import rank_transport
+    from emulator.experiments.options import nic_lb, rank_transport
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
-                 lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
+                 lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
+                 queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         paths = connections(s, args.workload, s.topo["hosts"], args.job_seed)
@@ -198,7 +199,8 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
         try:
             for r in range(args.repeat):
                 v = repeat(s, inj, events, args,
-                           dict(rank_transport(args), qpn_seed=args.job_seed))
+                           dict(rank_transport(args), **nic_lb(args.lb),
+                                qpn_seed=args.job_seed))
                 reps.append(v)
                 t_rest, rest_kind = restore_event(v["events"])
                 wait_restored(s, mode, t_rest, kind=rest_kind)

@@ -85,15 +85,16 @@ def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
     from emulator.experiments import scenario
     from emulator.experiments.drill.drill import restore_event, wait_restored
     from emulator.experiments.drill.drill_collective import summarise
-    from emulator.experiments.options import rank_transport
+    from emulator.experiments.options import nic_lb, rank_transport
     from emulator.experiments.workloads.collective import default_timeout_exp
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
-                 lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
+                 lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
+                 queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo, fabric.flow_control)
         inj = Injector(s, detect=parse_detect(args.detect))
-        extra = dict(rank_transport(args), qpn_seed=args.job_seed,
+        extra = dict(rank_transport(args), **nic_lb(args.lb), qpn_seed=args.job_seed,
                      timeout_exp=args.rc_timeout or default_timeout_exp(s.queue_ms))
         reps = []
         try:
