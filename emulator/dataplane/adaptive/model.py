@@ -72,6 +72,27 @@ def route_key(sw_index, ip):
     return ROUTE_KEY.pack(sw_index, struct.unpack("<I", socket.inet_aton(ip))[0])
 
 
+def flow_hash(src, dst, sport, dport=4791):
+    """ar.bpf.c's ``flow_hash`` of a RoCEv2 frame (u32 arithmetic, the header
+    fields as the program loads them)."""
+    m = 0xFFFFFFFF
+    s = struct.unpack("<I", socket.inet_aton(src))[0]
+    d = struct.unpack("<I", socket.inet_aton(dst))[0]
+    ports = struct.unpack("<HH", struct.pack("!HH", sport, dport))
+    h = s * 0x9E3779B1 & m
+    h ^= (d + 0x7F4A7C15 + (h << 6 & m) + (h >> 2)) & m
+    h ^= ((ports[0] << 16 | ports[1]) + 0x7F4A7C15 + (h << 6 & m) + (h >> 2)) & m
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & m
+    h ^= h >> 13
+    return h
+
+
+def flowlet_slot(sw_index, src, dst, sport):
+    """The flowlet slot of a flow at switch number ``sw_index``."""
+    return sw_index * FLOWSETS + (flow_hash(src, dst, sport) & (FLOWSETS - 1))
+
+
 def frame_ns(frame_bytes, rate_bps):
     return int(frame_bytes * 8 / rate_bps * 1e9)
 

@@ -226,6 +226,12 @@ class AdaptiveStage:
         return {f"{sw}:{p}": dict(zip(model.PORT_NAMES, PORT.unpack(m.lookup(k))))
                 for (sw, p), k in self.keys.items()}
 
+    def flowlet_port(self, sw, src, dst, sport):
+        """The port the flowlet of a RoCEv2 flow goes by at ``sw`` (None: no flowlet)."""
+        slot = model.flowlet_slot(self.sw_index[sw], src, dst, sport)
+        _, key, valid = struct.unpack("<QII", self.maps["ar_flowlets"].lookup(slot))
+        return self.plan["tracked"][key][1] if valid else None
+
     def backlog(self):
         """{"switch:port": bytes queued (in - out - correction)}."""
         ctl = self.maps["ar_ctls"]

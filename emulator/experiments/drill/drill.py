@@ -41,6 +41,7 @@ from emulator.dataplane.links.detect import parse_detect
 from emulator.experiments.drill.drill_stats import (  # noqa: F401
     controller_convergence, flow_result, percentile, stats, summarise, summary_line, table)
 from emulator.experiments import fidelity, scenario
+from emulator.experiments.drill import drill_adaptive
 from emulator.experiments.drill.drill_probes import (  # noqa: F401
     PROBE_SETS, crosses, fault_ports, flow_paths, hop, link_ends, parse_rails, path_pairs,
     planned_flows, probe_pairs, probe_rate, trace_path, unexpected_downs)
@@ -290,6 +291,7 @@ def run_mode(fabric, mode, events, args, base, out):
         out(f"... [{mode}] {sum(len(q) for *_, q in pairs)} probe flows over {len(pairs)} "
             f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
         crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
+        watch = s.adaptive and drill_adaptive.Watch(s, pairs, paths)   # --lb dlb|packet
         inj = Injector(s, detect=parse_detect(args.detect))
         repeats = []
         try:
@@ -300,7 +302,8 @@ def run_mode(fabric, mode, events, args, base, out):
                 if late:
                     late.mark()
                 sent, recv, timelines, dur, fid = drill_traffic.repeat(
-                    s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"))
+                    s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"),
+                    before=watch and watch.snapshot)
                 late_bfd = late.read() if late else None
                 fid = fidelity.spurious_downs(fid, unexpected_downs(
                     s.controller.converged() if s.controller else [], t_start, expected,
@@ -308,6 +311,8 @@ def run_mode(fabric, mode, events, args, base, out):
                 if late_bfd is not None:
                     fid = dict(fid, bfd_late_sends=late_bfd)
                 evs = inj.events[n0:]
+                if watch:
+                    paths, crossing = watch.paths(events)
                 t_fault = evs[0]["t_ns"]
                 t_rest, rest_kind = restore_event(evs)
                 calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
@@ -318,7 +323,8 @@ def run_mode(fabric, mode, events, args, base, out):
                 with open(s.controller.log_path, errors="replace") as f:
                     conv = controller_convergence(f.read(), t_fault, t_rest)
                 repeats.append({"repeat": r, "events": evs, "flows": flows,
-                                "controller": conv, "fidelity": fid})
+                                "controller": conv, "fidelity": fid,
+                                **({"adaptive": watch.reaction(evs)} if watch else {})})
                 if r == 0:
                     plot(timelines, t_fault, t_rest, crossing,
                          os.path.join(base, f"throughput-{mode}.png"), mode)
@@ -336,8 +342,9 @@ def run_mode(fabric, mode, events, args, base, out):
     problems = s.results.get("controller", {}).get("problems", [])
     return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
             "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
-            "repeats": repeats,
-            "summary": summarise(repeats), "controller_problems": problems}
+            "repeats": repeats, "summary": dict(summarise(repeats), **(
+                {"adaptive": drill_adaptive.split(repeats, events, s.topo)} if watch else {})),
+            "controller_problems": problems}
 
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
@@ -417,6 +424,8 @@ def main(fabric, args, out=print):
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
+    for line in drill_adaptive.lines(results):
+        out(line)
     from emulator.report.summary import pfc_text
     for r in results:
         if r.get("lossless"):

@@ -129,10 +129,12 @@ def hop(node, port):
     return f"{node}:{port}"
 
 
-def trace_path(topo, src_name, hp, dp, sport, net=None):
+def trace_path(topo, src_name, hp, dp, sport, net=None, first=None):
     """The path of one RoCEv2 flow (``hp`` -> ``dp`` host ports, UDP source port
     ``sport``) by ``ofproto/trace`` hop by hop (see ``flow_paths``), each asked of
-    the Open vSwitch carrying that switch in ``net`` (default: the machine's)."""
+    the Open vSwitch carrying that switch in ``net`` (default: the machine's);
+    ``first``: the port it leaves its first switch by, if that switch's data
+    plane chose it (adaptive routing), traced on from there."""
     sw = {x["name"]: x for x in topo["switches"]}
     hosts = {h["name"] for h in topo["hosts"]}
     node, in_port, path = hp["switch"], hp["switch_port"], [hop(src_name, hp["port"])]
@@ -140,9 +142,12 @@ def trace_path(topo, src_name, hp, dp, sport, net=None):
         flow = (f"in_port={in_port},udp,dl_src={hp['mac']},dl_dst={dp['mac']},"
                 f"nw_src={hp['ip']},nw_dst={dp['ip']},nw_ttl=64,"
                 f"udp_src={sport},udp_dst=4791")
-        text = (net.ovs(node) if net else SYSTEM).appctl("ofproto/trace", sw[node]["bridge"],
-                                                         flow)
-        outs = re.findall(r"\boutput:(\d+)", text)
+        if first is not None and len(path) == 1:
+            outs = [first]
+        else:
+            text = (net.ovs(node) if net else SYSTEM).appctl("ofproto/trace",
+                                                             sw[node]["bridge"], flow)
+            outs = re.findall(r"\boutput:(\d+)", text)
         if not outs:
             break
         port = next(p for p in sw[node]["ports"] if p["port"] == int(outs[-1]))

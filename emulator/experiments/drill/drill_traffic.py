@@ -55,8 +55,12 @@ def probe_plan(net, pairs, args, duration):
             "streams": streams, "receivers": receivers}
 
 
-def repeat(s, inj, pairs, events, args, work):
-    """One repeat of the schedule under probe traffic.
+SNAPSHOT_BEFORE_S = 0.02     # ``before`` runs this long before the first event
+
+
+def repeat(s, inj, pairs, events, args, work, before=None):
+    """One repeat of the schedule under probe traffic; ``before()`` (if given)
+    runs shortly before the first event (a look at the fabric as the fault finds it).
 
     Returns (sent {flow: n}, received {flow: summary with t0_ns},
     timelines {flow: (t0_ns, bins)}, probe seconds, fidelity verdict).
@@ -77,6 +81,11 @@ def repeat(s, inj, pairs, events, args, work):
         eng.go()
         eng.wait_line("flowing", 20)
         t0 = time.monotonic()
+        if before is not None:
+            delay = t0 + events[0].at_s - SNAPSHOT_BEFORE_S - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)       # the schedule's own times
+            before()
         for ev in events:
             delay = t0 + ev.at_s - time.monotonic()
             if delay > 0:
