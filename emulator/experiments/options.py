@@ -214,3 +214,14 @@ def training_cc(args, out):
         args.cc = "dcqcn"
         out("... congestion control: dcqcn, with ECN marking at the switch ports (RoCE NICs' "
             "default; --cc none turns it off)")
+
+
+def workload_choice(text):
+    """``compare --workload``: a collective or a training job's file."""
+    import argparse
+    if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast") or \
+            text.startswith("simai:"):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
+                                     "allgather, reducescatter, alltoall, incast, "
+                                     "simai:FILE)")

@@ -47,7 +47,8 @@ from emulator.errors import ConfigError
 from emulator.experiments.compare.lb_table import (disturbed_attempt, should_repeat, summarize,
                                                    table)
 from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
-                                          add_capture_arg, add_fidelity_args, nic_lb)
+                                          add_capture_arg, add_fidelity_args, nic_lb,
+                                          workload_choice)
 
 MODES = LB_MODES
 DEFAULT_MODES = ("ecmp", "flowlet", "dlb", "spray")
@@ -193,9 +194,12 @@ class Sampler(threading.Thread):
         self.samples.append((time.monotonic(), self.net.intf_counters()))
 
 
-def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None):
+def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
+            stream=None):
     """One Session whose controller balances with ``mode``; returns the run's measurements.
-    ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs)."""
+    ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
+    ``hosts``: the ranks (default all); ``stream``: (src, dst) of a competing stream."""
+    from emulator.experiments.compare.stream_cmp import during
     from emulator.experiments.workloads import collective
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
@@ -203,14 +207,16 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
                  failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
-        order = ring_indices(s.topo, ring)
+        order = ring_indices(dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
+                                                 or h["name"] in hosts]), ring)
         extra = {**nic_lb(mode), "flowlet_gap_ms": args.flowlet_gap_ms,
                  "qpn_seed": job}
         sampler = Sampler(s.net)
         sampler.start()
         try:
-            rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
-                                            rank_extra=extra)
+            with during(s, stream, args.workload, sizes, hosts) as competing:
+                rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
+                                                rank_extra=extra, hosts=hosts)
         finally:
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)
@@ -221,7 +227,8 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
                "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
                "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
                "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
-        out.update({k: v for k, v in spread(series).items()})
+        out.update({k: v for k, v in spread(series).items()}, **(
+            {"stream": competing.result()} if competing else {}))
         out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
         spines = len({p[3] for p in uplinks(s.topo)})
         if mode == "ecmp":
@@ -229,6 +236,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
                 ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
     # set when the session closed: handler exceptions or OpenFlow errors
     out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
+    out["adaptive"] = s.results.get("adaptive")
     if s.results.get("captures"):
         out["captures"] = s.results["captures"]
         progress(f"... {mode}: captures in {s.dir}: " + ", ".join(sorted(out["captures"])))
@@ -239,12 +247,14 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
     return out
 
 
-def run_repetition(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None):
+def run_repetition(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None,
+                   **kw):
     """``run_one``, run again with the same seeds (up to ``--retries`` times) while the
     machine, not the links, set its pace (lb_table.should_repeat)."""
     disturbed, retries = [], getattr(args, "retries", 1)
     for attempt in range(retries + 1):
-        r = run_one(fabric, mode, seed, ring, qps, sizes, args, progress=progress, job=job)
+        r = run_one(fabric, mode, seed, ring, qps, sizes, args, progress=progress, job=job,
+                    **kw)
         if not should_repeat(r, attempt, retries):
             break
         disturbed.append(disturbed_attempt(r))
@@ -301,7 +311,11 @@ def add_arguments(p):
                    help="comma list of " + "|".join(MODES) + " (default "
                         + ",".join(DEFAULT_MODES) + ")")
     add_adaptive_args(p)
-    p.add_argument("--workload", default=None, type=compare_workload,
+    p.add_argument("--stream", default=None, metavar="SRC:DST",
+                   help="each mode with and without a competing best-effort stream from "
+                        "SRC to DST at an uplink's full rate, from a quarter into the "
+                        "collective for half of it (SRC, DST are not ranks)")
+    p.add_argument("--workload", default=None, type=workload_choice,
                    metavar="{allreduce,allgather,reducescatter,alltoall,incast,simai:FILE}",
                    help="collective (default allreduce; alltoall with --planes; incast "
                         "with --cc), or a training job: simai:FILE (each mode's iteration "
@@ -342,16 +356,6 @@ def add_arguments(p):
     p.add_argument("--results", default="results", metavar="DIR")
     add_fidelity_args(p)
     add_capture_arg(p)
-
-
-def compare_workload(text):
-    import argparse
-    if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast") or \
-            text.startswith("simai:"):
-        return text
-    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
-                                     "allgather, reducescatter, alltoall, incast, "
-                                     "simai:FILE)")
 
 
 def main(fabric, args, out=print):
@@ -397,6 +401,9 @@ def main(fabric, args, out=print):
     if getattr(args, "retries", 1) < 0:
         raise ConfigError("--retries", "0 or more")
     sizes = parse_sizes(args.sizes)
+    if getattr(args, "stream", None):
+        from emulator.experiments.compare import stream_cmp
+        return stream_cmp.main(fabric, args, modes, sizes, run_repetition, out)
     plan = [(m, args.ring, args.qps) for m in modes]
     plan += [("ecmp", args.ring, int(q)) for q in args.sweep_qps.split(",") if q.strip()
              and ("ecmp", args.ring, int(q)) not in plan]
