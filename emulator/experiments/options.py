@@ -14,9 +14,9 @@ ENTROPY = {"ecmp": "qp", "controller-dlb": "qp", "dlb": "qp", "packet": "qp",
 
 def nic_lb(mode):
     """The NICs' side of load-balancing ``mode``: their path entropy, and whether
-    responders place packets out of order (a switch choosing per packet
-    reorders, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
-    return {"entropy": ENTROPY[mode], "ooo": ENTROPY[mode] != "qp" or mode == "packet"}
+    responders place packets out of order (switches that move a flow mid-burst
+    reorder, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
+    return {"entropy": ENTROPY[mode], "ooo": ENTROPY[mode] != "qp" or mode in ("dlb", "packet")}
 
 
 def add_adaptive_args(p):

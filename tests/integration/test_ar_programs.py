@@ -81,7 +81,7 @@ def set_down(ms, k, down=True, t_ns=1):
 @contextmanager
 def program(ms, name, **cfg):
     values = dict(sw=0, up_key=-1, decide=1, mode=model.MODES["dlb"], dscp=26,
-                  flowlet_ns=100 * SEC, pend_ns=100 * SEC, key=-1) | cfg
+                  flowlet_ns=100 * SEC, pend_ns=100 * SEC, key=-1, move_band=0) | cfg
     with bpf.load("ar", stage.CONFIG.pack_fields(**values), stage.CONFIG, ms,
                   value_layouts=[stage.PORT, stage.CONTROL], programs=[name]) as fds:
         yield fds[name]
@@ -102,6 +102,14 @@ def test_idle_ports_spread_new_flowlets_by_load_and_the_mark_is_a_valid_frame():
         assert sum(get_port(ms, k)["flowlets"] for k in range(4)) == 4
 
 
+def test_the_flowlet_slot_is_the_one_python_computes():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        chosen = port_of(bpf.test_run(fd, roce(0xC123))[1])
+        slot = model.flowlet_slot(0, "10.0.0.1", DST, 0xC123)
+        _, key, valid = struct.unpack("<QII", ms["ar_flowlets"].lookup(slot))
+        assert valid == 1 and PORTS[key] == chosen
+
+
 def test_a_flowlet_stays_on_its_port_a_new_one_avoids_the_queue():
     with maps() as ms, program(ms, "ar_ingress") as fd:
         first = port_of(bpf.test_run(fd, roce(0xC000))[1])
@@ -120,6 +128,21 @@ def test_a_flowlet_past_the_timer_is_placed_afresh_and_counted_moved():
         assert second != first
         assert get_port(ms, PORTS.index(second))["moved_in"] == 1
         assert get_port(ms, PORTS.index(first))["moved_out"] == 1
+
+
+def test_a_live_flowlet_leaves_a_collapsed_port_only_for_a_clearly_better_one():
+    with maps() as ms, program(ms, "ar_ingress", move_band=model.MOVE_BAND) as fd:
+        first = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        k = PORTS.index(first)
+        set_port(ms, k, keep=True, **{"in": 10 * LEN})      # band 4: below the move band
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first
+        for j in range(4):                                    # band 5, but so are the rest
+            set_port(ms, j, keep=True, **{"in": 20 * LEN})
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first
+        other = (k + 1) % 4
+        set_port(ms, other, keep=True, **{"in": 0})           # one clearly better
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == PORTS[other]
+        assert get_port(ms, other)["moved_in"] == 1
 
 
 def test_a_dead_candidate_is_skipped_at_the_next_packet():
@@ -174,10 +197,12 @@ def test_egress_restores_the_class_and_counts_the_frame_in():
 
 def test_egress_leaves_out_what_the_tbf_drops_and_notes_a_building_queue():
     with maps() as ms:
-        set_port(ms, 0, keep=True, limit=5 * LEN)
+        set_port(ms, 0, keep=True, limit=20 * LEN, load_full=1000 * LEN)
         with program(ms, "ar_egress", decide=0, key=0) as fd:
-            for _ in range(6):
+            for n in range(21):
                 bpf.test_run_skb(fd, roce())
+                if n == 14:
+                    assert get_port(ms, 0)["hot"] == 0       # 15 frames: band 4
         e = get_port(ms, 0)
-        assert e["in"] == 5 * LEN                            # the sixth is the TBF's drop
-        assert e["hot_ns"] > 0                               # 4 frames: the queue built
+        assert e["in"] == 20 * LEN                           # the 21st is the TBF's drop
+        assert e["hot"] == 1 and e["hot_ns"] > 0             # 16 frames: band 5, hot

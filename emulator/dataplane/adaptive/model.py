@@ -38,7 +38,10 @@ MARK_BASE = 32                            # a port's mark: DSCP MARK_BASE + port
 MAX_MARKED_PORT = 63 - MARK_BASE
 MAX_CAND = 8                              # ar.bpf.c's MAX_CAND
 FLOWSETS = 1024                           # ar.bpf.c's flowlet slots per switch
-HOT_BAND = 3                              # ar.bpf.c: a queue of 4+ frames is building
+HOT_BAND = 5                              # ar.bpf.c: a port this bad is hot
+MOVE_BAND = 5                             # a live flowlet whose port reaches band 5 (16
+                                          # frames queued or 5/8 of its rate) moves to a
+                                          # port 3 bands better
 FLOWLET_FRAMES = 16                       # the flowlet inactivity timer
 HALF_LIFE_FRAMES = 16                     # the port load's half-life
 PENDING_FRAMES = 8                        # decided bytes older than this are forgotten
@@ -46,13 +49,13 @@ PENDING_MIN_NS = 5_000_000                # ... but never sooner than Open vSwit
 
 PORT_FIELDS = [("in", "q"), ("out", "q"), ("sent", "q"), ("sent_in", "q"), ("sent_ns", "Q"),
                ("load", "Q"), ("load_ns", "Q"), ("evac_ns", "Q"), ("frames", "Q"), ("flowlets", "Q"), ("moved_in", "Q"),
-               ("moved_out", "Q"), ("hot_ns", "Q"), ("shun_ns", "Q"), ("react_sum", "Q"),
+               ("moved_out", "Q"), ("hot", "Q"), ("hot_ns", "Q"), ("shun_ns", "Q"), ("react_sum", "Q"),
                ("react_n", "Q"), ("react_max", "Q"), ("mark", "Q"), ("frame", "Q"),
                ("half_ns", "Q"), ("load_full", "Q"), ("limit", "q")]
 PORT_NAMES = [n for n, _ in PORT_FIELDS]
 CONTROL_FIELDS = [("down", "Q"), ("down_ns", "Q"), ("corr", "q"), ("spare", "Q")]
 CONFIG_FIELDS = [("sw", "Q"), ("up_key", "q"), ("decide", "Q"), ("mode", "Q"), ("dscp", "Q"),
-                 ("flowlet_ns", "Q"), ("pend_ns", "Q"), ("key", "q")]
+                 ("flowlet_ns", "Q"), ("pend_ns", "Q"), ("key", "q"), ("move_band", "Q")]
 ROUTE_KEY = struct.Struct("<II")          # struct ar_route_key: sw, dst (network order)
 ROUTE = struct.Struct(f"<I{MAX_CAND}I")   # struct ar_route
 FLOWLET_SIZE = 16                         # struct ar_flowlet

@@ -117,7 +117,7 @@ class AdaptiveStage:
         p = self.plan
         xdp = {}
         base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
-                    flowlet_ns=0, pend_ns=0, key=-1)
+                    flowlet_ns=0, pend_ns=0, key=-1, move_band=model.MOVE_BAND)
         for tp, k in self.keys.items():
             xdp.setdefault(self.far[tp], dict(base))["up_key"] = k
         for sw, port in p["deciders"]:
@@ -165,7 +165,7 @@ class AdaptiveStage:
 
     def _attach(self, xdp, tc):
         base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
-                    flowlet_ns=0, pend_ns=0, key=-1)
+                    flowlet_ns=0, pend_ns=0, key=-1, move_band=model.MOVE_BAND)
         with ns_sockets() as sock:
             for (ns, ifname), values in sorted(xdp.items(), key=lambda kv: kv[0][1]):
                 ipr = sock(ns)

@@ -20,7 +20,10 @@
  * towards it that have not reached its egress yet: Open vSwitch forwards in
  * batches) in log-2 bands of frames, and its recent load (a decaying sum of the
  * bytes it sent) in eighths of its rate; the worse of the two is the band.
- * The best band wins; ties go to the least loaded.  Per packet, the shortest
+ * The best band wins; ties go to the least loaded.  A flowlet keeps its port
+ * until it idles for the flowlet timer, its port dies, or its port's band
+ * reaches ``move_band`` while another candidate is MOVE_GAP bands better (the
+ * ASIC's reassignment on member quality; it may reorder).  Per packet, the shortest
  * queue wins (DRILL), ties again to the least loaded.
  */
 #include "ecn_mark.h"
@@ -32,10 +35,11 @@
 #define MAX_CAND 8
 #define FLOWSETS 1024           /* flowlet slots per switch (power of 2) */
 #define BANDS 7                 /* bands 0..7 */
-#define HOT_BAND 3              /* a queue of 4+ frames: "building" */
+#define HOT_BAND 5              /* a port this bad is hot: flowlets leave it */
 #define MODE_FLOWLET 1
 #define MODE_PACKET 2
 #define DSCP_SHIFT 2
+#define MOVE_GAP 3              /* a live flowlet moves to a port 3+ bands better */
 
 /* an entry per tracked switch port; user space reads it (adaptive.PORT) */
 struct ar_port {
@@ -51,7 +55,8 @@ struct ar_port {
 	__u64 flowlets;         /* flowlets started on it */
 	__u64 moved_in;         /* flowlets that left another port for it */
 	__u64 moved_out;        /* flowlets that left it */
-	__u64 hot_ns;           /* its queue last crossed into HOT_BAND (tc) */
+	__u64 hot;              /* its band is at HOT_BAND or above (tc, with hysteresis) */
+	__u64 hot_ns;           /* when it last turned hot */
 	__u64 shun_ns;          /* first new flowlet placed elsewhere after hot_ns */
 	__u64 react_sum;        /* sum, count, max of shun_ns - hot_ns */
 	__u64 react_n;
@@ -126,6 +131,7 @@ struct ar_cfg {
 	__u64 flowlet_ns;       /* flowlet inactivity timer */
 	__u64 pend_ns;          /* decided bytes older than this no longer count */
 	__s64 key;              /* tc: this port's entry; -1: none */
+	__u64 move_band;        /* a live flowlet whose port reaches this band may move; 0: never */
 };
 
 const volatile struct ar_cfg cfg = {};
@@ -186,13 +192,25 @@ static __always_inline __u64 queue_band(__s64 q, __u64 frame)
 	return band;
 }
 
+/* A port's quality band: the worse of its queue's and its load's. */
+static __always_inline __u64 band(struct ar_port *p, __u32 key, __u64 now)
+{
+	__u64 full = p->load_full ? p->load_full : 1;
+	__u64 qb = queue_band(backlog(p, key, now), p->frame);
+	__u64 lb = load_at(p, now) * 8 / full;
+
+	if (lb > BANDS)
+		lb = BANDS;
+	return lb > qb ? lb : qb;
+}
+
 /* Lower is better.  Per flowlet: (band << 56) | load.  Per packet (DRILL's
  * shortest local queue): (bytes queued << 24) | load / 256. */
 static __always_inline __u64 quality(struct ar_port *p, __u32 key, __u64 now)
 {
-	__u64 load = load_at(p, now), full = p->load_full ? p->load_full : 1;
+	__u64 load = load_at(p, now);
 	__s64 q = backlog(p, key, now);
-	__u64 qb, lb;
+	__u64 qb;
 
 	if (cfg.mode == MODE_PACKET) {
 		if (q > (1LL << 39) - 1)
@@ -202,13 +220,7 @@ static __always_inline __u64 quality(struct ar_port *p, __u32 key, __u64 now)
 			load = (1ULL << 24) - 1;
 		return ((__u64)q << 24) | load;
 	}
-	qb = queue_band(q, p->frame);
-	lb = load * 8 / full;
-
-	if (lb > BANDS)
-		lb = BANDS;
-	if (lb > qb)
-		qb = lb;
+	qb = band(p, key, now);
 	if (load > (1ULL << 56) - 1)
 		load = (1ULL << 56) - 1;
 	return (qb << 56) | load;
@@ -290,9 +302,7 @@ static __always_inline void shun(struct ar_route *r, __s64 chosen, __u64 now)
 		if (r->keys[i] == chosen)
 			continue;
 		p = port(r->keys[i]);
-		if (!p || !p->hot_ns || p->shun_ns >= p->hot_ns)
-			continue;
-		if (queue_band(backlog(p, r->keys[i], now), p->frame) < HOT_BAND)
+		if (!p || !p->hot || p->shun_ns >= p->hot_ns)
 			continue;
 		p->shun_ns = now;
 		__sync_fetch_and_add(&p->react_sum, now - p->hot_ns);
@@ -324,8 +334,8 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 	struct ar_flowlet *fl = NULL;
 	struct ar_route *r;
 	struct ar_port *p, *old;
-	__u64 now, bq;
-	__s64 choice;
+	__u64 now, bq, cur;
+	__s64 choice = -1;
 	__u32 slot;
 
 	if ((void *)(udp + 1) > data_end)
@@ -345,14 +355,27 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 		fl = bpf_map_lookup_elem(&ar_flowlets, &slot);
 		if (!fl)
 			return;
-		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key)) {
-			if (!is_down(fl->key)) {
+		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key) &&
+		    !is_down(fl->key)) {
+			choice = fl->key;
+			if (!cfg.move_band)
+				goto send;
+			p = port(choice);
+			if (!p)
+				return;
+			cur = quality(p, choice, now) >> 56;
+			if (cur < cfg.move_band)
+				goto send;
+			/* its port's quality collapsed: move it if another is clearly better */
+			choice = best(r, now, &bq);
+			if (choice < 0 || (bq >> 56) + MOVE_GAP > cur) {
 				choice = fl->key;
 				goto send;
 			}
 		}
 	}
-	choice = best(r, now, &bq);
+	if (choice < 0)
+		choice = best(r, now, &bq);
 	if (choice < 0)
 		return;                 /* every candidate down: the route's own choice */
 	if (fl) {
@@ -406,7 +429,7 @@ int ar_ingress(struct xdp_md *ctx)
 SEC("tc")
 int ar_egress(struct __sk_buff *skb)
 {
-	__u64 len = skb->len, now = bpf_ktime_get_ns(), half, shift;
+	__u64 len = skb->len, now = bpf_ktime_get_ns(), half, shift, b;
 	struct ar_port *p;
 	struct iphdr *ip;
 	__s64 before;
@@ -438,9 +461,6 @@ int ar_egress(struct __sk_buff *skb)
 	if (before + (__s64)len > p->limit)
 		return TC_ACT_UNSPEC;           /* the TBF drops it */
 	__sync_fetch_and_add(&p->in, len);
-	if (queue_band(before, p->frame) < HOT_BAND &&
-	    queue_band(before + len, p->frame) >= HOT_BAND)
-		p->hot_ns = now;
 	half = p->half_ns ? p->half_ns : 1;
 	shift = now > p->load_ns ? (now - p->load_ns) / half : 0;
 	if (shift >= 63) {
@@ -451,6 +471,13 @@ int ar_egress(struct __sk_buff *skb)
 		p->load_ns += shift * half;
 	}
 	__sync_fetch_and_add(&p->load, len);
+	b = band(p, cfg.key, now);
+	if (b >= HOT_BAND && !p->hot) {
+		p->hot = 1;
+		p->hot_ns = now;
+	} else if (b + 2 <= HOT_BAND && p->hot) {
+		p->hot = 0;
+	}
 	return TC_ACT_UNSPEC;
 }
 

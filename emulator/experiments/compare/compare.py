@@ -207,8 +207,9 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
                  failover=getattr(args, "failover", "fast-failover"),
                  capture=getattr(args, "capture", None)) as s:
-        order = ring_indices(dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
-                                                 or h["name"] in hosts]), ring)
+        ranks = dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
+                                    or h["name"] in hosts])
+        order = ring_indices(ranks, ring)
         extra = {**nic_lb(mode), "flowlet_gap_ms": args.flowlet_gap_ms,
                  "qpn_seed": job}
         sampler = Sampler(s.net)
@@ -233,7 +234,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
         spines = len({p[3] for p in uplinks(s.topo)})
         if mode == "ecmp":
             out["expected"] = round(ecmp_expectation(
-                ring_connections(s.topo, order), spines, qps)["efficiency"], 3)
+                ring_connections(ranks, order), spines, qps)["efficiency"], 3)
     # set when the session closed: handler exceptions or OpenFlow errors
     out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
     out["adaptive"] = s.results.get("adaptive")
