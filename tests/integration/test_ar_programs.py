@@ -206,3 +206,24 @@ def test_egress_leaves_out_what_the_tbf_drops_and_notes_a_building_queue():
         e = get_port(ms, 0)
         assert e["in"] == 20 * LEN                           # the 21st is the TBF's drop
         assert e["hot"] == 1 and e["hot_ns"] > 0             # 16 frames: band 5, hot
+
+
+def test_dequeue_marking_hands_the_frame_on_to_the_adaptive_stage():
+    from emulator.dataplane.lossless import ecnq
+    queues = bpf.Map(ecnq.ENTRY.size, 1)
+    chain = bpf.prog_array(1)
+    try:
+        with maps() as ms, program(ms, "ar_ingress") as ar_fd, \
+                ecnq.programs(queues, 0, 100 * LEN, 10 * LEN, 20 * LEN, 0.1, 0,
+                              chain) as fds:
+            ret, out = bpf.test_run(fds["ecnq_out"], roce())
+            assert ret == 2 and dscp(out) == 26              # nothing follows yet
+            chain.update(0, struct.pack("<I", ar_fd))
+            ret, out = bpf.test_run(fds["ecnq_out"], roce())
+            assert ret == 2 and port_of(out) in PORTS        # the stage decided it
+            assert ecnq.ENTRY.unpack(queues.lookup(0))[1] == 2 * LEN   # both counted out
+            chain.delete(0)
+            assert dscp(bpf.test_run(fds["ecnq_out"], roce())[1]) == 26
+    finally:
+        chain.close()
+        queues.close()

@@ -77,10 +77,10 @@ class AdaptiveStage:
                 else:
                     far[key] = (session.net.switch_netns(p["peer"]),
                                 switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"]))
-        chain = None
-        for owner in (getattr(session.net, "pfc", None), getattr(session, "marker", None)):
+        chain = {}           # interfaces whose XDP hook PFC or dequeue marking holds
+        for owner in (getattr(session, "pfc", None), getattr(session, "marker", None)):
             if owner is not None and hasattr(owner, "chain_slots"):
-                chain = owner.chain_slots()
+                chain.update(owner.chain_slots())
         stage = cls(session.lb, session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
                     flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,

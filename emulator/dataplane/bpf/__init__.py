@@ -8,7 +8,12 @@ libbpf's ``<bpf/bpf_helpers.h>``), one source per family:
 - ``pfc.bpf.c``: PFC's traffic classes and per-ingress buffer accounting
   (``pfc_egress`` tc egress, ``pfc_ingress`` XDP; model in
   dataplane.lossless.pfc);
-- ``ecn_mark.h``: the RED-profile CE marking both share.
+- ``ecn_mark.h``: the RED-profile CE marking both share;
+- ``ar.bpf.c``: adaptive routing in the switch's data plane (``ar_ingress``
+  XDP, ``ar_egress`` tc egress; model in dataplane.adaptive);
+- ``chain.h``: one XDP program per interface: where PFC or dequeue marking
+  holds the hook, its program hands each frame it passes on to the next
+  stage's (adaptive routing) by a tail call through the run's program array.
 
 ``build.build()`` compiles them with clang (``-O2 -g -target bpf``) into ``build/``
 when an object is missing or stale (``python -m emulator.dataplane.bpf
@@ -28,7 +33,8 @@ May import: ``emulator.errors`` only.
 
 from emulator.dataplane.bpf import build
 from emulator.dataplane.bpf.loader import Layout, Programs, load
-from emulator.dataplane.bpf.maps import F_MMAPABLE, Map, test_run, test_run_skb
+from emulator.dataplane.bpf.loader import CHAIN_MAP
+from emulator.dataplane.bpf.maps import F_MMAPABLE, Map, prog_array, test_run, test_run_skb
 
-__all__ = ["F_MMAPABLE", "Layout", "Map", "Programs", "build", "load", "test_run",
-           "test_run_skb"]
+__all__ = ["CHAIN_MAP", "F_MMAPABLE", "Layout", "Map", "Programs", "build", "load",
+           "prog_array", "test_run", "test_run_skb"]

@@ -12,6 +12,7 @@
  * map is the run's own (user space creates it and hands it over at load).
  */
 #include "ecn_mark.h"
+#include "chain.h"
 
 /* an entry per switch port; user space reads it (ecnq.ENTRY) */
 struct ecnq_entry {
@@ -63,10 +64,10 @@ int ecnq_out(struct xdp_md *ctx)
 	struct ecnq_entry *e = bpf_map_lookup_elem(&ecnq_queues, &key);
 
 	if (!e)
-		return XDP_PASS;
+		return pass_on(ctx, cfg.index);
 	__sync_fetch_and_add(&e->out_bytes, len);
 	mark_tail(ctx, len, e->in_bytes - e->out_bytes, &cfg.red, &e->marks);
-	return XDP_PASS;
+	return pass_on(ctx, cfg.index);
 }
 
 char LICENSE[] SEC("license") = "GPL";

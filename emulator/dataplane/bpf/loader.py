@@ -185,6 +185,10 @@ def _fail(what):
                               + (":\n" + tail if tail else ""))
 
 
+CHAIN_MAP = "next_xdp"        # chain.h: the next XDP program's slot
+CHAINED = ("pfc", "ecnq")     # the objects whose XDP program may hand frames on
+
+
 def load(name, config, config_layout, maps, value_layouts=(), programs=None):
     """Load the programs of object ``name`` (``build.object_path``) with ``.rodata``
     set to ``config`` (bytes of ``config_layout``, the C struct of global ``cfg``)
@@ -192,6 +196,14 @@ def load(name, config, config_layout, maps, value_layouts=(), programs=None):
     structs ``value_layouts`` describe; ``programs``: names to load (all if None).
     Returns their fds (``Programs``)."""
     path = build.object_path(name)
+    if CHAIN_MAP not in maps and name in CHAINED:     # nothing follows: an empty array
+        from emulator.dataplane.bpf.maps import prog_array
+        chain = prog_array(1)
+        try:
+            return load(name, config, config_layout, dict(maps, **{CHAIN_MAP: chain}),
+                        value_layouts, programs)
+        finally:
+            chain.close()
     with _lock:
         lib = _libbpf()
         _messages.clear()

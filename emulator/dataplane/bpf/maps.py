@@ -83,6 +83,11 @@ class Map:
             self.fd = None
 
 
+def prog_array(entries):
+    """A program array of ``entries`` slots (``chain.h``'s ``next_xdp``)."""
+    return Map(4, max(1, entries), kind=MAP_PROG_ARRAY)
+
+
 def _test_run(fd, packet, ctx=None):
     din = ctypes.create_string_buffer(packet, len(packet))
     dout = ctypes.create_string_buffer(len(packet) + 256)

@@ -19,6 +19,7 @@
  * own (user space creates it, F_MMAPABLE for the pause agent).
  */
 #include "ecn_mark.h"
+#include "chain.h"
 #include <linux/in.h>
 #include <linux/udp.h>
 
@@ -168,14 +169,14 @@ int pfc_ingress(struct xdp_md *ctx)
 	__s64 occupancy, before;
 
 	if ((void *)(eth + 1) > data_end)
-		return XDP_PASS;
+		return pass_on(ctx, cfg.key);
 	if (eth->h_proto == bpf_htons(KICK_ETHERTYPE))
 		return XDP_DROP;
 	if (roce_class(data, data_end) != LOSSLESS || (void *)(bth + 1) > data_end)
-		return XDP_PASS;
+		return pass_on(ctx, cfg.key);
 	up = entry(cfg.up_key);
 	if (!up)
-		return XDP_PASS;
+		return pass_on(ctx, cfg.key);
 	__sync_fetch_and_add(&up->eg_out, len);
 	up->last_ns = bpf_ktime_get_ns();
 	in = ingress_port(cfg.up_base, bth->stamp);
@@ -190,7 +191,7 @@ int pfc_ingress(struct xdp_md *ctx)
 	if (cfg.stamp) {
 		own = entry(cfg.key);
 		if (!own)
-			return XDP_PASS;
+			return pass_on(ctx, cfg.key);
 		/* signed: a count off by a lost frame may dip below 0 */
 		occupancy = own->ing - own->corr + len;
 		if (occupancy > own->limit) {
@@ -206,7 +207,7 @@ int pfc_ingress(struct xdp_md *ctx)
 	bth->stamp = cfg.stamp;
 	if (cfg.ecn)
 		mark_tail(ctx, len, up->eg_in - up->eg_out, &cfg.red, (__u64 *)&up->marks);
-	return XDP_PASS;
+	return pass_on(ctx, cfg.key);
 }
 
 char LICENSE[] SEC("license") = "GPL";

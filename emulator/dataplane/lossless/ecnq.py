@@ -61,16 +61,18 @@ def red(kmin, kmax, pmax, min_len):
             "red.min_len": min_len}
 
 
-def programs(queues, index, limit, kmin, kmax, pmax, min_len):
+def programs(queues, index, limit, kmin, kmax, pmax, min_len, chain=None):
     """The two programs of port ``index`` on map ``queues`` (a ``bpf.Map`` of
     ENTRY values): ``ecnq_in`` (tc egress) counts a frame into the queue unless
     the TBF's ``limit`` bytes would drop it, ``ecnq_out`` (XDP on the far end)
     counts it out and marks it by the queue it leaves behind (see the module
-    doc).  Returns their fds (``bpf.Programs``)."""
+    doc); a frame ``ecnq_out`` passes goes on to slot ``index`` of ``chain`` (a
+    program array: the next stage, if any).  Returns their fds (``bpf.Programs``)."""
     # the limit as a 32-bit signed immediate held it before the programs were C
     config = CONFIG.pack_fields(index=index, limit=min(limit, 2 ** 31 - 1),
                                 **red(kmin, kmax, pmax, min_len))
-    return bpf.load("ecnq", config, CONFIG, {MAP: queues}, value_layouts=[ENTRY])
+    maps = {MAP: queues, **({bpf.CHAIN_MAP: chain} if chain is not None else {})}
+    return bpf.load("ecnq", config, CONFIG, maps, value_layouts=[ENTRY])
 
 
 class Attached:
@@ -81,6 +83,8 @@ class Attached:
     def __init__(self):
         self.map = None
         self.attached = []                 # (kind, netns, ifname)
+        self.chain = None                  # the program array its XDP programs hand on by
+        self.slots = {}                    # (netns, ifname) -> slot in ``chain``
 
     def attach_tc(self, ipr, idx, ns, ifname, fd, name):
         """Program ``fd`` as a direct-action classifier on the egress of interface
@@ -96,12 +100,19 @@ class Attached:
                                                   ("IFLA_XDP_FLAGS", XDP_FLAGS_SKB_MODE)]})
         self.attached.append(("xdp", ns, ifname))
 
+    def chain_slots(self):
+        """{(netns, ifname): (program array, slot)}: where a next stage's XDP
+        program goes on each interface whose XDP hook this feature holds."""
+        return {k: (self.chain, slot) for k, slot in self.slots.items()}
+
     def remove(self):
         errors = detach(self.attached)
         self.attached = []
-        if self.map is not None:
-            self.map.close()
-            self.map = None
+        for m in (self.map, self.chain):
+            if m is not None:
+                m.close()
+        self.map = self.chain = None
+        self.slots = {}
         return errors
 
 
@@ -145,6 +156,7 @@ class DequeueMarker(Attached):
 
     def install(self):
         self.map = bpf.Map(ENTRY.size, max(1, len(self.ports)))
+        self.chain = bpf.prog_array(len(self.ports))
         m = self.ecn
         try:
             with ns_sockets() as ipr_in:
@@ -152,13 +164,14 @@ class DequeueMarker(Attached):
                                                                        self.limits)):
                     own = self.own_ns.get(ifname)
                     with programs(self.map, i, limit, m.kmin, m.kmax, m.pmax,
-                                  self.frame_len // 2) as fds:
+                                  self.frame_len // 2, self.chain) as fds:
                         ipr = ipr_in(own)
                         self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
                                        fds["ecnq_in"], f"ecnq_in{i}")
                         ipr = ipr_in(ns)
                         self.attach_xdp(ipr, _index(ipr, peer), ns, peer, fds["ecnq_out"],
                                         f"ecnq_out{i}")
+                        self.slots[(ns, peer)] = i
         except Exception as e:
             self.remove()
             if isinstance(e, NetlinkError):

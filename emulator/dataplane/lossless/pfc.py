@@ -135,7 +135,7 @@ CONFIG = bpf.Layout("pfc_cfg", [
 MAP = "pfc_ends"
 
 
-def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0):
+def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain=None):
     """The two programs of interface end ``key`` on map ``ends`` (a ``bpf.Map`` of
     ENTRY values), as fds (``bpf.Programs``):
 
@@ -151,11 +151,13 @@ def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0):
       and stamps it; at a host (``stamp`` 0) clears the stamp.  ``ecn``
       (dataplane.lossless.ecn.Ecn) marks it CE by the queue it leaves behind, as
       dataplane.lossless.ecnq does, if longer than ``min_len``.  Kick frames are
-      dropped.
+      dropped.  A frame it passes goes on to slot ``key`` of ``chain`` (a program
+      array: the next stage, if any; bpf/chain.h).
     """
     from emulator.dataplane.lossless.ecnq import red
     marking = red(ecn.kmin, ecn.kmax, ecn.pmax, min_len) if ecn is not None else \
         red(0, 0, 0.0, 0)
     config = CONFIG.pack_fields(key=key, base=base, up_key=up_key, up_base=up_base,
                                 stamp=stamp, ecn=int(ecn is not None), **marking)
-    return bpf.load("pfc", config, CONFIG, {MAP: ends}, value_layouts=[ENTRY])
+    maps = {MAP: ends, **({bpf.CHAIN_MAP: chain} if chain is not None else {})}
+    return bpf.load("pfc", config, CONFIG, maps, value_layouts=[ENTRY])

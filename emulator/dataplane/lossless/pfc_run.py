@@ -81,6 +81,7 @@ class Pfc(Attached):
     def install(self):
         from emulator.dataplane.links.ifaces import ns_sockets
         self.map = bpf.Map(ENTRY_SIZE, len(self.ends), flags=bpf.F_MMAPABLE)
+        self.chain = bpf.prog_array(len(self.ends))
         try:
             for e in self.ends:
                 if e["kind"] == "switch":
@@ -99,11 +100,12 @@ class Pfc(Attached):
                             self.map, e["key"], e["base"] if e["kind"] == "switch" else -1,
                             up["key"], up["base"] if up["kind"] == "switch" else -1,
                             e["stamp"], self.ecn if up["kind"] == "switch" else None,
-                            self.min_len) as fds:
+                            self.min_len, self.chain) as fds:
                         self.attach_tc(ipr, idx, e["netns"], e["ifname"], fds["pfc_egress"],
                                        f"pfc_eg{e['key']}")
                         self.attach_xdp(ipr, idx, e["netns"], e["ifname"],
                                         fds["pfc_ingress"], f"pfc_in{e['key']}")
+                        self.slots[(e["netns"], e["ifname"])] = e["key"]
             self._start_agent()
         except Exception:
             self.remove()

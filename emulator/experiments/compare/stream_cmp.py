@@ -83,8 +83,9 @@ def table(rows):
                      f"{r['reordered']:>8}{r['wrong']:>8}  {r['verdict']}")
     lines.append("loss: efficiency alone - with the stream (medians over repetitions); "
                  "queue p99: the stream's uplink's egress queue while it ran, in ms at "
-                 "the link rate; reaction: from that queue building (4 frames) to the next "
-                 "new flowlet placed elsewhere, timestamped in the switch's data plane")
+                 "the link rate; reaction: from that uplink turning hot (16 frames queued or 5/8 "
+                 "of its rate) to the first flowlet placed or moved elsewhere, timestamped "
+                 "in the switch's data plane")
     return "\n".join(lines)
 
 
