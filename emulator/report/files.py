@@ -165,6 +165,10 @@ def markdown(results, topo, pictures, summary_text=None):
     if r.get("lossless"):
         from emulator.report.summary import pfc_text
         out += ["", "## Lossless fabric", "", "```", pfc_text(r["lossless"]), "```"]
+    if r.get("adaptive"):
+        from emulator.report.summary import adaptive_text
+        out += ["", "## Adaptive routing in the switches", "", "```",
+                adaptive_text(r["adaptive"]), "```"]
     traffic = r.get("traffic")
     fid = (traffic or r.get("collective") or r.get("training") or {}).get("fidelity")
     if fid is not None:

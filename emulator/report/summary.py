@@ -99,6 +99,28 @@ def servers_text(doc):
             + (f"; clocks aligned within {clocks['error_ms']} ms" if clocks else "")]
 
 
+def adaptive_text(doc):
+    """The switches' adaptive routing (``results["adaptive"]``): decisions per
+    switch, or ''."""
+    if not doc:
+        return ""
+    how = (f"per flowlet, timer {doc['flowlet_frames']} frame times" if doc["mode"] == "dlb"
+           else "per packet, shortest local queue")
+    lines = [f"adaptive routing in the switches ({doc['mode']}, {how}): {doc['frames']} "
+             f"frames decided, {doc['flowlets']} flowlets started, {doc['moved']} moved"]
+    for sw, s in sorted(doc.get("switches", {}).items()):
+        ports = " ".join(f"{p}:{v['frames']}" for p, v in sorted(s["ports"].items(),
+                                                                   key=lambda kv: int(kv[0])))
+        react = [v["queue_reaction_ms"]["max"] for v in s["ports"].values()
+                 if "queue_reaction_ms" in v]
+        down = [v["down_reaction_ms"] for v in s["ports"].values() if "down_reaction_ms" in v]
+        extra = (f"; hot port left within {max(react):.2f} ms" if react else "") + \
+            (f"; dead port left {max(down):.2f} ms after detection" if down else "")
+        lines.append(f"  {sw:<8} frames per port {ports}; flowlets {s['flowlets']}, moved "
+                     f"{s['moved']}{extra}")
+    return "\n".join(lines)
+
+
 def pfc_text(doc):
     """One paragraph on a lossless run's PFC (``results["lossless"]``), or ''."""
     if not doc:
@@ -164,6 +186,8 @@ def summary(results, topo):
                    f"{reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
     if r.get("lossless"):
         out.append(pfc_text(r["lossless"]))
+    if r.get("adaptive"):
+        out.append(adaptive_text(r["adaptive"]))
     if r.get("impairments"):
         out.append("impairments from the fabric file, on after the reachability check: "
                    + "; ".join(r["impairments"]))

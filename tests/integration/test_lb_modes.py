@@ -7,7 +7,9 @@ flows of a leaf on one uplink (found by measurement; the hash is a pure
 function of seed, addresses and ports, so it is fixed).  Every link is
 shaped and queues are deep (a lossless, PFC-like stand-in), so a collision
 shows as it does on a RoCE fabric: the shared uplink halves both flows and
-the collective slows down.  About 90 s.
+the collective slows down; every balancing mode (the controller's placement,
+the switches' own data plane per flowlet and per packet, spraying NICs) spreads
+them.  About 150 s.
 """
 
 import argparse
@@ -37,7 +39,7 @@ def args(tmp):
 def runs(fabric, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lb")
     out = {}
-    for mode in ("ecmp", "dlb", "spray"):
+    for mode in ("ecmp", "controller-dlb", "dlb", "packet", "spray"):
         out[mode] = compare.run_one(fabric, mode, SEED, "strided", 1, [512 << 10], args(tmp),
                                     progress=lambda m: None)
     return out
@@ -58,11 +60,26 @@ def test_ecmp_seed_collides(runs):
     assert r["expected"] == pytest.approx(0.625, abs=0.02)
 
 
-def test_dlb_spreads_the_colliding_flows(runs):
-    r = runs["dlb"]
+@pytest.mark.parametrize("mode", ["controller-dlb", "dlb", "packet"])
+def test_dlb_spreads_the_colliding_flows(runs, mode):
+    r = runs[mode]
     assert r["max_over_mean"] < 1.2 and r["jain"] > 0.95
     assert max(r["per_uplink"].values()) < 1.05
     assert r["efficiency"] > runs["ecmp"]["efficiency"] + 0.25
+
+
+def test_the_switches_data_plane_decided_and_counted_it(runs):
+    assert runs["controller-dlb"]["adaptive"] is None     # the controller placed those
+    for mode in ("dlb", "packet"):
+        a = runs[mode]["adaptive"]
+        assert a["mode"] == mode and a["frames"] > 100
+        leaves = [s for name, s in a["switches"].items() if name.startswith("leaf")]
+        assert len(leaves) == 2 and all(len(s["ports"]) == 2 for s in leaves)
+        # both uplinks of each leaf carried the collective
+        assert all(v["frames"] > 10 for s in leaves for v in s["ports"].values())
+    assert runs["dlb"]["adaptive"]["flowlets"] > 0
+    assert runs["packet"]["adaptive"]["flowlets"] == 0     # no flowlet state per packet
+    assert runs["packet"]["wrong"] == 0
 
 
 def test_spray_reorders_without_loss(runs):

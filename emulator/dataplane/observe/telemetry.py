@@ -72,6 +72,24 @@ def pfc_metrics(rows):
     return fams
 
 
+def adaptive_metrics(entries, backlog):
+    """The switches' adaptive routing from ``AdaptiveStage.entries()`` and
+    ``backlog()`` (per port "switch:port")."""
+    fams = {k: CounterMetricFamily(f"fabric_adaptive_{k}", text, labels=["switch", "port"])
+            for k, text in (("frames", "frames the switch's data plane sent by this port"),
+                            ("flowlets", "flowlets started on this port"),
+                            ("moved_in", "flowlets moved to this port from another"),
+                            ("moved_out", "flowlets moved off this port"))}
+    queue = GaugeMetricFamily("fabric_adaptive_queue_bytes", "bytes queued at this port as "
+                              "the data plane counts them", labels=["switch", "port"])
+    for name, e in sorted(entries.items()):
+        labels = name.split(":")
+        for k, fam in fams.items():
+            fam.add_metric(labels, e[k])
+        queue.add_metric(labels, backlog.get(name, 0))
+    return [*fams.values(), queue]
+
+
 class FabricCollector:
     """Reads a Session's fabric on every scrape."""
 
@@ -123,6 +141,8 @@ class FabricCollector:
             yield marks
         if s.pfc is not None:
             yield from pfc_metrics(s.pfc.live())
+        if getattr(s, "adaptive", None) is not None:     # --lb dlb|packet
+            yield from adaptive_metrics(s.adaptive.entries(), s.adaptive.backlog())
         flows = GaugeMetricFamily("fabric_switch_flows", "flow entries", labels=["switch"])
         groups = GaugeMetricFamily("fabric_switch_groups", "groups", labels=["switch"])
         buckets = CounterMetricFamily("fabric_group_bucket_packets",

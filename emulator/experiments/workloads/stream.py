@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from emulator.errors import ConfigError, RunFailed
+from emulator.errors import ConfigError
 from emulator.experiments.workloads.collective import REPO
 
 SAMPLE_S = 0.005
@@ -82,6 +82,7 @@ class Stream:
 
     def _run(self):
         from emulator.dataplane.links.shaping import QdiscReader
+        from traffic.netns import entered
         try:
             base = self._counters()
             deadline = time.monotonic() + 120
@@ -98,13 +99,14 @@ class Stream:
                     "--first-qpn", hex(STREAM_QPN)]
             if self.halt.wait(max(0.0, t_go - time.monotonic())):
                 return
-            self.proc = self.s.net.popen_in(self.src["name"], argv, cwd=REPO,
-                                            stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
-            self.t_on = time.monotonic()
-            idx = self._indexes()
-            reader = QdiscReader()
+            with entered(self.s.net.switch_netns(self.leaf)):   # the leaf's ports' namespace
+                idx = self._indexes()
+                reader = QdiscReader()
             try:
+                self.proc = self.s.net.popen_in(self.src["name"], argv, cwd=REPO,
+                                                stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
+                self.t_on = time.monotonic()
                 while not self.halt.is_set() and self.proc.poll() is None:
                     q = reader.read()
                     self.samples.append((time.monotonic(), {p: q.get(i, (0,))[0]
@@ -121,9 +123,6 @@ class Stream:
         return {p: socket.if_nametoindex(intf) for p, intf, _ in self.ups}
 
     def __enter__(self):
-        if self.s.net.switch_netns(self.leaf) is not None:
-            raise RunFailed("--stream samples the leaf's queues in this namespace: use "
-                            "--layout shared")
         self.port = self._trace()
         self._thread = threading.Thread(target=self._run, daemon=True, name="stream")
         self._thread.start()
