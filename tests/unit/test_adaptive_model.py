@@ -143,3 +143,17 @@ def test_a_crossing_flow_is_local_when_it_leaves_its_first_switch_by_the_dead_li
                                     "h2"], cut, t)
     assert not drill_adaptive.is_local(["h2:eth0", "leaf2:eth2", "spine1:eth1",
                                         "leaf1:eth1", "h1"], cut, t)
+
+
+def test_cut_rows_take_the_data_planes_first_frame_elsewhere():
+    def run(mode, eff, cut=None):
+        return {"mode": mode, "efficiency": eff, "wrong": 0, "reordered": 0,
+                "fidelity": {"verdict": "faithful"}, "adaptive": None,
+                **({"cut": cut} if cut else {})}
+    runs = [run("ecmp", 0.97), run("ecmp", 0.40, {"happened": True}),
+            run("dlb", 0.97), run("dlb", 0.95, {"happened": True,
+                                                "first_elsewhere_after_cut_ms": 1.4})]
+    rows = {r["mode"]: r for r in stream_cmp.rows(runs, ["ecmp", "dlb"])}
+    assert rows["ecmp"]["loss"] == pytest.approx(0.57) and rows["ecmp"]["reaction_ms"] is None
+    assert rows["dlb"]["reaction_ms"] == 1.4
+    assert "with cut" in stream_cmp.table(list(rows.values()), "cut")

@@ -195,10 +195,11 @@ class Sampler(threading.Thread):
 
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
-            stream=None):
+            disturb=None):
     """One Session whose controller balances with ``mode``; returns the run's measurements.
     ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
-    ``hosts``: the ranks (default all); ``stream``: (src, dst) of a competing stream."""
+    ``hosts``: the ranks (default all); ``disturb``: ("stream", (src, dst)) or ("cut",
+    link) during the collective (stream_cmp)."""
     from emulator.experiments.compare.stream_cmp import during
     from emulator.experiments.workloads import collective
     from emulator.dataplane.session import Session
@@ -215,7 +216,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
         sampler = Sampler(s.net)
         sampler.start()
         try:
-            with during(s, stream, args.workload, sizes, hosts) as competing:
+            with during(s, disturb, args.workload, sizes, hosts) as competing:
                 rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
                                                 rank_extra=extra, hosts=hosts)
         finally:
@@ -229,7 +230,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
                "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
                "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
         out.update({k: v for k, v in spread(series).items()}, **(
-            {"stream": competing.result()} if competing else {}))
+            {disturb[0]: competing.result()} if competing else {}))
         out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
         spines = len({p[3] for p in uplinks(s.topo)})
         if mode == "ecmp":
@@ -316,6 +317,9 @@ def add_arguments(p):
                    help="each mode with and without a competing best-effort stream from "
                         "SRC to DST at an uplink's full rate, from a quarter into the "
                         "collective for half of it (SRC, DST are not ranks)")
+    p.add_argument("--cut", default=None, metavar="LINK",
+                   help="each mode with and without LINK cut from a quarter into the "
+                        "collective for half of it (1 ms modelled detection)")
     p.add_argument("--workload", default=None, type=workload_choice,
                    metavar="{allreduce,allgather,reducescatter,alltoall,incast,simai:FILE}",
                    help="collective (default allreduce; alltoall with --planes; incast "
@@ -402,7 +406,7 @@ def main(fabric, args, out=print):
     if getattr(args, "retries", 1) < 0:
         raise ConfigError("--retries", "0 or more")
     sizes = parse_sizes(args.sizes)
-    if getattr(args, "stream", None):
+    if getattr(args, "stream", None) or getattr(args, "cut", None):
         from emulator.experiments.compare import stream_cmp
         return stream_cmp.main(fabric, args, modes, sizes, run_repetition, out)
     plan = [(m, args.ring, args.qps) for m in modes]

@@ -1,13 +1,15 @@
-"""``compare --stream SRC:DST``: how much of a collective each load-balancing
-mode keeps when a competing stream takes one uplink's full rate mid-collective.
+"""``compare --stream SRC:DST`` and ``compare --cut LINK``: how much of a
+collective each load-balancing mode keeps when a competing stream takes one
+uplink's full rate, or a link dies, mid-collective.
 
 Every mode runs the collective twice per repetition, on the same seeds: alone,
-and with the stream (workloads.stream) from a quarter into the measured size
-for half of it.  A mode's *loss* is its efficiency alone minus with the stream;
-beside it the stream's uplink's queue (p99 over the stream) and, for the
-data-plane modes, how fast new flowlets left that queue (the stage's
-timestamps: the queue crossing 4 frames, the first new flowlet placed
-elsewhere).  The ranks are every host but SRC and DST.
+and disturbed (workloads.stream, workloads.cut) from a quarter into the
+measured size for half of it.  A mode's *loss* is its efficiency alone minus
+disturbed.  Beside it, for a stream, its uplink's queue (p99 over the stream)
+and, for the data-plane modes, how fast flowlets left that uplink once it
+turned hot (the stage's timestamps); for a cut, how soon after the cut the
+first frame left by another uplink.  With a stream the ranks are every host
+but SRC and DST.
 """
 
 import contextlib
@@ -18,52 +20,68 @@ from emulator.errors import ConfigError
 
 
 @contextlib.contextmanager
-def during(s, stream, workload, sizes, hosts):
-    """The competing stream (src, dst) on session ``s`` around a collective of
-    ``sizes`` over ``hosts`` (after its warm-up of the first size); None: nothing."""
-    if not stream:
+def during(s, disturb, workload, sizes, hosts):
+    """``disturb`` on session ``s`` around a collective of ``sizes`` over
+    ``hosts`` (after its warm-up of the first size): ("stream", (src, dst)) or
+    ("cut", link); None: nothing."""
+    if not disturb:
         yield None
         return
     from emulator.experiments.workloads import collective
-    from emulator.experiments.workloads.stream import Stream
-    from traffic.frames import frame_len_for_mtu
     by = {h["name"]: h for h in s.topo["hosts"]}
+    hosts = hosts or list(by)
     rate = min(by[h]["ports"][0]["rate_bps"] for h in hosts)
     warm = collective.expected_seconds(workload, len(hosts), list(sizes[:1]), rate)
     main = collective.expected_seconds(workload, len(hosts), list(sizes[-1:]), rate)
-    with Stream(s, *stream, start_s=warm + main / 4, duration_s=main / 2,
+    kind, what = disturb
+    if kind == "cut":
+        from emulator.experiments.workloads.cut import Cut
+        with Cut(s, what, start_s=warm + main / 4, duration_s=main / 2) as c:
+            yield c
+        return
+    from emulator.experiments.workloads.stream import Stream
+    from traffic.frames import frame_len_for_mtu
+    with Stream(s, *what, start_s=warm + main / 4, duration_s=main / 2,
                 frame_len=frame_len_for_mtu(s.mtu)) as st:
         yield st
 
 
 def reaction(run):
-    """{mean, max} ms from the stream's uplink's queue building to new flowlets
-    leaving by another uplink (the data-plane modes), or None."""
+    """ms from the stream's uplink turning hot to flowlets leaving it (mean over
+    its episodes), or from the cut to the first frame on another uplink (the
+    data-plane modes), or None."""
+    if run.get("cut"):
+        return run["cut"].get("first_elsewhere_after_cut_ms")
     a, up = run.get("adaptive"), (run.get("stream") or {}).get("uplink")
     if not a or not up:
         return None
     sw, port = up.split(":")
-    return a["switches"].get(sw, {}).get("ports", {}).get(port, {}).get("queue_reaction_ms")
+    r = a["switches"].get(sw, {}).get("ports", {}).get(port, {}).get("queue_reaction_ms")
+    return r and r["mean"]
+
+
+def disturbed(run):
+    return bool(run.get("stream") or run.get("cut"))
 
 
 def rows(runs, modes):
     out = []
     for mode in modes:
-        quiet = [r for r in runs if r["mode"] == mode and not r.get("stream")]
-        busy = [r for r in runs if r["mode"] == mode and r.get("stream")]
+        quiet = [r for r in runs if r["mode"] == mode and not disturbed(r)]
+        busy = [r for r in runs if r["mode"] == mode and disturbed(r)]
         if not quiet or not busy:
             continue
         e0 = statistics.median(r["efficiency"] for r in quiet)
         e1 = statistics.median(r["efficiency"] for r in busy)
-        q = [r["stream"]["queue_p99_ms"] for r in busy if "queue_p99_ms" in r["stream"]]
-        react = [x for x in (reaction(r) for r in busy) if x]
+        q = [r["stream"]["queue_p99_ms"] for r in busy
+             if "queue_p99_ms" in (r.get("stream") or {})]
+        react = [x for x in (reaction(r) for r in busy) if x is not None]
         verdicts = [r["fidelity"]["verdict"] for r in quiet + busy]
         out.append({
             "mode": mode, "efficiency_alone": round(e0, 3), "efficiency_stream": round(e1, 3),
             "loss": round(e0 - e1, 3),
             "queue_p99_ms": round(statistics.median(q), 2) if q else None,
-            "reaction_ms": round(statistics.median(x["mean"] for x in react), 3)
-            if react else None,
+            "reaction_ms": round(statistics.median(react), 3) if react else None,
             "wrong": sum(r["wrong"] for r in quiet + busy),
             "reordered": sum(r["reordered"] for r in quiet + busy),
             "emulator_bound": sum(v != "faithful" for v in verdicts),
@@ -72,8 +90,8 @@ def rows(runs, modes):
     return out
 
 
-def table(rows):
-    lines = [f"{'mode':<16}{'effic alone':>12}{'with stream':>12}{'loss':>8}"
+def table(rows, kind="stream"):
+    lines = [f"{'mode':<16}{'effic alone':>12}{'with ' + kind:>12}{'loss':>8}"
              f"{'queue p99 ms':>14}{'reaction ms':>13}{'reord':>8}{'#wrong':>8}  fidelity"]
     for r in rows:
         q = "-" if r["queue_p99_ms"] is None else f"{r['queue_p99_ms']:.1f}"
@@ -81,6 +99,12 @@ def table(rows):
         lines.append(f"{r['mode']:<16}{r['efficiency_alone']:>12.3f}"
                      f"{r['efficiency_stream']:>12.3f}{r['loss']:>8.3f}{q:>14}{rc:>13}"
                      f"{r['reordered']:>8}{r['wrong']:>8}  {r['verdict']}")
+    if kind == "cut":
+        lines.append("loss: efficiency alone - with the cut (medians over repetitions); "
+                     "reaction: from the cut to the first frame sent by another uplink "
+                     "(the modelled detection included), timestamped in the switch's "
+                     "data plane")
+        return "\n".join(lines)
     lines.append("loss: efficiency alone - with the stream (medians over repetitions); "
                  "queue p99: the stream's uplink's egress queue while it ran, in ms at "
                  "the link rate; reaction: from that uplink turning hot (16 frames queued or 5/8 "
@@ -91,38 +115,49 @@ def table(rows):
 
 def main(fabric, args, modes, sizes, run_repetition, out=print):
     """The comparison; ``run_repetition``: compare's, which runs one mode once."""
+    from emulator.dataplane.faults import parse_link
     from emulator.dataplane.session import make_results_dir, write_json
     from emulator.experiments.options import job_seed
     from emulator.experiments.workloads.stream import parse
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)
-    stream = parse(args.stream, topo)
-    hosts = [h["name"] for h in topo["hosts"] if h["name"] not in stream]
-    if len(hosts) < 2:
-        raise ConfigError("--stream", "the collective needs 2 hosts besides the stream's")
+    hosts = None
+    if getattr(args, "stream", None):
+        if getattr(args, "cut", None):
+            raise ConfigError("--cut", "one disturbance at a time: --stream or --cut")
+        stream = parse(args.stream, topo)
+        disturb = ("stream", stream)
+        hosts = [h["name"] for h in topo["hosts"] if h["name"] not in stream]
+        if len(hosts) < 2:
+            raise ConfigError("--stream", "the collective needs 2 hosts besides the stream's")
+        what = f"competing stream {stream[0]} -> {stream[1]}; ranks {', '.join(hosts)}"
+    else:
+        parse_link(args.cut, topo, where="--cut")
+        disturb = ("cut", args.cut)
+        what = f"cut {args.cut} (failover {args.failover})"
     base = make_results_dir(args.results, "compare")
     args.results = base
     job0 = job_seed(getattr(args, "job_seed", None))
-    out(f"... competing stream {stream[0]} -> {stream[1]}; ranks {', '.join(hosts)}; "
-        f"job seeds {job0}..{job0 + args.reps - 1}")
+    out(f"... {what}; job seeds {job0}..{job0 + args.reps - 1}")
     runs = []
     for mode in modes:
         for rep in range(args.reps):
-            for competing in (None, stream):
+            for d in (None, disturb):
                 r = run_repetition(fabric, mode, args.seed + rep, args.ring, args.qps, sizes,
                                    args, progress=out, job=job0 + rep, hosts=hosts,
-                                   stream=competing)
-                if competing and r["stream"].get("error"):
-                    out(f"... {mode}: the stream failed: {r['stream']['error']}")
+                                   disturb=d)
+                err = (r.get(disturb[0]) or {}).get("error") if d else None
+                if err:
+                    out(f"... {mode}: the {disturb[0]} failed: {err}")
                 runs.append(r)
     table_rows = rows(runs, modes)
     write_json(os.path.join(base, "compare.json"),
                {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
-                "stream": {"src": stream[0], "dst": stream[1]}, "queue_ms": args.queue_ms,
+                disturb[0]: disturb[1], "queue_ms": args.queue_ms,
                 "flowlet_gap_ms": args.flowlet_gap_ms, "rows": table_rows, "runs": runs})
-    out(f"# {args.workload} {args.sizes} on {fabric.name} with a competing stream; "
+    out(f"# {args.workload} {args.sizes} on {fabric.name} with a {disturb[0]}; "
         f"results in {base}")
-    out(table(table_rows))
+    out(table(table_rows, disturb[0]))
     if any(r["wrong"] for r in table_rows):
         return 1
     if args.strict and any(r["emulator_bound"] for r in table_rows):
