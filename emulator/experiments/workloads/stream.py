@@ -3,14 +3,16 @@
 The stream is best-effort traffic (RoCEv2 frames in DSCP 0, not the class the
 switches balance, so neither the controller nor the data plane moves it),
 sent by ``traffic send`` from SRC to DST at the full rate of SRC's leaf's
-uplinks.  ECMP's hash pins it to one uplink; whatever of the collective shares
-that uplink must get out of its way.  It starts ``start_s`` after the
+uplinks.  ECMP's hash pins it to one uplink (under ``controller-dlb`` the controller
+places it, as any RoCEv2 flow); whatever of the collective shares that uplink
+must get out of its way.  It starts ``start_s`` after the
 collective's first frames leave SRC's leaf (the collective has started: the
 uplinks' counters grew) and lasts ``duration_s``.
 
 While it runs, the egress queue (the TBF's backlog) of every uplink of SRC's
 leaf is sampled every ``SAMPLE_S`` with one netlink dump; the report gives the
-uplink the stream takes (``ofproto/trace`` of its frame) and that uplink's
+uplink the stream takes (``ofproto/trace`` of its frame, once, ``TRACE_AFTER_S``
+after it started: a placed flow's entry is in by then) and that uplink's
 queue percentiles.
 """
 
@@ -23,6 +25,7 @@ from emulator.errors import ConfigError
 from emulator.experiments.workloads.collective import REPO
 
 SAMPLE_S = 0.005
+TRACE_AFTER_S = 0.2          # its uplink, traced once a controller has placed it
 STREAM_QPN = 0x3F00          # its one QP (and so its UDP source port)
 START_BYTES = 8192           # the collective has started: this much left the leaf
 
@@ -108,6 +111,8 @@ class Stream:
                                                 stderr=subprocess.DEVNULL)
                 self.t_on = time.monotonic()
                 while not self.halt.is_set() and self.proc.poll() is None:
+                    if self.port is None and time.monotonic() > self.t_on + TRACE_AFTER_S:
+                        self.port = self._trace()
                     q = reader.read()
                     self.samples.append((time.monotonic(), {p: q.get(i, (0,))[0]
                                                             for p, i in idx.items()}))
@@ -123,7 +128,6 @@ class Stream:
         return {p: socket.if_nametoindex(intf) for p, intf, _ in self.ups}
 
     def __enter__(self):
-        self.port = self._trace()
         self._thread = threading.Thread(target=self._run, daemon=True, name="stream")
         self._thread.start()
         return self
