@@ -139,6 +139,14 @@ def test_a_live_flowlet_leaves_a_collapsed_port_only_for_a_clearly_better_one():
         for j in range(4):                                    # band 5, but so are the rest
             set_port(ms, j, keep=True, **{"in": 20 * LEN})
         assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first
+        for j in range(4):                                    # its own load moves nothing
+            set_port(ms, j, keep=True, **{"in": 0, "load": 1000 * LEN if j == k else 0,
+                                          "load_ns": 0})
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first
+        set_port(ms, k, keep=True, **{"in": 20 * LEN, "load": 0})
+        for j in range(4):
+            if j != k:
+                set_port(ms, j, keep=True, **{"in": 20 * LEN})
         other = (k + 1) % 4
         set_port(ms, other, keep=True, **{"in": 0})           # one clearly better
         assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == PORTS[other]
@@ -197,15 +205,15 @@ def test_egress_restores_the_class_and_counts_the_frame_in():
 
 def test_egress_leaves_out_what_the_tbf_drops_and_notes_a_building_queue():
     with maps() as ms:
-        set_port(ms, 0, keep=True, limit=20 * LEN, load_full=1000 * LEN)
+        set_port(ms, 0, keep=True, limit=5 * LEN)
         with program(ms, "ar_egress", decide=0, key=0) as fd:
-            for n in range(21):
+            for n in range(6):
                 bpf.test_run_skb(fd, roce())
-                if n == 14:
-                    assert get_port(ms, 0)["hot"] == 0       # 15 frames: band 4
+                if n == 2:
+                    assert get_port(ms, 0)["hot"] == 0       # 3 frames: band 2
         e = get_port(ms, 0)
-        assert e["in"] == 20 * LEN                           # the 21st is the TBF's drop
-        assert e["hot"] == 1 and e["hot_ns"] > 0             # 16 frames: band 5, hot
+        assert e["in"] == 5 * LEN                            # the sixth is the TBF's drop
+        assert e["hot"] == 1 and e["hot_ns"] > 0             # 4 frames: the queue built
 
 
 def test_dequeue_marking_hands_the_frame_on_to_the_adaptive_stage():

@@ -38,10 +38,10 @@ MARK_BASE = 32                            # a port's mark: DSCP MARK_BASE + port
 MAX_MARKED_PORT = 63 - MARK_BASE
 MAX_CAND = 8                              # ar.bpf.c's MAX_CAND
 FLOWSETS = 1024                           # ar.bpf.c's flowlet slots per switch
-HOT_BAND = 5                              # ar.bpf.c: a port this bad is hot
-MOVE_BAND = 5                             # a live flowlet whose port reaches band 5 (16
-                                          # frames queued or 5/8 of its rate) moves to a
-                                          # port 3 bands better
+HOT_BAND = 3                              # ar.bpf.c: a queue of 4+ frames is building
+MOVE_BAND = 5                             # a live flowlet whose port's queue reaches 16
+                                          # frames moves to a port whose queue is 3 bands
+                                          # shorter
 FLOWLET_FRAMES = 16                       # the flowlet inactivity timer
 HALF_LIFE_FRAMES = 16                     # the port load's half-life
 PENDING_FRAMES = 8                        # decided bytes older than this are forgotten

@@ -21,9 +21,9 @@
  * batches) in log-2 bands of frames, and its recent load (a decaying sum of the
  * bytes it sent) in eighths of its rate; the worse of the two is the band.
  * The best band wins; ties go to the least loaded.  A flowlet keeps its port
- * until it idles for the flowlet timer, its port dies, or its port's band
- * reaches ``move_band`` while another candidate is MOVE_GAP bands better (the
- * ASIC's reassignment on member quality; it may reorder).  Per packet, the shortest
+ * until it idles for the flowlet timer, its port dies, or its port's queue
+ * reaches band ``move_band`` while another candidate's queue is MOVE_GAP bands
+ * shorter (the ASIC's reassignment on member quality; it may reorder).  Per packet, the shortest
  * queue wins (DRILL), ties again to the least loaded.
  */
 #include "ecn_mark.h"
@@ -35,7 +35,7 @@
 #define MAX_CAND 8
 #define FLOWSETS 1024           /* flowlet slots per switch (power of 2) */
 #define BANDS 7                 /* bands 0..7 */
-#define HOT_BAND 5              /* a port this bad is hot: flowlets leave it */
+#define HOT_BAND 3              /* a queue of 4+ frames: building (hot) */
 #define MODE_FLOWLET 1
 #define MODE_PACKET 2
 #define DSCP_SHIFT 2
@@ -55,7 +55,7 @@ struct ar_port {
 	__u64 flowlets;         /* flowlets started on it */
 	__u64 moved_in;         /* flowlets that left another port for it */
 	__u64 moved_out;        /* flowlets that left it */
-	__u64 hot;              /* its band is at HOT_BAND or above (tc, with hysteresis) */
+	__u64 hot;              /* its queue is at HOT_BAND or above (tc, with hysteresis) */
 	__u64 hot_ns;           /* when it last turned hot */
 	__u64 shun_ns;          /* first new flowlet placed elsewhere after hot_ns */
 	__u64 react_sum;        /* sum, count, max of shun_ns - hot_ns */
@@ -180,14 +180,15 @@ static __always_inline __s64 backlog(struct ar_port *p, __u32 key, __u64 now)
 	return q > 0 ? q : 0;
 }
 
+/* The queue's band: the bit length of its size in frames, at most BANDS
+ * (band 1 from one frame queued, 2 from two, 3 from four ... 7 from 64). */
 static __always_inline __u64 queue_band(__s64 q, __u64 frame)
 {
-	__u64 band = 0, t = frame ? frame : 1;
+	__u64 n = q > 0 ? (__u64)q / (frame ? frame : 1) : 0, band = 0;
 
-	for (int i = 0; i < BANDS; i++) {
-		if ((__u64)q >= t)
-			band++;
-		t <<= 1;
+	for (int i = 0; i < BANDS && n; i++) {
+		band++;
+		n >>= 1;
 	}
 	return band;
 }
@@ -258,7 +259,7 @@ static __always_inline __u32 flow_hash(struct iphdr *ip, struct udphdr *udp)
 
 /* The best live candidate of ``r`` at ``now`` (its entry), or -1; a candidate
  * down since the last decision gets its evac_ns. */
-static __always_inline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
+static __noinline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
 {
 	__s64 choice = -1;
 	__u64 bq = ~0ULL;
@@ -292,7 +293,7 @@ static __always_inline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
 
 /* A new flowlet leaves by ``chosen``: ports of ``r`` in a hot episode that it
  * avoided record their reaction time. */
-static __always_inline void shun(struct ar_route *r, __s64 chosen, __u64 now)
+static __noinline void shun(struct ar_route *r, __s64 chosen, __u64 now)
 {
 	for (int i = 0; i < MAX_CAND; i++) {
 		struct ar_port *p;
@@ -363,12 +364,14 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 			p = port(choice);
 			if (!p)
 				return;
-			cur = quality(p, choice, now) >> 56;
+			/* its own load never moves it (a flow at line rate would chase
+			 * itself round the uplinks): its port's queue does */
+			cur = queue_band(backlog(p, choice, now), p->frame);
 			if (cur < cfg.move_band)
 				goto send;
-			/* its port's quality collapsed: move it if another is clearly better */
 			choice = best(r, now, &bq);
-			if (choice < 0 || (bq >> 56) + MOVE_GAP > cur) {
+			p = choice < 0 ? NULL : port(choice);
+			if (!p || queue_band(backlog(p, choice, now), p->frame) + MOVE_GAP > cur) {
 				choice = fl->key;
 				goto send;
 			}
@@ -471,7 +474,7 @@ int ar_egress(struct __sk_buff *skb)
 		p->load_ns += shift * half;
 	}
 	__sync_fetch_and_add(&p->load, len);
-	b = band(p, cfg.key, now);
+	b = queue_band(before + len, p->frame);
 	if (b >= HOT_BAND && !p->hot) {
 		p->hot = 1;
 		p->hot_ns = now;
