@@ -217,8 +217,9 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
         sampler.start()
         try:
             with during(s, disturb, args.workload, sizes, hosts) as competing:
-                rep = collective.run_collective(s, args.workload, sizes, qps=qps, ring=order,
-                                                rank_extra=extra, hosts=hosts)
+                rep = collective.run_collective(
+                    s, args.workload, sizes, qps=qps, ring=order, rank_extra=extra,
+                    hosts=hosts, faulted=competing.faulted() if competing else ())
         finally:
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)

@@ -60,6 +60,11 @@ class Cut:
             self.inj.close()
         return False
 
+    def faulted(self):
+        """The cut link's names ('a->b', both ways): its losses are the fault's."""
+        a, _, b = self.link.replace("-", ":").partition(":")
+        return {f"{a}->{b}", f"{b}->{a}"}
+
     def result(self):
         """The cut as it happened, and the data plane's reaction to it."""
         out = {"link": self.link, "error": self.error, "happened": self.down is not None}

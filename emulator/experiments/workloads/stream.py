@@ -146,6 +146,10 @@ class Stream:
                 self.error = self.error or "traffic send overran its duration"
         return False
 
+    def faulted(self):
+        """No link fails under a stream."""
+        return set()
+
     def result(self):
         """The stream as it ran: when, where, and its uplink's queue."""
         from emulator.experiments.drill.drill_stats import percentile
