@@ -6,8 +6,8 @@ Every mode runs the collective twice per repetition, on the same seeds: alone,
 and disturbed (workloads.stream, workloads.cut) from a quarter into the
 measured size for half of it.  A mode's *loss* is its efficiency alone minus
 disturbed.  Beside it, for a stream, its uplink's queue (p99 over the stream)
-and, for the data-plane modes, how fast flowlets left that uplink once it
-turned hot (the stage's timestamps); for a cut, how soon after the cut the
+and, for the data-plane modes, how fast flowlets left that uplink once its
+queue built (the stage's timestamps); for a cut, how soon after the cut the
 first frame left by another uplink.  With a stream the ranks are every host
 but SRC and DST.
 """
@@ -107,9 +107,9 @@ def table(rows, kind="stream"):
         return "\n".join(lines)
     lines.append("loss: efficiency alone - with the stream (medians over repetitions); "
                  "queue p99: the stream's uplink's egress queue while it ran, in ms at "
-                 "the link rate; reaction: from that uplink turning hot (16 frames queued or 5/8 "
-                 "of its rate) to the first flowlet placed or moved elsewhere, timestamped "
-                 "in the switch's data plane")
+                 "the link rate; reaction: from that uplink's queue building (4 frames) to "
+                 "the first flowlet placed or moved elsewhere, timestamped in the "
+                 "switch's data plane")
     return "\n".join(lines)
 
 
