@@ -146,6 +146,8 @@ def build_parser():
     add_adaptive_args(g)
     g.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
+    from emulator.experiments.options import add_switch_agent_arg
+    add_switch_agent_arg(g)
     g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
                         "(shows hash polarization)")
@@ -211,6 +213,7 @@ def build_parser():
                                      "measure loss windows and recovery")
     add_fabric_args(p)
     drill.add_arguments(p)
+    add_switch_agent_arg(p)
 
     from emulator.experiments.probe import probe
     p = sub.add_parser("probe", help="black-box prober: probe every path, find a link that "

@@ -91,12 +91,14 @@ class Session:
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
                  failover="fast-failover", capture=None, telemetry=None, ecn=None,
-                 holddown=None, layout=None, flowlet_frames=None):
+                 holddown=None, layout=None, flowlet_frames=None, switch_agent=None):
         self.fabric = fabric
         cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
         self.placement = cl.placement if cl else "auto"
+        self.switch_agent = switch_agent  # fabric.switch_agent.Params, or None: ideal
+        self.agent = None                 # its proxy (dataplane.ovs.agent_proxy), if any
         self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
         self.watch = None
         self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
@@ -204,7 +206,8 @@ class Session:
             self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
                                  shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
                                  placement=placement,
-                                 controller_unix=self.controller and self.controller.unix,
+                                 controller_unix=self.agent.unix if self.agent
+                                 else self.controller and self.controller.unix,
                                  flow_control=self.fabric.flow_control)
         self.watch = ovs_instances.Watch(self.net.instances,
                                          interrupt=self._signals is not None)
@@ -340,6 +343,15 @@ class Session:
         return child_env(self.state.tag)
 
     def _start_controller(self, unix=None):
+        """Start the controller (with a switch-agent model, and the proxy in front of
+        it, dataplane.ovs.agent_proxy); the URL switches connect to."""
+        if self.switch_agent is None:
+            return self._start_controller_only(unix)
+        from emulator.dataplane.ovs.agent_proxy import start_for
+        self.agent = start_for(self, self._start_controller_only(None), unix)
+        return self.agent.url
+
+    def _start_controller_only(self, unix=None):
         spec_ = self.controller_spec
         if spec_.startswith("remote:"):
             hostport = spec_[len("remote:"):]
@@ -399,6 +411,8 @@ class Session:
                 self.results.setdefault("timings", {}).update(
                     {k: round(v, 3) for k, v in self.net.timings.items()
                      if k.startswith("teardown")})
+            if self.agent is not None:
+                self.agent.stop()
             if self.controller is not None:
                 status = self.controller.stop()
                 # setdefault: a controller that died at start never got its entry

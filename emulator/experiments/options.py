@@ -225,3 +225,26 @@ def workload_choice(text):
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
                                      "allgather, reducescatter, alltoall, incast, "
                                      "simai:FILE)")
+
+
+def add_switch_agent_arg(p):
+    """``--switch-agent ideal|hardware|FILE``: the switches' control-plane timing."""
+    p.add_argument("--switch-agent", default="ideal", metavar="ideal|hardware|FILE",
+                   help="the switches' OpenFlow agents: ideal (default: a change applies at "
+                        "once, as in Open vSwitch), hardware (control-channel latency, "
+                        "per-message time, a table-update rate and port-event latency "
+                        "measured on hardware switches), or a YAML file of those "
+                        "parameters (docs/failover.md, 'Switch agents')")
+
+
+def switch_agent_from(args, fabric):
+    """The parsed ``--switch-agent`` (fabric.switch_agent.Params), or None for ideal."""
+    from emulator.errors import ConfigError
+    from emulator.fabric import switch_agent
+    params = switch_agent.parse(getattr(args, "switch_agent", None))
+    if params is not None and fabric.cluster is not None:
+        raise ConfigError("--switch-agent", "runs on one machine only: not with --servers")
+    if params is not None and str(getattr(args, "controller", "builtin")).startswith("remote:"):
+        raise ConfigError("--switch-agent", "not with --controller remote: (the switches "
+                                            "connect to your controller directly)")
+    return params

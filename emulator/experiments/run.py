@@ -38,6 +38,8 @@ def run(fabric, args, out=print):
     if job is not None:
         training_cc(args, out)
     ecn = check_transport(args, fabric)
+    from emulator.experiments.options import switch_agent_from
+    agent = switch_agent_from(args, fabric)
     require_root()
     check_dependencies()
     status = 0
@@ -48,7 +50,8 @@ def run(fabric, args, out=print):
                           queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
                           mtu=args.mtu, lb=args.lb, failover=args.failover,
                           flowlet_frames=args.flowlet_frames,
-                          capture=args.capture, telemetry=args.telemetry, ecn=ecn)
+                          capture=args.capture, telemetry=args.telemetry, ecn=ecn,
+                          switch_agent=agent)
         try:
             with session:
                 if args.cli:

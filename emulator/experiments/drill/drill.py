@@ -41,6 +41,7 @@ from emulator.dataplane.links.detect import parse_detect
 from emulator.experiments.drill.drill_stats import (  # noqa: F401
     controller_convergence, flow_result, percentile, stats, summarise, summary_line, table)
 from emulator.experiments import fidelity, scenario
+from emulator.experiments.drill import drill_agent
 from emulator.experiments.drill import drill_adaptive
 from emulator.experiments.drill.drill_probes import (  # noqa: F401
     PROBE_SETS, crosses, fault_ports, flow_paths, hop, link_ends, parse_rails, path_pairs,
@@ -264,6 +265,7 @@ def run_mode(fabric, mode, events, args, base, out):
                  flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
                  mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
+                 switch_agent=getattr(args, "agent_params", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo, fabric.flow_control)
         late = None                 # with BFD: what OVS logs of control packets sent late
@@ -324,6 +326,7 @@ def run_mode(fabric, mode, events, args, base, out):
                     conv = controller_convergence(f.read(), t_fault, t_rest)
                 repeats.append({"repeat": r, "events": evs, "flows": flows,
                                 "controller": conv, "fidelity": fid,
+                                "switch_agent": drill_agent.for_repeat(args, s, conv, t_fault),
                                 **({"adaptive": watch.reaction(evs)} if watch else {})})
                 if r == 0:
                     plot(timelines, t_fault, t_rest, crossing,
@@ -344,7 +347,7 @@ def run_mode(fabric, mode, events, args, base, out):
             "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
             "repeats": repeats, "summary": dict(summarise(repeats), **(
                 {"adaptive": drill_adaptive.split(repeats, events, s.topo)} if watch else {})),
-            "controller_problems": problems}
+            "controller_problems": problems, **drill_agent.mode_summary(repeats)}
 
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
@@ -375,6 +378,7 @@ def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
 def main(fabric, args, out=print):
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
+    args.agent_params = drill_agent.params_from(args, fabric)
     if args.bfd:
         from emulator.dataplane.links.bfd import parse_interval
         parse_interval(args.bfd)
@@ -420,12 +424,13 @@ def main(fabric, args, out=print):
     results = [run_mode(fabric, m, events, args, base, out) for m in modes]
     doc = {"events": [vars(e) for e in events], "args": {k: v for k, v in vars(args).items()
                                                          if isinstance(v, (int, float, str, list))},
-           "modes": results}
+           "modes": results, "switch_agent": drill_agent.doc_entry(args.agent_params)}
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
     for line in drill_adaptive.lines(results):
         out(line)
+    drill_agent.print_text(args.agent_params, results, out)
     from emulator.report.summary import pfc_text
     for r in results:
         if r.get("lossless"):

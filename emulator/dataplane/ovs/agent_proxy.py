@@ -1,0 +1,336 @@
+"""The switch-agent proxy: every switch's OpenFlow connection through a timing model.
+
+Model.  With ``--switch-agent hardware|FILE`` switches do not connect to the
+controller but to this process (``python -m emulator.dataplane.ovs.agent_proxy``),
+which opens a connection to the controller for each switch that connects and
+relays OpenFlow messages both ways, each delivered when the switch's agent
+model (``emulator.fabric.switch_agent.Agent``, one per connection) says: a
+flow or group modification reaches Open vSwitch when the modelled agent has
+installed it, in order, so Open vSwitch's tables change at the modelled
+times; a barrier reaches it (and its reply leaves) after the changes before
+it; a PORT_STATUS reaches the controller after the modelled event latency.
+Nothing else is touched: the data plane, fast-failover groups and the
+modelled carrier detection (a port-mod on the bridge's own management
+socket) never pass through here.  It reads only OpenFlow headers (and a
+bundle member's type), so it works for any controller app.
+
+It logs, one JSON line per batch of messages read (``agent.jsonl``): the
+direction, the switch (its datapath id, from FEATURES_REPLY), the time read
+and the time the last one was delivered (CLOCK_MONOTONIC s), the messages,
+changes and barriers; the drill compares a push's time with the model's
+prediction from these counts.  ``AgentProxy`` starts and stops the process.
+"""
+
+import argparse
+import heapq
+import itertools
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from emulator.fabric import switch_agent as model
+
+# OpenFlow 1.3-1.5 message types (the header's second byte)
+ECHO_REQUEST, ECHO_REPLY, FEATURES_REPLY, PORT_STATUS = 2, 3, 6, 12
+FLOW_MOD, GROUP_MOD, BARRIER_REQUEST, BUNDLE_ADD = 14, 15, 20, 34
+HEADER = struct.Struct("!BBHI")
+BUNDLE_ADD_HEAD = 16          # header, bundle_id, pad, flags; then the member message
+
+
+def classify_down(msg):
+    """(kind, changes) of a message from the controller."""
+    t = msg[1]
+    if t in (ECHO_REQUEST, ECHO_REPLY):
+        return model.ECHO, 0
+    if t in (FLOW_MOD, GROUP_MOD):
+        return model.CHANGE, 1
+    if t == BUNDLE_ADD and len(msg) > BUNDLE_ADD_HEAD + 1 and \
+            msg[BUNDLE_ADD_HEAD + 1] in (FLOW_MOD, GROUP_MOD):
+        return model.CHANGE, 1
+    if t == BARRIER_REQUEST:
+        return model.BARRIER, 0
+    return model.OTHER, 0
+
+
+def classify_up(msg):
+    return model.PORT_STATUS if msg[1] == PORT_STATUS else model.OTHER
+
+
+def read_msgs(sock, buf):
+    """(the whole OpenFlow messages received next, the rest); ([], b"") at end of stream."""
+    while True:
+        msgs = []
+        while len(buf) >= HEADER.size:
+            length = HEADER.unpack_from(buf)[2]
+            if length < HEADER.size:
+                raise ConnectionError(f"OpenFlow message of length {length}")
+            if len(buf) < length:
+                break
+            msgs.append(buf[:length])
+            buf = buf[length:]
+        if msgs:
+            return msgs, buf
+        more = sock.recv(1 << 16)
+        if not more:
+            return [], b""
+        buf += more
+
+
+class Pipe:
+    """One direction of a connection: messages written at their release times by a
+    thread of its own (a condition variable's timed wait: sub-millisecond on time,
+    where an event loop's timers round up to the millisecond)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.heap, self.seq = [], itertools.count()
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def put(self, release, data):
+        with self.cond:
+            heapq.heappush(self.heap, (release, next(self.seq), data))
+            self.cond.notify()
+
+    def close(self):
+        with self.cond:
+            self.closed = True
+            self.cond.notify()
+
+    def run(self):
+        while True:
+            with self.cond:
+                while not self.closed:
+                    if self.heap:
+                        delay = self.heap[0][0] - time.monotonic()
+                        if delay <= 0:
+                            break
+                        self.cond.wait(delay)
+                    else:
+                        self.cond.wait()
+                if self.closed:
+                    return
+                now = time.monotonic()
+                out = []
+                while self.heap and self.heap[0][0] <= now:
+                    out.append(heapq.heappop(self.heap)[2])
+            self.sock.sendall(b"".join(out))
+
+
+class Relay:
+    """One switch's connection: switch <-> proxy <-> controller, through its Agent."""
+
+    def __init__(self, proxy, sw):
+        self.proxy = proxy
+        self.agent = model.Agent(proxy.params)
+        self.lock = threading.Lock()          # the agent's state: both directions use it
+        self.sw = sw
+        self.dpid = None
+
+    def run(self):
+        try:
+            ctl = socket.create_connection(self.proxy.upstream, timeout=5)
+        except OSError:
+            self.sw.close()                  # the switch retries; the controller may be back
+            return
+        ctl.settimeout(None)
+        ctl.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        to_sw, to_ctl = Pipe(self.sw), Pipe(ctl)
+        threads = [threading.Thread(target=self._guard, args=(f, a), daemon=True)
+                   for f, a in ((to_sw.run, ()), (to_ctl.run, ()),
+                                (self.down, (ctl, to_sw)), (self.up, (self.sw, to_ctl)))]
+        self.done = threading.Event()
+        for t in threads:
+            t.start()
+        self.done.wait()
+        for pipe in (to_sw, to_ctl):
+            pipe.close()
+        for sock in (self.sw, ctl):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _guard(self, fn, args):
+        """Run one side; when it ends (a connection closed or reset) end the relay."""
+        try:
+            fn(*args)
+        except OSError:
+            pass
+        finally:
+            self.done.set()
+
+    def down(self, sock, pipe):
+        buf = b""
+        while True:
+            msgs, buf = read_msgs(sock, buf)
+            if not msgs:
+                return
+            now = time.monotonic()
+            changes = barriers = 0
+            last = now
+            with self.lock:
+                for m in msgs:
+                    kind, n = classify_down(m)
+                    changes += n
+                    barriers += kind == model.BARRIER
+                    release = self.agent.to_switch(now, kind, n)
+                    last = max(last, release)
+                    pipe.put(release, m)
+            self.proxy.log({"d": "down", "dpid": self.dpid, "t": round(now, 6),
+                            "out": round(last, 6), "msgs": len(msgs), "changes": changes,
+                            "barriers": barriers})
+
+    def up(self, sock, pipe):
+        buf = b""
+        while True:
+            msgs, buf = read_msgs(sock, buf)
+            if not msgs:
+                return
+            now = time.monotonic()
+            for m in msgs:
+                if m[1] == FEATURES_REPLY and len(m) >= 16:
+                    self.dpid = f"{struct.unpack_from('!Q', m, 8)[0]:x}"
+                kind = classify_up(m)
+                with self.lock:
+                    release = self.agent.to_controller(now, kind)
+                pipe.put(release, m)
+                if kind == model.PORT_STATUS:
+                    self.proxy.log({"d": "up", "dpid": self.dpid, "t": round(now, 6),
+                                    "out": round(release, 6), "port_status": 1})
+
+
+class Proxy:
+    def __init__(self, params, upstream, log_path):
+        self.params, self.upstream = params, upstream
+        self.log_file = open(log_path, "a", buffering=1)
+        self.log_lock = threading.Lock()
+
+    def log(self, rec):
+        line = json.dumps(rec) + "\n"
+        with self.log_lock:
+            self.log_file.write(line)
+
+    def _accept(self, server):
+        while True:
+            conn, _ = server.accept()
+            if conn.family == socket.AF_INET:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=Relay(self, conn).run, daemon=True).start()
+
+    def serve(self, listen, unix):
+        servers = [socket.create_server(listen)]
+        if unix:
+            if os.path.exists(unix):
+                os.unlink(unix)
+            servers.append(socket.create_server(unix, family=socket.AF_UNIX))
+            os.chmod(unix, 0o600)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        for server in servers:
+            threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        print(f"agent proxy listening on {listen[0]}:{listen[1]}", flush=True)
+        while not stop.wait(1.0):
+            pass
+        for server in servers:
+            server.close()
+
+
+def hostport(text):
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m emulator.dataplane.ovs.agent_proxy")
+    ap.add_argument("--upstream", type=hostport, required=True, help="controller HOST:PORT")
+    ap.add_argument("--listen", type=hostport, required=True, help="HOST:PORT for switches")
+    ap.add_argument("--unix", help="also accept switches on this unix socket")
+    ap.add_argument("--params", required=True, help="the model's parameters (JSON)")
+    ap.add_argument("--log", required=True, help="agent.jsonl")
+    a = ap.parse_args(argv)
+    params = model.from_dict(json.loads(a.params))
+    Proxy(params, a.upstream, a.log).serve(a.listen, a.unix)
+    return 0
+
+
+class AgentProxy:
+    """The proxy as a child process of a run (started after the controller)."""
+
+    def __init__(self, params, upstream, log_path, env=None, unix=None):
+        from emulator.dataplane.ovs.controller_proc import free_port
+        self.params, self.unix, self.log_path = params, unix, log_path
+        self.port = free_port()
+        self.argv = [sys.executable, "-m", "emulator.dataplane.ovs.agent_proxy",
+                     "--upstream", f"{upstream[0]}:{upstream[1]}",
+                     "--listen", f"127.0.0.1:{self.port}", "--params",
+                     json.dumps(params.as_dict()), "--log", log_path]
+        if unix:
+            self.argv += ["--unix", unix]
+        self.env = env
+        self.proc = None
+
+    @property
+    def url(self):
+        return f"tcp:127.0.0.1:{self.port}"
+
+    def start(self, timeout=30):
+        from emulator.dataplane.ovs.controller_proc import REPO, listening, wait_until
+        from emulator.errors import RunFailed
+        self.out = open(self.log_path + ".stdout", "a")
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.out, env=self.env,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise RunFailed(f"the switch-agent proxy exited with status "
+                                f"{self.proc.returncode} at start; see {self.log_path}.stdout")
+            return listening(self.port) and (self.unix is None or os.path.exists(self.unix))
+        wait_until(ready, timeout, f"the switch-agent proxy to listen on port {self.port}")
+
+    def records(self):
+        """The proxy's log so far, parsed."""
+        try:
+            with open(self.log_path) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except OSError:
+            return []
+
+    def stop(self, timeout=10):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self.out.close()
+        return self.proc.returncode
+
+
+def start_for(session, url, unix):
+    """The proxy of ``session`` in front of its controller at ``url`` (tcp:HOST:PORT),
+    also on a unix socket when ``unix`` (switches in datapath instances); started."""
+    _, host, port = url.split(":")
+    agent = AgentProxy(session.switch_agent, (host, int(port)),
+                       os.path.join(session.dir, "agent.jsonl"), env=session.child_env(),
+                       unix=session.state.path("agent.sock") if unix else None)
+    session.state.record("agent", agent.argv)
+    session.progress(f"switch agents: {session.switch_agent.text()} (proxy on "
+                     f"127.0.0.1:{agent.port})")
+    agent.start()
+    session.results["switch_agent"] = session.switch_agent.as_dict()
+    return agent
+
+
+if __name__ == "__main__":
+    sys.exit(main())

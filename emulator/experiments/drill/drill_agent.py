@@ -1,0 +1,140 @@
+"""A drill's repair push against the switch-agent model's prediction.
+
+Under ``--switch-agent hardware|FILE`` every OpenFlow message passes the agent
+proxy (emulator/dataplane/ovs/agent_proxy.py), which logs what it read, per
+switch.  For one repeat, ``push_report`` takes the messages the controller
+sent between the first PORT_STATUS and its last barrier reply (the repair
+push), per switch, and predicts the convergence as the sum of:
+
+* detection (measured): the fault -> the last switch emitting PORT_STATUS
+  (the modelled carrier detection, --detect, and Open vSwitch's own pass);
+* the port event (model): ``event_ms`` + ``latency_ms``;
+* the controller (measured): its ``compute_ms`` + ``send_ms`` for the push
+  (CONVERGED line), a program's time, not a switch's;
+* the push (model, ``switch_agent.predict_push``): every switch's messages
+  and changes at its processing time and table rate, then the controller's
+  barriers, one switch after another.
+
+The measured convergence is the drill's (fault -> the last port-down push
+acknowledged).  Both are printed side by side with the changes and the
+model's rate and latencies.
+"""
+
+from emulator.fabric import switch_agent
+
+
+def push_counts(records, t0, t1):
+    """{dpid: [messages, changes]} of the controller's sends read in [t0, t1] s
+    (barriers not counted), and the last port status a switch emitted in it."""
+    per, last_ps = {}, None
+    for r in records:
+        if not t0 <= r["t"] <= t1:
+            continue
+        if r["d"] == "up":
+            last_ps = r["t"] if last_ps is None else max(last_ps, r["t"])
+        elif r["changes"] or r["barriers"]:
+            c = per.setdefault(r["dpid"], [0, 0])
+            c[0] += r["msgs"] - r["barriers"]
+            c[1] += r["changes"]
+    return {d: c for d, c in per.items() if c[0]}, last_ps
+
+
+def push_report(params, records, conv, t_fault_ns):
+    """Predicted and measured convergence of one repeat's repair push, or None."""
+    if params is None or not conv:
+        return None
+    t0 = t_fault_ns / 1e9
+    t1 = t0 + conv["convergence_ms"] / 1e3
+    per, last_ps = push_counts(records, t0, t1)
+    if last_ps is None:
+        return None
+    order = sorted(per, key=lambda d: int(d, 16) if d else -1)   # the controller's order
+    switches = [tuple(per[d]) for d in order]
+    detection = (last_ps - t0) * 1e3
+    event = switch_agent.predict_port_status(params)
+    controller = conv.get("compute_ms", 0.0) + conv.get("send_ms", 0.0)
+    push = switch_agent.predict_push(params, switches)
+    predicted = detection + event + controller + push
+    return {"switches": len(switches), "messages": sum(m for m, _ in switches),
+            "changes": sum(c for _, c in switches),
+            "max_changes": max((c for _, c in switches), default=0),
+            "detection_ms": round(detection, 3), "port_event_ms": round(event, 3),
+            "controller_ms": round(controller, 3), "push_ms": round(push, 3),
+            "predicted_ms": round(predicted, 3), "measured_ms": conv["convergence_ms"],
+            "error": round(conv["convergence_ms"] / predicted - 1, 4) if predicted else None}
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if not n else xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def summary(reports):
+    """Medians over a mode's repeats (those with a push)."""
+    reps = [r for r in reports if r]
+    if not reps:
+        return None
+    keys = ("changes", "max_changes", "messages", "switches", "detection_ms", "port_event_ms",
+            "controller_ms", "push_ms", "predicted_ms", "measured_ms", "error")
+    out = {k: median([r[k] for r in reps if r.get(k) is not None]) for k in keys}
+    out["repeats"] = len(reps)
+    out["worst_error"] = max((abs(r["error"]) for r in reps if r["error"] is not None),
+                             default=None)
+    return out
+
+
+def text(params, results):
+    """The side-by-side lines, one per mode with a push under the model."""
+    rows = [(r["mode"], r.get("switch_agent_summary")) for r in results]
+    rows = [(m, s) for m, s in rows if s]
+    if params is None or not rows:
+        return ""
+    lines = [f"switch agents: {params.text()}",
+             f"{'mode':<14} {'changes':>7} {'msgs':>5} {'switches':>8} {'rate/s':>7} "
+             f"{'lat ms':>6} {'event':>6} {'detect':>7} {'ctl':>6} {'push':>7} "
+             f"{'predicted':>9} {'measured':>9} {'error':>7}"]
+    for mode, s in rows:
+        lines.append(
+            f"{mode:<14} {s['changes']:>7g} {s['messages']:>5g} {s['switches']:>8g} "
+            f"{params.table_rate:>7g} {params.latency_ms:>6g} {s['port_event_ms']:>6.1f} "
+            f"{s['detection_ms']:>7.1f} {s['controller_ms']:>6.1f} {s['push_ms']:>7.1f} "
+            f"{s['predicted_ms']:>9.1f} {s['measured_ms']:>9.1f} {s['error']:>+7.1%}")
+    lines.append("(medians over the repeats, ms; predicted = detect + event + ctl + push: "
+                 "detect and ctl measured, event and push from the model)")
+    for mode, s in rows:
+        tables = s["max_changes"] * params.change_ms()
+        lines.append(f"[{mode}] the repair push: {s['changes']:g} table changes on "
+                     f"{s['switches']:g} switches, at most {s['max_changes']:g} on one: "
+                     f"{tables:.1f} ms of table updates at {params.table_rate:g}/s in a "
+                     f"{s['measured_ms']:.1f} ms convergence"
+                     + (" (table updates dominate)" if tables > s["measured_ms"] / 2 else ""))
+    return "\n".join(lines)
+
+
+# ---- the drill's hooks (experiments/drill/drill.py) ---------------------------
+
+def params_from(args, fabric):
+    """``--switch-agent`` parsed and checked (None: ideal)."""
+    from emulator.experiments.options import switch_agent_from
+    return switch_agent_from(args, fabric)
+
+
+def for_repeat(args, s, conv, t_fault_ns):
+    """One repeat's ``switch_agent`` entry (None under ideal)."""
+    return push_report(getattr(args, "agent_params", None),
+                       s.agent.records() if s.agent else [], conv, t_fault_ns)
+
+
+def mode_summary(repeats):
+    return {"switch_agent_summary": summary([r.get("switch_agent") for r in repeats])}
+
+
+def doc_entry(params):
+    return params.as_dict() if params else "ideal"
+
+
+def print_text(params, results, out):
+    lines = text(params, results)
+    if lines:
+        out(lines)

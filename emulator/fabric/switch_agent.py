@@ -1,0 +1,167 @@
+"""The switch-agent timing model: how long a switch's control plane takes.
+
+Model.  Between the controller and each switch sits the switch's OpenFlow
+agent (the CPU, its software and the ASIC's table-programming path).  It is
+described by named parameters (``Params``):
+
+* ``latency_ms``: the control channel, each way;
+* ``processing_ms``: per OpenFlow message the agent handles (every message
+  but echoes, which only cross the channel);
+* ``table_rate``: flow and group modifications installed per second (each
+  member of a bundle counts; a group modification costs a flow modification);
+* ``event_ms``: from the port's state change (after carrier detection) to
+  the PORT_STATUS leaving the switch;
+* ``early_barrier``: the agent answers a barrier when it reads it, before the
+  changes ahead of it are in hardware (Kuźniar et al. saw switches do this);
+  otherwise a barrier is answered after every change before it is installed.
+
+Messages are handled one at a time, in the order they arrive (``Agent``):
+a large push takes as long as its changes at ``table_rate``.  Messages
+toward the controller leave in order too.  ``ideal`` is no agent at all (the
+switch applies a change at once, as Open vSwitch does); ``hardware`` takes
+its defaults from published measurements (docs/failover.md cites them).
+``scale`` multiplies every time (a job drill's stretched clock).
+
+``Agent`` is pure arithmetic on times given to it (seconds of any clock):
+the proxy (emulator/dataplane/ovs/agent_proxy.py) asks it when to deliver
+each message, and the drill asks ``predict_push`` what a push should take.
+"""
+
+from dataclasses import asdict, dataclass, replace
+
+from emulator.errors import ConfigError
+
+# OpenFlow message kinds the model tells apart (the proxy classifies them).
+CHANGE, BARRIER, ECHO, PORT_STATUS, OTHER = "change", "barrier", "echo", "port_status", "other"
+
+
+@dataclass(frozen=True)
+class Params:
+    latency_ms: float = 0.0      # control channel, each way
+    processing_ms: float = 0.0   # per message the agent handles
+    table_rate: float = 0.0      # flow+group modifications per second; 0: no limit
+    event_ms: float = 0.0        # port change -> PORT_STATUS leaves the switch
+    early_barrier: bool = False  # barrier answered before the changes ahead of it are in
+
+    def scaled(self, factor):
+        """Every time ``factor`` times as long (the rate that much lower)."""
+        return replace(self, latency_ms=self.latency_ms * factor,
+                       processing_ms=self.processing_ms * factor,
+                       event_ms=self.event_ms * factor,
+                       table_rate=self.table_rate / factor if self.table_rate else 0.0)
+
+    def change_ms(self):
+        """ms one table change takes at ``table_rate``."""
+        return 1e3 / self.table_rate if self.table_rate else 0.0
+
+    def text(self):
+        return (f"channel {self.latency_ms:g} ms each way, {self.processing_ms:g} ms per "
+                f"message, {self.table_rate:g} changes/s, port events after "
+                f"{self.event_ms:g} ms, barrier replies "
+                f"{'early' if self.early_barrier else 'after installation'}")
+
+    def as_dict(self):
+        return asdict(self)
+
+
+# He et al., SOSR 2015 and Kuźniar et al., PAM 2015 (docs/failover.md, "Switch agents").
+HARDWARE = Params(latency_ms=1.0, processing_ms=1.0, table_rate=200.0, event_ms=10.0,
+                  early_barrier=False)
+PRESETS = {"hardware": HARDWARE}
+KEYS = {"latency_ms": float, "processing_ms": float, "table_rate": float,
+        "event_ms": float, "early_barrier": bool}
+
+
+def from_dict(doc, where="--switch-agent"):
+    """Params from a mapping of the named keys (``base: hardware`` starts from a preset)."""
+    if not isinstance(doc, dict):
+        raise ConfigError(where, f"expected a mapping of {', '.join(KEYS)}, got {doc!r}")
+    doc = dict(doc)
+    base = doc.pop("base", None)
+    if base is not None and base not in PRESETS:
+        raise ConfigError(f"{where}.base", f"{base!r}: use {', '.join(PRESETS)}")
+    out = PRESETS.get(base, Params())
+    for key, value in doc.items():
+        kind = KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"{where}.{key}", f"unknown key: use {', '.join(KEYS)} "
+                                                "(or base: hardware)")
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}.{key}", f"{value!r}: true or false")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{where}.{key}", f"{value!r}: a number >= 0")
+        out = replace(out, **{key: kind(value)})
+    return out
+
+
+def parse(text):
+    """``--switch-agent ideal|hardware|FILE``: None (ideal) or Params."""
+    if text in (None, "", "ideal"):
+        return None
+    if text in PRESETS:
+        return PRESETS[text]
+    import yaml
+    try:
+        with open(text) as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError("--switch-agent", f"{text!r}: not ideal, hardware or a readable "
+                                            f"YAML file ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("--switch-agent", f"{text}: not valid YAML: {e}") from None
+    return from_dict(doc, where=text)
+
+
+class Agent:
+    """One switch's agent: when each message is delivered (pure; times in seconds)."""
+
+    def __init__(self, params):
+        self.p = params
+        self.busy_until = float("-inf")   # when the message being handled is done
+        self.last_up = float("-inf")      # when the last message to the controller left
+
+    def to_switch(self, t, kind, changes=0):
+        """A message from the controller reaching the channel at ``t``: the time the
+        switch acts on it (its changes installed; a barrier: answered)."""
+        p = self.p
+        arrive = t + p.latency_ms / 1e3
+        if kind == ECHO:
+            return arrive
+        if kind == BARRIER and p.early_barrier:
+            return arrive + p.processing_ms / 1e3
+        start = max(arrive, self.busy_until)
+        self.busy_until = start + (p.processing_ms + changes * p.change_ms()) / 1e3
+        return self.busy_until
+
+    def to_controller(self, t, kind):
+        """A message the switch emits at ``t``: when it reaches the controller
+        (in order; a port status after the modelled event latency)."""
+        extra = self.p.event_ms if kind == PORT_STATUS else 0.0
+        self.last_up = max(t + (extra + self.p.latency_ms) / 1e3, self.last_up)
+        return self.last_up
+
+
+def predict_push(params, switches):
+    """ms from the controller sending a push to its last barrier reply.
+
+    ``switches``: (messages, changes) per switch in the order the controller
+    waits on their barriers; as the built-in controller does it, every diff
+    is sent at once, then one barrier per switch, each after the previous
+    one's reply."""
+    t = 0.0
+    agents = []
+    for msgs, changes in switches:
+        a = Agent(params)
+        for i in range(msgs):
+            a.to_switch(0.0, CHANGE, changes=changes if i == 0 else 0)
+        agents.append(a)
+    for a in agents:
+        t = a.to_controller(a.to_switch(t, BARRIER), OTHER)
+    return t * 1e3
+
+
+def predict_port_status(params):
+    """ms the model adds between the switch noticing a port change and the controller
+    reading it."""
+    return params.event_ms + params.latency_ms

@@ -1,0 +1,70 @@
+"""The switch-agent model on real fabrics (root): every OpenFlow message through the
+proxy, timed as the model says (emulator/dataplane/ovs/agent_proxy.py).
+
+* the drill under ``--switch-agent hardware`` in controller mode: the controller's
+  convergence within 20 % of the model's prediction for its push, no loss on the
+  flows the cut does not cross, and the port events reach the controller after the
+  modelled event latency;
+* a user's Ryu app, unchanged, through a slow agent from a file (early barrier
+  replies): the fabric becomes reachable, and the installation took at least as
+  long as the app's changes at the file's table rate.
+"""
+
+import json
+import os
+
+from tests.conftest import REPO, assert_contract, emulator
+from emulator.fabric import presets
+from emulator.fabric.switch_agent import Params
+from emulator.experiments import check
+from emulator.dataplane.session import Session
+
+SMALL = ["-p", "leaf-spine", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
+
+
+def test_a_drill_under_hardware_agents_converges_as_the_model_predicts(tmp_path):
+    p = emulator("drill", *SMALL, "--switch-agent", "hardware", "--failover", "controller",
+                 "--repeat", "2", "--results", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "predicted" in p.stdout and "measured" in p.stdout
+    (doc_path,) = list(tmp_path.glob("drill-*/drill.json"))
+    doc = json.loads(doc_path.read_text())
+    assert_contract("drill.json", doc)
+    assert doc["switch_agent"]["table_rate"] == 200.0
+    (mode,) = doc["modes"]
+    summ = mode["switch_agent_summary"]
+    assert summ is not None and summ["changes"] > 0, mode["repeats"]
+    for rep in mode["repeats"]:
+        a = rep["switch_agent"]
+        # the modelled part alone (event + push) bounds the measured time from below
+        assert a["measured_ms"] >= a["port_event_ms"] + a["push_ms"], a
+        assert abs(a["error"]) <= 0.2, a
+        others = [f for f in rep["flows"].values() if not f["crosses"]]
+        assert sum(f["lost_packets"] for f in others) == 0
+    # each port status went to the controller event_ms + latency_ms after it was read
+    agent_log = os.path.join(mode["results_dir"], "agent.jsonl")
+    ups = [json.loads(line) for line in open(agent_log) if '"up"' in line]
+    assert ups and all(abs((u["out"] - u["t"]) * 1e3 - 11.0) < 0.01 for u in ups), ups[:3]
+
+
+def test_a_ryu_app_runs_unchanged_through_slow_agents(tmp_path):
+    slow = Params(latency_ms=2.0, processing_ms=0.5, table_rate=100.0, event_ms=5.0,
+                  early_barrier=True)
+    s = Session(presets.build("leaf-spine", {"spines": 2, "leaves": 2, "hosts_per_leaf": 1}),
+                controller=f"app:{os.path.join(REPO, 'examples', 'ryu_static_routes.py')}",
+                results_base=str(tmp_path), reach_timeout=60, switch_agent=slow)
+    with s:
+        r = check.reachability(s)
+        assert r.ok, r.detail
+        recs = s.agent.records()
+    assert s.results["switch_agent"]["early_barrier"] is True
+    down = [x for x in recs if x["d"] == "down"]
+    switches = {x["dpid"] for x in down if x["changes"]}
+    assert len(switches) == 4
+    for dpid in switches:
+        mine = [x for x in down if x["dpid"] == dpid and x["changes"]]
+        changes = sum(x["changes"] for x in mine)
+        # the last change was delivered no sooner than the model allows
+        span = max(x["out"] for x in mine) - min(x["t"] for x in mine)
+        assert span * 1e3 >= changes * 10.0 * 0.99, (dpid, changes, span)
+    assert s.results["controller"]["problems"] == []

@@ -1,0 +1,160 @@
+"""The switch-agent timing model (emulator/fabric/switch_agent.py) on a fake clock,
+and the proxy's message classification."""
+
+import struct
+
+import pytest
+
+from emulator.errors import ConfigError
+from emulator.fabric import switch_agent as sa
+from emulator.fabric.switch_agent import BARRIER, CHANGE, ECHO, OTHER, PORT_STATUS, Agent, Params
+
+P = Params(latency_ms=1.0, processing_ms=0.5, table_rate=100.0, event_ms=10.0)
+
+
+def ms(t):
+    return round(t * 1e3, 6)
+
+
+def test_a_message_crosses_the_channel_then_is_processed():
+    a = Agent(P)
+    assert ms(a.to_switch(0.0, OTHER)) == 1.5            # 1 latency + 0.5 processing
+
+
+def test_changes_install_in_order_at_the_table_rate():
+    a = Agent(P)
+    done = [ms(a.to_switch(0.0, CHANGE, 1)) for _ in range(3)]
+    # 1 ms latency, then 0.5 + 10 ms each, one after the other
+    assert done == [11.5, 22.0, 32.5]
+
+
+def test_a_barrier_is_answered_after_the_changes_before_it():
+    a = Agent(P)
+    for _ in range(4):
+        a.to_switch(0.0, CHANGE, 1)
+    t = a.to_switch(0.0, BARRIER)
+    assert ms(t) == 1 + 4 * 10.5 + 0.5
+    assert ms(a.to_controller(t, OTHER)) == 1 + 4 * 10.5 + 0.5 + 1
+
+
+def test_an_early_barrier_is_answered_before_the_changes_are_in():
+    a = Agent(Params(latency_ms=1.0, processing_ms=0.5, table_rate=100.0,
+                     early_barrier=True))
+    last = [a.to_switch(0.0, CHANGE, 1) for _ in range(4)][-1]
+    t = a.to_switch(0.0, BARRIER)
+    assert ms(t) == 1.5 and t < last
+
+
+def test_echoes_only_cross_the_channel():
+    a = Agent(P)
+    for _ in range(10):
+        a.to_switch(0.0, CHANGE, 1)
+    assert ms(a.to_switch(0.0, ECHO)) == 1.0
+
+
+def test_a_message_arriving_when_the_agent_is_idle_starts_at_once():
+    a = Agent(P)
+    a.to_switch(0.0, CHANGE, 1)                   # done at 11.5 ms
+    assert ms(a.to_switch(1.0, CHANGE, 1)) == 1000 + 1 + 10.5
+
+
+def test_a_port_status_leaves_after_the_event_latency_and_order_is_kept():
+    a = Agent(P)
+    ps = a.to_controller(0.0, PORT_STATUS)
+    assert ms(ps) == 11.0
+    # a reply emitted just after the port status does not overtake it
+    assert ms(a.to_controller(0.001, OTHER)) == 11.0
+    assert ms(a.to_controller(0.05, OTHER)) == 51.0
+
+
+def test_a_bundle_costs_its_members():
+    a = Agent(P)
+    msgs = [(OTHER, 0)] + [(CHANGE, 1)] * 5 + [(OTHER, 0)]    # open, 5 adds, commit
+    last = [a.to_switch(0.0, k, n) for k, n in msgs][-1]
+    assert ms(last) == 1 + 7 * 0.5 + 5 * 10
+
+
+def test_ideal_is_no_model_and_zero_params_cost_nothing():
+    assert sa.parse("ideal") is None
+    a = Agent(Params())
+    assert a.to_switch(3.0, CHANGE, 1) == 3.0
+    assert a.to_controller(3.0, PORT_STATUS) == 3.0
+
+
+def test_scaling_stretches_every_time():
+    s = P.scaled(4)
+    assert (s.latency_ms, s.processing_ms, s.event_ms, s.change_ms()) == (4, 2, 40, 40)
+
+
+def test_predict_push_waits_barriers_one_switch_after_another():
+    # two switches, 2 changes in 2 messages each: both busy until 1 + 2 * 10.5 = 22 ms;
+    # barrier 1 answered at 22.5, reply at 23.5; barrier 2 reaches its switch
+    # at 24.5 (already idle), answered at 25, reply at 26
+    assert sa.predict_push(P, [(2, 2), (2, 2)]) == pytest.approx(26.0)
+    # it grows with the changes
+    assert sa.predict_push(P, [(20, 20)]) > sa.predict_push(P, [(2, 2)]) + 150
+
+
+def test_presets_files_and_bad_input(tmp_path):
+    assert sa.parse("hardware") == sa.HARDWARE
+    f = tmp_path / "agent.yaml"
+    f.write_text("base: hardware\ntable_rate: 50\nearly_barrier: true\n")
+    p = sa.parse(str(f))
+    assert p.table_rate == 50 and p.early_barrier and p.latency_ms == sa.HARDWARE.latency_ms
+    f.write_text("table_rte: 50\n")
+    with pytest.raises(ConfigError, match="table_rte: unknown key"):
+        sa.parse(str(f))
+    f.write_text("latency_ms: -1\n")
+    with pytest.raises(ConfigError, match="latency_ms"):
+        sa.parse(str(f))
+    with pytest.raises(ConfigError, match="not ideal, hardware or a readable"):
+        sa.parse(str(tmp_path / "missing.yaml"))
+
+
+def _msg(kind, body=b""):
+    return struct.pack("!BBHI", 6, kind, 8 + len(body), 1) + body
+
+
+def test_the_proxy_classifies_by_header_and_bundle_member():
+    from emulator.dataplane.ovs import agent_proxy as ap
+    assert ap.classify_down(_msg(ap.FLOW_MOD)) == (CHANGE, 1)
+    assert ap.classify_down(_msg(ap.GROUP_MOD)) == (CHANGE, 1)
+    member = _msg(ap.GROUP_MOD)
+    add = _msg(ap.BUNDLE_ADD, struct.pack("!IHH", 7, 0, 3) + member)
+    assert ap.classify_down(add) == (CHANGE, 1)
+    assert ap.classify_down(_msg(ap.BARRIER_REQUEST)) == (BARRIER, 0)
+    assert ap.classify_down(_msg(ap.ECHO_REQUEST)) == (ECHO, 0)
+    assert ap.classify_down(_msg(33)) == (OTHER, 0)            # bundle control
+    assert ap.classify_up(_msg(ap.PORT_STATUS)) == PORT_STATUS
+
+
+def test_a_push_report_adds_measured_and_modelled_parts():
+    from emulator.experiments.drill import drill_agent
+    t0 = 100.0
+    records = [{"d": "up", "dpid": "1", "t": t0 + 0.002, "out": 0, "port_status": 1},
+               {"d": "down", "dpid": "2", "t": t0 + 0.02, "out": 0, "msgs": 3,
+                "changes": 3, "barriers": 0},
+               {"d": "down", "dpid": "2", "t": t0 + 0.03, "out": 0, "msgs": 1,
+                "changes": 0, "barriers": 1},
+               {"d": "down", "dpid": "1", "t": t0 - 1, "out": 0, "msgs": 9,
+                "changes": 9, "barriers": 0}]          # before the fault: not the push
+    conv = {"convergence_ms": 60.0, "compute_ms": 3.0, "send_ms": 1.0}
+    rep = drill_agent.push_report(P, records, conv, int(t0 * 1e9))
+    push = sa.predict_push(P, [(3, 3)])
+    assert rep["changes"] == 3 and rep["switches"] == 1
+    assert rep["predicted_ms"] == pytest.approx(2 + 11 + 4 + push, abs=1e-3)
+    assert rep["measured_ms"] == 60.0
+
+
+def test_the_drill_prints_prediction_and_measurement_side_by_side():
+    from emulator.experiments.drill import drill_agent
+    rep = {"switches": 2, "messages": 30, "changes": 30, "max_changes": 20,
+           "detection_ms": 4.0, "port_event_ms": 11.0, "controller_ms": 2.0,
+           "push_ms": 220.0, "predicted_ms": 237.0, "measured_ms": 250.0, "error": 0.055}
+    summ = drill_agent.summary([rep, None])
+    assert summ["repeats"] == 1 and summ["predicted_ms"] == 237.0
+    out = drill_agent.text(P, [{"mode": "controller", "switch_agent_summary": summ}])
+    assert "237.0" in out and "250.0" in out and "+5.5%" in out
+    assert "30 table changes on 2 switches, at most 20 on one: 200.0 ms" in out
+    assert "(table updates dominate)" in out
+    assert drill_agent.text(None, [{"mode": "controller", "switch_agent_summary": summ}]) == ""
