@@ -132,24 +132,26 @@ def test_a_push_report_adds_measured_and_modelled_parts():
     from emulator.experiments.drill import drill_agent
     t0 = 100.0
     records = [{"d": "up", "dpid": "1", "t": t0 + 0.002, "out": 0, "port_status": 1},
+               {"d": "down", "dpid": "2", "t": t0 + 0.04, "out": t0 + 0.045, "msgs": 1,
+                "changes": 0, "barriers": 1},
+               {"d": "up", "dpid": "2", "t": t0 + 0.047, "out": t0 + 0.048, "barrier_reply": 1},
                {"d": "down", "dpid": "2", "t": t0 + 0.02, "out": 0, "msgs": 3,
                 "changes": 3, "barriers": 0},
-               {"d": "down", "dpid": "2", "t": t0 + 0.03, "out": 0, "msgs": 1,
-                "changes": 0, "barriers": 1},
                {"d": "down", "dpid": "1", "t": t0 - 1, "out": 0, "msgs": 9,
                 "changes": 9, "barriers": 0}]          # before the fault: not the push
     conv = {"convergence_ms": 60.0, "compute_ms": 3.0, "send_ms": 1.0}
     rep = drill_agent.push_report(P, records, conv, int(t0 * 1e9))
     push = sa.predict_push(P, [(3, 3)])
     assert rep["changes"] == 3 and rep["switches"] == 1
-    assert rep["predicted_ms"] == pytest.approx(2 + 11 + 4 + push, abs=1e-3)
+    assert rep["ovs_ms"] == pytest.approx(2.0)        # barrier released at 45, answered at 47
+    assert rep["predicted_ms"] == pytest.approx(2 + 11 + 4 + 2 + push, abs=1e-3)
     assert rep["measured_ms"] == 60.0
 
 
 def test_the_drill_prints_prediction_and_measurement_side_by_side():
     from emulator.experiments.drill import drill_agent
     rep = {"switches": 2, "messages": 30, "changes": 30, "max_changes": 20,
-           "detection_ms": 4.0, "port_event_ms": 11.0, "controller_ms": 2.0,
+           "detection_ms": 4.0, "port_event_ms": 11.0, "controller_ms": 2.0, "ovs_ms": 0.0,
            "push_ms": 220.0, "predicted_ms": 237.0, "measured_ms": 250.0, "error": 0.055}
     summ = drill_agent.summary([rep, None])
     assert summ["repeats"] == 1 and summ["predicted_ms"] == 237.0
@@ -158,3 +160,30 @@ def test_the_drill_prints_prediction_and_measurement_side_by_side():
     assert "30 table changes on 2 switches, at most 20 on one: 200.0 ms" in out
     assert "(table updates dominate)" in out
     assert drill_agent.text(None, [{"mode": "controller", "switch_agent_summary": summ}]) == ""
+
+
+def test_a_job_drill_stretches_the_model_and_the_detection_alike():
+    from emulator.experiments.drill import drill_training as dt
+    scaled, detect = dt.stretched_agent(P, 0.001, 250.0)
+    assert detect == pytest.approx(0.25)
+    assert scaled.event_ms == 2500 and scaled.change_ms() == pytest.approx(2500)
+    scales = dt.agent_scales(P, scaled, 0.001, 250.0)
+    assert scales["real"]["event_ms"] == 10 and scales["emulated"]["event_ms"] == 2500
+    assert (scales["detect_real_ms"], scales["detect_emulated_ms"]) == (1.0, 250.0)
+    assert "time scale r/s = 250" in dt.scales_line(P, scaled, scales)
+    # ideal: no model, the detection as given (today's job drill)
+    assert dt.stretched_agent(None, 0.001, 250.0) == (None, 0.001)
+    assert dt.agent_scales(None, None, 0.001, 250.0) == "ideal"
+
+
+def test_barrier_overheads_split_the_chain_into_switch_and_controller_time():
+    from emulator.experiments.drill.drill_agent import barrier_overheads
+    recs = [{"d": "down", "dpid": "a", "t": 1.000, "out": 1.010, "msgs": 4, "changes": 3,
+             "barriers": 1},
+            {"d": "up", "dpid": "a", "t": 1.012, "out": 1.013, "barrier_reply": 1},
+            {"d": "down", "dpid": "b", "t": 1.016, "out": 1.018, "msgs": 1, "changes": 0,
+             "barriers": 1},
+            {"d": "up", "dpid": "b", "t": 1.019, "out": 1.020, "barrier_reply": 1}]
+    ovs, turn = barrier_overheads(recs, 0.9, 1.1)
+    assert ovs == pytest.approx(3.0)        # 2 ms on a, 1 ms on b
+    assert turn == pytest.approx(3.0)       # reply delivered at 13, next barrier read at 16

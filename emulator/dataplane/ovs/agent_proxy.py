@@ -17,7 +17,8 @@ bundle member's type), so it works for any controller app.
 It logs, one JSON line per batch of messages read (``agent.jsonl``): the
 direction, the switch (its datapath id, from FEATURES_REPLY), the time read
 and the time the last one was delivered (CLOCK_MONOTONIC s), the messages,
-changes and barriers; the drill compares a push's time with the model's
+changes and barriers (and each PORT_STATUS and barrier reply from the switch);
+the drill compares a push's time with the model's
 prediction from these counts.  ``AgentProxy`` starts and stops the process.
 """
 
@@ -38,7 +39,7 @@ from emulator.fabric import switch_agent as model
 
 # OpenFlow 1.3-1.5 message types (the header's second byte)
 ECHO_REQUEST, ECHO_REPLY, FEATURES_REPLY, PORT_STATUS = 2, 3, 6, 12
-FLOW_MOD, GROUP_MOD, BARRIER_REQUEST, BUNDLE_ADD = 14, 15, 20, 34
+FLOW_MOD, GROUP_MOD, BARRIER_REQUEST, BARRIER_REPLY, BUNDLE_ADD = 14, 15, 20, 21, 34
 HEADER = struct.Struct("!BBHI")
 BUNDLE_ADD_HEAD = 16          # header, bundle_id, pad, flags; then the member message
 
@@ -202,9 +203,11 @@ class Relay:
                 with self.lock:
                     release = self.agent.to_controller(now, kind)
                 pipe.put(release, m)
-                if kind == model.PORT_STATUS:
+                if kind == model.PORT_STATUS or m[1] == BARRIER_REPLY:
                     self.proxy.log({"d": "up", "dpid": self.dpid, "t": round(now, 6),
-                                    "out": round(release, 6), "port_status": 1})
+                                    "out": round(release, 6),
+                                    "port_status" if kind == model.PORT_STATUS
+                                    else "barrier_reply": 1})
 
 
 class Proxy:

@@ -180,6 +180,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
                  lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
+                 switch_agent=getattr(args, "agent_params", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         paths = connections(s, args.workload, s.topo["hosts"], args.job_seed)
         if events is None:           # no --fault: the first uplink the job uses
@@ -256,6 +257,8 @@ def main(fabric, args, out=print):
     from emulator.fabric import addressing
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
+    from emulator.experiments.options import switch_agent_from
+    args.agent_params = switch_agent_from(args, fabric)
     ecn = check_transport(args, fabric)
     check_capture(args, fabric)
     if args.iterations is None:

@@ -78,6 +78,31 @@ def repeat(s, job, inj, events, extra, out):
     return verdict
 
 
+def stretched_agent(params, detect_s, stretch):
+    """The switch-agent model and the modelled detection on the job's clock: every
+    time x ``stretch`` (r/s), so a repair is as long against an iteration as on the
+    real cluster.  Without a model (ideal) the detection stays as given."""
+    if params is None:
+        return None, detect_s
+    return params.scaled(stretch), None if detect_s is None else detect_s * stretch
+
+
+def agent_scales(params, scaled, detect_s, stretch):
+    """drill.json's ``switch_agent`` of a job drill: both time scales."""
+    if params is None:
+        return "ideal"
+    return {"time_scale": round(stretch, 3), "real": params.as_dict(),
+            "emulated": scaled.as_dict(), "detect_real_ms": None if detect_s is None
+            else round(detect_s * 1e3, 3), "detect_emulated_ms": None if detect_s is None
+            else round(detect_s * stretch * 1e3, 3)}
+
+
+def scales_line(params, scaled, scales):
+    return (f"switch agents on the job's clock, time scale r/s = {scales['time_scale']:g}: "
+            f"real {params.text()}; emulated {scaled.text()}; detection "
+            f"{scales['detect_real_ms']} ms real = {scales['detect_emulated_ms']} ms emulated")
+
+
 def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.links.detect import parse_detect
@@ -91,9 +116,13 @@ def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
                  lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
+                 switch_agent=getattr(args, "agent_emulated", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo, fabric.flow_control)
-        inj = Injector(s, detect=parse_detect(args.detect))
+        detect = parse_detect(args.detect)
+        if getattr(args, "agent_emulated", None) is not None:
+            detect = args.detect_emulated
+        inj = Injector(s, detect=detect)
         extra = dict(rank_transport(args), **nic_lb(args.lb), qpn_seed=args.job_seed,
                      timeout_exp=args.rc_timeout or default_timeout_exp(s.queue_ms))
         reps = []
@@ -144,13 +173,23 @@ def main(fabric, args, out=print):
     args.job_seed = job_seed(getattr(args, "job_seed", None))
     out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
     events = schedule_from(args, topo, out)
+    from emulator.experiments.options import switch_agent_from
+    agent = switch_agent_from(args, fabric)
+    args.agent_emulated, args.detect_emulated = stretched_agent(
+        agent, parse_detect(args.detect), job.stretch)
+    scales = agent_scales(agent, args.agent_emulated, parse_detect(args.detect), job.stretch)
+    if agent is not None:
+        out("... " + scales_line(agent, args.agent_emulated, scales))
     base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     results = [run_mode(fabric, m, events, job, args, base, out, ecn) for m in modes]
     with open(os.path.join(base, "drill.json"), "w") as f:
-        json.dump({"workload": args.workload, "modes": results}, f, indent=1)
+        json.dump({"workload": args.workload, "modes": results,
+                   "switch_agent": scales}, f, indent=1)
     args.sizes = f"{os.path.basename(args.workload)} (sizes / {job.scale:g})"
     out(table(results, args))
+    if agent is not None:
+        out(scales_line(agent, args.agent_emulated, scales))
     out(f"results: {base}/drill.json")
     died = any(m["summary"]["jobs_died"] for m in results)
     return 1 if died or any(m["summary"]["wrong"] for m in results) else 0
