@@ -111,6 +111,7 @@ COMMANDS = {"check": "emulator.experiments.check",
             "drill": "emulator.experiments.drill.drill",
             "drill_collective": "emulator.experiments.drill.drill_collective",
             "drill_training": "emulator.experiments.drill.drill_training",
+            "drill_chaos": "emulator.experiments.drill.drill_chaos",
             "probe": "emulator.experiments.probe.probe"}
 
 
@@ -214,6 +215,8 @@ def build_parser():
     add_fabric_args(p)
     drill.add_arguments(p)
     add_switch_agent_arg(p)
+    from emulator.experiments.drill import drill_chaos
+    drill_chaos.add_arguments(p)
 
     from emulator.experiments.probe import probe
     p = sub.add_parser("probe", help="black-box prober: probe every path, find a link that "
@@ -351,6 +354,8 @@ def main(argv=None):
                 # the same drill, under a collective or a training job
                 name = "drill_training" if args.workload.startswith("simai:") \
                     else "drill_collective"
+            if args.command == "drill" and getattr(args, "chaos", False):
+                name = "drill_chaos"            # random faults under the probes
             command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset

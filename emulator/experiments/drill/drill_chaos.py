@@ -1,0 +1,339 @@
+"""Chaos soak (``drill --chaos --duration S --mtbf S [--mttr S] [--seed N]``).
+
+Model.  One fabric (``--failover``, one mode) carries the drill's probe
+flows for ``--duration`` seconds while faults are drawn at random
+(``draw``, a ``random.Random(seed)``): the time to the next fault is
+exponential with mean ``--mtbf``, its kind uniform over the vocabulary
+(``cut`` an inter-switch link, ``flap`` it 2-5 times, gray ``loss`` of
+5-50 % on it, ``crash`` a switch, ``kill`` the controller), its target
+uniform over the fabric's links or switches, and its repair exponential
+with mean ``--mttr`` (at least 0.3 s; a flap repairs itself).  Faults come
+one at a time (the next is drawn from the previous repair on), so each
+fault's loss is its own.  The same ``--seed`` draws the same faults.
+
+Per fault: kind, where, when, the controller's detection (fault -> its
+first port event; none for a gray loss without BFD or a controller kill),
+recovery (fault -> the end of the last lossy gap that began before the
+repair) and the packets the probes lost from the fault to the next one (of
+them, those lost after the repair, as a link comes back: ``repair_lost``).  For the soak: probes sent,
+delivered and lost, and the invariants, each by name, true or false:
+
+* ``no_emulation_drops``: nothing was lost outside a link's queue (the
+  fidelity verdict's emulation drops are 0; network drops are per link);
+* ``untouched_flows_lost_nothing``: no probe flow whose path no fault
+  touched (ofproto/trace before the soak) lost a packet;
+* ``every_fault_reported``: every injected fault has its entry;
+* ``nothing_left_behind``: after teardown no bridge, interface, nftables
+  table, process or state directory carries the run's tag.
+
+The probes are unreliable datagrams: the invariant about a reliable QP's
+packets (delivered or its QP reported dead) needs a job and is listed under
+``not_checked``.  On Ctrl-C the active fault is repaired, the fabric torn
+down, and ``drill.json`` written with every fault injected so far
+(``interrupted``: true).
+"""
+
+import json
+import os
+import random
+import time
+
+from emulator.errors import ConfigError
+from emulator.experiments import scenario
+
+KINDS = ("cut", "flap", "loss", "crash", "kill")
+MIN_REPAIR_S = 0.3
+
+
+def add_arguments(p):
+    g = p.add_argument_group("chaos soak (drill --chaos)")
+    g.add_argument("--chaos", action="store_true",
+                   help="a chaos soak: random faults (cut, flap, gray loss, switch crash, "
+                        "controller kill) under the probes for --duration s, exponential "
+                        "inter-arrival (--mtbf), each repaired after a drawn time (--mttr); "
+                        "per-fault table, soak totals, invariants (docs/failover.md)")
+    g.add_argument("--duration", type=float, default=60.0, help="soak seconds (default 60)")
+    g.add_argument("--mtbf", type=float, default=10.0,
+                   help="mean seconds between faults (default 10)")
+    g.add_argument("--mttr", type=float, default=1.0,
+                   help="mean seconds to repair a fault (default 1)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="the random draw's seed (default: drawn and printed); the same "
+                        "seed draws the same faults")
+
+
+def fault_targets(topo):
+    """(inter-switch link names, switch names) a fault may hit."""
+    from emulator.dataplane.faults import fault_links
+    switches = sorted(s["name"] for s in topo["switches"])
+    kinds = {s["name"]: s["kind"] for s in topo["switches"]}
+    links = sorted(name for name, ((sw, _), other) in fault_links(topo)
+                   if sw in kinds and other in kinds and "#" not in name)
+    return links, switches
+
+
+def draw(seed, duration, mtbf, mttr, links, switches, kinds=KINDS):
+    """The soak's faults: [{kind, target, at_s, repair_s, params}] (pure)."""
+    rng = random.Random(seed)
+    faults, t = [], 0.0
+    while True:
+        t += rng.expovariate(1.0 / mtbf)
+        if t >= duration:
+            return faults
+        kind = rng.choice(kinds)
+        repair = max(MIN_REPAIR_S, rng.expovariate(1.0 / mttr))
+        params = {}
+        if kind == "crash":
+            target = rng.choice(switches)
+        elif kind == "kill":
+            target = "controller"
+        else:
+            target = rng.choice(links)
+        if kind == "flap":
+            params = {"count": rng.randint(2, 5), "period": 0.2}
+            repair = params["count"] * params["period"]
+        elif kind == "loss":
+            params = {"percent": float(rng.choice((5, 10, 20, 50)))}
+        faults.append({"kind": kind, "target": target, "at_s": round(t, 3),
+                       "repair_s": round(repair, 3), "params": params})
+        t += repair
+
+
+def events_of(fault):
+    """The scenario events that inject and repair one fault (times from the soak's start)."""
+    at, end, k, tgt, p = (fault["at_s"], fault["at_s"] + fault["repair_s"], fault["kind"],
+                          fault["target"], fault["params"])
+    if k == "cut":
+        return [scenario.Event(at, "cut", tgt, {"side": "both"}),
+                scenario.Event(end, "restore", tgt, {"side": "both"})]
+    if k == "flap":
+        return [scenario.Event(at, "flap", tgt, dict(p))]
+    if k == "loss":
+        return [scenario.Event(at, "loss", tgt, dict(p)), scenario.Event(end, "loss_stop", tgt)]
+    if k == "crash":
+        return [scenario.Event(at, "crash", tgt), scenario.Event(end, "recover", tgt)]
+    return [scenario.Event(at, "controller", "kill"),
+            scenario.Event(end, "controller", "restart")]
+
+
+def fault_result(fault, t_start, t_next, recv, converged):
+    """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns."""
+    lost, end, repair_lost = 0, None, 0
+    t_repair = t_start + fault["repair_s"] * 1e9
+    for r in recv.values():
+        for g in r.get("disruptions", []):
+            if t_start <= g["start_ns"] < t_next and g["skipped"] > 0:
+                lost += g["skipped"]
+                if g["start_ns"] >= t_repair:
+                    repair_lost += g["skipped"]      # lost to the repair (a link back)
+                else:
+                    end = g["end_ns"] if end is None else max(end, g["end_ns"])
+    detect = None
+    for ev in converged:
+        if ev.get("event") == "port" and t_start / 1e9 <= ev.get("t_event", 0) < t_next / 1e9:
+            ms = (ev["t_event"] - t_start / 1e9) * 1e3
+            detect = ms if detect is None else min(detect, ms)
+    return dict(fault, t_ns=t_start, lost_packets=lost, repair_lost_packets=repair_lost,
+                detection_ms=None if detect is None else round(detect, 3),
+                recovery_ms=None if end is None else round((end - t_start) / 1e6, 3))
+
+
+def leftovers(tag):
+    """What of run ``tag`` is still on the machine: {kind: [names]} (empty when clean)."""
+    from emulator.dataplane import cleanup, runstate
+    out = {"bridges": [b for b, t in cleanup.our_bridges().items() if t == tag],
+           "interfaces": [i for i, t in cleanup.our_interfaces().items() if t == tag],
+           "nft_tables": [n for n, t in cleanup.our_nft_tables().items() if t == tag],
+           "processes": sorted(runstate.processes_of(tag)),
+           "state_dirs": [d for d in runstate.state_dirs(tag) if os.path.exists(d)]}
+    return {k: v for k, v in out.items() if v}
+
+
+def check_args(args):
+    if args.duration <= 0 or args.mtbf <= 0 or args.mttr <= 0:
+        raise ConfigError("--chaos", "--duration, --mtbf and --mttr are seconds > 0")
+    if "," in args.failover:
+        raise ConfigError("--failover", "a chaos soak runs one mode: give one of none, "
+                                        "controller, fast-failover")
+    if args.fault or args.scenario or args.workload:
+        raise ConfigError("--chaos", "draws its own faults under the probes: not with "
+                                     "--fault, --scenario or --workload")
+
+
+def soak(s, inj, pairs, faults, args, work, out):
+    """Run the probes for the soak and inject ``faults`` in turn; returns (sent, recv,
+    fidelity, [t_ns the fault started], interrupted).  On Ctrl-C the active fault is
+    repaired and what ran so far returned."""
+    from emulator.dataplane.signals import Interrupted
+    from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan
+    from emulator.experiments.watch import Watch
+    from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
+    os.makedirs(work, exist_ok=True)
+    duration = args.duration + args.post + 2.0
+    eng = EngineProcess(probe_plan(s.net, pairs, args, duration), work, env=child_env(s),
+                        name="probes")
+    eng.start()
+    watch = Watch(s)
+    starts, pending, interrupted = [], [], False
+    try:
+        watch.start()
+        eng.go()
+        eng.wait_line("flowing", 20)
+        t0 = time.monotonic()
+        for f in faults:
+            evs = events_of(f)
+            pending = list(evs)
+            for ev in evs:
+                delay = t0 + ev.at_s - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)       # the drawn times, not a wait for state
+                if ev is evs[0]:
+                    starts.append(time.monotonic_ns())
+                    out(f"... fault {len(starts)}/{len(faults)} at {f['at_s']:.1f}s: "
+                        f"{f['kind']} {f['target']} for {f['repair_s']:.2f}s")
+                scenario.execute(inj, ev)
+                pending.remove(ev)
+        res = eng.result(timeout=duration + 60)
+        watch.stop()
+    except (KeyboardInterrupt, Interrupted):
+        interrupted = True
+        out("... interrupted: repairing the active fault, writing what ran")
+        for ev in pending:
+            if ev.action in ("restore", "loss_stop", "recover") or (
+                    ev.action == "controller" and ev.target == "restart"
+                    and s.controller is not None and not s.controller.alive()):
+                scenario.execute(inj, ev)
+        return {}, {}, None, starts, interrupted
+    finally:
+        eng.kill()
+    sent, recv = {}, {}
+    for st in res["streams"]:
+        sent.update(st["per_flow"])
+    for r in res["receivers"]:
+        for fl in r["flows"]:
+            recv[fl["flow"]] = fl
+    events = [e for f in faults for e in events_of(f)]
+    fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
+                        engine=res["engine"], faulted=faulted_links(events, s.topo))
+    return sent, recv, fid, starts, interrupted
+
+
+def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted):
+    """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later)."""
+    from emulator.experiments.drill.drill_probes import crosses
+    ends = starts[1:] + [float("inf")]
+    rows = [fault_result(f, t, e, recv, converged)
+            for f, t, e in zip(faults, starts, ends)]
+    events = [e for f in faults[:len(starts)] for e in events_of(f)]
+    untouched = [k for k, p in paths.items() if not crosses(p, events, topo)]
+    received = sum(r.get("received_packets", 0) for r in recv.values())
+    total = sum(sent.values())
+    lost_untouched = sum(max(0, sent.get(k, 0) - recv.get(k, {}).get("received_packets", 0))
+                         for k in untouched if k in sent)
+    inv = {"every_fault_reported": len(rows) == len(starts)}
+    if not interrupted:
+        inv["no_emulation_drops"] = (fid or {}).get("emulation_drops", {}).get("total", 1) == 0
+        inv["untouched_flows_lost_nothing"] = lost_untouched == 0
+    return {"faults": rows, "drawn": len(faults), "injected": len(starts),
+            "interrupted": interrupted,
+            "totals": {"sent_packets": total, "received_packets": received,
+                       "lost_packets": total - received if total else None,
+                       "delivered": round(received / total, 6) if total else None,
+                       "untouched_flows": len(untouched),
+                       "untouched_lost_packets": lost_untouched},
+            "fidelity": (fid or {}).get("verdict"),
+            "network_drops": (fid or {}).get("network_drops"),
+            "invariants": inv,
+            "not_checked": {"reliable_qps_delivered_or_dead":
+                            "the soak's probes are unreliable datagrams (no QP)"}}
+
+
+def table(chaos):
+    lines = [f"{'#':>3} {'at s':>7} {'kind':<6} {'where':<16} {'repair s':>8} "
+             f"{'detect ms':>9} {'recovery ms':>11} {'lost':>6} {'at repair':>9}"]
+    f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    for i, r in enumerate(chaos["faults"], 1):
+        lines.append(f"{i:>3} {r['at_s']:>7.2f} {r['kind']:<6} {r['target']:<16} "
+                     f"{r['repair_s']:>8.2f} {f(r['detection_ms']):>9} "
+                     f"{f(r['recovery_ms']):>11} {r['lost_packets']:>6} "
+                     f"{r['repair_lost_packets']:>9}")
+    t = chaos["totals"]
+    lines.append(f"soak: {chaos['injected']}/{chaos['drawn']} faults, probes sent "
+                 f"{t['sent_packets']}, delivered {t['delivered']}, lost {t['lost_packets']}; "
+                 f"fidelity {chaos['fidelity']}"
+                 + (" (INTERRUPTED)" if chaos["interrupted"] else ""))
+    for name, ok in chaos["invariants"].items():
+        lines.append(f"invariant {name}: {'true' if ok else 'FALSE'}")
+    for name, why in chaos["not_checked"].items():
+        lines.append(f"invariant {name}: not checked ({why})")
+    return "\n".join(lines)
+
+
+def main(fabric, args, out=print):
+    """``emulator drill --chaos``: returns the exit status."""
+    from emulator.dataplane.faults import Injector
+    from emulator.dataplane.links.detect import parse_detect
+    from emulator.dataplane.session import Session
+    from emulator.experiments import calibrate
+    from emulator.experiments.drill.drill import holddown_for, parse_modes
+    from emulator.experiments.drill.drill_probes import path_pairs, planned_flows, probe_rate
+    from emulator.experiments.options import switch_agent_from
+    from emulator.fabric import addressing
+    check_args(args)
+    (mode,) = parse_modes(args.failover)
+    detect = parse_detect(args.detect)
+    agent = switch_agent_from(args, fabric)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    topo = addressing.plan(fabric)
+    links, switches = fault_targets(topo)
+    if not links:
+        raise ConfigError("--chaos", "the fabric has no inter-switch link to break")
+    faults = draw(seed, args.duration, args.mtbf, args.mttr, links, switches)
+    out(f"... chaos seed {seed}: {len(faults)} faults in {args.duration:g} s "
+        f"(mtbf {args.mtbf:g} s, mttr {args.mttr:g} s); --seed {seed} draws them again")
+    planned = planned_flows(topo, args.probes, args.qps)
+    from emulator.dataplane.ovs import datapath
+    dp_type = datapath.detect(args.datapath)[0]
+    res_ms = 1.0
+    args.pps, note = probe_rate(topo, planned, args.frame_len, res_ms,
+                                calibrate.cached_budget(dp_type, args.frame_len), args.pps)
+    if note:
+        out(f"... {note}")
+    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+    os.makedirs(base, exist_ok=False)
+    doc = {"modes": [], "seed": seed, "args": {k: v for k, v in vars(args).items()
+                                              if isinstance(v, (int, float, str))},
+           "switch_agent": agent.as_dict() if agent else "ideal"}
+    chaos, tag = None, None
+    try:
+        with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
+                     lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
+                     holddown=holddown_for(args), switch_agent=agent,
+                     progress=lambda m: out(f"... [{mode}] {m}")) as s:
+            tag = s.state.tag
+            pairs, paths = path_pairs(s, planned)
+            inj = Injector(s, detect=detect)
+            try:
+                sent, recv, fid, starts, interrupted = soak(
+                    s, inj, pairs, faults, args, os.path.join(s.dir, "soak"), out)
+            finally:
+                inj.close()
+            converged = s.controller.converged() if s.controller else []
+            chaos = report(faults, starts, sent, recv, fid, converged, paths, s.topo,
+                           interrupted)
+            doc["modes"] = [{"mode": mode, "results_dir": s.dir}]
+    finally:
+        if chaos is None:
+            chaos = report(faults, [], {}, {}, None, [], {}, topo, True)
+        if tag is not None:
+            left = leftovers(tag)
+            chaos["invariants"]["nothing_left_behind"] = not left
+            chaos["left_behind"] = left
+        doc["chaos"] = chaos
+        with open(os.path.join(base, "drill.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+    out(table(chaos))
+    out(f"results: {base}/drill.json")
+    if chaos["interrupted"]:
+        raise KeyboardInterrupt
+    return 0 if all(chaos["invariants"].values()) else 1

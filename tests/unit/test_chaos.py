@@ -1,0 +1,78 @@
+"""The chaos soak's pure parts (emulator/experiments/drill/drill_chaos.py): the draw,
+the events per fault, a fault's row, the table."""
+
+import pytest
+
+from emulator.experiments.drill import drill_chaos as dc
+from emulator.fabric import addressing, presets
+
+LINKS = ["leaf1-spine1", "leaf1-spine2", "leaf2-spine1", "leaf2-spine2"]
+SWITCHES = ["leaf1", "leaf2", "spine1", "spine2"]
+
+
+def test_the_same_seed_draws_the_same_faults_and_another_seed_others():
+    a = dc.draw(7, 600, 10, 1, LINKS, SWITCHES)
+    assert a == dc.draw(7, 600, 10, 1, LINKS, SWITCHES)
+    assert a != dc.draw(8, 600, 10, 1, LINKS, SWITCHES)
+
+
+def test_faults_come_one_at_a_time_at_about_the_mtbf_with_every_kind():
+    faults = dc.draw(1, 3000, 10, 1, LINKS, SWITCHES)
+    assert {f["kind"] for f in faults} == set(dc.KINDS)
+    for f, nxt in zip(faults, faults[1:]):
+        assert nxt["at_s"] >= f["at_s"] + f["repair_s"] - 1e-3      # never overlapping
+    # inter-arrival from a repair to the next fault: exponential with mean 10 s
+    gaps = [n["at_s"] - f["at_s"] - f["repair_s"] for f, n in zip(faults, faults[1:])]
+    assert 8 < sum(gaps) / len(gaps) < 12
+    assert all(f["repair_s"] >= dc.MIN_REPAIR_S for f in faults)
+    assert all(f["at_s"] < 3000 for f in faults)
+    for f in faults:
+        if f["kind"] == "flap":
+            assert f["repair_s"] == pytest.approx(f["params"]["count"] * 0.2)
+        if f["kind"] in ("cut", "flap", "loss"):
+            assert f["target"] in LINKS
+        if f["kind"] == "crash":
+            assert f["target"] in SWITCHES
+
+
+def test_each_fault_is_injected_then_repaired():
+    acts = {k: [(e.action, e.target) for e in dc.events_of(
+        {"kind": k, "target": "leaf1-spine1" if k != "crash" else "spine1", "at_s": 2.0,
+         "repair_s": 0.5, "params": {"count": 2, "period": 0.2} if k == "flap"
+         else {"percent": 10.0}})] for k in dc.KINDS}
+    assert acts["cut"] == [("cut", "leaf1-spine1"), ("restore", "leaf1-spine1")]
+    assert acts["flap"] == [("flap", "leaf1-spine1")]
+    assert acts["loss"] == [("loss", "leaf1-spine1"), ("loss_stop", "leaf1-spine1")]
+    assert acts["crash"] == [("crash", "spine1"), ("recover", "spine1")]
+    assert acts["kill"] == [("controller", "kill"), ("controller", "restart")]
+
+
+def test_the_targets_are_the_inter_switch_links_and_the_switches():
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 2,
+                                                        "hosts_per_leaf": 1}))
+    links, switches = dc.fault_targets(topo)
+    assert links == LINKS and switches == SWITCHES
+
+
+def test_a_fault_row_counts_the_losses_and_the_detection_in_its_window():
+    t = 10_000_000_000
+    recv = {"f1": {"disruptions": [{"start_ns": t + 1_000_000, "end_ns": t + 9_000_000,
+                                    "skipped": 7},
+                                   {"start_ns": t + 5_000_000_000, "end_ns": t + 5_1000_000,
+                                    "skipped": 3}]},            # the next fault's
+            "f2": {"disruptions": [{"start_ns": t + 2_000_000, "end_ns": t + 4_000_000,
+                                    "skipped": 0}]}}            # a late packet, no loss
+    conv = [{"event": "port", "t_event": t / 1e9 + 0.003}, {"event": "connect", "t_event": 1}]
+    row = dc.fault_result({"kind": "cut", "target": "leaf1-spine1", "at_s": 1, "repair_s": 1,
+                           "params": {}}, t, t + 5_000_000_000, recv, conv)
+    assert row["lost_packets"] == 7 and row["recovery_ms"] == 9.0
+    assert row["repair_lost_packets"] == 0
+    assert row["detection_ms"] == pytest.approx(3.0)
+    chaos = {"faults": [row], "drawn": 1, "injected": 1, "interrupted": False,
+             "totals": {"sent_packets": 100, "delivered": 0.93, "lost_packets": 7},
+             "fidelity": "faithful", "invariants": {"no_emulation_drops": True,
+                                                    "nothing_left_behind": False},
+             "not_checked": {"reliable_qps_delivered_or_dead": "no QP"}}
+    text = dc.table(chaos)
+    assert "leaf1-spine1" in text and "invariant nothing_left_behind: FALSE" in text
+    assert "invariant no_emulation_drops: true" in text
