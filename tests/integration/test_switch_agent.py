@@ -43,8 +43,11 @@ def test_a_drill_under_hardware_agents_converges_as_the_model_predicts(tmp_path)
         assert sum(f["lost_packets"] for f in others) == 0
     # each port status went to the controller event_ms + latency_ms after it was read
     agent_log = os.path.join(mode["results_dir"], "agent.jsonl")
-    ups = [json.loads(line) for line in open(agent_log) if '"up"' in line]
-    assert ups and all(abs((u["out"] - u["t"]) * 1e3 - 11.0) < 0.01 for u in ups), ups[:3]
+    ups = [json.loads(line) for line in open(agent_log) if '"port_status"' in line]
+    waits = [(u["out"] - u["t"]) * 1e3 for u in ups]
+    # in order: a port status never leaves sooner, later only behind an earlier message
+    assert waits and all(w > 11.0 - 0.01 for w in waits), ups[:3]
+    assert sum(abs(w - 11.0) < 0.01 for w in waits) >= len(waits) / 2, waits
 
 
 def test_a_ryu_app_runs_unchanged_through_slow_agents(tmp_path):
