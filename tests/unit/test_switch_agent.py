@@ -187,3 +187,19 @@ def test_barrier_overheads_split_the_chain_into_switch_and_controller_time():
     ovs, turn = barrier_overheads(recs, 0.9, 1.1)
     assert ovs == pytest.approx(3.0)        # 2 ms on a, 1 ms on b
     assert turn == pytest.approx(3.0)       # reply delivered at 13, next barrier read at 16
+
+
+def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):
+    import threading
+    from emulator.dataplane.ovs import agent_proxy as ap
+    proxy = ap.Proxy(P, ("127.0.0.1", 1), str(tmp_path / "agent.jsonl"))
+
+    class FakeRelay:
+        def __init__(self):
+            self.lock, self.agent, self.ended = threading.Lock(), Agent(P), threading.Event()
+    relay = FakeRelay()
+    proxy.relays = [relay]
+    (tmp_path / "agent.jsonl.params").write_text('{"event_ms": 2500, "table_rate": 0.8}')
+    proxy.reload()
+    assert proxy.params.event_ms == 2500 and relay.agent.p.table_rate == 0.8
+    assert '"d": "params"' in (tmp_path / "agent.jsonl").read_text()

@@ -133,6 +133,7 @@ class Relay:
         self.lock = threading.Lock()          # the agent's state: both directions use it
         self.sw = sw
         self.dpid = None
+        self.ended = threading.Event()
 
     def run(self):
         try:
@@ -158,6 +159,7 @@ class Relay:
             except OSError:
                 pass
             sock.close()
+        self.ended.set()
 
     def _guard(self, fn, args):
         """Run one side; when it ends (a connection closed or reset) end the relay."""
@@ -215,6 +217,18 @@ class Proxy:
         self.params, self.upstream = params, upstream
         self.log_file = open(log_path, "a", buffering=1)
         self.log_lock = threading.Lock()
+        self.relays = []
+        self.params_path = log_path + ".params"     # SIGUSR1: read new parameters here
+
+    def reload(self, *_):
+        """New parameters for every switch from now on (a job drill's stretched clock)."""
+        with open(self.params_path) as f:
+            self.params = model.from_dict(json.load(f))
+        for relay in list(self.relays):
+            with relay.lock:
+                relay.agent.p = self.params
+        self.log({"d": "params", "t": round(time.monotonic(), 6),
+                  "params": self.params.as_dict()})
 
     def log(self, rec):
         line = json.dumps(rec) + "\n"
@@ -226,7 +240,9 @@ class Proxy:
             conn, _ = server.accept()
             if conn.family == socket.AF_INET:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=Relay(self, conn).run, daemon=True).start()
+            relay = Relay(self, conn)
+            self.relays = [r for r in self.relays if not r.ended.is_set()] + [relay]
+            threading.Thread(target=relay.run, daemon=True).start()
 
     def serve(self, listen, unix):
         servers = [socket.create_server(listen)]
@@ -237,6 +253,7 @@ class Proxy:
             os.chmod(unix, 0o600)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGUSR1, self.reload)
         for server in servers:
             threading.Thread(target=self._accept, args=(server,), daemon=True).start()
         print(f"agent proxy listening on {listen[0]}:{listen[1]}", flush=True)
@@ -297,6 +314,17 @@ class AgentProxy:
                                 f"{self.proc.returncode} at start; see {self.log_path}.stdout")
             return listening(self.port) and (self.unix is None or os.path.exists(self.unix))
         wait_until(ready, timeout, f"the switch-agent proxy to listen on port {self.port}")
+
+    def set_params(self, params):
+        """Every switch's model from now on (the proxy reads them on SIGUSR1)."""
+        with open(self.log_path + ".params", "w") as f:
+            json.dump(params.as_dict(), f)
+        n = len(self.records())
+        self.proc.send_signal(signal.SIGUSR1)
+        from emulator.dataplane.ovs.controller_proc import wait_until
+        wait_until(lambda: any(r["d"] == "params" for r in self.records()[n:]), 10,
+                   "the switch-agent proxy to take its new parameters")
+        self.params = params
 
     def records(self):
         """The proxy's log so far, parsed."""

@@ -31,7 +31,7 @@ def push_counts(records, t0, t1):
     (barriers not counted), and the last port status a switch emitted in it."""
     per, last_ps = {}, None
     for r in records:
-        if not t0 <= r["t"] <= t1:
+        if r["d"] not in ("up", "down") or not t0 <= r["t"] <= t1:
             continue
         if r["d"] == "up":
             if r.get("port_status"):

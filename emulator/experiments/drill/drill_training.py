@@ -116,11 +116,12 @@ def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
                  lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
                  ecn=ecn, capture=getattr(args, "capture", None),
-                 switch_agent=getattr(args, "agent_emulated", None),
+                 switch_agent=getattr(args, "agent_params", None),
                  progress=lambda m: out(f"... [{mode}] {m}")) as s:
         scenario.check_targets(events, s.topo, fabric.flow_control)
         detect = parse_detect(args.detect)
-        if getattr(args, "agent_emulated", None) is not None:
+        if s.agent is not None:      # installed at the switches' own pace; the job's clock now
+            s.agent.set_params(args.agent_emulated)
             detect = args.detect_emulated
         inj = Injector(s, detect=detect)
         extra = dict(rank_transport(args), **nic_lb(args.lb), qpn_seed=args.job_seed,
@@ -174,7 +175,7 @@ def main(fabric, args, out=print):
     out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
     events = schedule_from(args, topo, out)
     from emulator.experiments.options import switch_agent_from
-    agent = switch_agent_from(args, fabric)
+    agent = args.agent_params = switch_agent_from(args, fabric)
     args.agent_emulated, args.detect_emulated = stretched_agent(
         agent, parse_detect(args.detect), job.stretch)
     scales = agent_scales(agent, args.agent_emulated, parse_detect(args.detect), job.stretch)
