@@ -71,3 +71,31 @@ def test_a_ryu_app_runs_unchanged_through_slow_agents(tmp_path):
         span = max(x["out"] for x in mine) - min(x["t"] for x in mine)
         assert span * 1e3 >= changes * 10.0 * 0.99, (dpid, changes, span)
     assert s.results["controller"]["problems"] == []
+
+
+def test_a_job_drill_runs_the_model_on_the_jobs_clock(tmp_path):
+    micro = os.path.join(REPO, "tests", "data", "simai", "microAllReduce.txt")
+    p = emulator("drill", "--workload", f"simai:{micro}", "--gpus-per-host", "1",
+                 "--size-scale", "40", "--fault", "leaf1-spine1", "--hold", "3",
+                 "--failover", "controller", "--switch-agent", "hardware", "--repeat", "1",
+                 "--results", str(tmp_path), timeout=400)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "time scale r/s" in p.stdout and "slowdown med" in p.stdout
+    (doc_path,) = list(tmp_path.glob("drill-*/drill.json"))
+    doc = json.loads(doc_path.read_text())
+    scales = doc["switch_agent"]
+    k = scales["time_scale"]
+    assert k > 10
+    assert scales["real"]["event_ms"] == 10.0
+    assert abs(scales["emulated"]["event_ms"] - 10.0 * k) < 1e-6 * k
+    assert abs(scales["detect_emulated_ms"] - k * scales["detect_real_ms"]) < 0.01
+    (mode,) = doc["modes"]
+    (rep,) = mode["repeats"]
+    assert rep["slowdown"] is not None and rep["job_died"] is False
+    # installed at the switches' pace, then the job's clock: the cut's port status went
+    # to the controller (event + latency) x k after the switch emitted it
+    log = os.path.join(mode["results_dir"], "agent.jsonl")
+    recs = [json.loads(line) for line in open(log)]
+    (change,) = [i for i, r in enumerate(recs) if r["d"] == "params"]
+    waits = [(r["out"] - r["t"]) * 1e3 for r in recs[change:] if r.get("port_status")]
+    assert waits and min(waits) > 11.0 * k * 0.999, (k, waits[:4])

@@ -203,3 +203,11 @@ def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):
     proxy.reload()
     assert proxy.params.event_ms == 2500 and relay.agent.p.table_rate == 0.8
     assert '"d": "params"' in (tmp_path / "agent.jsonl").read_text()
+
+
+def test_a_stretched_job_drill_waits_long_enough_for_the_restore():
+    from emulator.experiments.drill import drill_training as dt
+    assert dt.restore_timeout(None) == 60
+    # 300 changes at 1.25 s each plus their messages and round trips
+    assert dt.restore_timeout(P.scaled(125)) == pytest.approx(
+        60 + 300 * (1250 + 62.5 + 250) / 1e3)

@@ -97,6 +97,16 @@ def agent_scales(params, scaled, detect_s, stretch):
             else round(detect_s * stretch * 1e3, 3)}
 
 
+def restore_timeout(scaled, changes=300):
+    """s to wait for the controller to converge on a restore: 60, and under a
+    stretched switch-agent model room for ``changes`` table changes and a barrier
+    round per switch at its pace (a fast-failover push is ~50 on the default fabric)."""
+    if scaled is None:
+        return 60
+    per_ms = scaled.change_ms() + scaled.processing_ms + 2 * scaled.latency_ms
+    return 60 + changes * per_ms / 1e3
+
+
 def scales_line(params, scaled, scales):
     return (f"switch agents on the job's clock, time scale r/s = {scales['time_scale']:g}: "
             f"real {params.text()}; emulated {scaled.text()}; detection "
@@ -132,7 +142,8 @@ def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
                 v = repeat(s, job, inj, events, extra, lambda m: out(f"... [{mode}] {m}"))
                 reps.append(v)
                 t_rest, rest_kind = restore_event(v["events"])
-                wait_restored(s, mode, t_rest, kind=rest_kind)
+                wait_restored(s, mode, t_rest, kind=rest_kind, timeout=restore_timeout(
+                    getattr(args, "agent_emulated", None)))
                 out(f"... [{mode}] repeat {r + 1}/{args.repeat}: iteration "
                     f"{v['disturbed']} took {v['disturbed_s']} s vs {v['undisturbed_s']} s "
                     f"(x{v['slowdown']}), {v['retransmitted']} retransmitted, "
