@@ -211,3 +211,20 @@ def test_a_stretched_job_drill_waits_long_enough_for_the_restore():
     # 300 changes at 1.25 s each plus their messages and round trips
     assert dt.restore_timeout(P.scaled(125)) == pytest.approx(
         60 + 300 * (1250 + 62.5 + 250) / 1e3)
+
+
+def test_the_proxy_reads_whole_messages_across_reads():
+    from emulator.dataplane.ovs import agent_proxy as ap
+    stream = _msg(ap.FLOW_MOD, b"x" * 20) + _msg(ap.BARRIER_REQUEST) + _msg(ap.GROUP_MOD)
+
+    class Sock:
+        chunks = [stream[:5], stream[5:30], stream[30:]]
+
+        def recv(self, n):
+            return self.chunks.pop(0) if self.chunks else b""
+    sock = Sock()
+    msgs, rest = ap.read_msgs(sock, b"")
+    assert [m[1] for m in msgs] == [ap.FLOW_MOD] and rest == stream[28:30]
+    msgs, rest = ap.read_msgs(sock, rest)
+    assert [m[1] for m in msgs] == [ap.BARRIER_REQUEST, ap.GROUP_MOD] and rest == b""
+    assert ap.read_msgs(sock, b"") == ([], b"")

@@ -66,15 +66,16 @@ def classify_up(msg):
 def read_msgs(sock, buf):
     """(the whole OpenFlow messages received next, the rest); ([], b"") at end of stream."""
     while True:
-        msgs = []
-        while len(buf) >= HEADER.size:
-            length = HEADER.unpack_from(buf)[2]
+        msgs, off = [], 0
+        while len(buf) - off >= HEADER.size:
+            length = HEADER.unpack_from(buf, off)[2]
             if length < HEADER.size:
                 raise ConnectionError(f"OpenFlow message of length {length}")
-            if len(buf) < length:
+            if len(buf) - off < length:
                 break
-            msgs.append(buf[:length])
-            buf = buf[length:]
+            msgs.append(buf[off:off + length])
+            off += length
+        buf = buf[off:]
         if msgs:
             return msgs, buf
         more = sock.recv(1 << 16)
