@@ -64,8 +64,11 @@ def test_a_fault_row_counts_the_losses_and_the_detection_in_its_window():
                                     "skipped": 0}]}}            # a late packet, no loss
     conv = [{"event": "port", "t_event": t / 1e9 + 0.003}, {"event": "connect", "t_event": 1}]
     row = dc.fault_result({"kind": "cut", "target": "leaf1-spine1", "at_s": 1, "repair_s": 1,
-                           "params": {}}, t, t + 5_000_000_000, recv, conv)
+                           "params": {}}, t, t + 5_000_000_000, recv, conv, {"f2"})
     assert row["lost_packets"] == 7 and row["recovery_ms"] == 9.0
+    assert row["untouched_lost_packets"] == 0
+    again = dc.fault_result(dict(row), t, t + 5_000_000_000, recv, conv, {"f1"})
+    assert again["untouched_lost_packets"] == 7          # f1 lost, yet the fault missed it
     assert row["repair_lost_packets"] == 0
     assert row["detection_ms"] == pytest.approx(3.0)
     chaos = {"faults": [row], "drawn": 1, "injected": 1, "interrupted": False,

@@ -20,8 +20,9 @@ delivered and lost, and the invariants, each by name, true or false:
 
 * ``no_emulation_drops``: nothing was lost outside a link's queue (the
   fidelity verdict's emulation drops are 0; network drops are per link);
-* ``untouched_flows_lost_nothing``: no probe flow whose path no fault
-  touched (ofproto/trace before the soak) lost a packet;
+* ``untouched_flows_lost_nothing``: while a fault lasted (to the next one),
+  no probe flow whose path it does not touch (ofproto/trace before the
+  soak) lost a packet;
 * ``every_fault_reported``: every injected fault has its entry;
 * ``nothing_left_behind``: after teardown no bridge, interface, nftables
   table, process or state directory carries the run's tag.
@@ -116,12 +117,15 @@ def events_of(fault):
             scenario.Event(end, "controller", "restart")]
 
 
-def fault_result(fault, t_start, t_next, recv, converged):
-    """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns."""
-    lost, end, repair_lost = 0, None, 0
+def fault_result(fault, t_start, t_next, recv, converged, untouched=()):
+    """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns; of
+    them, those of the flows in ``untouched`` (their paths cross nothing it breaks)."""
+    lost, end, repair_lost, lost_untouched = 0, None, 0, 0
     t_repair = t_start + fault["repair_s"] * 1e9
-    for r in recv.values():
+    for key, r in recv.items():
         for g in r.get("disruptions", []):
+            if key in untouched and t_start <= g["start_ns"] < t_next:
+                lost_untouched += g["skipped"]
             if t_start <= g["start_ns"] < t_next and g["skipped"] > 0:
                 lost += g["skipped"]
                 if g["start_ns"] >= t_repair:
@@ -134,6 +138,7 @@ def fault_result(fault, t_start, t_next, recv, converged):
             ms = (ev["t_event"] - t_start / 1e9) * 1e3
             detect = ms if detect is None else min(detect, ms)
     return dict(fault, t_ns=t_start, lost_packets=lost, repair_lost_packets=repair_lost,
+                untouched_lost_packets=lost_untouched,
                 detection_ms=None if detect is None else round(detect, 3),
                 recovery_ms=None if end is None else round((end - t_start) / 1e6, 3))
 
@@ -222,14 +227,12 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted)
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later)."""
     from emulator.experiments.drill.drill_probes import crosses
     ends = starts[1:] + [float("inf")]
-    rows = [fault_result(f, t, e, recv, converged)
+    rows = [fault_result(f, t, e, recv, converged,
+                         {k for k, p in paths.items() if not crosses(p, events_of(f), topo)})
             for f, t, e in zip(faults, starts, ends)]
-    events = [e for f in faults[:len(starts)] for e in events_of(f)]
-    untouched = [k for k, p in paths.items() if not crosses(p, events, topo)]
     received = sum(r.get("received_packets", 0) for r in recv.values())
     total = sum(sent.values())
-    lost_untouched = sum(max(0, sent.get(k, 0) - recv.get(k, {}).get("received_packets", 0))
-                         for k in untouched if k in sent)
+    lost_untouched = sum(r["untouched_lost_packets"] for r in rows)
     inv = {"every_fault_reported": len(rows) == len(starts)}
     if not interrupted:
         inv["no_emulation_drops"] = (fid or {}).get("emulation_drops", {}).get("total", 1) == 0
@@ -239,9 +242,9 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted)
             "totals": {"sent_packets": total, "received_packets": received,
                        "lost_packets": total - received if total else None,
                        "delivered": round(received / total, 6) if total else None,
-                       "untouched_flows": len(untouched),
                        "untouched_lost_packets": lost_untouched},
             "fidelity": (fid or {}).get("verdict"),
+            "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
             "invariants": inv,
             "not_checked": {"reliable_qps_delivered_or_dead":
@@ -250,13 +253,14 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted)
 
 def table(chaos):
     lines = [f"{'#':>3} {'at s':>7} {'kind':<6} {'where':<16} {'repair s':>8} "
-             f"{'detect ms':>9} {'recovery ms':>11} {'lost':>6} {'at repair':>9}"]
+             f"{'detect ms':>9} {'recovery ms':>11} {'lost':>6} {'at repair':>9} "
+             f"{'others':>6}"]
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     for i, r in enumerate(chaos["faults"], 1):
         lines.append(f"{i:>3} {r['at_s']:>7.2f} {r['kind']:<6} {r['target']:<16} "
                      f"{r['repair_s']:>8.2f} {f(r['detection_ms']):>9} "
                      f"{f(r['recovery_ms']):>11} {r['lost_packets']:>6} "
-                     f"{r['repair_lost_packets']:>9}")
+                     f"{r['repair_lost_packets']:>9} {r.get('untouched_lost_packets', 0):>6}")
     t = chaos["totals"]
     lines.append(f"soak: {chaos['injected']}/{chaos['drawn']} faults, probes sent "
                  f"{t['sent_packets']}, delivered {t['delivered']}, lost {t['lost_packets']}; "
