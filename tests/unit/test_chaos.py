@@ -69,6 +69,11 @@ def test_a_fault_row_counts_the_losses_and_the_detection_in_its_window():
     assert row["untouched_lost_packets"] == 0
     again = dc.fault_result(dict(row), t, t + 5_000_000_000, recv, conv, {"f1"})
     assert again["untouched_lost_packets"] == 7          # f1 lost, yet the fault missed it
+    # a gap opened by the next fault starts with the packet just before it: that fault's
+    nxt = {"start_ns": t + 5_000_000_000 - 400_000, "end_ns": t + 5_020_000_000, "skipped": 9}
+    row = dc.fault_result(dict(row), t, t + 5_000_000_000, {"f3": {"disruptions": [nxt]}},
+                          conv, {"f3"})
+    assert row["lost_packets"] == 0 and row["untouched_lost_packets"] == 0
     assert row["repair_lost_packets"] == 0
     assert row["detection_ms"] == pytest.approx(3.0)
     chaos = {"faults": [row], "drawn": 1, "injected": 1, "interrupted": False,

@@ -117,18 +117,22 @@ def events_of(fault):
             scenario.Event(end, "controller", "restart")]
 
 
-def fault_result(fault, t_start, t_next, recv, converged, untouched=()):
+def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=1e6):
     """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns; of
-    them, those of the flows in ``untouched`` (their paths cross nothing it breaks)."""
+    them, those of the flows in ``untouched`` (their paths cross nothing it breaks).
+    A gap counts from its first missing packet, one probe interval (``lead_ns``)
+    after the last packet before it: a gap that a fault opens begins with a packet
+    that arrived just before the fault."""
     lost, end, repair_lost, lost_untouched = 0, None, 0, 0
     t_repair = t_start + fault["repair_s"] * 1e9
     for key, r in recv.items():
         for g in r.get("disruptions", []):
-            if key in untouched and t_start <= g["start_ns"] < t_next:
+            first = g["start_ns"] + lead_ns
+            if key in untouched and t_start <= first < t_next:
                 lost_untouched += g["skipped"]
-            if t_start <= g["start_ns"] < t_next and g["skipped"] > 0:
+            if t_start <= first < t_next and g["skipped"] > 0:
                 lost += g["skipped"]
-                if g["start_ns"] >= t_repair:
+                if first >= t_repair:
                     repair_lost += g["skipped"]      # lost to the repair (a link back)
                 else:
                     end = g["end_ns"] if end is None else max(end, g["end_ns"])
@@ -223,12 +227,13 @@ def soak(s, inj, pairs, faults, args, work, out):
     return sent, recv, fid, starts, interrupted
 
 
-def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted):
+def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted, pps=1000.0):
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later)."""
     from emulator.experiments.drill.drill_probes import crosses
     ends = starts[1:] + [float("inf")]
     rows = [fault_result(f, t, e, recv, converged,
-                         {k for k, p in paths.items() if not crosses(p, events_of(f), topo)})
+                         {k for k, p in paths.items() if not crosses(p, events_of(f), topo)},
+                         1e9 / pps)
             for f, t, e in zip(faults, starts, ends)]
     received = sum(r.get("received_packets", 0) for r in recv.values())
     total = sum(sent.values())
@@ -324,7 +329,7 @@ def main(fabric, args, out=print):
                 inj.close()
             converged = s.controller.converged() if s.controller else []
             chaos = report(faults, starts, sent, recv, fid, converged, paths, s.topo,
-                           interrupted)
+                           interrupted, args.pps)
             doc["modes"] = [{"mode": mode, "results_dir": s.dir}]
     finally:
         if chaos is None:
