@@ -160,6 +160,10 @@ class Stream:
                "started": self.t_on is not None, "error": self.error,
                "duration_s": round(self.t_off - self.t_on, 3) if self.t_off else None,
                "samples": len(q)}
+        worst = max((percentile([s.get(p, 0) for _, s in self.samples], 99)
+                     for p, _, _ in self.ups), default=None) if self.samples else None
+        if worst is not None:
+            out["worst_queue_p99_ms"] = round(worst / byte_ms, 2)   # any uplink of the leaf
         if q:
             out["queue_p99_bytes"] = round(percentile(q, 99))
             out["queue_p99_ms"] = round(percentile(q, 99) / byte_ms, 2)
