@@ -195,7 +195,7 @@ class Sampler(threading.Thread):
 
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
-            disturb=None):
+            disturb=None, warmup=1):
     """One Session whose controller balances with ``mode``; returns the run's measurements.
     ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
     ``hosts``: the ranks (default all); ``disturb``: ("stream", (src, dst)) or ("cut",
@@ -219,7 +219,8 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
             with during(s, disturb, args.workload, sizes, hosts) as competing:
                 rep = collective.run_collective(
                     s, args.workload, sizes, qps=qps, ring=order, rank_extra=extra,
-                    hosts=hosts, faulted=competing.faulted() if competing else ())
+                    warmup=warmup, hosts=hosts,
+                    faulted=competing.faulted() if competing else ())
         finally:
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)

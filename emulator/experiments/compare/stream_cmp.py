@@ -2,9 +2,9 @@
 collective each load-balancing mode keeps when a competing stream takes one
 uplink's full rate, or a link dies, mid-collective.
 
-Every mode runs the collective twice per repetition, on the same seeds: alone,
-and disturbed (workloads.stream, workloads.cut) from a quarter into the
-measured size for half of it.  A mode's *loss* is its efficiency alone minus
+Every mode runs the collective twice per repetition, on the same seeds and
+without a warm-up: alone, and disturbed (workloads.stream, workloads.cut) from
+a quarter into it (its ideal time at the link rate) for half of it.  A mode's *loss* is its efficiency alone minus
 disturbed.  Beside it, for a stream, its uplink's queue (p99 over the stream)
 and, for the data-plane modes, how fast flowlets left that uplink once its
 queue built (the stage's timestamps); for a cut, how soon after the cut the
@@ -22,8 +22,8 @@ from emulator.errors import ConfigError
 @contextlib.contextmanager
 def during(s, disturb, workload, sizes, hosts):
     """``disturb`` on session ``s`` around a collective of ``sizes`` over
-    ``hosts`` (after its warm-up of the first size): ("stream", (src, dst)) or
-    ("cut", link); None: nothing."""
+    ``hosts`` (run without a warm-up, so the quarter is the measured size's):
+    ("stream", (src, dst)) or ("cut", link); None: nothing."""
     if not disturb:
         yield None
         return
@@ -31,17 +31,16 @@ def during(s, disturb, workload, sizes, hosts):
     by = {h["name"]: h for h in s.topo["hosts"]}
     hosts = hosts or list(by)
     rate = min(by[h]["ports"][0]["rate_bps"] for h in hosts)
-    warm = collective.expected_seconds(workload, len(hosts), list(sizes[:1]), rate)
-    main = collective.expected_seconds(workload, len(hosts), list(sizes[-1:]), rate)
+    main = collective.expected_seconds(workload, len(hosts), list(sizes), rate)
     kind, what = disturb
     if kind == "cut":
         from emulator.experiments.workloads.cut import Cut
-        with Cut(s, what, start_s=warm + main / 4, duration_s=main / 2) as c:
+        with Cut(s, what, start_s=main / 4, duration_s=main / 2) as c:
             yield c
         return
     from emulator.experiments.workloads.stream import Stream
     from traffic.frames import frame_len_for_mtu
-    with Stream(s, *what, start_s=warm + main / 4, duration_s=main / 2,
+    with Stream(s, *what, start_s=main / 4, duration_s=main / 2,
                 frame_len=frame_len_for_mtu(s.mtu)) as st:
         yield st
 
@@ -150,7 +149,7 @@ def main(fabric, args, modes, sizes, run_repetition, out=print):
             for d in (None, disturb):
                 r = run_repetition(fabric, mode, args.seed + rep, args.ring, args.qps, sizes,
                                    args, progress=out, job=job0 + rep, hosts=hosts,
-                                   disturb=d)
+                                   disturb=d, warmup=0)
                 err = (r.get(disturb[0]) or {}).get("error") if d else None
                 if err:
                     out(f"... {mode}: the {disturb[0]} failed: {err}")
