@@ -21,8 +21,9 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root: sudo $0 $*"
 
-# Only the test suite needs these (it validates the Vagrantfile).
-TEST_PACKAGES=(vagrant)
+# Only the test suite needs these (it validates the Vagrantfile, and drives a headless
+# browser through chromedriver to read the --ui page and report.html).
+TEST_PACKAGES=(vagrant chromium chromium-driver)
 
 install_packages() {
     local missing=() wanted=("${APT_PACKAGES[@]}")

@@ -1,5 +1,5 @@
 """Command line: ``python -m emulator {run,check,drill,probe,compare,show,validate,clean,
-presets}``.
+presets,ui}``.
 
 Every user error (bad fabric file, unknown preset parameter, not root, a
 missing dependency) prints one ``error:`` line and exits with status 2,
@@ -189,6 +189,8 @@ def build_parser():
                    help="serve Prometheus metrics (per-link bytes, drops, queue backlog, "
                         "flow/group counts, fidelity) on http://127.0.0.1:PORT/metrics "
                         "while the fabric runs")
+    from emulator.experiments.ui import live
+    live.add_arguments(g)
     g.add_argument("--results", default="results", metavar="DIR",
                    help="results go to DIR/<time>-<run tag>/")
 
@@ -217,6 +219,7 @@ def build_parser():
     add_switch_agent_arg(p)
     from emulator.experiments.drill import drill_chaos
     drill_chaos.add_arguments(p)
+    live.add_arguments(p)
 
     from emulator.experiments.probe import probe
     p = sub.add_parser("probe", help="black-box prober: probe every path, find a link that "
@@ -237,6 +240,12 @@ def build_parser():
                                        "--planes: dual-plane vs single-plane fabric")
     add_fabric_args(p)
     compare.add_arguments(p)
+    live.add_arguments(p)
+
+    from emulator.experiments.ui import cli as ui_cli
+    p = sub.add_parser("ui", help="a finished run's page (report.html), served on 127.0.0.1 "
+                                  "with a token until Ctrl-C")
+    ui_cli.add_arguments(p)
 
     p = sub.add_parser("show", help="print the fabric: nodes, links, addressing")
     add_fabric_args(p)
@@ -341,10 +350,13 @@ def main(argv=None):
                                 layout=chosen,
                                 searches=args.searches or calibrate.SEARCHES)
             return 0
+        if args.command == "ui":
+            from emulator.experiments.ui import cli as ui_cli
+            return ui_cli.main(args)
         if args.command == "run":
             from emulator.experiments import run
-            fabric = load_fabric(args)
-            return run.run(fabric, args)
+            from emulator.experiments.ui.live import around    # --ui: the page
+            return around(run.run, "run", load_fabric(args), args)
         if args.command in ("check", "compare", "drill", "probe"):
             import importlib
 
@@ -367,7 +379,8 @@ def main(argv=None):
                                   "(run and drill under probes run on servers)")
             session.require_root()
             session.check_dependencies()
-            return command.main(fabric, args)
+            from emulator.experiments.ui.live import around    # --ui: the page
+            return around(command.main, name, fabric, args)
     except FabricError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_status

@@ -42,6 +42,7 @@ def run(fabric, args, out=print):
     agent = switch_agent_from(args, fabric)
     require_root()
     check_dependencies()
+    from emulator.experiments.ui import live
     status = 0
     warn_load(fabric, args, sizes, out)
     with signals_as_exceptions():
@@ -52,8 +53,9 @@ def run(fabric, args, out=print):
                           flowlet_frames=args.flowlet_frames,
                           capture=args.capture, telemetry=args.telemetry, ecn=ecn,
                           switch_agent=agent)
+        rec = live.attached(getattr(args, "ui_view", None), session)
         try:
-            with session:
+            with session, rec:
                 if args.cli:
                     from mininet.log import setLogLevel
                     from emulator.experiments.cli import FabricCLI
@@ -73,6 +75,7 @@ def run(fabric, args, out=print):
                 out("... writing the report (versions, pictures, report.md)")
                 reports.write(session)
                 write_json(os.path.join(session.dir, "results.json"), session.results)
+                live.write_report(session.dir, rec.recorded, out=out)
                 out(report.summary(session.results, session.topo))
     problems = session.results.get("controller", {}).get("problems")
     if problems:

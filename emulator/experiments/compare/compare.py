@@ -195,19 +195,20 @@ class Sampler(threading.Thread):
 
 
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
-            disturb=None, warmup=1):
+            disturb=None, warmup=1):   # report.html, the page of --ui (args.ui_view)
     """One Session whose controller balances with ``mode``; returns the run's measurements.
     ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
     ``hosts``: the ranks (default all); ``disturb``: ("stream", (src, dst)) or ("cut",
     link) during the collective (stream_cmp)."""
     from emulator.experiments.compare.stream_cmp import during
+    from emulator.experiments.ui.live import attached
     from emulator.experiments.workloads import collective
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
                  flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
                  failover=getattr(args, "failover", "fast-failover"),
-                 capture=getattr(args, "capture", None)) as s:
+                 capture=getattr(args, "capture", None)) as s, attached.of(args, s, f"lb={mode}"):
         ranks = dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
                                     or h["name"] in hosts])
         order = ring_indices(ranks, ring)

@@ -40,7 +40,7 @@ import time
 from emulator.dataplane.links.detect import parse_detect
 from emulator.experiments.drill.drill_stats import (  # noqa: F401
     controller_convergence, flow_result, percentile, stats, summarise, summary_line, table)
-from emulator.experiments import fidelity, scenario
+from emulator.experiments import fidelity, scenario, ui
 from emulator.experiments.drill import drill_agent
 from emulator.experiments.drill import drill_adaptive
 from emulator.experiments.drill.drill_probes import (  # noqa: F401
@@ -266,7 +266,8 @@ def run_mode(fabric, mode, events, args, base, out):
                  queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
                  mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
                  switch_agent=getattr(args, "agent_params", None),
-                 progress=lambda m: out(f"... [{mode}] {m}")) as s:
+                 progress=lambda m: out(f"... [{mode}] {m}")) as s, \
+            ui.attached.of(args, s, f"drill, failover={mode}") as page:
         scenario.check_targets(events, s.topo, fabric.flow_control)
         late = None                 # with BFD: what OVS logs of control packets sent late
         if args.bfd:
@@ -292,10 +293,10 @@ def run_mode(fabric, mode, events, args, base, out):
             raise ConfigError("drill", "the fabric needs hosts on two leaves")
         out(f"... [{mode}] {sum(len(q) for *_, q in pairs)} probe flows over {len(pairs)} "
             f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
-        crossing = {k: crosses(p, events, s.topo) for k, p in paths.items()}
+        crossing = page.show_flows(paths, {k: crosses(p, events, s.topo) for k, p in paths.items()})
         watch = s.adaptive and drill_adaptive.Watch(s, pairs, paths)   # --lb dlb|packet
         inj = Injector(s, detect=parse_detect(args.detect))
-        repeats = []
+        repeats = page.repeats
         try:
             expected = fault_ports(events, s.topo)
             for r in range(args.repeat):
@@ -328,7 +329,7 @@ def run_mode(fabric, mode, events, args, base, out):
                                 "controller": conv, "fidelity": fid,
                                 "switch_agent": drill_agent.for_repeat(args, s, conv, t_fault),
                                 **({"adaptive": watch.reaction(evs)} if watch else {})})
-                if r == 0:
+                if r == 0 and page.keep(timelines):      # kept for report.html too
                     plot(timelines, t_fault, t_rest, crossing,
                          os.path.join(base, f"throughput-{mode}.png"), mode)
                 try:
