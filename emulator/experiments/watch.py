@@ -7,6 +7,7 @@ inside it (traffic processes the block waited for); ``w.verdict(...)`` is ``fide
 """
 
 import resource
+import threading
 import time
 
 from emulator.dataplane.observe import counters
@@ -62,3 +63,22 @@ class Watch:
         return fidelity.verdict(sent, self.delta, engine=engine, latency=latency,
                                 bound_ms=bound, lost=lost, timing=timing,
                                 frame_len=frame_len, faulted=faulted)
+
+
+class CounterSampler(threading.Thread):
+    """Reads the switch interface counters every ``period_s`` until stopped."""
+
+    def __init__(self, net, period_s):
+        super().__init__(daemon=True)
+        self.net, self.samples, self.halt = net, [], threading.Event()
+        self.period_s = period_s
+
+    def run(self):
+        while not self.halt.is_set():
+            self.samples.append((time.monotonic(), self.net.intf_counters()))
+            self.halt.wait(self.period_s)
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=10)
+        self.samples.append((time.monotonic(), self.net.intf_counters()))

@@ -39,11 +39,10 @@ and with per-switch seeds (emulator/experiments/compare/planes.py).
 import json
 import os
 import random
-import threading
-import time
 
 from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
+from emulator.experiments.watch import CounterSampler
 from emulator.experiments.compare.lb_table import (disturbed_attempt, should_repeat, summarize,
                                                    table)
 from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
@@ -176,24 +175,6 @@ def load_bound(efficiency, per_uplink):
 
 # ---- one run on a real fabric (root) -------------------------------------------
 
-class Sampler(threading.Thread):
-    """Reads the switch interface counters every SAMPLE_S until stopped."""
-
-    def __init__(self, net):
-        super().__init__(daemon=True)
-        self.net, self.samples, self.halt = net, [], threading.Event()
-
-    def run(self):
-        while not self.halt.is_set():
-            self.samples.append((time.monotonic(), self.net.intf_counters()))
-            self.halt.wait(SAMPLE_S)
-
-    def stop(self):
-        self.halt.set()
-        self.join(timeout=10)
-        self.samples.append((time.monotonic(), self.net.intf_counters()))
-
-
 def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
             disturb=None, warmup=1):   # report.html, the page of --ui (args.ui_view)
     """One Session whose controller balances with ``mode``; returns the run's measurements.
@@ -214,7 +195,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
         order = ring_indices(ranks, ring)
         extra = {**nic_lb(mode), "flowlet_gap_ms": args.flowlet_gap_ms,
                  "qpn_seed": job}
-        sampler = Sampler(s.net)
+        sampler = CounterSampler(s.net, SAMPLE_S)
         sampler.start()
         try:
             with during(s, disturb, args.workload, sizes, hosts) as competing:
