@@ -12,7 +12,8 @@ the adaptive stage runs, how soon the first frame left by another uplink
 import threading
 import time
 
-START_BYTES = 8192           # the collective has started: this much crossed the switches
+START_BYTES = 1 << 16        # the collective has started: this much crossed the switches
+                             # (the ranks' start barrier crosses them too, in small frames)
 
 
 class Cut:

@@ -27,7 +27,8 @@ from emulator.experiments.workloads.collective import REPO
 SAMPLE_S = 0.005
 TRACE_AFTER_S = 0.2          # its uplink, traced once a controller has placed it
 STREAM_QPN = 0x3F00          # its one QP (and so its UDP source port)
-START_BYTES = 8192           # the collective has started: this much left the leaf
+START_BYTES = 1 << 16        # the collective has started: this much left the leaf
+                             # (the ranks' start barrier crosses it too, in small frames)
 
 
 def parse(text, topo):
