@@ -53,6 +53,7 @@ import functools
 from collections import Counter, deque
 
 from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
+from . import dragonfly
 from .topology import NIC
 from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
                        OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Output, SetField,
@@ -127,8 +128,16 @@ def edge_switches(topo):
 
 
 def next_hops(topo, live, active_only=False):
-    """{dpid: {host ip: tuple of next-hop ports}} toward every reachable live host port."""
+    """{dpid: {host ip: tuple of next-hop ports}} toward every reachable live host port
+    (a dragonfly's: at most one global hop, controller.dragonfly)."""
     adj = live_adjacency(topo, live, active_only)
+    routes = bfs_next_hops(topo, adj, live)
+    group = dragonfly.grouping(topo)
+    return routes if group is None else dragonfly.minimal_routes(topo, adj, group, routes)
+
+
+def bfs_next_hops(topo, adj, live):
+    """{dpid: {host ip: next-hop ports}}: every shortest path over ``adj`` to live host ports."""
     edge = edge_switches(topo)
     routes = {s.dpid: {} for s in topo.switches}
     dist_cache = {}

@@ -50,6 +50,7 @@ class Switch:
     bridge: str
     hash_seed: int
     ports: tuple              # of Port, sorted by port number
+    pod: object = None        # its pod (a dragonfly's group), when the document gives one
 
     def port(self, number):
         for p in self.ports:
@@ -126,7 +127,7 @@ def from_dict(doc):
             key=lambda p: p.port))
         switches.append(Switch(_need(s, "name", where), dpid, _need(s, "kind", where),
                                _need(s, "tier", where), _need(s, "bridge", where),
-                               int(s.get("hash_seed", dpid)), ports))
+                               int(s.get("hash_seed", dpid)), ports, s.get("pod")))
     switches.sort(key=lambda s: s.dpid)
     by_dpid = {s.dpid: s for s in switches}
     by_name = {s.name: s for s in switches}

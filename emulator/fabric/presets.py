@@ -9,10 +9,11 @@ face its hosts and eth(H+1)..eth(H+S) face spine1..spineS; on a spine, port
 ethL faces leafL.  Oversubscription = H * host_rate / (S * uplink_rate).
 
 The other Clos presets (three-tier, dual-link, dual-plane, multi-plane) live
-in ``presets_clos``; all are listed in ``PRESETS``.
+in ``presets_clos``, the dragonflies in ``presets_dragonfly``; all are listed
+in ``PRESETS``.
 """
 
-from emulator.fabric import presets_clos
+from emulator.fabric import presets_clos, presets_dragonfly
 from emulator.errors import ConfigError
 from emulator.fabric.model import Endpoint, Fabric, Link, Node
 from emulator.fabric.params import Param, rate_for_ratio, resolve_params
@@ -47,7 +48,8 @@ def leaf_spine(**given):
                   params=presets_clos.param_values(LEAF_SPINE, v))
 
 
-PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS}
+PRESETS = {"leaf-spine": (leaf_spine, LEAF_SPINE), **presets_clos.PRESETS,
+           **presets_dragonfly.PRESETS}
 
 
 # parameters every preset takes: the fabric's link-level flow control and its settings

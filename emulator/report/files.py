@@ -63,8 +63,49 @@ def _pyplot():
     return plt
 
 
+def grouped(topo):
+    """{switch: group} of a dragonfly (every switch in a pod, links between pods), else None."""
+    pod = {sw["name"]: sw.get("pod") for sw in topo["switches"]}
+    if not pod or None in pod.values():
+        return None
+    ends = [(lk["a"].split(":")[0], lk["b"].split(":")[0]) for lk in topo["links"]]
+    if not any(a in pod and b in pod and pod[a] != pod[b] for a, b in ends):
+        return None
+    return pod
+
+
+def group_layout(topo, pod):
+    """{node: (x, y)}: groups around a circle, each group's switches on a small
+    arc (spines inside leaves), a switch's hosts just outside it."""
+    import math
+    groups = sorted(set(pod.values()))
+    members = {g: [n for n in pod if pod[n] == g] for g in groups}
+    pos = {}
+    for gi, g in enumerate(groups):
+        centre = 2 * math.pi * gi / len(groups)
+        names = members[g]
+        for j, name in enumerate(names):
+            spread = 0.9 * math.pi / len(groups)
+            angle = centre + spread * ((j + 0.5) / len(names) - 0.5)
+            radius = 3.0 if any(sw["name"] == name and sw["tier"] >= 2
+                                for sw in topo["switches"]) else 4.0
+            pos[name] = (radius * math.cos(angle), radius * math.sin(angle))
+    for h in topo["hosts"]:
+        leaf = h["ports"][0]["switch"]
+        x, y = pos[leaf]
+        mine = [o["name"] for o in topo["hosts"] if o["ports"][0]["switch"] == leaf]
+        k = mine.index(h["name"])
+        angle = math.atan2(y, x) + 0.06 * (k - (len(mine) - 1) / 2)
+        pos[h["name"]] = (5.0 * math.cos(angle), 5.0 * math.sin(angle))
+    return pos
+
+
 def layout(topo):
-    """{node: (x, y)}: one row per tier, nodes spread evenly over [0, 1]."""
+    """{node: (x, y)}: one row per tier, nodes spread evenly over [0, 1]
+    (a dragonfly: its groups around a circle, ``group_layout``)."""
+    pod = grouped(topo)
+    if pod is not None:
+        return group_layout(topo, pod)
     rows = {}
     for sw in topo["switches"]:
         rows.setdefault(TIER_ROW.get(sw["kind"], sw["tier"]), []).append(sw["name"])
@@ -88,9 +129,12 @@ def fabric_png(topo, path):
     kind.update({sw["name"]: sw["kind"] for sw in topo["switches"]})
     colours = {"host": "#9ecae1", "nic": "#c6dbef", "leaf": "#a1d99b", "spine": "#fdae6b",
                "superspine": "#bcbddc"}
-    width = max(6.0, 0.6 * max(sum(1 for p in pos.values() if p[1] == y)
-                               for y in {p[1] for p in pos.values()}))
-    fig, ax = plt.subplots(figsize=(width, 1.6 * (1 + max(p[1] for p in pos.values()))))
+    if grouped(topo) is not None:
+        fig, ax = plt.subplots(figsize=(12, 12))
+    else:
+        width = max(6.0, 0.6 * max(sum(1 for p in pos.values() if p[1] == y)
+                                   for y in {p[1] for p in pos.values()}))
+        fig, ax = plt.subplots(figsize=(width, 1.6 * (1 + max(p[1] for p in pos.values()))))
     nx.draw_networkx_edges(g, pos, ax=ax, edge_color="#888888", width=0.8)
     nx.draw_networkx_nodes(g, pos, ax=ax, node_size=600,
                            node_color=[colours.get(kind[n], "#dddddd") for n in g.nodes])

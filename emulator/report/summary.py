@@ -22,7 +22,7 @@ def describe_fabric(fabric, topo):
     if fabric.params:
         out.append("  preset parameters: " + ", ".join(
             f"{k}={format_rate(v) if k.endswith('rate') else v}" for k, v in fabric.params))
-    leaves = [n.name for n in fabric.switches if n.kind == "leaf"]
+    leaves = [n.name for n in fabric.switches if n.kind == "leaf" and fabric.uplinks(n.name)]
     if leaves:
         ratios = sorted({round(oversubscription(fabric, leaf), 3) for leaf in leaves})
         out.append("  leaf oversubscription (down:up): "

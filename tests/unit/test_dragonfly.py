@@ -1,0 +1,127 @@
+"""The dragonfly presets' wiring and their minimal routes (no root, fake switches)."""
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from controller import dragonfly, policy, topology
+from controller.fakeswitch import fabric_with_policy
+from controller.fakeswitch import udp_packet as udp
+from emulator.__main__ import main
+from emulator.errors import ConfigError
+from emulator.fabric import addressing, presets, presets_dragonfly
+
+
+def topo_of(name, params=None):
+    return topology.from_dict(addressing.plan(presets.build(name, params or {}), "ab12"))
+
+
+def group_pairs(fabric):
+    """Counter of (group, group) over the links between switches of different groups."""
+    pod = {n.name: n.pod for n in fabric.switches}
+    out = Counter()
+    for lk in fabric.links:
+        a, b = pod.get(lk.a.node), pod.get(lk.b.node)
+        if a and b and a != b:
+            out[tuple(sorted((a, b)))] += 1
+    return out
+
+
+def test_the_default_dragonfly_is_9_groups_of_4_routers_72_hosts():
+    f = presets.build("dragonfly")
+    assert (len(f.switches), len(f.hosts)) == (36, 72)
+    pairs = group_pairs(f)
+    assert len(pairs) == 9 * 8 // 2 and set(pairs.values()) == {1}   # one link per pair
+    for sw in f.switches:
+        kinds = Counter("host" if f.node(lk.other(sw.name).node).is_host
+                        else "local" if f.node(lk.other(sw.name).node).pod == sw.pod
+                        else "global" for lk in f.links_of(sw.name))
+        assert kinds == {"host": 2, "local": 3, "global": 2}, sw.name
+    # ports: hosts eth1-2, the group's routers eth3-5, global eth6-7
+    assert [lk.end("g1r1").port for lk in f.links_of("g1r1")] == [f"eth{i}" for i in range(1, 8)]
+
+
+def test_consecutive_wiring_port_k_of_group_i_goes_to_group_i_plus_k_plus_1():
+    # group 1's router 1 holds ports 0 and 1: groups 2 and 3; router 4 ports 6, 7: groups 8, 9
+    f = presets.build("dragonfly")
+    peers = lambda r: [f.node(lk.other(r).node).pod for lk in f.links_of(r)   # noqa: E731
+                       if lk.end(r).number >= 6]
+    assert peers("g1r1") == [2, 3] and peers("g1r4") == [8, 9] and peers("g9r1") == [1, 2]
+    for g in (5, 9, 11):
+        for i in range(g):
+            for k in range(g - 1):
+                j, back = presets_dragonfly.global_peer(i, k, g)
+                assert presets_dragonfly.global_peer(j, back, g) == (i, k)
+
+
+def test_fewer_groups_leave_global_ports_free_and_too_many_are_refused():
+    f = presets.build("dragonfly", {"groups": "5"})
+    assert set(group_pairs(f).values()) == {1} and len(group_pairs(f)) == 10
+    with pytest.raises(ConfigError, match="10 groups need 9 global links per group, but a "
+                                          "group has 8"):
+        presets.build("dragonfly", {"groups": "10"})
+    with pytest.raises(ConfigError, match="a: '1' is outside 2..16"):
+        presets.build("dragonfly", {"a": "1"})
+
+
+def test_dragonfly_plus_spines_hold_the_global_links():
+    f = presets.build("dragonfly-plus")
+    assert (len(f.switches), len(f.hosts)) == (20, 20)
+    assert set(group_pairs(f).values()) == {1} and len(group_pairs(f)) == 10
+    for sw in f.switches:
+        ups = [lk for lk in f.links_of(sw.name)
+               if f.node(lk.other(sw.name).node).pod not in (None, sw.pod)]
+        assert len(ups) == (2 if sw.kind == "spine" else 0), sw.name
+
+
+def test_bad_parameters_exit_2_with_one_line(capsys):
+    assert main(["show", "-p", "dragonfly", "-P", "groups=10"]) == 2
+    err = capsys.readouterr().err
+    assert "groups: 10 groups need 9 global links" in err and "raise h" in err
+
+
+@pytest.mark.parametrize("name,params", [("dragonfly", {}), ("dragonfly", {"groups": "5"}),
+                                         ("dragonfly-plus", {})])
+def test_minimal_routes_cross_at_most_one_global_link_and_deliver(name, params):
+    topo = topo_of(name, params)
+    group = dragonfly.grouping(topo)
+    assert group is not None
+    routes = policy.next_hops(topo, topo.all_ports())
+    fab = fabric_with_policy(topo, topo.all_ports(), "controller")
+    for a, b in itertools.permutations(topo.host_ports[::3], 2):
+        n = dragonfly.global_hops(topo, routes, group, a.dpid, b.ip)
+        assert n == (group[a.dpid] != group[b.dpid]), (a.host, b.host)
+        for hops, end in fab.paths(a, udp(a, b, 49152), max_hops=8):
+            assert end[0] == "host" and end[1] == b
+            crossed = sum(group[d] != group[topo.peer_of(d, o)[0]] for d, _, o in hops
+                          if topo.peer_of(d, o) is not None)
+            assert crossed <= 1 and len(hops) <= 4
+
+
+def test_the_plain_shortest_path_would_take_two_global_hops():
+    """Why the dragonfly has routes of its own: BFS finds 2-global-hop shortcuts."""
+    topo = topo_of("dragonfly")
+    group = dragonfly.grouping(topo)
+    adj = policy.live_adjacency(topo, topo.all_ports())
+    bfs = policy.bfs_next_hops(topo, adj, topo.all_ports())
+    worst = max(dragonfly.global_hops(topo, bfs, group, a.dpid, b.ip) or 0
+                for a in topo.host_ports for b in topo.host_ports)
+    assert worst == 2
+
+
+def test_a_cut_global_link_falls_back_to_a_live_path():
+    topo = topo_of("dragonfly")
+    group = dragonfly.grouping(topo)
+    lk = next(lk for lk in topo.links if group[lk.a_dpid] != group[lk.b_dpid])
+    live = topo.all_ports() - {(lk.a_dpid, lk.a_port), (lk.b_dpid, lk.b_port)}
+    fab = fabric_with_policy(topo, live, "controller")
+    a = next(hp for hp in topo.host_ports if group[hp.dpid] == group[lk.a_dpid])
+    b = next(hp for hp in topo.host_ports if group[hp.dpid] == group[lk.b_dpid])
+    for hops, end in fab.paths(a, udp(a, b), max_hops=12):
+        assert end[0] == "host" and end[1] == b
+
+
+def test_clos_fabrics_are_not_dragonflies():
+    assert dragonfly.grouping(topo_of("three-tier")) is None
+    assert dragonfly.grouping(topo_of("leaf-spine")) is None
