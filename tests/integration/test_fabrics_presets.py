@@ -1,4 +1,4 @@
-"""Every Clos preset on real OVS (root): builds, fully reachable, survives a link cut.
+"""Every Clos preset and the dragonflies on real OVS (root): builds, fully reachable, survives a link cut.
 
 Small instances, one Session each.  Reachability is all host pairs to every
 host *port* address (multi-plane hosts have one per rail), with real pings;
@@ -23,6 +23,8 @@ CASES = [
     ("dual-tor", {"hosts_per_pair": "1", "mode": "active-standby"}, "h1-leaf1"),
     ("dual-plane", {"hosts_per_pair": "1"}, "leaf1-spine1"),
     ("multi-plane", {}, "leaf3-spine3"),
+    ("dragonfly", {"a": "2", "p": "1"}, "g1r1-g2r2"),          # a global link: 5 groups
+    ("dragonfly-plus", {"p": "1", "groups": "3"}, "g1l1-g1s1"),
 ]
 PING = ('for ip in "$@"; do if ping -n -q -c 1 -W 0.5 "$ip" >/dev/null 2>&1; '
         'then echo "ok $ip"; else echo "no $ip"; fi; done')
