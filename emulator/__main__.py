@@ -115,7 +115,8 @@ COMMANDS = {"check": "emulator.experiments.check",
             "probe": "emulator.experiments.probe.probe"}
 
 
-WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none")
+WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
+             "adversarial", "permutation")
 
 
 def parse_workload(text):
@@ -158,7 +159,12 @@ def build_parser():
                    help="mix: RoCEv2 flows across leaves (default); a collective: "
                         "nccl-tests-style run over all hosts (or --hosts); incast: every "
                         "host writes --sizes bytes to the first at once; simai:FILE: a "
-                        "training job from a SimAI/AICB workload file (docs/training.md)")
+                        "training job from a SimAI/AICB workload file (docs/training.md); "
+                        "adversarial, permutation: a dragonfly's patterns, every host "
+                        "writes --sizes bytes to one host at link rate (docs/fabrics.md)")
+    g.add_argument("--seed", type=int, default=1, metavar="N",
+                   help="--workload permutation: the seed of the random permutation "
+                        "(default 1)")
     g.add_argument("--duration", type=float, default=5.0,
                    help="seconds of the traffic mix")
     g.add_argument("--sizes", default="1M:4M",

@@ -20,8 +20,12 @@ def run(fabric, args, out=print):
     from emulator.experiments.workloads import collective
     from emulator.report import summary as report
     # Every argument is checked before anything is created.
+    from emulator.experiments.workloads import patterns
     sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
         else None
+    if args.workload in patterns.PATTERNS:
+        patterns.pairs_for(fabric, args.workload, args.seed)     # a fabric of groups
+        sizes = collective.parse_sizes(args.sizes)[:1]
     from emulator.experiments.workloads import training
     path = training.workload_path(args.workload)
     job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
@@ -35,7 +39,7 @@ def run(fabric, args, out=print):
     check_capture(args, fabric)
     check_telemetry(args)
     from emulator.experiments.options import check_transport, training_cc
-    if job is not None:
+    if job is not None or args.workload in patterns.PATTERNS:
         training_cc(args, out)
     ecn = check_transport(args, fabric)
     from emulator.experiments.options import switch_agent_from
@@ -82,7 +86,7 @@ def run(fabric, args, out=print):
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
         status = 1
     fid = (session.results.get("traffic") or session.results.get("collective")
-           or session.results.get("training") or {}) \
+           or session.results.get("training") or session.results.get("pattern") or {}) \
         .get("fidelity")
     if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
         out("--strict: the measurement is emulator-bound; exit status 3")
@@ -114,6 +118,9 @@ def _workload_seconds(session, args, sizes):
     if not sizes:
         return max(1.0, args.duration)
     rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
+    from emulator.experiments.workloads import patterns
+    if args.workload in patterns.PATTERNS:
+        return max(1.0, sizes[0] * 8 / rate)
     return max(1.0, collective.expected_seconds(args.workload, len(session.topo["hosts"]),
                                                 sizes, rate))
 
@@ -133,6 +140,19 @@ def _workload(session, args, sizes, out, job=None):
         t["job_seed"] = seed
         session.results["training"] = t
         return 1 if t["wrong"] or t["aborted"] else 0
+    from emulator.experiments.workloads import patterns
+    if args.workload in patterns.PATTERNS:
+        from emulator.experiments.compare.compare import ENTROPY
+        from emulator.experiments.options import job_seed, rank_transport
+        rep = patterns.run_pattern(session, args.workload, sizes[0], args.seed, dict(
+            rank_transport(args), entropy=ENTROPY[args.lb],
+            qpn_seed=job_seed(getattr(args, "job_seed", None)), qps=args.qps or 1,
+            timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
+            progress=lambda m: out(f"... {m}"))
+        session.results["pattern"] = rep
+        for line in patterns.lines(rep, getattr(args, "routing", None)):
+            out(line)
+        return 1 if rep["wrong"] else 0
     if args.workload == "mix" and args.duration > 0:
         out(f"... traffic: {args.duration:g}s across leaves")
         session.results["traffic"] = mix.default_mix(

@@ -1,0 +1,179 @@
+"""A network's traffic patterns on a dragonfly: ``adversarial`` and ``permutation``.
+
+Model.  Every host writes ``size`` bytes to one other host at once, paced
+at its link rate over RoCE RC (one ``traffic job`` engine process runs every
+host's NIC: a send and a receive per host): the hosts *inject at their link
+rate* and the network accepts what it can.
+
+* ``adversarial``: host k of group i -> host k of group i+1 (every flow of
+  a group on the one global link to the next group under minimal routing);
+* ``permutation``: a random permutation of the hosts drawn from ``seed``
+  (no host to itself).
+
+Measured, per host: the accepted throughput of the flow it sends, as a
+fraction of its injection rate = size / (its transfer's network time, from
+its start to the last byte acknowledged) / link rate; ``throughput_fraction`` is the mean over hosts
+(``min_fraction`` the lowest).  Per switch-to-switch link direction: the
+utilisation over the run (bytes sent / (time x rate)), summarised for the
+local and the global links.  Beside it the fluid ceilings of the pattern
+(emulator.fabric.fluid) for each routing mode.
+"""
+
+import os
+
+from emulator.errors import ConfigError
+from emulator.fabric import fluid
+
+PATTERNS = ("adversarial", "permutation")
+
+
+def pairs_for(fabric, pattern, seed=1):
+    """[(src host, dst host)] of ``pattern`` on ``fabric``; ConfigError if it has no groups."""
+    if pattern not in PATTERNS:
+        raise ConfigError("--workload", f"unknown pattern {pattern!r} (one of {PATTERNS})")
+    if not all(n.pod is not None for n in fabric.switches) or len(
+            {n.pod for n in fabric.switches}) < 2:
+        raise ConfigError("--workload", f"{pattern} needs a fabric of groups: run it on "
+                                        "-p dragonfly or -p dragonfly-plus")
+    if pattern == "adversarial":
+        return fluid.adversarial(fabric)
+    return fluid.permutation(fabric, seed)
+
+
+def job_document(session, pairs, size, extra=None):
+    """The ``traffic.job_config`` document: one rank per host, each sending ``size``
+    bytes to its destination and receiving from its source (send first: eager)."""
+    hosts = session.topo["hosts"]
+    index = {h["name"]: i for i, h in enumerate(hosts)}
+    src_of = {d: s for s, d in pairs}
+    endpoints = [{"netns": f"/proc/{session.net.hosts[h['name']].pid}/ns/net",
+                  "intf": h["ports"][0]["port"], "ip": h["ports"][0]["ip"],
+                  "mac": h["ports"][0]["mac"], "name": h["name"],
+                  "rate_bps": h["ports"][0]["rate_bps"]} for h in hosts]
+    programs = [[] for _ in hosts]
+    for s, d in pairs:
+        programs[index[s]].append({"op": "send", "id": f"{s}>{d}", "peer": index[d],
+                                   "bytes": size})
+    for d, s in src_of.items():
+        programs[index[d]].append({"op": "recv", "id": f"{s}>{d}", "peer": index[s],
+                                   "bytes": size})
+    doc = {"endpoints": endpoints, "ranks": list(range(len(hosts))), "programs": programs,
+           "mtu": getattr(session, "mtu", 4096)}
+    doc.update({k: v for k, v in (extra or {}).items() if v is not None})
+    return doc
+
+
+def fractions(pairs, result, link_bps):
+    """[{host, dst, fraction}]: each flow's accepted rate over the injection rate, from
+    its transfer's network time in the job result (None: it never completed)."""
+    by_id = {c["id"]: c for c in result["collectives"]}
+    out = []
+    for s, d in pairs:
+        c = by_id.get(f"{s}>{d}", {})
+        t = c.get("network_s")
+        frac = None if not t or c.get("wrong") else round(
+            min(1.0, c["bytes"] * 8 / t / link_bps), 4)
+        out.append({"host": s, "dst": d, "fraction": frac,
+                    "time_s": None if t is None else round(t, 4)})
+    return out
+
+
+def utilisation(topo, before, after, seconds):
+    """{"local": {...}, "global": {...}}: mean and max utilisation of the switch-to-switch
+    link directions, a link being global when its ends' pods differ."""
+    pod = {sw["name"]: sw.get("pod") for sw in topo["switches"]}
+    got = {"local": [], "global": []}
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            if p["peer"] not in pod or not before.get(p["intf"]) or not after.get(p["intf"]):
+                continue
+            tx = after[p["intf"]][0] - before[p["intf"]][0]
+            kind = "global" if pod[p["peer"]] != pod[sw["name"]] else "local"
+            got[kind].append(tx * 8 / seconds / p["rate_bps"])
+    return {k: {"links": len(v), "mean": round(sum(v) / len(v), 4) if v else None,
+                "max": round(max(v), 4) if v else None} for k, v in got.items()}
+
+
+def summary(per_host):
+    done = [p["fraction"] or 0.0 for p in per_host]
+    return (round(sum(done) / len(done), 4) if done else 0.0,
+            round(min(done), 4) if done else 0.0)
+
+
+def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
+    """Run ``pattern`` on the session's fabric (one job-engine process for every host);
+    return its report (results.json ``pattern``)."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from emulator.dataplane.session import REPO
+    from emulator.errors import RunFailed
+    from emulator.experiments.watch import Watch
+    from emulator.experiments.workloads.training import job_fidelity
+    topo, net = session.topo, session.net
+    pairs = pairs_for(session.fabric, pattern, seed)
+    link = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])
+    out_dir = os.path.join(session.dir, "pattern")
+    os.makedirs(out_dir, exist_ok=True)
+    cfg_path, res_path = (os.path.join(out_dir, f"job.{x}.json") for x in ("config", "result"))
+    with open(cfg_path, "w") as f:
+        json.dump(job_document(session, pairs, size, extra), f)
+    ceilings = fluid.ceilings(session.fabric, pairs)
+    low = max(0.05, ceilings["minimal"]["saturation"] / 2)
+    timeout = 120 + 4 * size * 8 / link / low
+    progress(f"{pattern}: {len(pairs)} hosts each write {size} bytes to one host at "
+             f"{link / 1e6:g} Mbit/s (one job engine)")
+    before = net.intf_counters()
+    watch = Watch(session).start()
+    t0 = time.monotonic()
+    with open(os.path.join(out_dir, "job.log"), "w") as log:
+        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
+                              "--out", res_path], cwd=REPO, stdout=log,
+                             stderr=subprocess.STDOUT)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"the {pattern} job did not finish within {timeout:.0f}s "
+                            f"(log: {out_dir}/job.log)")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    watch.stop()
+    t1 = time.monotonic()
+    after = net.intf_counters()
+    if p.returncode not in (0, 1) or not os.path.exists(res_path):
+        raise RunFailed(f"the {pattern} job failed (exit {p.returncode}); log: "
+                        f"{out_dir}/job.log")
+    with open(res_path) as f:
+        result = json.load(f)
+    per_host = fractions(pairs, result, link)
+    mean, lowest = summary(per_host)
+    seconds = max((p["time_s"] or 0 for p in per_host), default=0) or (t1 - t0)
+    return {"pattern": pattern, "seed": seed if pattern == "permutation" else None,
+            "size": size, "link_bps": link, "hosts": len(pairs),
+            "throughput_fraction": mean, "min_fraction": lowest, "per_host": per_host,
+            "utilisation": utilisation(topo, before, after, seconds),
+            "ceilings": ceilings, "wrong": result["job"]["wrong"],
+            "failed_qps": result["job"]["failed_qps"],
+            "time_s": round(seconds, 3), "engine": result["engine"],
+            "fidelity": job_fidelity(watch, result, (t0, t1))}
+
+
+def lines(rep, routing=None):
+    """Text lines of a pattern report."""
+    c = rep["ceilings"]
+    mode = routing or "minimal"
+    ceiling = c.get(mode, c["optimum"])
+    u = rep["utilisation"]
+    return [f"{rep['pattern']}" + (f" (seed {rep['seed']})" if rep["seed"] is not None else "")
+            + f": {rep['hosts']} hosts x {rep['size']} bytes at {rep['link_bps'] / 1e6:g} "
+              f"Mbit/s, {rep['time_s']:.2f} s",
+            f"  accepted throughput / injection: mean {rep['throughput_fraction']:.3f}, "
+            f"lowest {rep['min_fraction']:.3f}; fluid ceiling ({mode}) mean "
+            f"{ceiling['mean']:.3f}, saturation {ceiling['saturation']:.3f}; optimum "
+            f"(minimal + Valiant) {c['optimum']['mean']:.3f} / {c['optimum']['saturation']:.3f}",
+            f"  link utilisation: local mean {u['local']['mean']} max {u['local']['max']}; "
+            f"global mean {u['global']['mean']} max {u['global']['max']}",
+            f"  fidelity: {rep['fidelity']['verdict']}"]

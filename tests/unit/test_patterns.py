@@ -1,0 +1,59 @@
+"""The dragonfly traffic patterns' job and their measures (pure parts, no root)."""
+
+import types
+
+import pytest
+
+from emulator.errors import ConfigError
+from emulator.experiments.workloads import patterns
+from emulator.fabric import addressing, presets
+from traffic.job_config import load_job
+
+
+@pytest.fixture(scope="module")
+def session():
+    f = presets.build("dragonfly", {"a": "2", "p": "1"})
+    topo = addressing.plan(f)
+    net = types.SimpleNamespace(hosts={h["name"]: types.SimpleNamespace(pid=1)
+                                       for h in topo["hosts"]})
+    return types.SimpleNamespace(topo=topo, net=net, fabric=f, mtu=4096)
+
+
+def test_patterns_need_a_fabric_of_groups():
+    with pytest.raises(ConfigError, match="run it on -p dragonfly"):
+        patterns.pairs_for(presets.build("leaf-spine"), "adversarial")
+
+
+@pytest.mark.parametrize("pattern", patterns.PATTERNS)
+def test_the_job_sends_and_receives_once_per_host(session, pattern):
+    pairs = patterns.pairs_for(session.fabric, pattern, seed=3)
+    job = load_job(patterns.job_document(session, pairs, 65536, {"cc": "dcqcn"}))
+    assert len(job.instances) == len(pairs) == len(session.topo["hosts"])
+    kinds = [[op.kind for op in prog] for prog in job.programs]
+    assert all(k == ["send", "recv"] for k in kinds)
+    assert job.nic["cc"] == "dcqcn"
+
+
+def test_fractions_from_transfer_times():
+    pairs = [("h1", "h3"), ("h2", "h4"), ("h3", "h1")]
+    result = {"collectives": [
+        {"id": "h1>h3", "bytes": 500_000, "network_s": 2.0, "wrong": 0},   # 2 Mbit/s
+        {"id": "h2>h4", "bytes": 500_000, "network_s": 0.5, "wrong": 0},   # capped at 1
+        {"id": "h3>h1", "bytes": 500_000, "network_s": None, "wrong": 1}]}
+    got = patterns.fractions(pairs, result, 4e6)
+    assert [g["fraction"] for g in got] == [0.5, 1.0, None]
+    assert patterns.summary(got) == (0.5, 0.0)
+
+
+def test_utilisation_splits_local_and_global_links(session):
+    topo = session.topo
+    before, after = {}, {}
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            before[p["intf"]] = (0, 0, 0)
+            glob = p["peer"] in {s["name"] for s in topo["switches"]} and \
+                next(s for s in topo["switches"] if s["name"] == p["peer"])["pod"] != sw["pod"]
+            after[p["intf"]] = (p["rate_bps"] // 8 if glob else p["rate_bps"] // 16, 0, 0)
+    u = patterns.utilisation(topo, before, after, 1.0)
+    assert u["global"]["mean"] == pytest.approx(1.0) and u["local"]["mean"] == pytest.approx(0.5)
+    assert u["global"]["links"] == 2 * 10 and u["local"]["links"] == 2 * 5
