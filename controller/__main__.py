@@ -65,6 +65,9 @@ def main(argv=None):
     ap.add_argument("--lb", default=os.environ.get("FABRIC_LB") or "ecmp",
                     help="load balancing: ecmp, flowlet, dlb or spray "
                          "(default: $FABRIC_LB, else ecmp)")
+    ap.add_argument("--routing", default=os.environ.get("FABRIC_ROUTING") or "minimal",
+                    help="a dragonfly's routing: minimal or valiant (default: "
+                         "$FABRIC_ROUTING, else minimal; controller/dragonfly.py)")
     ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "0",
                     metavar="BASE:MAX|0",
                     help="hold a port whose BFD session failed down for BASE s after it "
@@ -86,6 +89,9 @@ def main(argv=None):
     from .lb import MODES
     if args.lb not in MODES:
         ap.error(f"--lb {args.lb!r}: use {', '.join(MODES)}")
+    from .dragonfly import MODES as ROUTINGS
+    if args.routing not in ROUTINGS:
+        ap.error(f"--routing {args.routing!r}: use {', '.join(ROUTINGS)}")
 
     handlers = [logging.StreamHandler(sys.stderr)]
     if args.log_file:
@@ -102,6 +108,7 @@ def main(argv=None):
     os.environ["FABRIC_TOPOLOGY"] = os.path.abspath(args.topology)
     os.environ["FABRIC_FAILOVER"] = args.failover
     os.environ["FABRIC_LB"] = args.lb
+    os.environ["FABRIC_ROUTING"] = args.routing
     os.environ["FABRIC_BFD_HOLDDOWN"] = args.bfd_holddown
     if args.app:
         problems = app_problems(args.app)

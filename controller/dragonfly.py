@@ -117,3 +117,150 @@ def global_hops(topo, routes, group, src, ip, limit=16):
         n += group[peer] != group[sw]
         sw = peer
     return None
+
+
+# ---- Valiant routing ---------------------------------------------------------------
+#
+# A frame from a host is sent, per flow(let), through an intermediate group k
+# drawn from all g groups: a select group at the source switch (one per
+# destination switch) with one bucket per group, hashing ip_src, ip_dst,
+# udp_src, udp_dst like every ECMP group (the NIC's flowlet entropy changes
+# udp_src per flowlet, so each flowlet draws anew).  Drawing the source's or
+# the destination's own group is the minimal route (the bucket runs the
+# switch's minimal route action).  Any other bucket stamps the frame's
+# Ethernet source address with the intermediate group and the phase
+# (``marker``: 02:df:00:00:<k>:01) and sends it toward group k.  Every switch
+# outside group k forwards a phase-1 frame of group k toward k; a switch of
+# group k rewrites the stamp to phase 2 (02:df:00:00:<k>:02) and routes the
+# frame minimally by its IPv4 destination.  The Ethernet header is outside
+# the RoCEv2 ICRC, L3 switches rewrite the source address anyway, and no
+# receiver reads it (peers are known by IP); the IPv4 DSCP, TTL, UDP source
+# port and BTH stay untouched.
+#
+# Priorities: above the routes (1000) and the fast-failover repair flows
+# (1050/1100), whose ``in_port, eth_dst`` matches must not catch a phase-1
+# frame passing through.
+
+MODES = ("minimal", "valiant")
+PRIO_TRANSIT = 1200          # eth_src=phase-1 stamp of group k -> toward group k
+PRIO_SOURCE = 1210           # in_port=<host port>, ipv4_dst -> the Valiant select group
+PRIO_PHASE = 1220            # in group k: eth_src=stamp k, ipv4_dst -> phase 2, minimal route
+VALIANT_GROUP_BASE = 1 << 28  # below FF_GROUP_BASE (1 << 30), above the route groups' slots
+
+
+ROUTING_ENV = "FABRIC_ROUTING"
+
+
+def mode_from_env(env=None):
+    """The mode named by $FABRIC_ROUTING (default minimal); ValueError if unknown."""
+    import os
+    env = os.environ if env is None else env
+    return check_mode(env.get(ROUTING_ENV) or "minimal")
+
+
+def check_mode(mode):
+    if mode not in MODES:
+        raise ValueError(f"routing mode {mode!r}: use one of {', '.join(MODES)}")
+    return mode
+
+
+def marker(k, phase):
+    """The Ethernet source address carrying intermediate group ``k`` and the phase."""
+    if not 0 <= k < 1 << 16 or phase not in (1, 2):
+        raise ValueError(f"group {k} / phase {phase}: no stamp")
+    return f"02:df:00:{k >> 8 & 0xff:02x}:{k & 0xff:02x}:{phase:02x}"
+
+
+def stamp_of(mac):
+    """(group, phase) of a stamped address, else None (a host's own address)."""
+    parts = mac.lower().split(":")
+    if parts[:3] != ["02", "df", "00"]:
+        return None
+    return int(parts[3], 16) << 8 | int(parts[4], 16), int(parts[5], 16)
+
+
+def toward_group(topo, adj, group, dpid, gk):
+    """The port of ``dpid`` toward group ``gk`` (its own global link, else the local
+    path to the nearest switch of its group with one), or None."""
+    mine = [p for p, q in adj[dpid] if group[q] == gk]
+    if mine:
+        return mine[0]
+    gi = group[dpid]
+    members = {d for d, g in group.items() if g == gi}
+    local = {d: [(p, q) for p, q in adj[d] if group[q] == gi] for d in members}
+    gates = tuple(sorted(d for d in members if any(group[q] == gk for _, q in adj[d])))
+    if not gates:
+        return None
+    dist = _bfs(local, gates, members)
+    if dpid not in dist:
+        return None
+    return next((p for p, q in local[dpid] if dist.get(q) == dist[dpid] - 1), None)
+
+
+def valiant(topo, live, desired, adj=None):
+    """``desired`` ({dpid: SwitchState}, the minimal routes) plus Valiant routing."""
+    from .messages import (ETH_TYPE_IPV4, Bucket, FlowMod, Group, GroupMod, Output,
+                           Selection, SetField, SwitchState, match)
+    from .groups import HASH_FIELDS
+    group = grouping(topo)
+    if group is None:
+        return desired
+    if adj is None:
+        adj = {s.dpid: [] for s in topo.switches}
+        for lk in topo.links:
+            if (lk.a_dpid, lk.a_port) in live and (lk.b_dpid, lk.b_port) in live:
+                adj[lk.a_dpid].append((lk.a_port, lk.b_dpid))
+                adj[lk.b_dpid].append((lk.b_port, lk.a_dpid))
+        for ports in adj.values():
+            ports.sort()
+    groups = sorted(set(group.values()))
+    dests = sorted({hp.dpid for hp in topo.host_ports})
+    out = {}
+    for sw in topo.switches:
+        state = desired[sw.dpid]
+        route = {dict(f.match).get("ipv4_dst"): f.actions for f in state.flows
+                 if f.priority == 1000 and dict(f.match).get("ipv4_dst")}
+        flows, gmods = set(), set()
+        gi = group[sw.dpid]
+        toward = {gk: toward_group(topo, adj, group, sw.dpid, gk) for gk in groups if gk != gi}
+        for gk, port in toward.items():
+            if port is not None:
+                flows.add(FlowMod(0, PRIO_TRANSIT, match(eth_type=ETH_TYPE_IPV4,
+                                                         eth_src=marker(gk, 1)),
+                                  (Output(port),)))
+        for hp in topo.host_ports:
+            acts = route.get(hp.ip)
+            if acts:
+                flows.add(FlowMod(0, PRIO_PHASE, match(eth_type=ETH_TYPE_IPV4,
+                                                       eth_src=marker(gi, 1), ipv4_dst=hp.ip),
+                                  (SetField("eth_src", marker(gi, 2)),) + tuple(acts)))
+        hosts = [p for p in sw.ports if p.to_host and (sw.dpid, p.port) in live]
+        for d in dests:
+            if d == sw.dpid or not hosts:
+                continue
+            ips = [hp.ip for hp in topo.host_ports if hp.dpid == d and route.get(hp.ip)]
+            if not ips:
+                continue
+            buckets = []
+            for gk in groups:
+                if gk in (gi, group[d]):
+                    buckets.append(Bucket(tuple(route[ips[0]])))
+                elif toward.get(gk) is not None:
+                    buckets.append(Bucket((SetField("eth_src", marker(gk, 1)),
+                                           Output(toward[gk]))))
+            gid = VALIANT_GROUP_BASE + dests.index(d)
+            gmods.add(GroupMod(gid, "select", tuple(buckets),
+                               Selection(HASH_FIELDS, sw.hash_seed)))
+            for ip in ips:
+                for p in hosts:
+                    flows.add(FlowMod(0, PRIO_SOURCE, match(in_port=p.port,
+                                                            eth_type=ETH_TYPE_IPV4,
+                                                            ipv4_dst=ip), (Group(gid),)))
+        out[sw.dpid] = SwitchState(state.flows | frozenset(flows),
+                                   state.groups | frozenset(gmods))
+    return out
+
+
+def augment(topo, live, desired, mode):
+    """``desired`` with the routing ``mode``'s additions (minimal: none)."""
+    return valiant(topo, live, desired) if mode == "valiant" else desired

@@ -38,7 +38,7 @@ failover mode (``none|controller|fast-failover``, default fast-failover)
 from FABRIC_FAILOVER. In mode ``none`` port status is logged and ignored and
 every port counts as live: nothing reroutes (docs/failover.md).
 The load-balancing mode (``ecmp|flowlet|dlb|spray``, controller/lb.py,
-docs/load-balancing.md) comes from FABRIC_LB.
+docs/load-balancing.md) comes from FABRIC_LB, a dragonfly's routing from FABRIC_ROUTING.
 A port whose BFD session failed (LIVE cleared, carrier up) is held down after
 it comes back (controller/damping.py); FABRIC_BFD_HOLDDOWN is ``BASE:MAX`` in
 seconds (default ``0``: off; ``drill --bfd`` asks for 3:30). The expiry of a hold-down reaches
@@ -61,7 +61,7 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from . import damping, lb, policy
+from . import damping, dragonfly, lb, policy
 from .handlers import _die, fatal
 from . import topology as topology_mod
 from .messages import SwitchState
@@ -108,6 +108,7 @@ class FabricController(app_manager.OSKenApp):
             raise RuntimeError(f"{TOPOLOGY_ENV} is not set: no topology to load")
         self.topo = topology_mod.load(path)
         self.failover = policy.check_mode(os.environ.get(FAILOVER_ENV) or DEFAULT_FAILOVER)
+        self.routing = dragonfly.mode_from_env()       # $FABRIC_ROUTING (a dragonfly's)
         self.all_ports = self.topo.all_ports()
         self.down = set()          # (dpid, port) a switch reported down
         self._desired_for = {}     # live -> desired state: the last computed
@@ -123,9 +124,8 @@ class FabricController(app_manager.OSKenApp):
         self._holddown_timer = None
         LOG.info("topology %s: %d switches, %d host ports; failover %s", self.topo.name,
                  len(self.topo.switches), len(self.topo.host_ports), self.failover)
-        # Load balancing ($FABRIC_LB, controller/lb.py): reactive modes poll stats.
         self.lb = lb.Balancer(self.topo, lb.mode_from_env(), lb.port_rates(path))
-        LOG.info("load balancing %s", self.lb.mode)
+        LOG.info("load balancing %s; routing %s", self.lb.mode, self.routing)
         if self.lb.reactive:
             hub.spawn(self._lb_poll)
         hub.spawn(self._prewarm)
@@ -150,8 +150,8 @@ class FabricController(app_manager.OSKenApp):
         live = frozenset(live)
         state = self._desired_for.pop(live, None)
         if state is None:
-            state = lb.augment(self.topo, policy.desired_state(self.topo, live, self.failover),
-                               self.lb.mode)
+            state = dragonfly.augment(self.topo, live, lb.augment(self.topo, policy.desired_state(
+                self.topo, live, self.failover), self.lb.mode), self.routing)
         while len(self._desired_for) >= DESIRED_KEPT:
             del self._desired_for[next(iter(self._desired_for))]
         self._desired_for[live] = state           # the newest last

@@ -115,6 +115,7 @@ COMMANDS = {"check": "emulator.experiments.check",
             "probe": "emulator.experiments.probe.probe"}
 
 
+ROUTINGS = ("minimal", "valiant")      # --routing: controller/dragonfly.py
 WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
              "adversarial", "permutation")
 
@@ -153,6 +154,10 @@ def build_parser():
     g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
                         "(shows hash polarization)")
+    g.add_argument("--routing", choices=ROUTINGS, default="minimal",
+                   help="a dragonfly's routing (default minimal: at most one global hop); "
+                        "valiant: through a random intermediate group per flowlet "
+                        "(the NICs then change entropy per flowlet; docs/fabrics.md)")
     g = p.add_argument_group("traffic")
     g.add_argument("--workload", default="mix", type=parse_workload,
                    metavar="{" + ",".join(WORKLOADS) + ",simai:FILE}",

@@ -91,8 +91,10 @@ class Session:
                  datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
                  reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
                  failover="fast-failover", capture=None, telemetry=None, ecn=None,
-                 holddown=None, layout=None, flowlet_frames=None, switch_agent=None):
+                 holddown=None, layout=None, flowlet_frames=None, switch_agent=None,
+                 routing="minimal"):
         self.fabric = fabric
+        self.routing = routing           # a dragonfly's routing: minimal | valiant
         cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
@@ -364,7 +366,7 @@ class Session:
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app,
                                      lb=self.lb, failover=self.failover, env=self.child_env(),
-                                     holddown=self.holddown, unix=unix)
+                                     holddown=self.holddown, unix=unix, routing=self.routing)
         self.state.record("controller", self.controller.argv)
         self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
         self.controller.start()

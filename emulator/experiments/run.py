@@ -26,6 +26,7 @@ def run(fabric, args, out=print):
     if args.workload in patterns.PATTERNS:
         patterns.pairs_for(fabric, args.workload, args.seed)     # a fabric of groups
         sizes = collective.parse_sizes(args.sizes)[:1]
+    patterns.check_routing(fabric, getattr(args, "routing", "minimal"))
     from emulator.experiments.workloads import training
     path = training.workload_path(args.workload)
     job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
@@ -56,7 +57,7 @@ def run(fabric, args, out=print):
                           mtu=args.mtu, lb=args.lb, failover=args.failover,
                           flowlet_frames=args.flowlet_frames,
                           capture=args.capture, telemetry=args.telemetry, ecn=ecn,
-                          switch_agent=agent)
+                          switch_agent=agent, routing=getattr(args, "routing", "minimal"))
         rec = live.attached(getattr(args, "ui_view", None), session)
         try:
             with session, rec:
@@ -145,7 +146,7 @@ def _workload(session, args, sizes, out, job=None):
         from emulator.experiments.compare.compare import ENTROPY
         from emulator.experiments.options import job_seed, rank_transport
         rep = patterns.run_pattern(session, args.workload, sizes[0], args.seed, dict(
-            rank_transport(args), entropy=ENTROPY[args.lb],
+            rank_transport(args), entropy=patterns.entropy(args.lb, args.routing, ENTROPY),
             qpn_seed=job_seed(getattr(args, "job_seed", None)), qps=args.qps or 1,
             timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
             progress=lambda m: out(f"... {m}"))

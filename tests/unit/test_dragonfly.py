@@ -125,3 +125,68 @@ def test_a_cut_global_link_falls_back_to_a_live_path():
 def test_clos_fabrics_are_not_dragonflies():
     assert dragonfly.grouping(topo_of("three-tier")) is None
     assert dragonfly.grouping(topo_of("leaf-spine")) is None
+
+
+def valiant_fabric(topo, live=None):
+    from controller.fakeswitch import FakeFabric
+    live = topo.all_ports() if live is None else live
+    fab = FakeFabric(topo, live)
+    state = dragonfly.valiant(topo, live, policy.desired_state(topo, live, "controller"))
+    fab.apply({d: policy.install(st) for d, st in state.items()})
+    return fab
+
+
+@pytest.mark.parametrize("name,params", [("dragonfly", {}), ("dragonfly-plus", {})])
+def test_valiant_reaches_every_host_through_every_group(name, params):
+    topo = topo_of(name, params)
+    group = dragonfly.grouping(topo)
+    fab = valiant_fabric(topo)
+    g = len(set(group.values()))
+    for a, b in itertools.permutations(topo.host_ports[::5], 2):
+        if a.dpid == b.dpid:
+            continue
+        seen = set()
+        for hops, end in fab.paths(a, udp(a, b, 49152), max_hops=10):
+            assert end[0] == "host" and end[1] == b, (a.host, b.host, hops)
+            crossed = [group[topo.peer_of(d, o)[0]] for d, _, o in hops
+                       if topo.peer_of(d, o) is not None
+                       and group[d] != group[topo.peer_of(d, o)[0]]]
+            # switches: L G L L G L (dragonfly); dragonfly-plus: a spine-leaf-spine detour
+            assert len(crossed) <= 2 and len(hops) <= (6 if name == "dragonfly" else 8)
+            stamp = dragonfly.stamp_of(end[2]["eth_src"])
+            if len(crossed) == 2:
+                assert stamp == (crossed[0], 2)      # phase 2 of the group it went through
+                seen.add(crossed[0])
+            else:
+                assert stamp is None                 # minimal: the host's own address
+        others = g - (1 if group[a.dpid] == group[b.dpid] else 2)
+        assert len(seen) == others, (a.host, b.host, seen)
+
+
+def test_valiant_draws_one_bucket_per_group_and_marks_outside_dscp_and_ports():
+    topo = topo_of("dragonfly")
+    live = topo.all_ports()
+    st = dragonfly.valiant(topo, live, policy.desired_state(topo, live, "controller"))
+    sw = topo.by_name["g1r1"]
+    vgroups = [gm for gm in st[sw.dpid].groups if gm.group_id >= dragonfly.VALIANT_GROUP_BASE]
+    assert len(vgroups) == 35 and all(len(gm.buckets) == 9 for gm in vgroups)
+    assert all(gm.selection.fields == ("ipv4_src", "ipv4_dst", "udp_src", "udp_dst")
+               for gm in vgroups)
+    fields = {a.field for gm in vgroups for b in gm.buckets for a in b.actions
+              if hasattr(a, "field")} | {a.field for f in st[sw.dpid].flows for a in f.actions
+                                         if hasattr(a, "field")}
+    assert fields <= {"eth_src", "eth_dst", "arp_op", "arp_sha", "arp_spa"}
+
+
+def test_stamps_round_trip_and_the_mode_is_checked():
+    assert dragonfly.marker(9, 1) == "02:df:00:00:09:01"
+    assert dragonfly.stamp_of(dragonfly.marker(300, 2)) == (300, 2)
+    assert dragonfly.stamp_of("02:00:00:00:00:07") is None
+    with pytest.raises(ValueError, match="routing mode 'ugal'"):
+        dragonfly.check_mode("ugal")
+
+
+def test_minimal_mode_adds_nothing_and_clos_fabrics_ignore_valiant():
+    topo = topo_of("leaf-spine")
+    st = policy.desired_state(topo, topo.all_ports(), "controller")
+    assert dragonfly.valiant(topo, topo.all_ports(), st) is st

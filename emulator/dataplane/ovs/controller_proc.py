@@ -59,7 +59,7 @@ class Controller:
 
     def __init__(self, topology_path, log_path, app=None, lb="ecmp",
                  failover="fast-failover", env=None, holddown=None, unix=None,
-                 host="127.0.0.1", tls=None):
+                 host="127.0.0.1", tls=None, routing="minimal"):
         """``host`` and ``tls`` ((key, certificate, CA) paths): a multi-server run's
         controller, on this machine's underlay address, over TLS only."""
         self.port = free_port()
@@ -70,6 +70,8 @@ class Controller:
         argv = [sys.executable, "-m", "controller", "--topology", topology_path,
                 "--listen", f"{host}:{self.port}", "--log-file", log_path,
                 "--lb", lb, "--failover", failover]
+        if routing != "minimal":
+            argv += ["--routing", routing]          # a dragonfly's (controller/dragonfly.py)
         if holddown is not None:
             argv += ["--bfd-holddown", holddown]     # BASE:MAX s, controller/damping.py
         if app:

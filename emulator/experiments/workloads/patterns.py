@@ -40,6 +40,20 @@ def pairs_for(fabric, pattern, seed=1):
     return fluid.permutation(fabric, seed)
 
 
+def check_routing(fabric, routing):
+    """``--routing`` other than minimal needs a fabric of groups (exit 2 otherwise)."""
+    if routing != "minimal" and not (all(n.pod is not None for n in fabric.switches)
+                                     and len({n.pod for n in fabric.switches}) > 1):
+        raise ConfigError("--routing", f"{routing} routing is a dragonfly's: run it on "
+                                       "-p dragonfly or -p dragonfly-plus")
+
+
+def entropy(lb, routing, table):
+    """The NICs' entropy mode: the ``--lb`` one (``table``: compare.ENTROPY), but per
+    flowlet under Valiant routing with ECMP (each flowlet draws its own group)."""
+    return "flowlet" if routing != "minimal" and lb == "ecmp" else table[lb]
+
+
 def job_document(session, pairs, size, extra=None):
     """The ``traffic.job_config`` document: one rank per host, each sending ``size``
     bytes to its destination and receiving from its source (send first: eager)."""
