@@ -145,6 +145,7 @@ MODES = ("minimal", "valiant")
 PRIO_TRANSIT = 1200          # eth_src=phase-1 stamp of group k -> toward group k
 PRIO_SOURCE = 1210           # in_port=<host port>, ipv4_dst -> the Valiant select group
 PRIO_PHASE = 1220            # in group k: eth_src=stamp k, ipv4_dst -> phase 2, minimal route
+PRIO_UTURN = 1230            # ... and in_port=<global link to the destination's group>
 VALIANT_GROUP_BASE = 1 << 28  # below FF_GROUP_BASE (1 << 30), above the route groups' slots
 
 
@@ -199,8 +200,8 @@ def toward_group(topo, adj, group, dpid, gk):
 
 def valiant(topo, live, desired, adj=None):
     """``desired`` ({dpid: SwitchState}, the minimal routes) plus Valiant routing."""
-    from .messages import (ETH_TYPE_IPV4, Bucket, FlowMod, Group, GroupMod, Output,
-                           Selection, SetField, SwitchState, match)
+    from .messages import (ETH_TYPE_IPV4, OFPP_IN_PORT, Bucket, FlowMod, Group, GroupMod,
+                           Output, Selection, SetField, SwitchState, match)
     from .groups import HASH_FIELDS
     group = grouping(topo)
     if group is None:
@@ -228,12 +229,22 @@ def valiant(topo, live, desired, adj=None):
                 flows.add(FlowMod(0, PRIO_TRANSIT, match(eth_type=ETH_TYPE_IPV4,
                                                          eth_src=marker(gk, 1)),
                                   (Output(port),)))
+        back = {p: group[q] for p, q in adj[sw.dpid] if group[q] != gi}
         for hp in topo.host_ports:
             acts = route.get(hp.ip)
             if acts:
                 flows.add(FlowMod(0, PRIO_PHASE, match(eth_type=ETH_TYPE_IPV4,
                                                        eth_src=marker(gi, 1), ipv4_dst=hp.ip),
                                   (SetField("eth_src", marker(gi, 2)),) + tuple(acts)))
+            for p, gp in back.items():
+                # a frame for the group it came from goes back over its own global link
+                # (Valiant of a flow inside one group): a U-turn, which OVS takes only
+                # as an output to IN_PORT
+                if gp == group[hp.dpid]:
+                    flows.add(FlowMod(0, PRIO_UTURN, match(
+                        in_port=p, eth_type=ETH_TYPE_IPV4, eth_src=marker(gi, 1),
+                        ipv4_dst=hp.ip), (SetField("eth_src", marker(gi, 2)),
+                                          Output(OFPP_IN_PORT))))
         hosts = [p for p in sw.ports if p.to_host and (sw.dpid, p.port) in live]
         for d in dests:
             if d == sw.dpid or not hosts:

@@ -8,6 +8,7 @@ import pytest
 from controller import dragonfly, policy, topology
 from controller.fakeswitch import fabric_with_policy
 from controller.fakeswitch import udp_packet as udp
+from controller.messages import OFPP_IN_PORT, Output
 from emulator.__main__ import main
 from emulator.errors import ConfigError
 from emulator.fabric import addressing, presets, presets_dragonfly
@@ -141,6 +142,9 @@ def test_valiant_reaches_every_host_through_every_group(name, params):
     topo = topo_of(name, params)
     group = dragonfly.grouping(topo)
     fab = valiant_fabric(topo)
+    uturns = {(d, dict(f.match)["in_port"]) for d, sw in fab.switches.items()
+              for f in sw.flows.values() if Output(OFPP_IN_PORT) in f.actions
+              and "in_port" in dict(f.match)}
     g = len(set(group.values()))
     for a, b in itertools.permutations(topo.host_ports[::5], 2):
         if a.dpid == b.dpid:
@@ -148,6 +152,8 @@ def test_valiant_reaches_every_host_through_every_group(name, params):
         seen = set()
         for hops, end in fab.paths(a, udp(a, b, 49152), max_hops=10):
             assert end[0] == "host" and end[1] == b, (a.host, b.host, hops)
+            # OVS drops an output to the in_port: a U-turn must say OFPP_IN_PORT
+            assert all(i != o or (d, i) in uturns for d, i, o in hops), (a.host, b.host, hops)
             crossed = [group[topo.peer_of(d, o)[0]] for d, _, o in hops
                        if topo.peer_of(d, o) is not None
                        and group[d] != group[topo.peer_of(d, o)[0]]]
