@@ -219,12 +219,12 @@ def training_cc(args, out):
 def workload_choice(text):
     """``compare --workload``: a collective or a training job's file."""
     import argparse
-    if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast") or \
-            text.startswith("simai:"):
-        return text
+    if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast",
+                "adversarial", "permutation") or text.startswith("simai:"):
+        return text       # adversarial, permutation: with --routing (a dragonfly's patterns)
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
                                      "allgather, reducescatter, alltoall, incast, "
-                                     "simai:FILE)")
+                                     "adversarial, permutation, simai:FILE)")
 
 
 def add_switch_agent_arg(p):

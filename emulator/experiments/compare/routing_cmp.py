@@ -1,0 +1,144 @@
+"""``emulator compare --routing minimal,valiant``: a dragonfly's routing modes side by side.
+
+Model.  For each repetition (``--reps``; the permutation's seed is
+``--seed`` + repetition, 1, 2, 3 by default) and each routing mode, a fresh
+Session is built with ``Session(routing=mode)`` (the controller is told on
+its command line, controller/dragonfly.py) and the pattern runs on it
+(``--workload adversarial|permutation``, experiments.workloads.patterns):
+every host writes ``--sizes`` bytes to one host at its link rate over RC,
+with DCQCN (as RoCE NICs ship; ``--cc none`` turns it off) and, under
+Valiant, the NICs changing entropy per flowlet.  Each mode's measurement is
+printed beside its fluid ceiling (emulator.fabric.fluid): the mean of the
+max-min fair rates over the mode's paths, and the optimum over minimal plus
+Valiant paths.
+
+A row of ``compare.json`` per (seed, mode): ``routing``, ``workload``,
+``seed``, ``throughput_fraction`` (mean over hosts of accepted / injected),
+``min_fraction``, ``ceiling`` (the mode's mean ceiling), ``of_ceiling``
+(measured / ceiling), ``saturation`` (the mode's saturation ceiling),
+``optimum``, the local and global link utilisation and the fidelity
+verdict.  Then the median over seeds per mode.
+"""
+
+import os
+import statistics
+
+from emulator.errors import ConfigError
+
+ROUTINGS = ("minimal", "valiant")
+DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops
+
+
+def parse_modes(text):
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    for m in modes:
+        if m == "ugal":
+            raise ConfigError("--routing", "ugal needs the data plane's adaptive routing "
+                                           "stage (live queue depth at the source switch), "
+                                           "which this build does not have: use minimal,valiant")
+        if m not in ROUTINGS:
+            raise ConfigError("--routing", f"unknown routing {m!r} (one of "
+                                           f"{', '.join(ROUTINGS)})")
+    if not modes:
+        raise ConfigError("--routing", "no routing mode given")
+    return modes
+
+
+def row(mode, rep):
+    """One compare.json row from a pattern report."""
+    c = rep["ceilings"]
+    ceiling = c[mode]["mean"]
+    return {"routing": mode, "workload": rep["pattern"], "seed": rep["seed"],
+            "throughput_fraction": rep["throughput_fraction"],
+            "min_fraction": rep["min_fraction"], "ceiling": ceiling,
+            "of_ceiling": round(rep["throughput_fraction"] / ceiling, 3) if ceiling else None,
+            "saturation": c[mode]["saturation"], "optimum": c["optimum"]["mean"],
+            "local_utilisation": rep["utilisation"]["local"]["mean"],
+            "global_utilisation": rep["utilisation"]["global"]["mean"],
+            "wrong": rep["wrong"], "fidelity": rep["fidelity"]["verdict"]}
+
+
+def medians(rows, modes):
+    out = []
+    for m in modes:
+        mine = [r for r in rows if r["routing"] == m]
+        if mine:
+            out.append({"routing": m, "runs": len(mine),
+                        "throughput_fraction": statistics.median(
+                            r["throughput_fraction"] for r in mine),
+                        "ceiling": statistics.median(r["ceiling"] for r in mine),
+                        "faithful": sum(r["fidelity"] == "faithful" for r in mine)})
+    return out
+
+
+def table(rows):
+    head = (f"{'seed':>5} {'routing':<8} {'accepted':>8} {'lowest':>7} {'ceiling':>7} "
+            f"{'of ceil':>7} {'satur.':>7} {'optimum':>7} {'local':>6} {'global':>6}  fidelity")
+    lines = [head]
+    for r in rows:
+        seed = "-" if r["seed"] is None else str(r["seed"])
+        lines.append(f"{seed:>5} {r['routing']:<8} {r['throughput_fraction']:8.3f} "
+                     f"{r['min_fraction']:7.3f} {r['ceiling']:7.3f} "
+                     f"{(r['of_ceiling'] or 0):7.2f} {r['saturation']:7.3f} "
+                     f"{r['optimum']:7.3f} {r['local_utilisation'] or 0:6.3f} "
+                     f"{r['global_utilisation'] or 0:6.3f}  {r['fidelity']}")
+    return "\n".join(lines)
+
+
+def main(fabric, args, out=print):
+    """``compare --routing``: returns the exit status."""
+    from emulator.dataplane.session import Session, make_results_dir, write_json
+    from emulator.experiments.options import job_seed, rank_transport
+    from emulator.experiments.workloads import collective, patterns
+    modes = parse_modes(args.routing)
+    workload = args.workload or "adversarial"
+    if workload not in patterns.PATTERNS:
+        raise ConfigError("--workload", f"--routing compares {' or '.join(patterns.PATTERNS)}")
+    patterns.pairs_for(fabric, workload, 1)             # a fabric of groups, or exit 2
+    if args.reps < 1:
+        raise ConfigError("--reps", "at least 1")
+    size = collective.parse_sizes(args.sizes or "1M")[0]
+    queue_ms = args.queue_ms if args.queue_ms is not None else DEFAULT_QUEUE_MS
+    if args.cc is None:
+        args.cc = "dcqcn"
+    from emulator.experiments.options import check_transport
+    args.transport = getattr(args, "transport", "rc")
+    args.rc_timeout = getattr(args, "rc_timeout", None)
+    args.rc_retry = getattr(args, "rc_retry", 7)
+    args.queue_ms = queue_ms
+    ecn = check_transport(args, fabric)
+    seed0 = 1 if args.seed is None else args.seed
+    base = make_results_dir(args.results, "compare")
+    rows, runs = [], []
+    for rep in range(args.reps):
+        seed = seed0 + rep
+        for mode in modes:
+            out(f"... {workload}" + (f" seed {seed}" if workload == "permutation" else "")
+                + f", routing {mode}")
+            with Session(fabric, results_base=base, queue_ms=queue_ms, routing=mode,
+                         mtu=args.mtu, failover=args.failover, ecn=ecn,
+                         progress=lambda m: out(f"...   {m}")) as s:
+                rep_doc = patterns.run_pattern(s, workload, size, seed, dict(
+                    rank_transport(args), entropy=patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
+                    qpn_seed=job_seed(None), qps=1,
+                    timeout_exp=collective.default_timeout_exp(queue_ms)),
+                    progress=lambda m: out(f"...   {m}"))
+            runs.append(dict(rep_doc, routing=mode, results_dir=s.dir))
+            rows.append(row(mode, rep_doc))
+            out(table(rows[-1:]).splitlines()[-1])
+    summary = medians(rows, modes)
+    write_json(os.path.join(base, "compare.json"),
+               {"fabric": fabric.name, "workload": workload, "sizes": [size],
+                "queue_ms": queue_ms, "cc": args.cc, "rows": rows, "medians": summary,
+                "runs": runs})
+    out(f"# {workload}, {size} bytes per host, on {fabric.name}; results in {base}")
+    out(table(rows))
+    for m in summary:
+        out(f"  median {m['routing']:<8} {m['throughput_fraction']:.3f} of injection "
+            f"(ceiling {m['ceiling']:.3f}; {m['faithful']}/{m['runs']} faithful)")
+    if any(r["wrong"] for r in rows):
+        return 1
+    if args.strict and any(r["fidelity"] != "faithful" for r in rows):
+        out("--strict: some runs were emulator-bound; exit status 3")
+        return 3
+    return 0

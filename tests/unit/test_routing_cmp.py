@@ -1,0 +1,38 @@
+"""compare --routing: the modes it takes, its rows and table (pure parts)."""
+
+import pytest
+
+from emulator.errors import ConfigError
+from emulator.experiments.compare import routing_cmp
+
+
+def test_modes_are_checked_and_ugal_says_what_it_needs():
+    assert routing_cmp.parse_modes("minimal, valiant") == ["minimal", "valiant"]
+    with pytest.raises(ConfigError, match="ugal needs the data plane's adaptive routing"):
+        routing_cmp.parse_modes("minimal,ugal")
+    with pytest.raises(ConfigError, match="unknown routing 'par'"):
+        routing_cmp.parse_modes("par")
+
+
+def report(frac, pattern="permutation", seed=2):
+    return {"pattern": pattern, "seed": seed, "throughput_fraction": frac,
+            "min_fraction": frac / 2, "wrong": 0, "fidelity": {"verdict": "faithful"},
+            "utilisation": {"local": {"mean": 0.2}, "global": {"mean": 0.4}},
+            "ceilings": {"minimal": {"mean": 0.6, "saturation": 0.33},
+                         "valiant": {"mean": 0.56, "saturation": 0.53},
+                         "optimum": {"mean": 0.8, "saturation": 0.79}}}
+
+
+def test_a_row_carries_the_mode_its_ceiling_and_the_verdict():
+    r = routing_cmp.row("valiant", report(0.42))
+    assert {k: r[k] for k in ("routing", "workload", "throughput_fraction", "ceiling",
+                              "fidelity", "seed")} == {
+        "routing": "valiant", "workload": "permutation", "throughput_fraction": 0.42,
+        "ceiling": 0.56, "fidelity": "faithful", "seed": 2}
+    assert r["of_ceiling"] == pytest.approx(0.75, abs=1e-3)
+    rows = [r, routing_cmp.row("minimal", report(0.3)), routing_cmp.row("valiant", report(0.5))]
+    med = {m["routing"]: m for m in routing_cmp.medians(rows, ["minimal", "valiant"])}
+    assert med["valiant"]["throughput_fraction"] == pytest.approx(0.46)
+    assert med["minimal"]["runs"] == 1
+    text = routing_cmp.table(rows)
+    assert "valiant" in text and "0.560" in text and "faithful" in text
