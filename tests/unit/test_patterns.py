@@ -57,3 +57,19 @@ def test_utilisation_splits_local_and_global_links(session):
     u = patterns.utilisation(topo, before, after, 1.0)
     assert u["global"]["mean"] == pytest.approx(1.0) and u["local"]["mean"] == pytest.approx(0.5)
     assert u["global"]["links"] == 2 * 10 and u["local"]["links"] == 2 * 5
+
+
+def test_nonminimal_bytes_are_those_of_the_stamping_buckets():
+    groups = ("OFPST_GROUP_DESC reply (OF1.5) (xid=0x2):\n"
+              " group_id=268435458,type=select,selection_method=hash,fields(ip_src,ip_dst,"
+              "udp_src,udp_dst),bucket=bucket_id:0,actions=group:1073741833,"
+              "bucket=bucket_id:1,actions=set_field:02:df:00:00:03:01->eth_src,output:4,"
+              "bucket=bucket_id:2,actions=set_field:02:df:00:00:04:01->eth_src,output:2\n"
+              " group_id=5,type=select,bucket=bucket_id:0,actions=output:3\n")
+    stats = ("OFPST_GROUP reply (OF1.5) (xid=0x3):\n"
+             " group_id=268435458,duration=3s,ref_count=2,packet_count=6,byte_count=600,"
+             "bucket0:packet_count=1,byte_count=100,bucket1:packet_count=2,byte_count=200,"
+             "bucket2:packet_count=3,byte_count=300\n"
+             " group_id=5,duration=3s,ref_count=1,packet_count=9,byte_count=900,"
+             "bucket0:packet_count=9,byte_count=900\n")
+    assert patterns.bucket_bytes(groups, stats) == (500, 600)

@@ -108,6 +108,49 @@ def utilisation(topo, before, after, seconds):
                 "max": round(max(v), 4) if v else None} for k, v in got.items()}
 
 
+VALIANT_GROUPS = (1 << 28, 1 << 30)     # controller.dragonfly's select groups' ids
+STAMP = "set_field:02:df:00:"           # a bucket stamping an intermediate group
+
+
+def bucket_bytes(groups_text, stats_text):
+    """(stamped, all) bytes sent through the Valiant groups of one switch, from
+    ``ovs-ofctl dump-groups`` (which buckets stamp) and ``dump-group-stats``."""
+    import re
+    stamped = set()
+    for line in groups_text.splitlines():
+        m = re.search(r"group_id=(\d+)", line)
+        if not m or not VALIANT_GROUPS[0] <= int(m.group(1)) < VALIANT_GROUPS[1]:
+            continue
+        for part in line.split("bucket=bucket_id:")[1:]:
+            if STAMP in part:
+                stamped.add((int(m.group(1)), int(part.split(",", 1)[0])))
+    mine = every = 0
+    for line in stats_text.splitlines():
+        m = re.search(r"group_id=(\d+)", line)
+        if not m or not VALIANT_GROUPS[0] <= int(m.group(1)) < VALIANT_GROUPS[1]:
+            continue
+        for b, nbytes in re.findall(r"bucket(\d+):packet_count=\d+,byte_count=(\d+)", line):
+            every += int(nbytes)
+            mine += int(nbytes) * ((int(m.group(1)), int(b)) in stamped)
+    return mine, every
+
+
+def nonminimal_share(session):
+    """Share of the bytes hosts sent that went through an intermediate group (None
+    where no switch has Valiant groups: minimal routing sends nothing so)."""
+    from emulator.errors import RunFailed
+    mine = every = 0
+    for sw in session.topo["switches"]:
+        try:
+            ovs = session.net.ovs(sw["name"])
+            a, b = bucket_bytes(ovs.ofctl("dump-groups", sw["bridge"], timeout=10),
+                                ovs.ofctl("dump-group-stats", sw["bridge"], timeout=10))
+        except RunFailed:
+            continue
+        mine, every = mine + a, every + b
+    return round(mine / every, 4) if every else None
+
+
 def summary(per_host):
     done = [p["fraction"] or 0.0 for p in per_host]
     return (round(sum(done) / len(done), 4) if done else 0.0,
@@ -157,6 +200,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
+    share = nonminimal_share(session) if getattr(session, "routing", "minimal") != "minimal" \
+        else 0.0
     if p.returncode not in (0, 1) or not os.path.exists(res_path):
         raise RunFailed(f"the {pattern} job failed (exit {p.returncode}); log: "
                         f"{out_dir}/job.log")
@@ -169,6 +214,7 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
             "size": size, "link_bps": link, "hosts": len(pairs),
             "throughput_fraction": mean, "min_fraction": lowest, "per_host": per_host,
             "utilisation": utilisation(topo, before, after, seconds),
+            "nonminimal_share": share,
             "ceilings": ceilings, "wrong": result["job"]["wrong"],
             "failed_qps": result["job"]["failed_qps"],
             "time_s": round(seconds, 3), "engine": result["engine"],
@@ -189,5 +235,6 @@ def lines(rep, routing=None):
             f"{ceiling['mean']:.3f}, saturation {ceiling['saturation']:.3f}; optimum "
             f"(minimal + Valiant) {c['optimum']['mean']:.3f} / {c['optimum']['saturation']:.3f}",
             f"  link utilisation: local mean {u['local']['mean']} max {u['local']['max']}; "
-            f"global mean {u['global']['mean']} max {u['global']['max']}",
+            f"global mean {u['global']['mean']} max {u['global']['max']}; sent "
+            f"non-minimally: {rep.get('nonminimal_share')}",
             f"  fidelity: {rep['fidelity']['verdict']}"]
