@@ -73,3 +73,11 @@ def test_nonminimal_bytes_are_those_of_the_stamping_buckets():
              " group_id=5,duration=3s,ref_count=1,packet_count=9,byte_count=900,"
              "bucket0:packet_count=9,byte_count=900\n")
     assert patterns.bucket_bytes(groups, stats) == (500, 600)
+
+
+def test_run_refuses_valiant_and_patterns_off_a_dragonfly_before_building(capsys):
+    from emulator.__main__ import main
+    assert main(["run", "-p", "leaf-spine", "--routing", "valiant", "--workload", "none"]) == 2
+    assert "valiant routing is a dragonfly's" in capsys.readouterr().err
+    assert main(["run", "-p", "leaf-spine", "--workload", "permutation"]) == 2
+    assert "permutation needs a fabric of groups" in capsys.readouterr().err
