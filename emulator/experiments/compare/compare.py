@@ -283,10 +283,8 @@ def add_arguments(p):
                         "queue backlog per tier (emulator/experiments/compare/planes.py)")
     from emulator.experiments.compare.lossless_cmp import add_arguments as add_lossless_args
     add_lossless_args(p)
-    p.add_argument("--routing", default=None, metavar="minimal,valiant",
-                   help="instead of modes: a dragonfly's routing modes on --workload "
-                        "adversarial|permutation, each beside its fluid ceiling, seeds "
-                        "--seed.. over --reps (experiments/compare/routing_cmp.py)")
+    from emulator.experiments.compare import routing_cmp
+    routing_cmp.add_arguments(p)
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "

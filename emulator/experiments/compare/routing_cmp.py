@@ -29,6 +29,13 @@ ROUTINGS = ("minimal", "valiant")
 DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops
 
 
+def add_arguments(p):
+    p.add_argument("--routing", default=None, metavar="minimal,valiant",
+                   help="instead of modes: a dragonfly's routing modes on --workload "
+                        "adversarial|permutation, each beside its fluid ceiling, seeds "
+                        "--seed.. over --reps (experiments/compare/routing_cmp.py)")
+
+
 def parse_modes(text):
     modes = [m.strip() for m in text.split(",") if m.strip()]
     for m in modes:
