@@ -108,6 +108,7 @@ def parse_controller(text):
 # the module whose ``main(fabric, args)`` runs each fabric command
 COMMANDS = {"check": "emulator.experiments.check",
             "compare": "emulator.experiments.compare.compare",
+            "compare_routing": "emulator.experiments.compare.routing_cmp",
             "drill": "emulator.experiments.drill.drill",
             "drill_collective": "emulator.experiments.drill.drill_collective",
             "drill_training": "emulator.experiments.drill.drill_training",
@@ -252,6 +253,8 @@ def build_parser():
     add_fabric_args(p)
     compare.add_arguments(p)
     live.add_arguments(p)
+    from emulator.experiments.compare import routing_cmp
+    routing_cmp.add_arguments(p)            # --routing: a dragonfly's routing modes
 
     from emulator.experiments.ui import cli as ui_cli
     p = sub.add_parser("ui", help="a finished run's page (report.html), served on 127.0.0.1 "
@@ -379,6 +382,8 @@ def main(argv=None):
                     else "drill_collective"
             if args.command == "drill" and getattr(args, "chaos", False):
                 name = "drill_chaos"            # random faults under the probes
+            if name == "compare" and getattr(args, "routing", None):
+                name = "compare_routing"        # compare --routing: a dragonfly's modes
             command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset

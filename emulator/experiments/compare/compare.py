@@ -283,8 +283,6 @@ def add_arguments(p):
                         "queue backlog per tier (emulator/experiments/compare/planes.py)")
     from emulator.experiments.compare.lossless_cmp import add_arguments as add_lossless_args
     add_lossless_args(p)
-    from emulator.experiments.compare import routing_cmp
-    routing_cmp.add_arguments(p)
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
@@ -353,9 +351,6 @@ def main(fabric, args, out=print):
     """``emulator compare``: returns the exit status."""
     from emulator.experiments.workloads.collective import parse_sizes
     from emulator.dataplane.session import make_results_dir, write_json
-    if getattr(args, "routing", None):             # before the queue default: its own
-        from emulator.experiments.compare import routing_cmp
-        return routing_cmp.main(fabric, args, out)
     if getattr(args, "queue_ms", None) is None:
         args.queue_ms = 30.0 if getattr(args, "lossless", None) else 2000.0
     if getattr(args, "lossless", None):

@@ -40,9 +40,10 @@ def parse_modes(text):
     modes = [m.strip() for m in text.split(",") if m.strip()]
     for m in modes:
         if m == "ugal":
-            raise ConfigError("--routing", "ugal needs the data plane's adaptive routing "
-                                           "stage (live queue depth at the source switch), "
-                                           "which this build does not have: use minimal,valiant")
+            raise ConfigError("--routing", "ugal is not built yet: it needs the data plane's "
+                                           "adaptive stage to choose per flowlet between the "
+                                           "minimal and a Valiant candidate by live queue "
+                                           "depth (docs/fabrics.md); use minimal,valiant")
         if m not in ROUTINGS:
             raise ConfigError("--routing", f"unknown routing {m!r} (one of "
                                            f"{', '.join(ROUTINGS)})")
