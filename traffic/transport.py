@@ -34,9 +34,11 @@ stays in its *window* until the responder acknowledges it.
   lost stops resending.
 - ``ooo``: a responder that places packets out of order (the NICs that
   spray one QP over many paths, with direct data placement) accepts any
-  PSN ahead of the expected one once, ACKs only the in-order prefix and
-  never NAKs: reordering is not loss there; a real loss is recovered by
-  the requester's timer.
+  PSN ahead of the expected one once and ACKs only the in-order prefix.
+  Reordering is not loss there, so it NAKs a gap only once ``ooo_window``
+  packets have been placed beyond it (a loss, not a late packet); without
+  that, every frame lost with a dead link waited out the requester's timer
+  (seconds with deep queues).
 
 PSNs are 24-bit and compared in serial-number arithmetic (``psn_diff``).
 Packets are opaque to this module: the requester hands back what it was
@@ -65,14 +67,17 @@ class RcParams:
     backoff_cap: int = 3           # the timer doubles per timeout, up to 2**cap times
     ack_every: int = 32            # responder: one ACK per this many in-order packets
     ack_delay_ns: int = 8_000_000  # ... or this long after the first unacknowledged one
+    ooo_window: int = 64           # ooo responder: a gap this many packets old is a loss
 
     def __post_init__(self):
         if not 0 <= self.timeout_exp <= 31:
             raise ValueError("timeout_exp: 0..31 (4.096 us * 2**exp)")
         if not 0 <= self.retry_cnt <= 7:
             raise ValueError("retry_cnt: 0..7 (a 3-bit field in the QP context)")
-        if self.backoff_cap < 0 or self.ack_every < 1 or self.ack_delay_ns < 0:
-            raise ValueError("backoff_cap >= 0, ack_every >= 1 and ack_delay_ns >= 0 required")
+        if self.backoff_cap < 0 or self.ack_every < 1 or self.ack_delay_ns < 0 or \
+                self.ooo_window < 1:
+            raise ValueError("backoff_cap >= 0, ack_every >= 1, ack_delay_ns >= 0 and "
+                             "ooo_window >= 1 required")
 
     @staticmethod
     def exp_for(seconds):
@@ -241,6 +246,10 @@ class Responder:
             self.ahead.add(psn)
             if ackreq:
                 self.ahead_ackreq.add(psn)
+            if not self.nak_sent and len(self.ahead) >= self.p.ooo_window:
+                self.nak_sent = True            # the gap outlived any reordering
+                self.naks += 1
+                return self.ACCEPT, ("nak", self.expected)
             return self.ACCEPT, None
         if self.nak_sent:
             return self.OUT_OF_SEQUENCE, None

@@ -241,6 +241,19 @@ def test_out_of_order_responder_places_ahead_and_acks_the_prefix():
     assert s.naks == 0 and s.expected == 3
 
 
+def test_out_of_order_responder_naks_a_gap_older_than_its_window_once():
+    s = Responder(params(ack_every=100, ooo_window=3), ooo=True)
+    assert s.data(1, 0) == (Responder.ACCEPT, None)
+    assert s.data(2, 0) == (Responder.ACCEPT, None)
+    assert s.data(3, 0) == (Responder.ACCEPT, ("nak", 0))  # 3 placed past the gap: lost
+    assert s.data(4, 0) == (Responder.ACCEPT, None)        # one NAK per gap
+    assert s.data(0, 0) == (Responder.ACCEPT, None)        # the go-back fills it
+    assert s.expected == 5 and s.naks == 1
+    assert s.data(6, 0) == (Responder.ACCEPT, None)        # a new gap: NAK allowed again
+    assert s.data(7, 0) == (Responder.ACCEPT, None)
+    assert s.data(8, 0) == (Responder.ACCEPT, ("nak", 5))
+
+
 def test_an_ackreq_that_came_out_of_order_is_answered_when_the_gap_fills():
     """A sprayed message's last packet (AckReq) overtakes an earlier one: the ACK
     is due when the gap fills, not a coalescing delay later (the receiver may be
