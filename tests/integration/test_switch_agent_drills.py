@@ -79,7 +79,9 @@ def test_a_job_drill_runs_the_model_on_the_jobs_clock(tmp_path):
                  "--size-scale", "40", "--fault", "leaf1-spine1", "--hold", "3",
                  "--failover", "controller", "--switch-agent", "hardware", "--repeat", "1",
                  "--results", str(tmp_path), timeout=400)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    # exit 1 when the job died: the stretched repair can outlast the QPs' retries
+    # (whether it does is the measurement; this test is about the model's clock)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-2000:]
     assert "time scale r/s" in p.stdout and "slowdown med" in p.stdout
     (doc_path,) = list(tmp_path.glob("drill-*/drill.json"))
     doc = json.loads(doc_path.read_text())
@@ -91,7 +93,8 @@ def test_a_job_drill_runs_the_model_on_the_jobs_clock(tmp_path):
     assert abs(scales["detect_emulated_ms"] - k * scales["detect_real_ms"]) < 0.01
     (mode,) = doc["modes"]
     (rep,) = mode["repeats"]
-    assert rep["slowdown"] is not None and rep["job_died"] is False
+    assert rep["slowdown"] is not None
+    assert rep["job_died"] is (p.returncode == 1)
     # installed at the switches' pace, then the job's clock: the cut's port status went
     # to the controller (event + latency) x k after the switch emitted it
     log = os.path.join(mode["results_dir"], "agent.jsonl")
