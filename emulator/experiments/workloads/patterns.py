@@ -161,13 +161,10 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     """Run ``pattern`` on the session's fabric (one job-engine process for every host);
     return its report (results.json ``pattern``)."""
     import json
-    import subprocess
-    import sys
     import time
-    from emulator.dataplane.session import REPO
     from emulator.errors import RunFailed
     from emulator.experiments.watch import Watch
-    from emulator.experiments.workloads.training import job_fidelity
+    from emulator.experiments.workloads.training import job_fidelity, run_engine
     topo, net = session.topo, session.net
     pairs = pairs_for(session.fabric, pattern, seed)
     link = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])
@@ -184,26 +181,14 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     before = net.intf_counters()
     watch = Watch(session).start()
     t0 = time.monotonic()
-    with open(os.path.join(out_dir, "job.log"), "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
-                              "--out", res_path], cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT)
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RunFailed(f"the {pattern} job did not finish within {timeout:.0f}s "
-                            f"(log: {out_dir}/job.log)")
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+    rc = run_engine(cfg_path, res_path, out_dir, timeout, f"{pattern} job")
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
     share = nonminimal_share(session) if getattr(session, "routing", "minimal") != "minimal" \
         else 0.0
-    if p.returncode not in (0, 1) or not os.path.exists(res_path):
-        raise RunFailed(f"the {pattern} job failed (exit {p.returncode}); log: "
+    if rc not in (0, 1) or not os.path.exists(res_path):
+        raise RunFailed(f"the {pattern} job failed (exit {rc}); log: "
                         f"{out_dir}/job.log")
     with open(res_path) as f:
         result = json.load(f)

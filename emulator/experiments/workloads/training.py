@@ -89,10 +89,30 @@ def job_config(session, job, extra):
     return cfg
 
 
+
+def run_engine(cfg_path, res_path, out_dir, timeout, what):
+    """The job engine (``python -m traffic job``) on ``cfg_path``, writing
+    ``res_path``, its log in ``out_dir``/job.log; returns its exit status.
+    RunFailed (the engine killed) past ``timeout`` seconds; ``what`` names it."""
+    from emulator.dataplane.session import REPO
+    with open(os.path.join(out_dir, "job.log"), "w") as log:
+        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
+                              "--out", res_path], cwd=REPO, stdout=log,
+                             stderr=subprocess.STDOUT)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RunFailed(f"the {what} did not finish within {timeout:.0f}s "
+                            f"(log: {out_dir}/job.log)")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    return p.returncode
+
 def run_job(session, job, extra, progress=print, faulted=()):
     """Run ``job`` on ``session``'s fabric; returns the ``training`` document.
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill)."""
-    from emulator.dataplane.session import REPO
     from emulator.experiments.watch import Watch
     out_dir = os.path.join(session.dir, "training")
     os.makedirs(out_dir, exist_ok=True)
@@ -109,22 +129,10 @@ def run_job(session, job, extra, progress=print, faulted=()):
              f"{est['iteration_s']:.1f}s per iteration")
     watch = Watch(session).start()
     t0 = time.monotonic()
-    with open(os.path.join(out_dir, "job.log"), "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
-                              "--out", res_path], cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT)
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RunFailed(f"the training job did not finish within {timeout:.0f}s "
-                            f"(log: {out_dir}/job.log)")
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+    rc = run_engine(cfg_path, res_path, out_dir, timeout, "training job")
     watch.stop()
-    if p.returncode not in (0, 1) or not os.path.exists(res_path):
-        raise RunFailed(f"the training job failed (exit {p.returncode}); log: "
+    if rc not in (0, 1) or not os.path.exists(res_path):
+        raise RunFailed(f"the training job failed (exit {rc}); log: "
                         f"{out_dir}/job.log")
     with open(res_path) as f:
         result = json.load(f)
