@@ -7,6 +7,7 @@ restore of the class's DSCP with a valid checksum and ICRC."""
 LAYOUT_INDEPENDENT = True
 
 import struct
+import time
 from contextlib import contextmanager
 
 from emulator.dataplane import bpf
@@ -167,6 +168,18 @@ def test_a_dead_candidate_is_skipped_at_the_next_packet():
             set_down(ms, j)
         out = bpf.test_run(fd, roce(0xC000))[1]
         assert dscp(out) == 26                               # all dead: left to the route
+
+
+def test_a_candidate_told_down_from_a_later_time_is_used_until_then():
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        first = port_of(bpf.test_run(fd, roce(0xC000))[1])
+        k = PORTS.index(first)
+        later = time.monotonic_ns() + 3600 * SEC             # the detection delay not over
+        set_down(ms, k, t_ns=later)
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) == first
+        assert get_port(ms, k)["evac_ns"] == 0
+        set_down(ms, k, t_ns=time.monotonic_ns())            # over: skipped from now on
+        assert port_of(bpf.test_run(fd, roce(0xC000))[1]) != first
 
 
 def test_packet_mode_picks_the_shortest_queue_for_every_packet():

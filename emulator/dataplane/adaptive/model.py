@@ -53,7 +53,7 @@ PORT_FIELDS = [("in", "q"), ("out", "q"), ("sent", "q"), ("sent_in", "q"), ("sen
                ("react_n", "Q"), ("react_max", "Q"), ("mark", "Q"), ("frame", "Q"),
                ("half_ns", "Q"), ("load_full", "Q"), ("limit", "q")]
 PORT_NAMES = [n for n, _ in PORT_FIELDS]
-CONTROL_FIELDS = [("down", "Q"), ("down_ns", "Q"), ("corr", "q"), ("spare", "Q")]
+CONTROL_FIELDS = [("down", "Q"), ("down_ns", "Q"), ("corr", "q"), ("late", "Q")]
 CONFIG_FIELDS = [("sw", "Q"), ("up_key", "q"), ("decide", "Q"), ("mode", "Q"), ("dscp", "Q"),
                  ("flowlet_ns", "Q"), ("pend_ns", "Q"), ("key", "q"), ("move_band", "Q")]
 ROUTE_KEY = struct.Struct("<II")          # struct ar_route_key: sw, dst (network order)
@@ -111,10 +111,13 @@ def timers(frame_bytes, rate_bps, flowlet_frames=FLOWLET_FRAMES):
             "load_full": int(rate_bps / 8 * half / 1e9 / math.log(2))}
 
 
-def _adjacency(topo):
-    """{switch: [(port, peer switch)]} over switch-to-switch links."""
+def _adjacency(topo, dead=frozenset()):
+    """{switch: [(port, peer switch)]} over switch-to-switch links; a link with an
+    end in ``dead`` {(switch, port)} is left out."""
     names = {s["name"] for s in topo["switches"]}
-    return {s["name"]: [(p["port"], p["peer"]) for p in s["ports"] if p["peer"] in names]
+    return {s["name"]: [(p["port"], p["peer"]) for p in s["ports"] if p["peer"] in names
+                        and (s["name"], p["port"]) not in dead
+                        and (p["peer"], p["peer_port"]) not in dead]
             for s in topo["switches"]}
 
 
@@ -132,10 +135,11 @@ def _distances(adj, start, edge):
     return dist
 
 
-def routes(topo):
+def routes(topo, dead=frozenset()):
     """{(switch, host ip): (candidate port, ...)} for every route with several
-    shortest next hops (sorted ports), at switches that are not a NIC."""
-    adj = _adjacency(topo)
+    shortest next hops (sorted ports), at switches that are not a NIC; over the
+    links without an end in ``dead`` {(switch, port)}."""
+    adj = _adjacency(topo, dead)
     edge = {s["name"] for s in topo["switches"] if s["kind"] == "nic"}
     out, cache = {}, {}
     for host in topo["hosts"]:
@@ -173,6 +177,20 @@ def plan(topo):
     for sw, p in tracked:
         mark(p, f"{sw} ")
     return {"tracked": tracked, "deciders": sorted(deciders), "routes": rts}
+
+
+def repaired(topo, plan_, keys, dead):
+    """The routes once the control plane has routed around the ports ``dead``
+    {(switch, port)}: the shortest paths over the live links, kept to the
+    installed stage (routes it decides, candidates it tracks in ``keys``).  A
+    route left with fewer than two candidates is None: the controller's own
+    route holds."""
+    now = routes(topo, dead)
+    out = {}
+    for key in plan_["routes"]:
+        live = tuple(p for p in now.get(key, ()) if (key[0], p) in keys)
+        out[key] = live if len(live) >= 2 else None
+    return out
 
 
 def reading(entries, downs=None):

@@ -59,6 +59,10 @@ class AdaptiveStage:
         self.slots = []                 # (prog array, key) filled in a chain
         self.downs = {}                 # port name -> ns it was told down
         self.started_ns = None
+        self.routes = dict(self.plan["routes"])   # as installed now (None: withdrawn)
+        self.follower = None            # adaptive.repair: the control plane's pushes
+        self.settled = {}               # key -> bytes decided towards it never sent, counted
+        self.cuts = []                  # per dead port come back: what its cut lost
 
     @classmethod
     def for_session(cls, session):
@@ -86,6 +90,10 @@ class AdaptiveStage:
                     flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,
                     chain=chain).install()
         session.progress(stage.describe())
+        log = getattr(session.controller, "log_path", None)
+        if session.failover != "none" and log:
+            from emulator.dataplane.adaptive.repair import RepairFollower
+            stage.follower = RepairFollower(stage, session.topo, log).start()
         return stage
 
     def describe(self):
@@ -196,6 +204,34 @@ class AdaptiveStage:
                            name=f"ar_eg{key}", parent=TC_EGRESS, classid=1,
                            direct_action=True, prio=TC_PRIO)
 
+    def _write_route(self, key, ports):
+        m = self.maps["ar_routes"]
+        k = model.route_key(self.sw_index[key[0]], key[1])
+        if ports is None:
+            m.delete(k)
+            return
+        keys = [self.keys[(key[0], q)] for q in ports]
+        m.update(k, model.ROUTE.pack(len(keys), *keys, *[0] * (model.MAX_CAND - len(keys))))
+
+    def set_routes(self, routes):
+        """Install ``routes`` {(switch, ip): ports, or None to leave the route to
+        the controller's group}; returns the candidates ``withdrawn`` and
+        ``restored`` and the ``routes`` changed."""
+        out = {"withdrawn": 0, "restored": 0, "routes": 0}
+        if "ar_routes" not in self.maps:
+            return out
+        for key, ports in routes.items():
+            old = self.routes.get(key)
+            if old == ports:
+                continue
+            self._write_route(key, ports)
+            self.routes[key] = ports
+            before, after = set(old or ()), set(ports or ())
+            out["withdrawn"] += len(before - after)
+            out["restored"] += len(after - before)
+            out["routes"] += 1
+        return out
+
     # ---- the detection model's news ---------------------------------------
 
     def link_news(self, ports, down, t_ns):
@@ -210,13 +246,33 @@ class AdaptiveStage:
             k = self.keys.get(tuple(tp))
             if k is None:
                 continue
+            name = f"{tp[0]}:{tp[1]}"
             corr = 0
             if not down:
                 e = dict(zip(model.PORT_NAMES, PORT.unpack(self.maps["ar_ports"].lookup(k))))
                 corr = e["in"] - e["out"]
+                self._settle(k, name, e,
+                             dict(zip(CONTROL.names, CONTROL.unpack(ctl.lookup(k)))))
             ctl.update(k, CONTROL.pack(int(down), t_ns if down else 0, corr, 0))
             if down:
-                self.downs[f"{tp[0]}:{tp[1]}"] = t_ns
+                self.downs[name] = t_ns
+
+    def _settle(self, k, name, e, c):
+        """A dead port comes back: what its cut lost of the frames decided towards
+        it, bytes decided that never reached its egress since the last settling,
+        split into those decided before the cut (still inside this emulator's
+        switch, in Open vSwitch's backlog, when the link went) and those decided
+        between the cut and the modelled detection (``late``)."""
+        unsent = e["sent"] - e["sent_in"]
+        lost = max(0, unsent - self.settled.get(k, 0))
+        self.settled[k] = unsent
+        if c["down"] and name in self.downs:
+            size = e["sent"] / e["frames"] if e["frames"] else self.frame
+            late = min(c["late"], lost)
+            self.cuts.append({"port": name, "down_ns": self.downs[name],
+                              "lost_frames": round(lost / size),
+                              "before_cut_frames": round((lost - late) / size),
+                              "in_detection_frames": round(late / size)})
 
     # ---- reading -------------------------------------------------------------
 
@@ -254,10 +310,17 @@ class AdaptiveStage:
             s["flowlets"] += pr["flowlets"]
             s["moved"] += pr["moved_in"]
             s["ports"][name.split(":")[1]] = pr
-        return {"mode": self.mode, "flowlet_frames": self.flowlet_frames,
-                "dscp": self.dscp, "routes": len(self.plan["routes"]),
-                "frames": r["frames"], "flowlets": r["flowlets"], "moved": r["moved"],
-                "switches": per_switch}
+        out = {"mode": self.mode, "flowlet_frames": self.flowlet_frames,
+               "dscp": self.dscp, "routes": len(self.plan["routes"]),
+               "frames": r["frames"], "flowlets": r["flowlets"], "moved": r["moved"],
+               "switches": per_switch}
+        if self.cuts:
+            out["cuts"] = self.cuts
+        if self.follower is not None:
+            out["repairs"] = [{"after_push_ms": round((e["t_ns"] - e["t_done_ns"]) / 1e6, 3),
+                               **{k: e[k] for k in ("withdrawn", "restored", "routes")}}
+                              for e in self.follower.events]
+        return out
 
     # ---- teardown -------------------------------------------------------------
 
@@ -280,6 +343,8 @@ class AdaptiveStage:
 
     def close(self, session):
         try:
+            if self.follower is not None:
+                self.follower.stop()
             session.results["adaptive"] = self.summary()
         finally:
             session.teardown_errors += [f"adaptive routing: {e}" for e in self.remove()]

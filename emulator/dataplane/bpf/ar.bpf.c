@@ -74,7 +74,8 @@ struct ar_ctl {
 	__u64 down;             /* its carrier is down (the detection model said so) */
 	__u64 down_ns;          /* since when */
 	__s64 corr;             /* bytes counted in that will never come out */
-	__u64 spare;
+	__u64 late;             /* bytes decided towards it between the cut (the entry
+	                         * written) and down_ns: the detection delay's loss */
 };
 
 struct ar_route_key {
@@ -146,11 +147,14 @@ static __always_inline struct ar_ctl *ctl(__u32 key)
 	return bpf_map_lookup_elem(&ar_ctls, &key);
 }
 
-static __always_inline int is_down(__u32 key)
+/* Down from down_ns on: the detection model writes the entry at the cut with
+ * the time its delay ends, so the switch acts at that time to the nanosecond,
+ * however late the writer runs. */
+static __always_inline int is_down(__u32 key, __u64 now)
 {
 	struct ar_ctl *c = ctl(key);
 
-	return c && c->down;
+	return c && c->down && now >= c->down_ns;
 }
 
 /* The decaying load of ``p`` at ``now`` (halved every half_ns). */
@@ -276,7 +280,7 @@ static __noinline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
 		c = ctl(r->keys[i]);
 		if (!p || !c)
 			continue;
-		if (c->down) {
+		if (c->down && now >= c->down_ns) {
 			if (p->evac_ns < c->down_ns)
 				p->evac_ns = now;
 			continue;
@@ -335,6 +339,7 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 	struct ar_flowlet *fl = NULL;
 	struct ar_route *r;
 	struct ar_port *p, *old;
+	struct ar_ctl *c;
 	__u64 now, bq, cur;
 	__s64 choice = -1;
 	__u32 slot;
@@ -357,7 +362,7 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 		if (!fl)
 			return;
 		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key) &&
-		    !is_down(fl->key)) {
+		    !is_down(fl->key, now)) {
 			choice = fl->key;
 			if (!cfg.move_band)
 				goto send;
@@ -405,6 +410,9 @@ send:
 	__sync_fetch_and_add(&p->sent, len);
 	__sync_fetch_and_add(&p->frames, 1);
 	p->sent_ns = now;
+	c = ctl(choice);
+	if (c && c->down)               /* cut, not yet detected */
+		__sync_fetch_and_add(&c->late, len);
 	if ((void *)&ip->check + sizeof(ip->check) > data_end)
 		return;
 	set_dscp(ip, p->mark);

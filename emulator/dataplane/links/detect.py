@@ -23,9 +23,11 @@ each end itself, as its PHY would:
   ``revalidator/purge`` after the barrier was measured and bought nothing
   (longest gap median 17.1 ms with it, 16.7 ms without, 8 repeats each).
 
-At the same instant the switch's data plane hears it: the adaptive-routing
-stage (``--lb dlb|packet``, dataplane.adaptive) skips the port from the next
-frame.  Restoring the link clears the config bit the same way.  Every notification
+The switch's data plane acts at the same modelled instant: the adaptive-routing
+stage (``--lb dlb|packet``, dataplane.adaptive) is told at the cut when the
+delay ends, and its programs skip the port from the first frame after that
+time (they read the clock themselves: a late wake-up of this process, a few ms
+on a loaded machine, does not stretch the data plane's detection).  Restoring the link clears the config bit the same way.  Every notification
 is logged with CLOCK_MONOTONIC ns: sent, and acknowledged by the switch.
 
 What it does not model: the far end of a one-sided cut learns at the same
@@ -207,13 +209,16 @@ class Detector:
         """
         if down and t_cut_ns is not None:
             due = t_cut_ns + int(self.delay_s * 1e9)
+            for listener in self.listeners:      # the data plane acts at ``due`` itself
+                listener(ports, down, due)
             while self.clock() < due:
                 left = (due - self.clock()) / 1e9
                 if left > 0.0015:
                     time.sleep(left - 0.001)     # sleep most of it, spin the last ms
         t_sent = self.clock()
-        for listener in self.listeners:
-            listener(ports, down, t_sent)
+        if not (down and t_cut_ns is not None):
+            for listener in self.listeners:
+                listener(ports, down, t_sent)
         pending = []
         for sw, port in ports:
             bridge, mac = self._ports[(sw, port)]

@@ -71,11 +71,22 @@ class Watch:
             if e is None or down is None:
                 continue               # not a candidate of any route here
             r = {"port": name, "detect_ms": round((down - cut["t_cut_ns"]) / 1e6, 3)}
+            lost = next((c for c in self.stage.cuts if c["port"] == name
+                         and c["down_ns"] == down), None)
+            if lost:                 # its frames lost: decided before the cut, or after
+                r["lost_before_cut_frames"] = lost["before_cut_frames"]
+                r["lost_in_detection_frames"] = lost["in_detection_frames"]
             if e["evac_ns"] >= down:
                 r["reaction_ms"] = round((e["evac_ns"] - down) / 1e6, 3)
                 r["first_elsewhere_after_cut_ms"] = round((e["evac_ns"] - cut["t_cut_ns"])
                                                           / 1e6, 3)
             out.append(r)
+        f = self.stage.follower
+        pushed = [e for e in (f.events if f else ()) if e["withdrawn"]
+                  and e["t_ns"] >= cut["t_cut_ns"]]
+        if pushed and out:           # the control plane's repair reached the stage
+            out[0]["withdrawn_after_cut_ms"] = round((pushed[0]["t_ns"] - cut["t_cut_ns"])
+                                                     / 1e6, 3)
         return out
 
 
@@ -92,18 +103,30 @@ def is_local(path, events, topo):
 def split(repeats, events, topo):
     """The summary's ``adaptive`` part: loss windows of local and remote crossing
     flows, and the data plane's reactions."""
-    local, remote = [], []
+    local, remote, after = [], [], []
     for r in repeats:
+        mine = []
         for f in r["flows"].values():
             if f["crosses"] and f.get("path"):
-                (local if is_local(f["path"], events, topo) else remote).append(
-                    f["loss_window_ms"])
+                (mine if is_local(f["path"], events, topo) else remote).append(f)
+        local += [f["loss_window_ms"] for f in mine]
+        before = sum(x.get("lost_before_cut_frames", 0) for x in r.get("adaptive", []))
+        if mine and any("lost_before_cut_frames" in x for x in r.get("adaptive", [])):
+            lost = sum(f["fault_lost_packets"] for f in mine)
+            ms_per = sum(f["loss_window_ms"] for f in mine) / lost if lost else 0
+            after.append(round(max(0, lost - before) * ms_per / len(mine), 3))
+    remote = [f["loss_window_ms"] for f in remote]
     react = [x for r in repeats for x in r.get("adaptive", []) if "reaction_ms" in x]
     return {"local_loss_window_ms": stats(local), "remote_loss_window_ms": stats(remote),
             "reaction_ms": stats([x["reaction_ms"] for x in react]),
             "first_elsewhere_after_cut_ms": stats([x["first_elsewhere_after_cut_ms"]
                                                    for x in react]),
-            "detect_ms": stats([x["detect_ms"] for x in react])}
+            "detect_ms": stats([x["detect_ms"] for x in react]),
+            "withdrawn_after_cut_ms": stats([x["withdrawn_after_cut_ms"] for x in react
+                                             if "withdrawn_after_cut_ms" in x]),
+            "lost_before_cut_frames": stats([x["lost_before_cut_frames"] for x in react
+                                             if "lost_before_cut_frames" in x]),
+            "local_after_cut_ms": stats(after)}
 
 
 def lines(results):
@@ -123,4 +146,13 @@ def lines(results):
         out.append(f"[{r['mode']}] reaction to carrier loss: detection {med('detect_ms')} ms, "
                    f"then the first frame on another uplink after {med('reaction_ms')} ms "
                    f"(from the cut: {med('first_elsewhere_after_cut_ms')} ms)")
+        if a.get("lost_before_cut_frames"):
+            out.append(f"[{r['mode']}] of those flows' frames lost at the dead uplink, "
+                       f"decided before the cut (still in Open vSwitch's backlog when the "
+                       f"link went): {med('lost_before_cut_frames')}; their loss window "
+                       f"without them: {med('local_after_cut_ms')} ms")
+        if a.get("withdrawn_after_cut_ms"):
+            out.append(f"[{r['mode']}] the control plane's repair withdrew the dead path's "
+                       f"candidates at the remote switches {med('withdrawn_after_cut_ms')} "
+                       "ms after the cut")
     return out
