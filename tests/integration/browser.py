@@ -9,9 +9,11 @@ no client library is needed.  ``Browser()`` starts chromedriver on a free
 
 import base64
 import json
+import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +31,10 @@ def _free_port():
 class Browser:
     def __init__(self, timeout=30):
         self.port = _free_port()
+        # the profile and Chromium's scratch directories in one place, removed at close
+        self.tmp = tempfile.mkdtemp(prefix="fabric-lab-browser-")
         self.proc = subprocess.Popen([DRIVER, f"--port={self.port}"],
+                                     env={**os.environ, "TMPDIR": self.tmp},
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.base = f"http://127.0.0.1:{self.port}"
         self.session = None
@@ -43,7 +48,8 @@ class Browser:
                 "browserName": "chrome",
                 "goog:chromeOptions": {"binary": CHROMIUM, "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1400,1000"]}}}}
+                    "--disable-dev-shm-usage", "--window-size=1400,1000",
+                    f"--user-data-dir={self.tmp}/profile"]}}}}
             self.session = self._call("POST", "/session", caps, timeout=60)["sessionId"]
         except BaseException:
             self.close()
@@ -103,3 +109,4 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+            shutil.rmtree(self.tmp, ignore_errors=True)

@@ -4,6 +4,8 @@
   whose own leaf decides leave the dead uplink within the detection delay and
   a few packets, timestamped in the data plane; the flows only a remote switch
   could save lose the whole fault;
+- the same cut with the controller repairing: the remote leaf's data plane
+  stops using the dead path once the controller's push has reached it;
 - a lossless fabric: the stage's program runs after PFC's on every interface
   (one XDP program per interface, chained) and the collective is whole;
 - a competing stream mid-collective: the data plane moves the collective off
@@ -42,6 +44,23 @@ def test_a_dead_uplink_is_left_by_the_deciding_switch_alone(tmp_path):
     assert a["detect_ms"]["median"] >= 0.9                  # the modelled 1 ms
     assert m["summary"]["non_crossing_lost_packets"] == 0
     assert "flows whose own switch decides" in out and "reaction to carrier loss" in out
+
+
+def test_the_remote_leaf_drops_the_dead_path_once_the_controller_has_repaired(tmp_path):
+    out = emulator(tmp_path, "drill", *SMALL, "-P", "hosts_per_leaf=1", "--lb", "packet",
+                   "--failover", "controller", "--repeat", "1")
+    doc = json.loads(next(tmp_path.glob("drill-*/drill.json")).read_text())
+    m = doc["modes"][0]
+    a = m["summary"]["adaptive"]
+    # leaf2's route to h1 loses spine1 with the controller's push, not before it
+    conv = m["repeats"][0]["controller"]
+    assert a["withdrawn_after_cut_ms"]["n"] == 1, a
+    assert a["withdrawn_after_cut_ms"]["median"] >= a["detect_ms"]["median"], a
+    # the flows into leaf1 through spine1 lose until then: not the fault's whole second
+    assert a["remote_loss_window_ms"]["max"] <= 300.0, (a, conv)
+    # the dead uplink's loss, split: decided before the cut, or during the detection
+    assert a["lost_before_cut_frames"]["n"] == 1, a
+    assert "withdrew the dead path's candidates" in out
 
 
 def test_on_a_lossless_fabric_the_stage_follows_pfc_on_every_interface(tmp_path):
