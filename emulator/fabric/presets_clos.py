@@ -1,4 +1,4 @@
-"""More Clos presets: three-tier, dual-link, dual-ToR, dual-plane, multi-plane.
+"""More Clos presets: three-tier, dual-link, dual-ToR, dual-plane, rail-only, rail-optimized.
 
 Each returns the same ``Fabric`` a file would (``show --yaml`` writes it out)
 and takes an ``oversubscription`` parameter (docs/fabrics.md has pictures).
@@ -26,10 +26,15 @@ facing lower tiers come first (``eth1..``), then its uplinks.
   uplinks only to plane-1 spines, ToR B only to plane-2 spines; ``planes=1``
   is the single-plane fabric with the same switches and ToR capacity (each
   ToR uplinks to every spine).
-* multi-plane (rail-optimized, DeepSeek-V3 / Baidu AIPod style): every host
-  has ``planes`` NICs, NIC i-1 (``eth<i-1>``) on plane i; each plane is its
-  own leaf-spine; planes meet only inside hosts (addressing gives hosts /32
-  routes: traffic for another rail leaves through that rail's NIC).
+* rail-only (Wang et al. 2023; ``multi-plane`` is its former name, kept):
+  every host has ``planes`` NICs, NIC i-1 (``eth<i-1>``) on plane (rail) i;
+  each plane is its own leaf-spine; planes meet only inside hosts, through
+  their HB domain (``hb_rate`` per GPU, the data plane's ``links.hb``;
+  addressing gives hosts /32 routes: traffic for another rail leaves
+  through that rail's NIC).
+* rail-optimized (DGX SuperPOD, DeepSeek-V3 / Baidu AIPod style): the same
+  hosts, NICs and rail leaves, every leaf uplinked to every one of
+  ``spines`` shared spines: any NIC reaches any NIC through the network.
 """
 
 from emulator.errors import ConfigError
@@ -227,24 +232,39 @@ def dual_plane(**given):
     return _dual_tor("dual-plane", DUAL_PLANE, given)
 
 
-MULTI_PLANE = (
-    Param("planes", "int", 2, 1, 8, "planes (rails): NICs per host"),
+RAIL_ONLY = (
+    Param("planes", "int", 2, 1, 8, "planes (rails): NICs (GPUs) per host"),
     Param("spines_per_plane", "int", 2, 1, 16, "spines in each plane"),
     Param("leaves_per_plane", "int", 2, 1, 32, "leaves (rail switches) in each plane"),
     Param("hosts_per_leaf", "int", 2, 1, 32, "hosts under each leaf (one NIC each)"),
 ) + _rates(
     Param("uplink_rate", "rate", "40Mbps", doc="leaf <-> spine link rate"),
     Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
+    Param("hb_rate", "rate", None, doc="a GPU's high-bandwidth (NVLink) domain rate, "
+          "which carries the cross-rail hop; default 8 x host_rate"),
 )
+HB_FACTOR = 8                   # NVLink per GPU over its NIC (H100: 450 over 50 GB/s, ~9)
+HB_MAX_BPS = 2e9                # one host's HB link (planes x hb_rate): what a veth's
+                                # shaper and the job engine can pace on this machine
 
 
-def multi_plane(**given):
-    """Hosts with one NIC per plane; each plane its own leaf-spine (rail-optimized)."""
-    v = resolve_params("multi-plane", MULTI_PLANE, given)
+def rail_only(**given):
+    """Hosts with one NIC per rail; each rail its own leaf-spine (see ``_rail_only``)."""
+    return _rail_only("rail-only", given)
+
+
+def _rail_only(preset, given):
+    """Hosts with one NIC per rail; each rail its own leaf-spine (rail-only, Wang et al.).
+
+    Rails share no switch: a GPU reaches another rail through its host's HB
+    domain (``hb_rate``; the data plane's ``links.hb`` link), then that rail's
+    NIC (NCCL's PXN)."""
+    v = resolve_params(preset, RAIL_ONLY, given)
     N, S, L, H = (v[k] for k in ("planes", "spines_per_plane", "leaves_per_plane",
                                  "hosts_per_leaf"))
-    rate_for_ratio("multi-plane", v, given, "uplink_rate", "oversubscription",
+    rate_for_ratio(preset, v, given, "uplink_rate", "oversubscription",
                    H * v["host_rate"], S)
+    hb_rate(preset, v)
     nodes = [Node(f"h{k}", "host") for k in range(1, L * H + 1)]
     links = []
     for p in range(1, N + 1):
@@ -261,8 +281,66 @@ def multi_plane(**given):
               for p in range(1, N + 1) for l in range(1, L + 1)]
     nodes += [Node(f"spine{(p - 1) * S + j}", "spine", plane=p)
               for p in range(1, N + 1) for j in range(1, S + 1)]
-    name = f"multi-plane-{N}p{S}s{L}l{H}h"
-    return Fabric(name, tuple(nodes), tuple(links), param_values(MULTI_PLANE, v))
+    name = f"{preset}-{N}p{S}s{L}l{H}h"
+    return Fabric(name, tuple(nodes), tuple(links), param_values(RAIL_ONLY, v))
+
+
+def hb_rate(preset, v):
+    """Resolve ``hb_rate`` (default HB_FACTOR x host_rate) and check the host's HB link fits."""
+    if v["hb_rate"] is None:
+        v["hb_rate"] = HB_FACTOR * v["host_rate"]
+    if v["hb_rate"] <= 0:
+        raise ConfigError(f"preset {preset}: hb_rate", "must be above 0 (e.g. 320Mbps)")
+    if v["planes"] * v["hb_rate"] > HB_MAX_BPS:
+        raise ConfigError(f"preset {preset}: hb_rate", f"planes x hb_rate = "
+                          f"{v['planes'] * v['hb_rate'] / 1e6:g} Mbit/s is above the "
+                          f"{HB_MAX_BPS / 1e6:g} Mbit/s one host's HB link can be paced at "
+                          "here: lower hb_rate (or host_rate, whose 8x is the default)")
+
+
+def multi_plane(**given):
+    """``rail-only`` under its former name (same fabric, named ``multi-plane-...``)."""
+    return _rail_only("multi-plane", given)
+
+
+RAIL_OPTIMIZED = (
+    Param("planes", "int", 2, 1, 8, "planes (rails): NICs (GPUs) per host"),
+    Param("spines", "int", 2, 1, 16, "spines, shared by every rail's leaves"),
+    Param("leaves_per_plane", "int", 2, 1, 32, "leaves (rail switches) in each plane"),
+    Param("hosts_per_leaf", "int", 2, 1, 32, "hosts under each leaf (one NIC each)"),
+) + _rates(
+    Param("uplink_rate", "rate", "40Mbps", doc="leaf <-> spine link rate"),
+    Param("oversubscription", "float", None, 0.01, 100, "leaf down:up, sets uplink_rate"),
+)
+
+
+def rail_optimized(**given):
+    """The rail-only fabric's rails joined by one spine tier: any NIC reaches any NIC.
+
+    Leaf ``(p-1)*L + l`` (rail p, group l) uplinks to every spine; spine port
+    ``eth<(p-1)*L + l>`` faces it.  Same hosts, NICs, leaves and leaf uplinks
+    as ``rail-only`` with ``spines_per_plane = spines``; its spines have
+    ``planes`` times the ports (DGX SuperPOD style)."""
+    v = resolve_params("rail-optimized", RAIL_OPTIMIZED, given)
+    N, S, L, H = (v[k] for k in ("planes", "spines", "leaves_per_plane", "hosts_per_leaf"))
+    rate_for_ratio("rail-optimized", v, given, "uplink_rate", "oversubscription",
+                   H * v["host_rate"], S)
+    nodes = [Node(f"h{k}", "host") for k in range(1, L * H + 1)]
+    links = []
+    for p in range(1, N + 1):
+        for l in range(1, L + 1):
+            leaf = (p - 1) * L + l
+            for port in range(1, H + 1):
+                links.append(Link(Endpoint(f"h{(l - 1) * H + port}", f"eth{p - 1}"),
+                                  Endpoint(f"leaf{leaf}", f"eth{port}"), v["host_rate"]))
+            for j in range(1, S + 1):
+                links.append(Link(Endpoint(f"leaf{leaf}", f"eth{H + j}"),
+                                  Endpoint(f"spine{j}", f"eth{leaf}"), v["uplink_rate"]))
+    nodes += [Node(f"leaf{(p - 1) * L + l}", "leaf", plane=p)
+              for p in range(1, N + 1) for l in range(1, L + 1)]
+    nodes += [Node(f"spine{j}", "spine") for j in range(1, S + 1)]
+    name = f"rail-optimized-{N}p{S}s{L}l{H}h"
+    return Fabric(name, tuple(nodes), tuple(links), param_values(RAIL_OPTIMIZED, v))
 
 
 PRESETS = {
@@ -270,5 +348,7 @@ PRESETS = {
     "dual-link": (dual_link, DUAL_LINK),
     "dual-tor": (dual_tor, DUAL_TOR),
     "dual-plane": (dual_plane, DUAL_PLANE),
-    "multi-plane": (multi_plane, MULTI_PLANE),
+    "rail-only": (rail_only, RAIL_ONLY),
+    "multi-plane": (multi_plane, RAIL_ONLY),          # rail-only's former name
+    "rail-optimized": (rail_optimized, RAIL_OPTIMIZED),
 }

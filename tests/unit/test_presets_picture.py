@@ -6,7 +6,8 @@ from emulator.fabric import spec
 from emulator.__main__ import main
 
 
-@pytest.mark.parametrize("preset", ["three-tier", "dual-link", "dual-tor", "dual-plane", "multi-plane",
+@pytest.mark.parametrize("preset", ["three-tier", "dual-link", "dual-tor", "dual-plane", "rail-only",
+                                    "rail-optimized",
                                     "dragonfly", "dragonfly-plus"])
 def test_show_picture_and_yaml(preset, tmp_path, capsys):
     path = tmp_path / f"{preset}.png"
