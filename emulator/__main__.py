@@ -109,6 +109,7 @@ def parse_controller(text):
 COMMANDS = {"check": "emulator.experiments.check",
             "compare": "emulator.experiments.compare.compare",
             "compare_routing": "emulator.experiments.compare.routing_cmp",
+            "compare_rails": "emulator.experiments.compare.rails_cmp",
             "drill": "emulator.experiments.drill.drill",
             "drill_collective": "emulator.experiments.drill.drill_collective",
             "drill_training": "emulator.experiments.drill.drill_training",
@@ -255,6 +256,8 @@ def build_parser():
     live.add_arguments(p)
     from emulator.experiments.compare import routing_cmp
     routing_cmp.add_arguments(p)            # --routing: a dragonfly's routing modes
+    from emulator.experiments.compare import rails_cmp
+    rails_cmp.add_arguments(p)              # --fabrics: rail-only vs rail-optimized
 
     from emulator.experiments.ui import cli as ui_cli
     p = sub.add_parser("ui", help="a finished run's page (report.html), served on 127.0.0.1 "
@@ -384,6 +387,11 @@ def main(argv=None):
                 name = "drill_chaos"            # random faults under the probes
             if name == "compare" and getattr(args, "routing", None):
                 name = "compare_routing"        # compare --routing: a dragonfly's modes
+            if name == "compare" and getattr(args, "fabrics", None):
+                name = "compare_rails"          # compare --fabrics: the rail fabrics
+                if args.fabric:
+                    raise FabricError("--fabrics builds its presets: no -f FILE")
+                args.preset = args.preset or "rail-only"    # -P: rail-only's parameters
             command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset

@@ -29,7 +29,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane import proc
-from emulator.dataplane.links import shaping
+from emulator.dataplane.links import hb, shaping
 from emulator.errors import RunFailed
 from emulator.dataplane.links.ifaces import (delete_interfaces, link_group, ns_sockets, quiet_ipv6,
                                              terminate_nodes, tx_checksum_off, write_sysctl)
@@ -38,10 +38,8 @@ from emulator.dataplane.runstate import child_env
 from traffic.netns import entered
 
 
-# Inside an instance's namespace: no IPv6 on the switch ports (their router
-# solicitations would only hit table-miss); set before any port is made there.
-INSTANCE_SYSCTLS = {"net/ipv6/conf/default/disable_ipv6": 1,
-                    "net/ipv6/conf/all/disable_ipv6": 1}
+# In an instance's namespace: no IPv6 on switch ports (solicitations hit table-miss)
+INSTANCE_SYSCTLS = {"net/ipv6/conf/default/disable_ipv6": 1, "net/ipv6/conf/all/disable_ipv6": 1}
 
 # The userspace datapath reads each port through an AF_PACKET socket whose
 # receive buffer is net.core.rmem_default (208 kB, ~100 frames).  When the one
@@ -373,9 +371,10 @@ class FabricNet:
                         if self.shape:
                             self._shape(ipr, idx, p["rate_bps"], switch=False)
                     for r in h.get("routes", ()):
-                        # multi-plane: another rail's address leaves through that rail's NIC
+                        # rail-only: another rail's address leaves through that rail's NIC
                         ipr.route("add", dst=r["dst"], prefsrc=r["src"],
                                   oif=ipr.link_lookup(ifname=r["dev"])[0])
+                    hb.add(ipr, self.topo, h, self.queue_ms, self.frame, self.shape)  # rail-only
             except (OSError, NetlinkError) as e:
                 raise RunFailed(f"configuring host {h['name']}: {e}")
             intfs = {p["port"]: host.intf(p["port"]) for p in h["ports"]}
