@@ -51,7 +51,7 @@ def add(ipr, topo, host, queue_ms, frame, shape=True):
     ipr.link("add", ifname=ENDS[0], kind="veth", peer=ENDS[1])
     for name, (ip, mac) in zip(ENDS, addresses(topo["hosts"].index(host))):
         idx = ipr.link_lookup(ifname=name)[0]
-        ipr.link("set", index=idx, address=mac)
+        ipr.link("set", index=idx, address=mac, mtu=frame - 14)
         ipr.addr("add", index=idx, address=ip, prefixlen=PREFIX_LEN)
         ipr.link("set", index=idx, state="up")
         if shape:

@@ -30,7 +30,7 @@ import time
 from emulator.errors import ConfigError, RunFailed
 
 FABRICS = ("rail-optimized", "rail-only")
-ITERATIONS = 2
+ITERATIONS = 3
 DEFAULT_QPS = 4                 # QPs per connection: ECMP's spread on the spines
 
 

@@ -55,6 +55,7 @@ class _Doc:
 
     def __init__(self, endpoints):
         self.endpoints, self.ranks, self.programs = endpoints, [], []
+        self.pairs = {}          # (src endpoint, dst endpoint) -> (sender, receiver) ranks
 
     def rank(self, endpoint):
         self.ranks.append(endpoint)
@@ -62,8 +63,11 @@ class _Doc:
         return len(self.ranks) - 1
 
     def pair(self, cid, src_ep, dst_ep, nbytes, gate=None):
-        """A transfer between two new ranks; ``gate`` (id, members list) holds the sender."""
-        s, d = self.rank(src_ep), self.rank(dst_ep)
+        """A transfer between the two ranks of (src_ep, dst_ep), made at the first one;
+        ``gate`` (id, members list) holds the sender."""
+        if (src_ep, dst_ep) not in self.pairs:
+            self.pairs[(src_ep, dst_ep)] = (self.rank(src_ep), self.rank(dst_ep))
+        s, d = self.pairs[(src_ep, dst_ep)]
         if gate is not None:
             gate[1].append(s)
             self.programs[s].append(("gate", gate[0]))
@@ -142,27 +146,30 @@ def _resolve_gates(doc, gate):
 
 
 def measure(result, workload, size, topo, link_bps):
-    """Per measured iteration (1..): its time (first start to last end of its transfers
-    or collectives, barriers left out), algbw, busbw (nccl-tests factors over the GPU
+    """Per measured iteration (1..): its time (from the barrier that ended the iteration
+    before, which every rank leaves at once, to the last end of its transfers or
+    collectives: data and ACKs delivered), algbw, busbw (nccl-tests factors over the GPU
     count of one collective) and efficiency (busbw / NIC rate)."""
     hosts = topo["hosts"]
     rails, H = len(hosts[0]["ports"]), len(hosts)
     n, factor = (H, 2 * (H - 1) / H) if workload == "allreduce" else \
         (H * rails, (H * rails - 1) / (H * rails))
-    by_it = {}
+    by_it, barrier_end = {}, {}
     for c in result["collectives"]:
         it, kind = c["id"].split(".")[:2]
-        if kind in ("ar", "a2a", "hb", "pxn"):
+        if kind == "end":
+            barrier_end[int(it[2:])] = c["end_ns"]
+        else:
             by_it.setdefault(int(it[2:]), []).append(c)
     rows = []
     for it in sorted(by_it)[1:]:
         cs = by_it[it]
-        starts = [c["start_ns"] for c in cs if c["start_ns"] is not None]
+        start = barrier_end.get(it - 1)      # every rank left the last barrier then
         ends = [c["end_ns"] for c in cs if c["end_ns"] is not None]
-        if len(ends) < len(cs) or not starts:
+        if len(ends) < len(cs) or start is None:
             rows.append({"iteration": it, "time_s": None, "wrong": None})
             continue
-        t = (max(ends) - min(starts)) / 1e9
+        t = (max(ends) - start) / 1e9
         hb_s = [(c["end_ns"] - c["start_ns"]) / 1e9 for c in cs if c["id"].split(".")[1] == "hb"]
         busbw = size / t * factor * 8
         rows.append({"iteration": it, "time_s": round(t, 4), "ranks": n,
