@@ -1,7 +1,7 @@
 """Every Clos preset and the dragonflies on real OVS (root): builds, fully reachable, survives a link cut.
 
 Small instances, one Session each.  Reachability is all host pairs to every
-host *port* address (multi-plane hosts have one per rail), with real pings;
+host *port* address (rail-only / rail-optimized hosts have one per rail), with real pings;
 the cut is a fault injector link-down (both ends) and the check is repeated
 until every pair answers again or a deadline passes (a condition, not a sleep).
 """
@@ -22,7 +22,8 @@ CASES = [
     ("dual-link", {"spines": "2", "secondary_rate": "20Mbps"}, "leaf1-spine2"),
     ("dual-tor", {"hosts_per_pair": "1", "mode": "active-standby"}, "h1-leaf1"),
     ("dual-plane", {"hosts_per_pair": "1"}, "leaf1-spine1"),
-    ("multi-plane", {}, "leaf3-spine3"),
+    ("multi-plane", {}, "leaf3-spine3"),                      # rail-only, former name
+    ("rail-optimized", {"hosts_per_leaf": "1"}, "leaf3-spine1"),
     ("dragonfly", {"a": "2", "p": "1"}, "g1r1-g2r2"),          # a global link: 5 groups
     ("dragonfly-plus", {"p": "1", "groups": "3"}, "g1l1-g1s1"),
 ]
