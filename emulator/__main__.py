@@ -389,9 +389,10 @@ def main(argv=None):
                 name = "compare_routing"        # compare --routing: a dragonfly's modes
             if name == "compare" and getattr(args, "fabrics", None):
                 name = "compare_rails"          # compare --fabrics: the rail fabrics
-                if args.fabric:
-                    raise FabricError("--fabrics builds its presets: no -f FILE")
-                args.preset = args.preset or "rail-only"    # -P: rail-only's parameters
+                if args.fabric or args.preset not in (None, "rail-only", "rail-optimized"):
+                    raise FabricError("--fabrics builds its own presets from -P (rail-only's "
+                                      "parameters): no -f FILE, no -p other than theirs")
+                args.preset = "rail-only"               # -P checked as rail-only's
             command = importlib.import_module(COMMANDS[name])
             if getattr(args, "planes", False) and not (args.fabric or args.preset):
                 args.preset = "dual-plane"      # compare --planes: its own preset

@@ -75,3 +75,22 @@ def test_rail_fabrics_have_the_same_leaf_capacity():
     up_opt = [lk for lk in opt.links if lk.b.node.startswith("spine")]
     assert len(up) == len(up_opt) == 8
     assert len({lk.b.node for lk in up}) == 4 and len({lk.b.node for lk in up_opt}) == 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["-p", "leaf-spine"], "--fabrics builds its own presets"),
+    (["-P", "hb_rate=0Mbps"], "hb_rate"),
+    (["--fabrics", "rail-only,fat-tree"], "'fat-tree' is not a rail fabric"),
+])
+def test_compare_fabrics_refuses_bad_input_before_building(argv, msg, monkeypatch, capsys):
+    from emulator.__main__ import main
+    from emulator.dataplane import session
+
+    def no_build(*a, **k):
+        raise AssertionError("nothing may be built")
+    monkeypatch.setattr(session, "Session", no_build)
+    monkeypatch.setattr(session, "require_root", lambda: None)
+    monkeypatch.setattr(session, "check_dependencies", lambda: None)
+    args = ["compare", "--fabrics", "rail-optimized,rail-only", "--results", "/nonexistent"]
+    assert main(args + argv) == 2
+    assert msg in capsys.readouterr().err
