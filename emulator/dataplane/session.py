@@ -99,7 +99,10 @@ class Session:
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
         self.placement = cl.placement if cl else "auto"
-        self.switch_agent = switch_agent  # fabric.switch_agent.Params, or None: ideal
+        from emulator.fabric.switch_agent import fleet
+        # fabric.switch_agent.Fleet (one Params: every switch), or None: ideal
+        self.switch_agent = None if switch_agent is None or fleet(switch_agent).ideal \
+            else fleet(switch_agent)
         self.agent = None                 # its proxy (dataplane.ovs.agent_proxy), if any
         self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
         self.watch = None

@@ -229,19 +229,25 @@ def workload_choice(text):
 
 def add_switch_agent_arg(p):
     """``--switch-agent ideal|hardware|FILE``: the switches' control-plane timing."""
-    p.add_argument("--switch-agent", default="ideal", metavar="ideal|hardware|FILE",
-                   help="the switches' OpenFlow agents: ideal (default: a change applies at "
-                        "once, as in Open vSwitch), hardware (control-channel latency, "
-                        "per-message time, a table-update rate and port-event latency "
-                        "measured on hardware switches), or a YAML file of those "
-                        "parameters (docs/failover.md, 'Switch agents')")
+    p.add_argument("--switch-agent", default=None, metavar="ideal|hardware|FILE",
+                   help="the switches' OpenFlow agents: ideal (a change applies at once, as "
+                        "in Open vSwitch), hardware (control-channel latency, per-message "
+                        "time, a table-update rate and port-event latency measured on "
+                        "hardware switches), or a YAML file of those parameters; for every "
+                        "switch, over the fabric file's switch_agent: (per switch kind; "
+                        "default: ideal) (docs/failover.md, 'Switch agents')")
 
 
 def switch_agent_from(args, fabric):
-    """The parsed ``--switch-agent`` (fabric.switch_agent.Params), or None for ideal."""
+    """The switches' models (fabric.switch_agent.Fleet): ``--switch-agent`` for every
+    switch when given, else the fabric file's ``switch_agent:``; None when all are ideal."""
     from emulator.errors import ConfigError
     from emulator.fabric import switch_agent
-    params = switch_agent.parse(getattr(args, "switch_agent", None))
+    text = getattr(args, "switch_agent", None)
+    params = (switch_agent.fleet(switch_agent.parse(text)) if text is not None
+              else fabric.switch_agent)
+    if params is not None and params.ideal:
+        params = None
     if params is not None and fabric.cluster is not None:
         raise ConfigError("--switch-agent", "runs on one machine only: not with --servers")
     if params is not None and str(getattr(args, "controller", "builtin")).startswith("remote:"):

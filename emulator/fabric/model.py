@@ -108,6 +108,7 @@ class Fabric:
     flow_control: str = "none"          # none | pfc | credit (fabric.lossless)
     pfc: tuple = ()                     # ((PfcConfig field, value), ...): its pfc: settings
     cluster: object = None              # fabric.cluster.Cluster: the servers it runs on
+    switch_agent: object = None         # fabric.switch_agent.Fleet of switch_agent:, if any
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -179,5 +180,7 @@ class Fabric:
                               for s in self.cluster.servers]
             if self.cluster.placement != "auto":
                 doc["placement"] = self.cluster.placement
+        if self.switch_agent is not None:
+            doc["switch_agent"] = self.switch_agent.as_dict()
         doc["topology"] = {"nodes": nodes, "links": links}
         return doc

@@ -37,7 +37,9 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
             "flow_control": "none, pfc or credit (link-level flow control)",
             "servers": "run on these servers: [user@ADDRESS, ...] (docs/cluster.md)",
             "placement": "which server carries which switch: auto, pod, plane or rail",
-            "pfc": "lossless settings: watchdog, detection, restoration, xoff_frames"}
+            "pfc": "lossless settings: watchdog, detection, restoration, xoff_frames",
+            "switch_agent": "the switches' OpenFlow agents per kind: ideal, hardware or "
+                            "parameters (docs/failover.md)"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
@@ -156,8 +158,15 @@ def parse(data, source="<fabric>"):
             fail(e.where, e.message)
     elif "placement" in data:
         fail("placement", "placement needs servers: give the servers to place on")
+    agents = None
+    if "switch_agent" in data:
+        from emulator.fabric.switch_agent import parse_fabric
+        try:
+            agents = parse_fabric(data["switch_agent"])
+        except ConfigError as e:
+            fail(e.where, e.message)
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout,
-                  flow_control=flow_control, pfc=pfc, cluster=cluster)
+                  flow_control=flow_control, pfc=pfc, cluster=cluster, switch_agent=agents)
 
 
 def _flow_control(data, fail):

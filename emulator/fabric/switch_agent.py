@@ -22,12 +22,20 @@ switch applies a change at once, as Open vSwitch does); ``hardware`` takes
 its defaults from published measurements (docs/failover.md cites them).
 ``scale`` multiplies every time (a job drill's stretched clock).
 
+A run's switches need not share one model: a ``Fleet`` gives each switch
+kind (leaf, spine, superspine, nic) its own, or ideal, with a ``default``
+for the kinds it does not name.  ``--switch-agent`` makes a fleet of one
+model; a fabric file's ``switch_agent:`` key (``parse_fabric``) a fleet per
+kind, e.g. ``{default: hardware, leaf: {base: hardware, table_rate: 1000}}``.
+The command line, when given, overrides the file.
+
 ``Agent`` is pure arithmetic on times given to it (seconds of any clock):
 the proxy (emulator/dataplane/ovs/agent_proxy.py) asks it when to deliver
 each message, and the drill asks ``predict_push`` what a push should take.
 """
 
 from dataclasses import asdict, dataclass, replace
+from typing import Optional
 
 from emulator.errors import ConfigError
 
@@ -113,6 +121,108 @@ def parse(text):
     return from_dict(doc, where=text)
 
 
+SWITCH_KINDS = ("leaf", "spine", "superspine", "nic")   # fabric.model's, a bond's NIC switch
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Each switch kind's model (None: ideal); ``default`` for the kinds not named."""
+
+    default: Optional[Params] = None
+    kinds: tuple = ()                 # ((kind, Params or None), ...), sorted by kind
+
+    def for_kind(self, kind):
+        return dict(self.kinds).get(kind, self.default)
+
+    @property
+    def ideal(self):
+        return self.default is None and all(p is None for _, p in self.kinds)
+
+    @property
+    def uniform(self):
+        """The one model every switch has, or None when kinds differ."""
+        models = {self.default} | {p for _, p in self.kinds}
+        return self.default if len(models) == 1 else None
+
+    def slowest(self):
+        """The slowest figure of every parameter over the models (timeouts, not timing)."""
+        ps = [p for p in (self.default, *(p for _, p in self.kinds)) if p is not None]
+        if not ps:
+            return Params()
+        rates = [p.table_rate for p in ps if p.table_rate]     # 0: no limit
+        return Params(latency_ms=max(p.latency_ms for p in ps),
+                      processing_ms=max(p.processing_ms for p in ps),
+                      table_rate=min(rates, default=0.0),
+                      event_ms=max(p.event_ms for p in ps),
+                      early_barrier=all(p.early_barrier for p in ps))
+
+    def scaled(self, factor):
+        def sc(p):
+            return None if p is None else p.scaled(factor)
+        return Fleet(sc(self.default), tuple((k, sc(p)) for k, p in self.kinds))
+
+    def text(self):
+        one = self.uniform
+        if one is not None or self.ideal:
+            return one.text() if one else "ideal"
+        parts = [f"{k}: {p.text() if p else 'ideal'}" for k, p in self.kinds]
+        if self.default is not None or len(self.kinds) < len(SWITCH_KINDS):
+            parts.append(f"other switches: {self.default.text() if self.default else 'ideal'}")
+        return "; ".join(parts)
+
+    def as_dict(self):
+        """One model's parameters; per kind ``{default: ..., leaf: ...}`` ("ideal": none)."""
+        one = self.uniform
+        if one is not None:
+            return one.as_dict()
+        doc = {DEFAULT: self.default.as_dict() if self.default else "ideal"}
+        doc.update((k, p.as_dict() if p else "ideal") for k, p in self.kinds)
+        return doc
+
+    def for_dpids(self, kind_of_dpid):
+        """The proxy's ``--params``: the default and every datapath id's model."""
+        def d(p):
+            return None if p is None else p.as_dict()
+        return {DEFAULT: d(self.default),
+                "dpids": {str(dpid): d(self.for_kind(kind))
+                          for dpid, kind in kind_of_dpid.items()}}
+
+
+def fleet(x):
+    """A Fleet from a Fleet, one model (Params) or None (ideal)."""
+    return x if isinstance(x, Fleet) else Fleet(default=x)
+
+
+def _model(value, where):
+    """``ideal``, ``hardware`` or a mapping of parameters: Params or None."""
+    if value == "ideal":
+        return None
+    if isinstance(value, str):
+        if value in PRESETS:
+            return PRESETS[value]
+        raise ConfigError(where, f"{value!r}: use ideal, {', '.join(PRESETS)} or a mapping "
+                                 f"of {', '.join(KEYS)}")
+    return from_dict(value, where=where)
+
+
+def parse_fabric(doc, where="switch_agent"):
+    """A fabric file's ``switch_agent:``: one model for every switch (a name or a
+    mapping of parameters) or a mapping of switch kinds and ``default`` to models."""
+    if isinstance(doc, dict) and doc and set(doc) <= set(SWITCH_KINDS) | {DEFAULT}:
+        kinds = tuple(sorted((k, _model(v, f"{where}.{k}")) for k, v in doc.items()
+                             if k != DEFAULT))
+        return Fleet(_model(doc.get(DEFAULT, "ideal"), f"{where}.{DEFAULT}"), kinds)
+    if isinstance(doc, dict) and not set(doc) <= set(KEYS) | {"base"}:
+        bad = sorted(map(str, set(doc) - set(KEYS) - {"base"} - set(SWITCH_KINDS) - {DEFAULT}))
+        raise ConfigError(f"{where}.{bad[0]}" if bad else where,
+                          "give a model per switch kind (" + ", ".join(
+                              (DEFAULT,) + SWITCH_KINDS) + ": ideal, hardware or a "
+                          "mapping of parameters) or one mapping of " + ", ".join(KEYS)
+                          + (", not both" if not bad else ""))
+    return Fleet(_model(doc, where))
+
+
 class Agent:
     """One switch's agent: when each message is delivered (pure; times in seconds)."""
 
@@ -145,14 +255,16 @@ class Agent:
 def predict_push(params, switches):
     """ms from the controller sending a push to its last barrier reply.
 
+    ``params``: one model, or a list of one per switch.
     ``switches``: (messages, changes) per switch in the order the controller
     waits on their barriers; as the built-in controller does it, every diff
     is sent at once, then one barrier per switch, each after the previous
     one's reply."""
     t = 0.0
     agents = []
-    for msgs, changes in switches:
-        a = Agent(params)
+    each = params if isinstance(params, (list, tuple)) else [params] * len(switches)
+    for (msgs, changes), p in zip(switches, each):
+        a = Agent(p or Params())
         for i in range(msgs):
             a.to_switch(0.0, CHANGE, changes=changes if i == 0 else 0)
         agents.append(a)

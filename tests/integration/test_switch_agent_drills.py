@@ -5,9 +5,11 @@ proxy, timed as the model says (emulator/dataplane/ovs/agent_proxy.py).
   convergence within 20 % of the model's prediction for its push, no loss on the
   flows the cut does not cross, and the port events reach the controller after the
   modelled event latency;
-* a user's Ryu app, unchanged, through a slow agent from a file (early barrier
-  replies): the fabric becomes reachable, and the installation took at least as
-  long as the app's changes at the file's table rate.
+* a user's Ryu app, unchanged, through slow agents on the spines (early barrier
+  replies) and ideal ones on the leaves (a model per switch kind, as a fabric
+  file's ``switch_agent:`` gives it): the fabric becomes reachable, a spine's
+  installation took at least as long as the app's changes at the table rate,
+  and a leaf's changes were not delayed at all.
 """
 
 import json
@@ -15,7 +17,7 @@ import os
 
 from tests.conftest import REPO, assert_contract, emulator
 from emulator.fabric import presets
-from emulator.fabric.switch_agent import Params
+from emulator.fabric.switch_agent import Fleet, Params
 from emulator.experiments import check
 from emulator.dataplane.session import Session
 
@@ -55,16 +57,21 @@ def test_a_ryu_app_runs_unchanged_through_slow_agents(tmp_path):
                   early_barrier=True)
     s = Session(presets.build("leaf-spine", {"spines": 2, "leaves": 2, "hosts_per_leaf": 1}),
                 controller=f"app:{os.path.join(REPO, 'examples', 'ryu_static_routes.py')}",
-                results_base=str(tmp_path), reach_timeout=60, switch_agent=slow)
+                results_base=str(tmp_path), reach_timeout=60,
+                switch_agent=Fleet(slow, (("leaf", None),)))
     with s:
         r = check.reachability(s)
         assert r.ok, r.detail
         recs = s.agent.records()
-    assert s.results["switch_agent"]["early_barrier"] is True
+        kind = {f"{sw['dpid']:x}": sw["kind"] for sw in s.topo["switches"]}
+    assert s.results["switch_agent"]["default"]["early_barrier"] is True
+    assert s.results["switch_agent"]["leaf"] == "ideal"
     down = [x for x in recs if x["d"] == "down"]
     switches = {x["dpid"] for x in down if x["changes"]}
     assert len(switches) == 4
-    for dpid in switches:
+    leaves = [x for x in down if kind.get(x["dpid"]) == "leaf" and x["changes"]]
+    assert leaves and all(x["out"] == x["t"] for x in leaves), leaves[:3]
+    for dpid in (d for d in switches if kind[d] == "spine"):
         mine = [x for x in down if x["dpid"] == dpid and x["changes"]]
         changes = sum(x["changes"] for x in mine)
         # the last change was delivered no sooner than the model allows

@@ -9,6 +9,9 @@ flow or group modification reaches Open vSwitch when the modelled agent has
 installed it, in order, so Open vSwitch's tables change at the modelled
 times; a barrier reaches it (and its reply leaves) after the changes before
 it; a PORT_STATUS reaches the controller after the modelled event latency.
+Each switch has its kind's model (``--params``: a default and one per
+datapath id, ``switch_agent.Fleet.for_dpids``): the default until the
+switch names itself in its FEATURES_REPLY, its own from then on.
 Nothing else is touched: the data plane, fast-failover groups and the
 modelled carrier detection (a port-mod on the bridge's own management
 socket) never pass through here.  It reads only OpenFlow headers (and a
@@ -130,7 +133,7 @@ class Relay:
 
     def __init__(self, proxy, sw):
         self.proxy = proxy
-        self.agent = model.Agent(proxy.params)
+        self.agent = model.Agent(proxy.params_of(None))
         self.lock = threading.Lock()          # the agent's state: both directions use it
         self.sw = sw
         self.dpid = None
@@ -201,7 +204,10 @@ class Relay:
             now = time.monotonic()
             for m in msgs:
                 if m[1] == FEATURES_REPLY and len(m) >= 16:
-                    self.dpid = f"{struct.unpack_from('!Q', m, 8)[0]:x}"
+                    dpid = struct.unpack_from('!Q', m, 8)[0]
+                    self.dpid = f"{dpid:x}"
+                    with self.lock:
+                        self.agent.p = self.proxy.params_of(dpid)
                 kind = classify_up(m)
                 with self.lock:
                     release = self.agent.to_controller(now, kind)
@@ -213,9 +219,20 @@ class Relay:
                                     else "barrier_reply": 1})
 
 
+def load_params(doc):
+    """(default Params, {dpid: Params}) of ``--params``: one model's parameters, or
+    ``{default: ..., dpids: {dpid: ...}}`` (None: ideal, no delay)."""
+    def one(d):
+        return model.Params() if d is None else model.from_dict(d)
+    if "dpids" not in doc:
+        return one(doc), {}
+    return one(doc.get("default")), {int(k): one(v) for k, v in doc["dpids"].items()}
+
+
 class Proxy:
     def __init__(self, params, upstream, log_path):
-        self.params, self.upstream = params, upstream
+        self.params, self.by_dpid = params
+        self.upstream = upstream
         self.log_file = open(log_path, "a", buffering=1)
         self.log_lock = threading.Lock()
         self.relays = []
@@ -224,12 +241,15 @@ class Proxy:
     def reload(self, *_):
         """New parameters for every switch from now on (a job drill's stretched clock)."""
         with open(self.params_path) as f:
-            self.params = model.from_dict(json.load(f))
+            doc = json.load(f)
+        self.params, self.by_dpid = load_params(doc)
         for relay in list(self.relays):
             with relay.lock:
-                relay.agent.p = self.params
-        self.log({"d": "params", "t": round(time.monotonic(), 6),
-                  "params": self.params.as_dict()})
+                relay.agent.p = self.params_of(int(relay.dpid, 16) if relay.dpid else None)
+        self.log({"d": "params", "t": round(time.monotonic(), 6), "params": doc})
+
+    def params_of(self, dpid):
+        return self.by_dpid.get(dpid, self.params)
 
     def log(self, rec):
         line = json.dumps(rec) + "\n"
@@ -277,22 +297,23 @@ def main(argv=None):
     ap.add_argument("--params", required=True, help="the model's parameters (JSON)")
     ap.add_argument("--log", required=True, help="agent.jsonl")
     a = ap.parse_args(argv)
-    params = model.from_dict(json.loads(a.params))
-    Proxy(params, a.upstream, a.log).serve(a.listen, a.unix)
+    Proxy(load_params(json.loads(a.params)), a.upstream, a.log).serve(a.listen, a.unix)
     return 0
 
 
 class AgentProxy:
     """The proxy as a child process of a run (started after the controller)."""
 
-    def __init__(self, params, upstream, log_path, env=None, unix=None):
+    def __init__(self, params, upstream, log_path, env=None, unix=None, kinds=None):
+        """``params``: a switch_agent.Fleet (or one Params); ``kinds``: {dpid: kind}."""
         from emulator.dataplane.ovs.controller_proc import free_port
-        self.params, self.unix, self.log_path = params, unix, log_path
+        self.params, self.unix, self.log_path = model.fleet(params), unix, log_path
+        self.kinds = kinds or {}
         self.port = free_port()
         self.argv = [sys.executable, "-m", "emulator.dataplane.ovs.agent_proxy",
                      "--upstream", f"{upstream[0]}:{upstream[1]}",
                      "--listen", f"127.0.0.1:{self.port}", "--params",
-                     json.dumps(params.as_dict()), "--log", log_path]
+                     json.dumps(self.params.for_dpids(self.kinds)), "--log", log_path]
         if unix:
             self.argv += ["--unix", unix]
         self.env = env
@@ -318,8 +339,9 @@ class AgentProxy:
 
     def set_params(self, params):
         """Every switch's model from now on (the proxy reads them on SIGUSR1)."""
+        params = model.fleet(params)
         with open(self.log_path + ".params", "w") as f:
-            json.dump(params.as_dict(), f)
+            json.dump(params.for_dpids(self.kinds), f)
         n = len(self.records())
         self.proc.send_signal(signal.SIGUSR1)
         from emulator.dataplane.ovs.controller_proc import wait_until
@@ -355,7 +377,8 @@ def start_for(session, url, unix):
     _, host, port = url.split(":")
     agent = AgentProxy(session.switch_agent, (host, int(port)),
                        os.path.join(session.dir, "agent.jsonl"), env=session.child_env(),
-                       unix=session.state.path("agent.sock") if unix else None)
+                       unix=session.state.path("agent.sock") if unix else None,
+                       kinds={sw["dpid"]: sw["kind"] for sw in session.topo["switches"]})
     session.state.record("agent", agent.argv)
     session.progress(f"switch agents: {session.switch_agent.text()} (proxy on "
                      f"127.0.0.1:{agent.port})")

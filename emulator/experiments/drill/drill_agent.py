@@ -28,19 +28,20 @@ from emulator.fabric import switch_agent
 
 def push_counts(records, t0, t1):
     """{dpid: [messages, changes]} of the controller's sends read in [t0, t1] s
-    (barriers not counted), and the last port status a switch emitted in it."""
-    per, last_ps = {}, None
+    (barriers not counted), and the last port status a switch emitted in it
+    (its time, its dpid)."""
+    per, last_ps, ps_dpid = {}, None, None
     for r in records:
         if r["d"] not in ("up", "down") or not t0 <= r["t"] <= t1:
             continue
         if r["d"] == "up":
-            if r.get("port_status"):
-                last_ps = r["t"] if last_ps is None else max(last_ps, r["t"])
+            if r.get("port_status") and (last_ps is None or r["t"] > last_ps):
+                last_ps, ps_dpid = r["t"], r["dpid"]
         elif r["changes"] or r["barriers"]:
             c = per.setdefault(r["dpid"], [0, 0])
             c[0] += r["msgs"] - r["barriers"]
             c[1] += r["changes"]
-    return {d: c for d, c in per.items() if c[0]}, last_ps
+    return {d: c for d, c in per.items() if c[0]}, (last_ps, ps_dpid)
 
 
 def barrier_overheads(records, t0, t1):
@@ -66,22 +67,28 @@ def barrier_overheads(records, t0, t1):
     return ovs * 1e3, turn * 1e3
 
 
-def push_report(params, records, conv, t_fault_ns):
-    """Predicted and measured convergence of one repeat's repair push, or None."""
+def push_report(params, records, conv, t_fault_ns, kinds=None):
+    """Predicted and measured convergence of one repeat's repair push, or None.
+    ``params``: a switch_agent.Fleet (or one Params); ``kinds``: {dpid: switch kind}."""
     if params is None or not conv:
         return None
+    fleet, kinds = switch_agent.fleet(params), kinds or {}
+
+    def model(dpid):
+        p = fleet.for_kind(kinds.get(int(dpid, 16))) if dpid else fleet.default
+        return p or switch_agent.Params()
     t0 = t_fault_ns / 1e9
     t1 = t0 + conv["convergence_ms"] / 1e3
-    per, last_ps = push_counts(records, t0, t1)
+    per, (last_ps, ps_dpid) = push_counts(records, t0, t1)
     if last_ps is None:
         return None
     order = sorted(per, key=lambda d: int(d, 16) if d else -1)   # the controller's order
     switches = [tuple(per[d]) for d in order]
     detection = (last_ps - t0) * 1e3
-    event = switch_agent.predict_port_status(params)
+    event = switch_agent.predict_port_status(model(ps_dpid))
     ovs, turn = barrier_overheads(records, last_ps, t1)
     controller = conv.get("compute_ms", 0.0) + conv.get("send_ms", 0.0) + turn
-    push = switch_agent.predict_push(params, switches)
+    push = switch_agent.predict_push([model(d) for d in order], switches)
     predicted = detection + event + controller + ovs + push
     return {"switches": len(switches), "messages": sum(m for m, _ in switches),
             "changes": sum(c for _, c in switches),
@@ -119,7 +126,9 @@ def text(params, results):
     rows = [(m, s) for m, s in rows if s]
     if params is None or not rows:
         return ""
-    lines = [f"switch agents: {params.text()}",
+    fleet = switch_agent.fleet(params)
+    params = fleet.uniform or fleet.slowest()     # per kind: the slowest figures
+    lines = [f"switch agents: {fleet.text()}",
              f"{'mode':<14} {'changes':>7} {'msgs':>5} {'switches':>8} {'rate/s':>7} "
              f"{'lat ms':>6} {'event':>6} {'detect':>7} {'ctl':>6} {'ovs':>5} {'push':>7} "
              f"{'predicted':>9} {'measured':>9} {'error':>7}"]
@@ -156,7 +165,8 @@ def params_from(args, fabric):
 def for_repeat(args, s, conv, t_fault_ns):
     """One repeat's ``switch_agent`` entry (None under ideal)."""
     return push_report(getattr(args, "agent_params", None),
-                       s.agent.records() if s.agent else [], conv, t_fault_ns)
+                       s.agent.records() if s.agent else [], conv, t_fault_ns,
+                       kinds={sw["dpid"]: sw["kind"] for sw in s.topo["switches"]})
 
 
 def mode_summary(repeats):

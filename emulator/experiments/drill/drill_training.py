@@ -103,6 +103,8 @@ def restore_timeout(scaled, changes=300):
     round per switch at its pace (a fast-failover push is ~50 on the default fabric)."""
     if scaled is None:
         return 60
+    from emulator.fabric.switch_agent import fleet
+    scaled = fleet(scaled).slowest()
     per_ms = scaled.change_ms() + scaled.processing_ms + 2 * scaled.latency_ms
     return 60 + changes * per_ms / 1e3
 
