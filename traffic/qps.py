@@ -257,6 +257,24 @@ class RankQPs:
     def failed(self):
         return sorted(k for k, r in self.req.items() if r.failed)
 
+    def per_qp(self):
+        """Every QP's own counts: as requester {src_ip, qpn, peer, qp, sent_packets (first
+        transmissions), outstanding, failed}; as responder {src_ip, qpn (the
+        requester's), delivered_packets}.  A drill matches the two sides."""
+        import socket
+
+        def text(ip):
+            return socket.inet_ntoa(ip) if isinstance(ip, bytes) else ip
+        qpn_of = {k: n for n, k in self.by_qpn.items()}
+        req = [{"src_ip": text(self.my_ip), "qpn": qpn_of[k], "peer": k[0], "qp": k[1],
+                "sent_packets": r.first_sent,
+                "outstanding": r.outstanding, "failed": r.failed}
+               for k, r in self.req.items()]
+        resp = [{"src_ip": text(ip),
+                 "qpn": dqpn, "delivered_packets": st[0].accepted}
+                for (ip, dqpn), st in self.resp.items()]
+        return {"requesters": req, "responders": resp}
+
     def counters(self):
         req, resp = self.req.values(), [st[0] for st in self.resp.values()]
         return {"retransmitted_packets": sum(r.retransmitted for r in req),

@@ -345,6 +345,8 @@ class Rank:
             extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]
+            extra["per_qp"] = self.qps.per_qp()
+            extra["aborted"] = self._aborted()
         return dict({"rank": self.me, "name": self.ranks[self.me].get("name"),
                 "collective": self.cfg["collective"], "nranks": self.n,
                 "link_bps": self.cfg["rate_bps"], "ring": self.cfg["ring_order"],

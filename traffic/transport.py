@@ -112,6 +112,7 @@ class Requester:
         self.timeouts_in_row = 0
         self.failed = False
         self.retransmitted = self.naks = self.timeouts = 0
+        self.first_sent = 0         # packets sent the first time (distinct PSNs)
 
     # -- what the caller does ----------------------------------------------------
     def sent(self, psn, packet, now, again=False):
@@ -119,6 +120,8 @@ class Requester:
         self.window.append((psn, packet))
         if again:
             self.retransmitted += 1
+        else:
+            self.first_sent += 1
         if self.deadline is None:
             self.deadline = now + self.p.rto_ns(self.timeouts_in_row)
 
@@ -130,6 +133,11 @@ class Requester:
     def busy(self):
         """Something is outstanding or waits to be sent again."""
         return bool(self.window or self.resend)
+
+    @property
+    def outstanding(self):
+        """Packets sent and not yet acknowledged (in the window or to go again)."""
+        return len(self.window) + len(self.resend)
 
     # -- what the responder says ----------------------------------------------------
     def ack(self, psn, now):
@@ -211,11 +219,13 @@ class Responder:
         self.unacked = 0
         self.first_unacked = None
         self.acks = self.naks = self.duplicates = self.out_of_sequence = 0
+        self.accepted = 0           # distinct PSNs delivered (placed) to the application
 
     def data(self, psn, now, ackreq=False):
         """(verdict, reply) for a data packet; reply is None, ("ack", psn) or ("nak", psn)."""
         d = psn_diff(psn, self.expected)
         if d == 0:
+            self.accepted += 1
             self.expected = (self.expected + 1) & PSN_MASK
             while self.ahead and self.expected in self.ahead:
                 self.ahead.discard(self.expected)
@@ -244,6 +254,7 @@ class Responder:
                 self.duplicates += 1
                 return self.DUPLICATE, None
             self.ahead.add(psn)
+            self.accepted += 1
             if ackreq:
                 self.ahead_ackreq.add(psn)
             if not self.nak_sent and len(self.ahead) >= self.p.ooo_window:

@@ -1,7 +1,9 @@
 """The chaos soak on a real fabric (root): random faults under the probes.
 
 * a short soak (2 spines x 2 leaves x 1 host, 15 s, a fault every ~3 s) runs the
-  faults ``--seed`` draws, reports a row per fault, and every invariant holds;
+  faults ``--seed`` draws, reports a row per fault, and every invariant holds,
+  the reliable jobs' (every packet their QPs sent delivered or the QP dead)
+  with packets sent;
 * a soak interrupted with Ctrl-C (SIGINT) exits 130, repairs the active fault,
   and still writes drill.json with a row per fault injected and nothing of the
   run left behind.
@@ -41,7 +43,11 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
     assert chaos["injected"] == len(want) > 0 and not chaos["interrupted"]
     assert chaos["invariants"] == {"every_fault_reported": True, "no_emulation_drops": True,
                                    "untouched_flows_lost_nothing": True,
+                                   "reliable_qps_delivered_or_dead": True,
                                    "nothing_left_behind": True}, chaos
+    rel = chaos["job"]["reliable"]
+    assert chaos["job"]["instances"] >= 1 and rel["qps"] > 0 and rel["sent_packets"] > 0
+    assert rel["delivered_packets"] > 0, chaos["job"]
     for row in chaos["faults"]:
         assert {"kind", "target", "detection_ms", "recovery_ms", "lost_packets"} <= set(row)
         if row["kind"] in ("cut", "flap"):

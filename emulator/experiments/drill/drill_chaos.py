@@ -27,11 +27,15 @@ delivered and lost, and the invariants, each by name, true or false:
 * ``nothing_left_behind``: after teardown no bridge, interface, nftables
   table, process or state directory carries the run's tag.
 
-The probes are unreliable datagrams: the invariant about a reliable QP's
-packets (delivered or its QP reported dead) needs a job and is listed under
-``not_checked``.  On Ctrl-C the active fault is repaired, the fabric torn
-down, and ``drill.json`` written with every fault injected so far
-(``interrupted``: true).
+* ``reliable_qps_delivered_or_dead``: beside the probes, collective jobs on
+  the RC transport run back to back (``drill_chaos_job``): every packet a QP
+  of theirs sent was delivered, or the QP failed (or was flushed when its job
+  was aborted); ``job`` gives the numbers (QPs, packets sent and delivered,
+  failed and flushed QPs, job instances, interruptions, calls completed).
+
+On Ctrl-C the active fault is repaired, the fabric torn down, and
+``drill.json`` written with every fault injected so far (``interrupted``:
+true).
 """
 
 import json
@@ -172,10 +176,11 @@ def check_args(args):
 
 
 def soak(s, inj, pairs, faults, args, work, out):
-    """Run the probes for the soak and inject ``faults`` in turn; returns (sent, recv,
-    fidelity, [t_ns the fault started], interrupted).  On Ctrl-C the active fault is
-    repaired and what ran so far returned."""
+    """Run the probes and the reliable jobs for the soak and inject ``faults`` in turn;
+    returns (sent, recv, fidelity, [t_ns the fault started], interrupted, job summary).
+    On Ctrl-C the active fault is repaired and what ran so far returned."""
     from emulator.dataplane.signals import Interrupted
+    from emulator.experiments.drill.drill_chaos_job import JobLoop
     from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan
     from emulator.experiments.watch import Watch
     from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
@@ -185,11 +190,13 @@ def soak(s, inj, pairs, faults, args, work, out):
                         name="probes")
     eng.start()
     watch = Watch(s)
+    jobs = JobLoop(s, os.path.join(work, "jobs"), out)
     starts, pending, interrupted = [], [], False
     try:
         watch.start()
         eng.go()
         eng.wait_line("flowing", 20)
+        jobs.start()
         t0 = time.monotonic()
         for f in faults:
             evs = events_of(f)
@@ -204,6 +211,10 @@ def soak(s, inj, pairs, faults, args, work, out):
                         f"{f['kind']} {f['target']} for {f['repair_s']:.2f}s")
                 scenario.execute(inj, ev)
                 pending.remove(ev)
+        delay = t0 + args.duration - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)               # the soak's length, faults or not
+        job = jobs.stop()
         res = eng.result(timeout=duration + 60)
         watch.stop()
     except (KeyboardInterrupt, Interrupted):
@@ -214,8 +225,9 @@ def soak(s, inj, pairs, faults, args, work, out):
                     ev.action == "controller" and ev.target == "restart"
                     and s.controller is not None and not s.controller.alive()):
                 scenario.execute(inj, ev)
-        return {}, {}, None, starts, interrupted
+        return {}, {}, None, starts, interrupted, None
     finally:
+        jobs.kill()
         eng.kill()
     sent, recv = {}, {}
     for st in res["streams"]:
@@ -226,10 +238,11 @@ def soak(s, inj, pairs, faults, args, work, out):
     events = [e for f in faults for e in events_of(f)]
     fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
                         engine=res["engine"], faulted=faulted_links(events, s.topo))
-    return sent, recv, fid, starts, interrupted
+    return sent, recv, fid, starts, interrupted, job
 
 
-def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted, pps=1000.0):
+def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted, pps=1000.0,
+           job=None):
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later)."""
     from emulator.experiments.drill.drill_probes import crosses
     ends = starts[1:] + [float("inf")]
@@ -244,6 +257,12 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
     if not interrupted:
         inv["no_emulation_drops"] = (fid or {}).get("emulation_drops", {}).get("total", 1) == 0
         inv["untouched_flows_lost_nothing"] = lost_untouched == 0
+    not_checked = {}
+    if job is not None:
+        inv["reliable_qps_delivered_or_dead"] = job["reliable"]["holds"]
+    else:
+        not_checked["reliable_qps_delivered_or_dead"] = "the soak was interrupted: its " \
+                                                        "jobs' QPs were not all read"
     return {"faults": rows, "drawn": len(faults), "injected": len(starts),
             "interrupted": interrupted,
             "totals": {"sent_packets": total, "received_packets": received,
@@ -253,9 +272,7 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
             "fidelity": (fid or {}).get("verdict"),
             "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
-            "invariants": inv,
-            "not_checked": {"reliable_qps_delivered_or_dead":
-                            "the soak's probes are unreliable datagrams (no QP)"}}
+            "invariants": inv, "job": job, "not_checked": not_checked}
 
 
 def table(chaos):
@@ -273,6 +290,14 @@ def table(chaos):
                  f"{t['sent_packets']}, delivered {t['delivered']}, lost {t['lost_packets']}; "
                  f"fidelity {chaos['fidelity']}"
                  + (" (INTERRUPTED)" if chaos["interrupted"] else ""))
+    job = chaos.get("job")
+    if job:
+        r = job["reliable"]
+        lines.append(f"jobs: {job['instances']} instances over {', '.join(job['hosts'])}, "
+                     f"{job['interruptions']} interrupted, {job['calls_completed']} calls "
+                     f"completed; {r['qps']} QPs sent {r['sent_packets']} packets, "
+                     f"{r['delivered_packets']} delivered, {r['failed_qps']} QPs failed, "
+                     f"{r['flushed_qps']} flushed, {r['violations_total']} unaccounted")
     for name, ok in chaos["invariants"].items():
         lines.append(f"invariant {name}: {'true' if ok else 'FALSE'}")
     for name, why in chaos["not_checked"].items():
@@ -325,13 +350,13 @@ def main(fabric, args, out=print):
             pairs, paths = path_pairs(s, planned)
             inj = Injector(s, detect=detect)
             try:
-                sent, recv, fid, starts, interrupted = soak(
+                sent, recv, fid, starts, interrupted, job = soak(
                     s, inj, pairs, faults, args, os.path.join(s.dir, "soak"), out)
             finally:
                 inj.close()
             converged = s.controller.converged() if s.controller else []
             chaos = report(faults, starts, sent, recv, fid, converged, paths, s.topo,
-                           interrupted, args.pps)
+                           interrupted, args.pps, job)
             doc["modes"] = [{"mode": mode, "results_dir": s.dir}]
     finally:
         if chaos is None:
