@@ -241,3 +241,30 @@ def test_a_gap_starting_within_one_interval_before_the_restore_is_the_restores()
     f = drill_stats.flow_result(dict(recv, received_packets=0 + 500, disruptions=[stuck]),
                                 1500, 500 * ms, 1500 * ms, 1000)
     assert f["recovery_ms"] == 1005.0 and f["restore_lost_packets"] == 0
+
+
+def test_the_detection_is_timed_from_the_first_end_going_down(tmp_path):
+    """A link is dead once its first end is down; setting the second end down can wait
+    milliseconds on rtnetlink while Open vSwitch reconfigures.  The modelled loss of
+    signal counts from the first end, not the last (which added the wait to it)."""
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                        "hosts_per_leaf": "1"}))
+    inj = injector(topo, tmp_path)
+    now = [1_000_000_000]
+    inj.clock = lambda: now[0]
+
+    class SlowNetlink:                    # the second end waits 8 ms
+        calls = 0
+
+        def link(self, *_, **__):
+            SlowNetlink.calls += 1
+            now[0] += 200_000 if SlowNetlink.calls == 1 else 8_000_000
+    told = []
+    inj.detector = types.SimpleNamespace(
+        notify=lambda ports, down, t_cut: told.append(t_cut) or {"t_notify_ns": t_cut})
+    inj._resolved = lambda ends: [(SlowNetlink(), 1), (SlowNetlink(), 2)]
+    inj.ends = lambda link, side: [None, None]
+    inj.s.net = types.SimpleNamespace()          # one machine: no set_links
+    ev = inj.link_down("leaf1-spine1")
+    assert told == [1_000_200_000]                    # after the first end, not at 8.2 ms
+    assert ev["t_cut_ns"] == 1_000_200_000 and ev["t_ns"] == 1_000_000_000
