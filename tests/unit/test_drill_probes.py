@@ -138,3 +138,23 @@ def test_bfd_hold_down_only_with_bfd():
     assert drill.holddown_for(args) == drill.BFD_HOLDDOWN
     args.bfd_holddown = "0"
     assert drill.holddown_for(args) == "0"
+
+
+def test_the_drill_gives_each_crossing_flows_window_per_mode():
+    from emulator.experiments.drill.drill_stats import per_flow_lines
+
+    def rep(local, remote):
+        return {"flows": {
+            "10.0.0.1#1": {"crosses": True, "loss_window_ms": local,
+                           "path": ["h1:eth0", "leaf1:eth3", "spine1:eth2", "leaf2:eth1", "h3"]},
+            "10.0.0.7#14": {"crosses": True, "loss_window_ms": remote, "path": None},
+            "10.0.0.3#2": {"crosses": False, "loss_window_ms": 0.0, "path": None}}}
+    results = [{"mode": "controller", "repeats": [rep(7, 30), rep(8, 32), rep(6, 28)]},
+               {"mode": "fast-failover", "repeats": [rep(7, 5), rep(7, 4), rep(8, 6)]}]
+    lines = per_flow_lines(results)
+    assert lines[1] == ("  10.0.0.1#1 [h1 > leaf1 > spine1 > leaf2 > h3]: controller 7.0, "
+                        "fast-failover 7.0 (fast-failover/controller 1.00x)")
+    assert lines[2] == ("  10.0.0.7#14 []: controller 30.0, fast-failover 5.0 "
+                        "(fast-failover/controller 0.17x)")
+    assert len(lines) == 3                              # the flow that does not cross: none
+    assert per_flow_lines(results[:1]) == []

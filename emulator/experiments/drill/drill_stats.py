@@ -150,6 +150,35 @@ def summarise(repeats):
                                                                        "faithful") != "faithful")}
 
 
+def per_flow_lines(results):
+    """With two modes or more: each crossing flow's median loss window per mode, and
+    fast-failover's over controller's.  A flow the data plane repairs in both modes
+    (leaving the cut switch: a select bucket watching its port) has the same window
+    in both; the one that waits for the controller shows the gap between them,
+    which a median over all crossing flows dilutes."""
+    if len(results) < 2:
+        return []
+    per = {}
+    for res in results:
+        for r in res["repeats"]:
+            for key, f in r["flows"].items():
+                if f["crosses"]:
+                    per.setdefault(key, {}).setdefault(res["mode"], []).append(
+                        (f["loss_window_ms"], f.get("path")))
+    if not per:
+        return []
+    lines = ["loss window per crossing flow (lost / pps ms, median over the repeats):"]
+    for key in sorted(per):
+        meds = {m: statistics.median(w for w, _ in v) for m, v in per[key].items()}
+        path = next((p for v in per[key].values() for _, p in v if p), None)
+        where = " > ".join(hop.split(":")[0] for hop in path) if path else ""
+        text = ", ".join(f"{m} {w:.1f}" for m, w in meds.items())
+        ctl, ff = meds.get("controller"), meds.get("fast-failover")
+        ratio = f" (fast-failover/controller {ff / ctl:.2f}x)" if ctl and ff is not None else ""
+        lines.append(f"  {key} [{where}]: {text}{ratio}")
+    return lines
+
+
 def table(results):
     """Per mode: the longest arrival gap of crossing flows (the headline, SONiC's
     longest disruption), lost sequences / pps, controller convergence, fidelity."""
@@ -182,6 +211,7 @@ def table(results):
                          "detection" + (f"; crossing flows' last loss "
                                         f"{rec['median']:.1f} ms (max {rec['max']:.1f}) after it"
                                         if rec else ""))
+    lines += per_flow_lines(results)
     lines.append("longest gap: the longest arrival gap of a flow crossing the fault (what an "
                  "application sees); lost / pps: its lost sequences over its packet rate;\n"
                  "stall: the longest gap of the flows that do NOT cross it (they lose nothing) "
