@@ -45,6 +45,8 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
                                    "untouched_flows_lost_nothing": True,
                                    "reliable_qps_delivered_or_dead": True,
                                    "nothing_left_behind": True}, chaos
+    t = chaos["totals"]              # the probes' alone (the jobs' frames are not probes)
+    assert 0 < t["received_packets"] <= t["sent_packets"], t
     rel = chaos["job"]["reliable"]
     assert chaos["job"]["instances"] >= 1 and rel["qps"] > 0 and rel["sent_packets"] > 0
     assert rel["delivered_packets"] > 0, chaos["job"]

@@ -234,7 +234,8 @@ def soak(s, inj, pairs, faults, args, work, out):
         sent.update(st["per_flow"])
     for r in res["receivers"]:
         for fl in r["flows"]:
-            recv[fl["flow"]] = fl
+            if fl["flow"] in sent:       # the probes' (the receivers also see the jobs')
+                recv[fl["flow"]] = fl
     events = [e for f in faults for e in events_of(f)]
     fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
                         engine=res["engine"], faulted=faulted_links(events, s.topo))
