@@ -3,6 +3,7 @@
 Model.  While the soak's faults come and go, ``JobLoop`` runs an allreduce
 over the first host of every leaf (``pick_hosts``; 2 QPs per connection, so
 each pair of ranks uses two ECMP paths) at a tenth of the host link rate,
+paced one packet at a time (no burst to overflow a queue the probes share),
 as consecutive job instances of about ``INSTANCE_S`` seconds each, until the
 soak's faults are over.  A job that ends early (a QP out of retries aborts
 it: a job interruption) is followed by a new one, as a scheduler restarts a
@@ -155,6 +156,8 @@ class JobLoop:
         try:
             for cfg in configs:
                 cfg["timeout_exp"] = self.timeout_exp
+                cfg["burst"] = 1       # paced packet by packet: a burst of 8 jumbo frames
+                #   overflowed a 40 Mbit/s link's queue and dropped a probe no fault touched
                 cfg["qpn_seed"] = k + 1            # each instance's QPs are new ones
                 path = os.path.join(d, f"rank{cfg['rank']}.config.json")
                 with open(path, "w") as f:
