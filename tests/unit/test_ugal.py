@@ -141,3 +141,23 @@ def test_the_controllers_flows_carry_a_stamped_frame_through_its_group(mode):
             assert group[topo.peer_of(*crossed[0])[0]] == k and len(crossed) == 2
             first = crossed[0] if mode == "ugal" else (hops[0][0], hops[0][2])
             assert first == (dpid[entry[0]], entry[1])
+
+
+def test_on_a_dragonfly_plus_the_leaves_stamp_and_the_spines_carry():
+    t = doc("dragonfly-plus")
+    topo = topology.from_dict(t)
+    group = dragonfly.grouping(topo)
+    fab, _ = ugal_fabric(topo)
+    plan = ugal.plan(t, "ugal")
+    dpid = {s["name"]: s["dpid"] for s in t["switches"]}
+    assert all(s["kind"] != "spine" for s in t["switches"] if s["name"] in
+               {sw for sw, _ in plan["deciders"]})
+    hp_of = {hp.ip: hp for hp in topo.host_ports}
+    for (sw, ip), (_, cands) in list(plan["routes"].items())[::7]:
+        src = next(hp for hp in topo.host_ports if hp.dpid == dpid[sw])
+        for entry, k in cands:
+            for hops, end in fab.paths(src, dict(udp(src, hp_of[ip]),
+                                                 eth_src=dragonfly.marker(k, 1))):
+                first = globals_of(topo, group, hops)[0]
+                assert end[0] == "host" and end[1] == hp_of[ip]
+                assert first == (dpid[entry[0]], entry[1])    # the queue UGAL-G read
