@@ -124,9 +124,11 @@ def test_a_flowlet_keeps_its_path_until_the_timer_and_a_dead_candidate_is_left()
         assert bpf.test_run(fd, roce(0xC002))[1] == roce(0xC002)   # a new one: minimal
         set_port(ms, 0, **{"in": 40 * LEN})
         set_port(ms, 1)
+        ms["ar_ctls"].update(1, CONTROL.pack(1, 1 << 62, 0, 0))  # dies at detection time
+        assert dragonfly.stamp_of(src_mac(bpf.test_run(fd, roce(0xC001))[1])) == (5, 1)
         ms["ar_ctls"].update(1, CONTROL.pack(1, 1, 0, 0))     # its global link died
         assert bpf.test_run(fd, roce(0xC001))[1] == roce(0xC001)
-        assert counts(ms)["non_frames"] == 2
+        assert counts(ms)["non_frames"] == 3
 
 
 def test_a_flowlet_past_the_timer_is_decided_afresh():

@@ -61,6 +61,10 @@ class UgalStage(AdaptiveStage):
         self.slots = []
         self.downs = {}
         self.started_ns = None
+        self.routes = dict(self.plan["routes"])
+        self.follower = None            # no route repair followed: a dead port is skipped
+        self.settled = {}
+        self.cuts = []
 
     @classmethod
     def for_session(cls, session):

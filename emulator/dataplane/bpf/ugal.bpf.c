@@ -63,11 +63,12 @@ struct ar_port {
 	__s64 limit;
 };
 
+/* adaptive.CONTROL: down from down_ns on (the detection model's time) */
 struct ar_ctl {
 	__u64 down;
 	__u64 down_ns;
 	__s64 corr;
-	__u64 spare;
+	__u64 late;
 };
 
 struct ar_route_key {
@@ -161,7 +162,7 @@ static __always_inline __s64 queue(__u32 key, __u64 now)
 	struct ar_ctl *c = bpf_map_lookup_elem(&ar_ctls, &key);
 	__s64 q;
 
-	if (!p || !c || c->down)
+	if (!p || !c || (c->down && now >= c->down_ns))
 		return QUEUE_DOWN;
 	q = p->in - p->out - c->corr;
 	if (now - p->sent_ns < cfg.pend_ns && p->sent > p->sent_in)
