@@ -16,8 +16,10 @@ A row of ``compare.json`` per (seed, mode): ``routing``, ``workload``,
 ``seed``, ``throughput_fraction`` (mean over hosts of accepted / injected),
 ``min_fraction``, ``ceiling`` (the mode's mean ceiling), ``of_ceiling``
 (measured / ceiling), ``saturation`` (the mode's saturation ceiling),
-``optimum``, the local and global link utilisation and the fidelity
-verdict.  Then the median over seeds per mode.
+``optimum``, the local and global link utilisation, ``nonminimal_share``
+and the fidelity verdict.  Then the median over seeds per mode.  UGAL
+(``ugal``, ``ugal-l``: the routers' data plane decides, dataplane.adaptive.ugal)
+is held to the optimum: its paths are the minimal and the Valiant ones.
 """
 
 import os
@@ -78,7 +80,8 @@ def medians(rows, modes):
 
 def table(rows):
     head = (f"{'seed':>5} {'routing':<8} {'accepted':>8} {'lowest':>7} {'ceiling':>7} "
-            f"{'of ceil':>7} {'satur.':>7} {'optimum':>7} {'local':>6} {'global':>6}  fidelity")
+            f"{'of ceil':>7} {'satur.':>7} {'optimum':>7} {'local':>6} {'global':>6} "
+            f"{'nonmin':>6}  fidelity")
     lines = [head]
     for r in rows:
         seed = "-" if r["seed"] is None else str(r["seed"])
@@ -86,7 +89,8 @@ def table(rows):
                      f"{r['min_fraction']:7.3f} {r['ceiling']:7.3f} "
                      f"{(r['of_ceiling'] or 0):7.2f} {r['saturation']:7.3f} "
                      f"{r['optimum']:7.3f} {r['local_utilisation'] or 0:6.3f} "
-                     f"{r['global_utilisation'] or 0:6.3f}  {r['fidelity']}")
+                     f"{r['global_utilisation'] or 0:6.3f} "
+                     f"{r.get('nonminimal_share') or 0:6.3f}  {r['fidelity']}")
     return "\n".join(lines)
 
 
