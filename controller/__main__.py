@@ -66,7 +66,7 @@ def main(argv=None):
                     help="load balancing: ecmp, flowlet, dlb or spray "
                          "(default: $FABRIC_LB, else ecmp)")
     ap.add_argument("--routing", default=os.environ.get("FABRIC_ROUTING") or "minimal",
-                    help="a dragonfly's routing: minimal or valiant (default: "
+                    help="a dragonfly's routing: minimal, valiant, ugal or ugal-l (default: "
                          "$FABRIC_ROUTING, else minimal; controller/dragonfly.py)")
     ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "0",
                     metavar="BASE:MAX|0",

@@ -141,7 +141,8 @@ def global_hops(topo, routes, group, src, ip, limit=16):
 # (1050/1100), whose ``in_port, eth_dst`` matches must not catch a phase-1
 # frame passing through.
 
-MODES = ("minimal", "valiant")
+MODES = ("minimal", "valiant", "ugal", "ugal-l")
+UGAL = ("ugal", "ugal-l")     # decided per flowlet by the routers' data plane (emulator)
 PRIO_TRANSIT = 1200          # eth_src=phase-1 stamp of group k -> toward group k
 PRIO_SOURCE = 1210           # in_port=<host port>, ipv4_dst -> the Valiant select group
 PRIO_PHASE = 1220            # in group k: eth_src=stamp k, ipv4_dst -> phase 2, minimal route
@@ -198,8 +199,10 @@ def toward_group(topo, adj, group, dpid, gk):
     return next((p for p, q in local[dpid] if dist.get(q) == dist[dpid] - 1), None)
 
 
-def valiant(topo, live, desired, adj=None):
-    """``desired`` ({dpid: SwitchState}, the minimal routes) plus Valiant routing."""
+def valiant(topo, live, desired, adj=None, sources=True):
+    """``desired`` ({dpid: SwitchState}, the minimal routes) plus Valiant routing;
+    ``sources=False`` (UGAL): without the source switches' select groups, the
+    data plane stamping the frames it sends non-minimally itself."""
     from .messages import (ETH_TYPE_IPV4, OFPP_IN_PORT, Bucket, FlowMod, Group, GroupMod,
                            Output, Selection, SetField, SwitchState, match)
     from .groups import HASH_FIELDS
@@ -246,7 +249,7 @@ def valiant(topo, live, desired, adj=None):
                         ipv4_dst=hp.ip), (SetField("eth_src", marker(gi, 2)),
                                           Output(OFPP_IN_PORT))))
         hosts = [p for p in sw.ports if p.to_host and (sw.dpid, p.port) in live]
-        for d in dests:
+        for d in dests if sources else ():
             if d == sw.dpid or not hosts:
                 continue
             ips = [hp.ip for hp in topo.host_ports if hp.dpid == d and route.get(hp.ip)]
@@ -273,5 +276,8 @@ def valiant(topo, live, desired, adj=None):
 
 
 def augment(topo, live, desired, mode):
-    """``desired`` with the routing ``mode``'s additions (minimal: none)."""
+    """``desired`` with the routing ``mode``'s additions (minimal: none; UGAL: the
+    Valiant flows past the source, whose choice the data plane makes and stamps)."""
+    if mode in UGAL:
+        return valiant(topo, live, desired, sources=False)
     return valiant(topo, live, desired) if mode == "valiant" else desired

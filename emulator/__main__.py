@@ -117,7 +117,7 @@ COMMANDS = {"check": "emulator.experiments.check",
             "probe": "emulator.experiments.probe.probe"}
 
 
-ROUTINGS = ("minimal", "valiant")      # --routing: controller/dragonfly.py
+ROUTINGS = ("minimal", "valiant", "ugal", "ugal-l")   # --routing: controller/dragonfly.py
 WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
              "adversarial", "permutation")
 
@@ -159,7 +159,10 @@ def build_parser():
     g.add_argument("--routing", choices=ROUTINGS, default="minimal",
                    help="a dragonfly's routing (default minimal: at most one global hop); "
                         "valiant: through a random intermediate group per flowlet "
-                        "(the NICs then change entropy per flowlet; docs/fabrics.md)")
+                        "(the NICs then change entropy per flowlet; docs/fabrics.md); "
+                        "ugal: the source router chooses per flowlet between minimal and "
+                        "Valiant by the group's global queues (UGAL-G); ugal-l: by its "
+                        "own ports' queues (UGAL-L)")
     g = p.add_argument_group("traffic")
     g.add_argument("--workload", default="mix", type=parse_workload,
                    metavar="{" + ",".join(WORKLOADS) + ",simai:FILE}",

@@ -77,6 +77,7 @@ def write_json(path, data):
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
 ADAPTIVE_LB = ("dlb", "packet")       # --lb modes the switches' data plane decides
+UGAL_ROUTING = ("ugal", "ugal-l")      # --routing modes the routers' data plane decides
 
 
 class Session:
@@ -94,7 +95,7 @@ class Session:
                  holddown=None, layout=None, flowlet_frames=None, switch_agent=None,
                  routing="minimal"):
         self.fabric = fabric
-        self.routing = routing           # a dragonfly's routing: minimal | valiant
+        self.routing = routing           # a dragonfly's routing: minimal | valiant | ugal | ugal-l
         cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
@@ -115,6 +116,9 @@ class Session:
                                       "runs on one machine: leave out servers: or use "
                                       "--lb controller-dlb")
         self.adaptive = None             # --lb dlb|packet: the switches' own stage
+        if routing in UGAL_ROUTING:
+            from emulator.dataplane.adaptive.ugal_stage import check_session
+            check_session(routing, lb in ADAPTIVE_LB, self.servers)
         self.failover = failover         # none | controller | fast-failover
         self.results_base = results_base
         self.controller_spec = controller
@@ -233,9 +237,9 @@ class Session:
             from emulator.dataplane.lossless.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
                 .for_session(self)
-        if self.lb in ADAPTIVE_LB:
-            from emulator.dataplane.adaptive.stage import AdaptiveStage
-            self.adaptive = AdaptiveStage.for_session(self)
+        if self.lb in ADAPTIVE_LB or self.routing in UGAL_ROUTING:
+            from emulator.dataplane.adaptive.ugal_stage import stage_for
+            self.adaptive = stage_for(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()

@@ -45,3 +45,24 @@ def test_valiant_sends_through_other_groups_and_beats_minimal(fabric, tmp_path):
     assert 0.3 <= valiant["nonminimal_share"] <= 0.7
     assert valiant["utilisation"]["global"]["mean"] > minimal["utilisation"]["global"]["mean"]
     assert valiant["throughput_fraction"] > minimal["throughput_fraction"]
+
+
+@pytest.mark.parametrize("mode", ["ugal", "ugal-l"])
+def test_ugal_sends_the_adversarial_pattern_nonminimally_and_beats_minimals_ceiling(
+        fabric, tmp_path, mode):
+    ecn = default_ecn(fabric, QUEUE_MS, "dequeue")
+    with Session(fabric, results_base=str(tmp_path), queue_ms=QUEUE_MS, routing=mode,
+                 ecn=ecn) as s:
+        rep = patterns.run_pattern(s, "adversarial", 128 << 10, extra={
+            "cc": "dcqcn", "entropy": patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
+            "timeout_exp": collective.default_timeout_exp(QUEUE_MS)}, progress=lambda m: None)
+    assert s.results["controller"]["problems"] == []
+    assert rep["wrong"] == 0 and rep["failed_qps"] == []
+    assert rep["fidelity"]["verdict"] == "faithful", rep["fidelity"]
+    u = s.results["ugal"]
+    assert u["mode"] == mode and u["queues"] == {"ugal": "global", "ugal-l": "local"}[mode]
+    # the routers decided every data frame; some flowlets went through a third group
+    assert u["frames"] > 12 * (128 << 10) // 4170 and u["nonminimal_flowlets"] > 0
+    assert rep["nonminimal_share"] == u["nonminimal_share"] > 0.1
+    # minimal routing cannot exceed 1/3 here: the detours carried the rest
+    assert rep["throughput_fraction"] > 1 / 3 + 0.03

@@ -188,8 +188,9 @@ def test_stamps_round_trip_and_the_mode_is_checked():
     assert dragonfly.marker(9, 1) == "02:df:00:00:09:01"
     assert dragonfly.stamp_of(dragonfly.marker(300, 2)) == (300, 2)
     assert dragonfly.stamp_of("02:00:00:00:00:07") is None
-    with pytest.raises(ValueError, match="routing mode 'ugal'"):
-        dragonfly.check_mode("ugal")
+    assert dragonfly.check_mode("ugal") == "ugal"
+    with pytest.raises(ValueError, match="routing mode 'par'"):
+        dragonfly.check_mode("par")
 
 
 def test_minimal_mode_adds_nothing_and_clos_fabrics_ignore_valiant():

@@ -6,10 +6,9 @@ from emulator.errors import ConfigError
 from emulator.experiments.compare import routing_cmp
 
 
-def test_modes_are_checked_and_ugal_says_what_it_needs():
+def test_modes_are_checked():
     assert routing_cmp.parse_modes("minimal, valiant") == ["minimal", "valiant"]
-    with pytest.raises(ConfigError, match="ugal is not built yet"):
-        routing_cmp.parse_modes("minimal,ugal")
+    assert routing_cmp.parse_modes("minimal,ugal,ugal-l") == ["minimal", "ugal", "ugal-l"]
     with pytest.raises(ConfigError, match="unknown routing 'par'"):
         routing_cmp.parse_modes("par")
 
@@ -36,3 +35,11 @@ def test_a_row_carries_the_mode_its_ceiling_and_the_verdict():
     assert med["minimal"]["runs"] == 1
     text = routing_cmp.table(rows)
     assert "valiant" in text and "0.560" in text and "faithful" in text
+
+
+def test_ugal_is_held_to_the_optimum_and_its_share_is_shown():
+    rep = dict(report(0.7), nonminimal_share=0.25)
+    r = routing_cmp.row("ugal", rep)
+    assert (r["ceiling"], r["saturation"], r["nonminimal_share"]) == (0.8, 0.79, 0.25)
+    assert r["of_ceiling"] == pytest.approx(0.875)
+    assert "nonmin" in routing_cmp.table([r]) and " 0.250  faithful" in routing_cmp.table([r])

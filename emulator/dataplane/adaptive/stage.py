@@ -172,7 +172,7 @@ class AdaptiveStage:
                         value_layouts=[PORT, CONTROL], programs=[program])
 
     def _attach(self, xdp, tc):
-        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
+        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES.get(self.mode, 0), dscp=self.dscp,
                     flowlet_ns=0, pend_ns=0, key=-1, move_band=model.MOVE_BAND)
         with ns_sockets() as sock:
             for (ns, ifname), values in sorted(xdp.items(), key=lambda kv: kv[0][1]):

@@ -11,6 +11,8 @@ libbpf's ``<bpf/bpf_helpers.h>``), one source per family:
 - ``ecn_mark.h``: the RED-profile CE marking both share;
 - ``ar.bpf.c``: adaptive routing in the switch's data plane (``ar_ingress``
   XDP, ``ar_egress`` tc egress; model in dataplane.adaptive);
+- ``ugal.bpf.c``: a dragonfly's UGAL at the source router (``ugal_ingress``
+  XDP, ``ugal_egress`` tc egress; model in dataplane.adaptive.ugal);
 - ``chain.h``: one XDP program per interface: where PFC or dequeue marking
   holds the hook, its program hands each frame it passes on to the next
   stage's (adaptive routing) by a tail call through the run's program array.

@@ -16,8 +16,10 @@ A row of ``compare.json`` per (seed, mode): ``routing``, ``workload``,
 ``seed``, ``throughput_fraction`` (mean over hosts of accepted / injected),
 ``min_fraction``, ``ceiling`` (the mode's mean ceiling), ``of_ceiling``
 (measured / ceiling), ``saturation`` (the mode's saturation ceiling),
-``optimum``, the local and global link utilisation and the fidelity
-verdict.  Then the median over seeds per mode.
+``optimum``, the local and global link utilisation, ``nonminimal_share``
+and the fidelity verdict.  Then the median over seeds per mode.  UGAL
+(``ugal``, ``ugal-l``: the routers' data plane decides, dataplane.adaptive.ugal)
+is held to the optimum: its paths are the minimal and the Valiant ones.
 """
 
 import os
@@ -25,7 +27,7 @@ import statistics
 
 from emulator.errors import ConfigError
 
-ROUTINGS = ("minimal", "valiant")
+ROUTINGS = ("minimal", "valiant", "ugal", "ugal-l")
 DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops
 
 
@@ -39,11 +41,6 @@ def add_arguments(p):
 def parse_modes(text):
     modes = [m.strip() for m in text.split(",") if m.strip()]
     for m in modes:
-        if m == "ugal":
-            raise ConfigError("--routing", "ugal is not built yet: it needs the data plane's "
-                                           "adaptive stage to choose per flowlet between the "
-                                           "minimal and a Valiant candidate by live queue "
-                                           "depth (docs/fabrics.md); use minimal,valiant")
         if m not in ROUTINGS:
             raise ConfigError("--routing", f"unknown routing {m!r} (one of "
                                            f"{', '.join(ROUTINGS)})")
@@ -55,14 +52,16 @@ def parse_modes(text):
 def row(mode, rep):
     """One compare.json row from a pattern report."""
     c = rep["ceilings"]
-    ceiling = c[mode]["mean"]
+    own = c.get(mode, c["optimum"])          # UGAL's: the optimum over minimal + Valiant
+    ceiling = own["mean"]
     return {"routing": mode, "workload": rep["pattern"], "seed": rep["seed"],
             "throughput_fraction": rep["throughput_fraction"],
             "min_fraction": rep["min_fraction"], "ceiling": ceiling,
             "of_ceiling": round(rep["throughput_fraction"] / ceiling, 3) if ceiling else None,
-            "saturation": c[mode]["saturation"], "optimum": c["optimum"]["mean"],
+            "saturation": own["saturation"], "optimum": c["optimum"]["mean"],
             "local_utilisation": rep["utilisation"]["local"]["mean"],
             "global_utilisation": rep["utilisation"]["global"]["mean"],
+            "nonminimal_share": rep.get("nonminimal_share"),
             "wrong": rep["wrong"], "fidelity": rep["fidelity"]["verdict"]}
 
 
@@ -81,7 +80,8 @@ def medians(rows, modes):
 
 def table(rows):
     head = (f"{'seed':>5} {'routing':<8} {'accepted':>8} {'lowest':>7} {'ceiling':>7} "
-            f"{'of ceil':>7} {'satur.':>7} {'optimum':>7} {'local':>6} {'global':>6}  fidelity")
+            f"{'of ceil':>7} {'satur.':>7} {'optimum':>7} {'local':>6} {'global':>6} "
+            f"{'nonmin':>6}  fidelity")
     lines = [head]
     for r in rows:
         seed = "-" if r["seed"] is None else str(r["seed"])
@@ -89,7 +89,8 @@ def table(rows):
                      f"{r['min_fraction']:7.3f} {r['ceiling']:7.3f} "
                      f"{(r['of_ceiling'] or 0):7.2f} {r['saturation']:7.3f} "
                      f"{r['optimum']:7.3f} {r['local_utilisation'] or 0:6.3f} "
-                     f"{r['global_utilisation'] or 0:6.3f}  {r['fidelity']}")
+                     f"{r['global_utilisation'] or 0:6.3f} "
+                     f"{r.get('nonminimal_share') or 0:6.3f}  {r['fidelity']}")
     return "\n".join(lines)
 
 

@@ -151,6 +151,16 @@ def nonminimal_share(session):
     return round(mine / every, 4) if every else None
 
 
+UGAL = ("ugal", "ugal-l")              # decided by the routers' data plane
+
+
+def ugal_share(session):
+    """Share of the bytes hosts sent that the routers' UGAL sent through an
+    intermediate group (its decisions' counters, dataplane.adaptive.ugal)."""
+    stage = getattr(session, "adaptive", None)
+    return stage.summary()["nonminimal_share"] if stage is not None else None
+
+
 def summary(per_host):
     done = [p["fraction"] or 0.0 for p in per_host]
     return (round(sum(done) / len(done), 4) if done else 0.0,
@@ -185,8 +195,9 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
-    share = nonminimal_share(session) if getattr(session, "routing", "minimal") != "minimal" \
-        else 0.0
+    routing = getattr(session, "routing", "minimal")
+    share = ugal_share(session) if routing in UGAL else \
+        nonminimal_share(session) if routing != "minimal" else 0.0
     if rc not in (0, 1) or not os.path.exists(res_path):
         raise RunFailed(f"the {pattern} job failed (exit {rc}); log: "
                         f"{out_dir}/job.log")
