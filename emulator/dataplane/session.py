@@ -100,10 +100,8 @@ class Session:
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
         self.placement = cl.placement if cl else "auto"
-        from emulator.fabric.switch_agent import fleet
-        # fabric.switch_agent.Fleet (one Params: every switch), or None: ideal
-        self.switch_agent = None if switch_agent is None or fleet(switch_agent).ideal \
-            else fleet(switch_agent)
+        from emulator.fabric.switch_agent import proxied   # a Fleet, or None: all ideal
+        self.switch_agent = proxied(switch_agent)
         self.agent = None                 # its proxy (dataplane.ovs.agent_proxy), if any
         self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
         self.watch = None

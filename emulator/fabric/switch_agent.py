@@ -194,6 +194,12 @@ def fleet(x):
     return x if isinstance(x, Fleet) else Fleet(default=x)
 
 
+def proxied(x):
+    """``fleet(x)``, or None where every switch is ideal (nothing to proxy)."""
+    f = None if x is None else fleet(x)
+    return None if f is None or f.ideal else f
+
+
 def _model(value, where):
     """``ideal``, ``hardware`` or a mapping of parameters: Params or None."""
     if value == "ideal":
