@@ -29,6 +29,32 @@ TC_EGRESS = 0xFFFFFFF3
 TC_PRIO = 1                      # before the lossless/ECN filter (prio 49152 by default)
 
 
+def session_ports(session):
+    """The running fabric's switch ports as a stage takes them: ``ifaces``
+    {(switch, port): (netns, ifname)}, ``far`` (their links' other ends),
+    ``rates`` {(switch, port): bit/s} and ``chain`` (the interfaces whose XDP hook
+    PFC or dequeue marking holds: (netns, ifname) -> program array slot)."""
+    from emulator.fabric.addressing import switch_intf
+    by_name = {sw["name"]: sw for sw in session.topo["switches"]}
+    ifaces, far, rates = {}, {}, {}
+    for sw in session.topo["switches"]:
+        for p in sw["ports"]:
+            key = (sw["name"], p["port"])
+            ifaces[key] = (session.net.switch_netns(sw["name"]), p["intf"])
+            rates[key] = p["rate_bps"]
+            if p["peer_kind"] == "host":
+                far[key] = (f"/proc/{session.net.hosts[p['peer']].pid}/ns/net",
+                            p["peer_port"])
+            else:
+                far[key] = (session.net.switch_netns(p["peer"]),
+                            switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"]))
+    chain = {}
+    for owner in (getattr(session, "pfc", None), getattr(session, "marker", None)):
+        if owner is not None and hasattr(owner, "chain_slots"):
+            chain.update(owner.chain_slots())
+    return ifaces, far, rates, chain
+
+
 def _index(ipr, ifname):
     found = ipr.link_lookup(ifname=ifname)
     if not found:
@@ -66,25 +92,8 @@ class AdaptiveStage:
 
     @classmethod
     def for_session(cls, session):
-        from emulator.fabric.addressing import switch_intf
         from traffic.frames import frame_len_for_mtu
-        by_name = {sw["name"]: sw for sw in session.topo["switches"]}
-        ifaces, far, rates = {}, {}, {}
-        for sw in session.topo["switches"]:
-            for p in sw["ports"]:
-                key = (sw["name"], p["port"])
-                ifaces[key] = (session.net.switch_netns(sw["name"]), p["intf"])
-                rates[key] = p["rate_bps"]
-                if p["peer_kind"] == "host":
-                    far[key] = (f"/proc/{session.net.hosts[p['peer']].pid}/ns/net",
-                                p["peer_port"])
-                else:
-                    far[key] = (session.net.switch_netns(p["peer"]),
-                                switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"]))
-        chain = {}           # interfaces whose XDP hook PFC or dequeue marking holds
-        for owner in (getattr(session, "pfc", None), getattr(session, "marker", None)):
-            if owner is not None and hasattr(owner, "chain_slots"):
-                chain.update(owner.chain_slots())
+        ifaces, far, rates, chain = session_ports(session)
         stage = cls(session.lb, session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
                     flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,

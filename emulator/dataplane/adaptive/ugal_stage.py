@@ -16,7 +16,7 @@ from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, ugal
-from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
+from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage, session_ports
 from emulator.dataplane.links import shaping
 from emulator.errors import ConfigError, EnvironmentProblem
 
@@ -68,25 +68,8 @@ class UgalStage(AdaptiveStage):
 
     @classmethod
     def for_session(cls, session):
-        from emulator.fabric.addressing import switch_intf
         from traffic.frames import frame_len_for_mtu
-        by_name = {sw["name"]: sw for sw in session.topo["switches"]}
-        ifaces, far, rates = {}, {}, {}
-        for sw in session.topo["switches"]:
-            for p in sw["ports"]:
-                key = (sw["name"], p["port"])
-                ifaces[key] = (session.net.switch_netns(sw["name"]), p["intf"])
-                rates[key] = p["rate_bps"]
-                if p["peer_kind"] == "host":
-                    far[key] = (f"/proc/{session.net.hosts[p['peer']].pid}/ns/net",
-                                p["peer_port"])
-                else:
-                    far[key] = (session.net.switch_netns(p["peer"]),
-                                switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"]))
-        chain = {}
-        for owner in (getattr(session, "pfc", None), getattr(session, "marker", None)):
-            if owner is not None and hasattr(owner, "chain_slots"):
-                chain.update(owner.chain_slots())
+        ifaces, far, rates, chain = session_ports(session)
         stage = cls(session.routing, session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
                     flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,

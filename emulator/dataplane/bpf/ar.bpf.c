@@ -30,10 +30,9 @@
 #include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <linux/udp.h>
+#include "ar_common.h"
 
-#define ROCE_PORT 4791
 #define MAX_CAND 8
-#define FLOWSETS 1024           /* flowlet slots per switch (power of 2) */
 #define BANDS 7                 /* bands 0..7 */
 #define HOT_BAND 3              /* a queue of 4+ frames: building (hot) */
 #define MODE_FLOWLET 1
@@ -41,72 +40,10 @@
 #define DSCP_SHIFT 2
 #define MOVE_GAP 3              /* a live flowlet moves to a port 3+ bands better */
 
-/* an entry per tracked switch port; user space reads it (adaptive.PORT) */
-struct ar_port {
-	__s64 in;               /* bytes into its egress queue (tc) */
-	__s64 out;              /* bytes out at the link's far end (XDP) */
-	__s64 sent;             /* bytes decided towards it */
-	__s64 sent_in;          /* of them, bytes that reached its egress */
-	__u64 sent_ns;          /* last decision towards it */
-	__u64 load;             /* decaying sum of bytes into its queue */
-	__u64 load_ns;          /* when ``load`` was last decayed */
-	__u64 evac_ns;          /* first decision that skipped it while down */
-	__u64 frames;           /* frames decided towards it */
-	__u64 flowlets;         /* flowlets started on it */
-	__u64 moved_in;         /* flowlets that left another port for it */
-	__u64 moved_out;        /* flowlets that left it */
-	__u64 hot;              /* its queue is at HOT_BAND or above (tc, with hysteresis) */
-	__u64 hot_ns;           /* when it last turned hot */
-	__u64 shun_ns;          /* first new flowlet placed elsewhere after hot_ns */
-	__u64 react_sum;        /* sum, count, max of shun_ns - hot_ns */
-	__u64 react_n;
-	__u64 react_max;
-	/* constants, set by user space */
-	__u64 mark;             /* DSCP that its output flow matches */
-	__u64 frame;            /* a full frame's bytes: the queue bands' unit */
-	__u64 half_ns;          /* the load's half-life */
-	__u64 load_full;        /* the load's steady value at the port's rate */
-	__s64 limit;            /* its TBF's byte limit */
-};
-
-/* an entry per tracked port, written by user space only (adaptive.CONTROL) */
-struct ar_ctl {
-	__u64 down;             /* its carrier is down (the detection model said so) */
-	__u64 down_ns;          /* since when */
-	__s64 corr;             /* bytes counted in that will never come out */
-	__u64 late;             /* bytes decided towards it between the cut (the entry
-	                         * written) and down_ns: the detection delay's loss */
-};
-
-struct ar_route_key {
-	__u32 sw;
-	__u32 dst;              /* IPv4 destination, network order */
-};
-
 struct ar_route {
 	__u32 n;
 	__u32 keys[MAX_CAND];   /* candidate ports' entries */
 };
-
-struct ar_flowlet {
-	__u64 last_ns;
-	__u32 key;              /* the port entry it goes by */
-	__u32 valid;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);        /* replaced by the run's map */
-	__type(key, __u32);
-	__type(value, struct ar_port);
-} ar_ports SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ar_ctl);
-} ar_ctls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -114,13 +51,6 @@ struct {
 	__type(key, struct ar_route_key);
 	__type(value, struct ar_route);
 } ar_routes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ar_flowlet);
-} ar_flowlets SEC(".maps");
 
 /* set by user space before load (adaptive.CONFIG) */
 struct ar_cfg {
@@ -136,16 +66,6 @@ struct ar_cfg {
 };
 
 const volatile struct ar_cfg cfg = {};
-
-static __always_inline struct ar_port *port(__u32 key)
-{
-	return bpf_map_lookup_elem(&ar_ports, &key);
-}
-
-static __always_inline struct ar_ctl *ctl(__u32 key)
-{
-	return bpf_map_lookup_elem(&ar_ctls, &key);
-}
 
 /* Down from down_ns on: the detection model writes the entry at the cut with
  * the time its delay ends, so the switch acts at that time to the nanosecond,
@@ -247,18 +167,6 @@ static __always_inline void set_dscp(struct iphdr *ip, __u8 dscp)
 	sum ^= 0xFFFF;
 	b[10] = sum >> 8;
 	b[11] = sum;
-}
-
-static __always_inline __u32 flow_hash(struct iphdr *ip, struct udphdr *udp)
-{
-	__u32 h = ip->saddr * 0x9E3779B1u;
-
-	h ^= ip->daddr + 0x7F4A7C15u + (h << 6) + (h >> 2);
-	h ^= ((__u32)udp->source << 16 | udp->dest) + 0x7F4A7C15u + (h << 6) + (h >> 2);
-	h ^= h >> 16;
-	h *= 0x85EBCA6Bu;
-	h ^= h >> 13;
-	return h;
 }
 
 /* The best live candidate of ``r`` at ``now`` (its entry), or -1; a candidate

@@ -29,52 +29,11 @@
 #include <linux/in.h>
 #include <linux/pkt_cls.h>
 #include <linux/udp.h>
+#include "ar_common.h"
 
-#define ROCE_PORT 4791
 #define MIN_CAND 4
 #define UGAL_CAND 16
-#define FLOWSETS 1024           /* flowlet slots per switch (power of 2) */
 #define QUEUE_DOWN (1LL << 40)  /* the queue of a dead port: never chosen */
-
-/* the same entry as ar.bpf.c's (adaptive.PORT); UGAL uses the queue fields */
-struct ar_port {
-	__s64 in;
-	__s64 out;
-	__s64 sent;
-	__s64 sent_in;
-	__u64 sent_ns;
-	__u64 load;
-	__u64 load_ns;
-	__u64 evac_ns;
-	__u64 frames;
-	__u64 flowlets;
-	__u64 moved_in;
-	__u64 moved_out;
-	__u64 hot;
-	__u64 hot_ns;
-	__u64 shun_ns;
-	__u64 react_sum;
-	__u64 react_n;
-	__u64 react_max;
-	__u64 mark;
-	__u64 frame;
-	__u64 half_ns;
-	__u64 load_full;
-	__s64 limit;
-};
-
-/* adaptive.CONTROL: down from down_ns on (the detection model's time) */
-struct ar_ctl {
-	__u64 down;
-	__u64 down_ns;
-	__s64 corr;
-	__u64 late;
-};
-
-struct ar_route_key {
-	__u32 sw;
-	__u32 dst;
-};
 
 /* a router's route to a host of another group (ugal.ROUTE) */
 struct ugal_route {
@@ -83,12 +42,6 @@ struct ugal_route {
 	__u32 min_keys[MIN_CAND];
 	__u32 keys[UGAL_CAND];          /* candidate i's queue (its first global hop) */
 	__u32 groups[UGAL_CAND];        /* candidate i's intermediate group */
-};
-
-struct ar_flowlet {
-	__u64 last_ns;
-	__u32 key;                      /* 0: minimal; i + 1: candidate i */
-	__u32 valid;
 };
 
 /* decisions of one router (ugal.COUNT) */
@@ -102,32 +55,11 @@ struct ugal_count {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ar_port);
-} ar_ports SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ar_ctl);
-} ar_ctls SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
 	__type(key, struct ar_route_key);
 	__type(value, struct ugal_route);
 } ugal_routes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct ar_flowlet);
-} ar_flowlets SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -149,17 +81,12 @@ struct ugal_cfg {
 
 const volatile struct ugal_cfg cfg = {};
 
-static __always_inline struct ar_port *port(__u32 key)
-{
-	return bpf_map_lookup_elem(&ar_ports, &key);
-}
-
 /* Bytes queued at entry ``key`` or decided towards it and on their way;
  * QUEUE_DOWN if its port is dead or unknown. */
 static __always_inline __s64 queue(__u32 key, __u64 now)
 {
 	struct ar_port *p = port(key);
-	struct ar_ctl *c = bpf_map_lookup_elem(&ar_ctls, &key);
+	struct ar_ctl *c = ctl(key);
 	__s64 q;
 
 	if (!p || !c || (c->down && now >= c->down_ns))
@@ -186,18 +113,6 @@ static __noinline __s64 min_queue(struct ugal_route *r, __u64 now, __u32 *which)
 		}
 	}
 	return best;
-}
-
-static __always_inline __u32 flow_hash(struct iphdr *ip, struct udphdr *udp)
-{
-	__u32 h = ip->saddr * 0x9E3779B1u;
-
-	h ^= ip->daddr + 0x7F4A7C15u + (h << 6) + (h >> 2);
-	h ^= ((__u32)udp->source << 16 | udp->dest) + 0x7F4A7C15u + (h << 6) + (h >> 2);
-	h ^= h >> 16;
-	h *= 0x85EBCA6Bu;
-	h ^= h >> 13;
-	return h;
 }
 
 /* The Valiant carrier of group ``k``, phase 1, as the frame's source address. */
@@ -321,7 +236,7 @@ int ugal_egress(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	key = cfg.key;
 	p = port(key);
-	c = bpf_map_lookup_elem(&ar_ctls, &key);
+	c = ctl(key);
 	if (!p || !c)
 		return TC_ACT_UNSPEC;
 	queued = p->in - p->out - c->corr;
