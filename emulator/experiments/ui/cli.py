@@ -35,7 +35,11 @@ def main(args, out=print, stop=None):
     try:
         out(f"ui: {server.url}")
         out("serving the recorded run; Ctrl-C stops")
-        (stop or threading.Event()).wait()
+        stop = stop or threading.Event()
+        # woken each second: a SIGINT the kernel hands to the server's thread runs its
+        # handler here only once this thread runs Python again (it hung otherwise)
+        while not stop.wait(1.0):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
