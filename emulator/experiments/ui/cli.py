@@ -21,6 +21,7 @@ def add_arguments(p):
 
 def main(args, out=print, stop=None):
     """Serve until interrupted (or ``stop``, a threading.Event, is set)."""
+    from emulator.dataplane.signals import signals_as_exceptions
     from emulator.experiments.ui.live import report_doc
     from emulator.experiments.ui.server import UiServer
     from emulator.report import page
@@ -31,17 +32,20 @@ def main(args, out=print, stop=None):
                                          "drill-<time>/<time>-<tag>)")
     server = UiServer(page.render, args.ui_bind)
     server.hub.doc = report_doc(d)
-    server.start()
-    try:
-        out(f"ui: {server.url}")
-        out("serving the recorded run; Ctrl-C stops")
-        stop = stop or threading.Event()
-        # woken each second: a SIGINT the kernel hands to the server's thread runs its
-        # handler here only once this thread runs Python again (it hung otherwise)
-        while not stop.wait(1.0):
+    # Ctrl-C stops it even where the shell started it with SIGINT ignored (a
+    # background job), as it stops run and drill
+    with signals_as_exceptions():
+        server.start()
+        try:
+            out(f"ui: {server.url}")
+            out("serving the recorded run; Ctrl-C stops")
+            stop = stop or threading.Event()
+            # woken each second: a SIGINT the kernel hands to the server's thread
+            # runs its handler here only once this thread runs Python again
+            while not stop.wait(1.0):
+                pass
+        except KeyboardInterrupt:
             pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+        finally:
+            server.stop()
     return 0
