@@ -53,12 +53,26 @@ class Command:
                 self.has_url.set()
 
     def wait(self, timeout):
-        rc = self.proc.wait(timeout=timeout)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()                   # a failed test leaves nothing running
+            self.proc.wait(timeout=10)
+            raise
         self.reader.join(timeout=10)
         return rc
 
     def output(self):
         return "".join(self.lines)
+
+    def stop(self):
+        """Interrupt it if it still runs (a failed test), then make sure it is gone."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.wait(120)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def status_of(url, method="GET"):
@@ -97,6 +111,7 @@ def watched_drill(tmp_path_factory):
     results = str(tmp_path_factory.mktemp("ui"))
     browser = Browser()
     seen = {}
+    cmd = None
     try:
         cmd = Command(["drill", "--ui", "--repeat", "1", "--results", results])
         assert cmd.has_url.wait(120), cmd.output()
@@ -124,6 +139,8 @@ def watched_drill(tmp_path_factory):
         seen["port"] = int(base.rsplit(":", 1)[1].strip("/"))
     finally:
         browser.close()
+        if cmd is not None:
+            cmd.stop()
     seen["drill"] = glob.glob(os.path.join(results, "drill-*"))[0]
     seen["dir"] = glob.glob(os.path.join(seen["drill"], "*-*", "topology.json"))[0] \
         .rsplit("/", 1)[0]

@@ -111,7 +111,7 @@ def timers(frame_bytes, rate_bps, flowlet_frames=FLOWLET_FRAMES):
             "load_full": int(rate_bps / 8 * half / 1e9 / math.log(2))}
 
 
-def _adjacency(topo, dead=frozenset()):
+def adjacency(topo, dead=frozenset()):
     """{switch: [(port, peer switch)]} over switch-to-switch links; a link with an
     end in ``dead`` {(switch, port)} is left out."""
     names = {s["name"] for s in topo["switches"]}
@@ -139,7 +139,7 @@ def routes(topo, dead=frozenset()):
     """{(switch, host ip): (candidate port, ...)} for every route with several
     shortest next hops (sorted ports), at switches that are not a NIC; over the
     links without an end in ``dead`` {(switch, port)}."""
-    adj = _adjacency(topo, dead)
+    adj = adjacency(topo, dead)
     edge = {s["name"] for s in topo["switches"] if s["kind"] == "nic"}
     out, cache = {}, {}
     for host in topo["hosts"]:

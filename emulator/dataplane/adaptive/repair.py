@@ -16,11 +16,11 @@ the switch-agent model's delays), read from the controller's log as it grows.
 A controller app that logs no such lines leaves the candidates as installed.
 """
 
-import json
 import threading
 import time
 
 from emulator.dataplane.adaptive import model
+from emulator.dataplane.ovs.controller_proc import converged_events
 
 POLL_S = 0.005                   # how often the controller's log is read
 
@@ -97,14 +97,5 @@ class RepairFollower:
 
 
 def parse(lines):
-    """The ``CONVERGED {json}`` events among log ``lines``."""
-    out = []
-    for line in lines:
-        i = line.find("CONVERGED {")
-        if i < 0:
-            continue
-        try:
-            out.append(json.loads(line[i + len("CONVERGED "):]))
-        except ValueError:
-            continue
-    return out
+    """The ``CONVERGED {json}`` events among whole log ``lines``."""
+    return converged_events("\n".join(lines))

@@ -69,11 +69,13 @@ class AdaptiveStage:
     and ``far``: {(switch, port): (netns, ifname)} of their links' other ends;
     ``rates`` {(switch, port): bit/s}; ``dscp``: the class decided."""
 
+    FOLLOWS_REPAIR = True               # its candidates follow the controller's pushes
+
     def __init__(self, mode, topo, ifaces, far, rates, frame, queue_ms, dscp=26,
-                 flowlet_frames=model.FLOWLET_FRAMES, chain=None):
+                 flowlet_frames=model.FLOWLET_FRAMES, chain=None, plan=None):
         self.mode = mode
         self.topo = topo
-        self.plan = model.plan(topo)
+        self.plan = plan or model.plan(topo)
         self.ifaces, self.far, self.rates = ifaces, far, rates
         self.frame, self.queue_ms, self.dscp = frame, queue_ms, dscp
         self.flowlet_frames = flowlet_frames
@@ -94,16 +96,20 @@ class AdaptiveStage:
     def for_session(cls, session):
         from traffic.frames import frame_len_for_mtu
         ifaces, far, rates, chain = session_ports(session)
-        stage = cls(session.lb, session.topo, ifaces, far, rates,
+        stage = cls(cls.session_mode(session), session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
                     flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,
                     chain=chain).install()
         session.progress(stage.describe())
         log = getattr(session.controller, "log_path", None)
-        if session.failover != "none" and log:
+        if cls.FOLLOWS_REPAIR and session.failover != "none" and log:
             from emulator.dataplane.adaptive.repair import RepairFollower
             stage.follower = RepairFollower(stage, session.topo, log).start()
         return stage
+
+    @staticmethod
+    def session_mode(session):
+        return session.lb
 
     def describe(self):
         p = self.plan

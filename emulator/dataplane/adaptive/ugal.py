@@ -34,6 +34,7 @@ then minimally on; a minimal frame is left alone to the minimal flows.
 
 import struct
 
+from emulator.dataplane.adaptive import model
 from emulator.errors import ConfigError
 
 MODES = ("ugal", "ugal-l")                # --routing values decided here
@@ -69,19 +70,13 @@ def _groups(topo):
     return group
 
 
-def _adjacency(topo):
-    names = {s["name"] for s in topo["switches"]}
-    return {s["name"]: sorted((p["port"], p["peer"]) for p in s["ports"] if p["peer"] in names)
-            for s in topo["switches"]}
-
-
 class _Group:
     """The ports of a dragonfly's routers as the controller's minimal and Valiant
     routes use them (controller/dragonfly.py), every link up."""
 
     def __init__(self, topo):
         self.group = _groups(topo)
-        self.adj = _adjacency(topo)
+        self.adj = {sw: sorted(ports) for sw, ports in model.adjacency(topo).items()}
 
     def own(self, sw, gk):
         """``sw``'s own global ports to group ``gk``."""

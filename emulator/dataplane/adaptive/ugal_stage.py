@@ -16,7 +16,7 @@ from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, ugal
-from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage, session_ports
+from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
 from emulator.dataplane.links import shaping
 from emulator.errors import ConfigError, EnvironmentProblem
 
@@ -44,38 +44,18 @@ def stage_for(session):
 class UgalStage(AdaptiveStage):
     """UGAL (``mode``: ugal or ugal-l) on a running dragonfly."""
 
+    FOLLOWS_REPAIR = False              # no route repair followed: a dead port is skipped
+
     def __init__(self, mode, topo, ifaces, far, rates, frame, queue_ms,
                  flowlet_frames=model.FLOWLET_FRAMES, chain=None, bias_frames=ugal.BIAS_FRAMES):
-        self.mode = ugal.check_mode(mode)
-        self.topo = topo
-        self.plan = ugal.plan(topo, mode)
-        self.ifaces, self.far, self.rates = ifaces, far, rates
-        self.frame, self.queue_ms, self.dscp = frame, queue_ms, 0
-        self.flowlet_frames = flowlet_frames
+        super().__init__(ugal.check_mode(mode), topo, ifaces, far, rates, frame, queue_ms,
+                         dscp=0, flowlet_frames=flowlet_frames, chain=chain,
+                         plan=ugal.plan(topo, mode))
         self.bias = bias_frames * frame
-        self.chain = chain
-        self.keys = {tp: k for k, tp in enumerate(self.plan["tracked"])}
-        self.sw_index = {s["name"]: i for i, s in enumerate(topo["switches"])}
-        self.maps = {}
-        self.attached = []
-        self.slots = []
-        self.downs = {}
-        self.started_ns = None
-        self.routes = dict(self.plan["routes"])
-        self.follower = None            # no route repair followed: a dead port is skipped
-        self.settled = {}
-        self.cuts = []
 
-    @classmethod
-    def for_session(cls, session):
-        from traffic.frames import frame_len_for_mtu
-        ifaces, far, rates, chain = session_ports(session)
-        stage = cls(session.routing, session.topo, ifaces, far, rates,
-                    frame_len_for_mtu(session.mtu), session.net.queue_ms,
-                    flowlet_frames=session.flowlet_frames or model.FLOWLET_FRAMES,
-                    chain=chain).install()
-        session.progress(stage.describe())
-        return stage
+    @staticmethod
+    def session_mode(session):
+        return session.routing
 
     def describe(self):
         p = self.plan

@@ -27,8 +27,9 @@ The switch's data plane acts at the same modelled instant: the adaptive-routing
 stage (``--lb dlb|packet``, dataplane.adaptive) is told at the cut when the
 delay ends, and its programs skip the port from the first frame after that
 time (they read the clock themselves: a late wake-up of this process, a few ms
-on a loaded machine, does not stretch the data plane's detection).  Restoring the link clears the config bit the same way.  Every notification
-is logged with CLOCK_MONOTONIC ns: sent, and acknowledged by the switch.
+on a loaded machine, does not stretch the data plane's detection).  Restoring
+the link clears the config bit the same way.  Every notification is logged
+with CLOCK_MONOTONIC ns: sent, and acknowledged by the switch.
 
 What it does not model: the far end of a one-sided cut learns at the same
 instant as the near end (hardware: its own loss of signal, same delay);
@@ -207,7 +208,8 @@ class Detector:
         ``down`` ports wait until ``t_cut_ns + delay``; ports coming up are told
         at once.  Returns the notification's timestamps (monotonic ns).
         """
-        if down and t_cut_ns is not None:
+        cut = down and t_cut_ns is not None
+        if cut:
             due = t_cut_ns + int(self.delay_s * 1e9)
             for listener in self.listeners:      # the data plane acts at ``due`` itself
                 listener(ports, down, due)
@@ -216,7 +218,7 @@ class Detector:
                 if left > 0.0015:
                     time.sleep(left - 0.001)     # sleep most of it, spin the last ms
         t_sent = self.clock()
-        if not (down and t_cut_ns is not None):
+        if not cut:
             for listener in self.listeners:
                 listener(ports, down, t_sent)
         pending = []
