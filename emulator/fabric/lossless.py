@@ -17,6 +17,15 @@ at 40 Mbit/s) mostly covers.  A frame that would exceed xoff + headroom is
 dropped at ingress: the pause came too late, and the verdict counts it as
 the emulator's drop (a lossless run has none of the network's).
 
+A dragonfly needs more than one lossless class: its minimal routes
+(local, global, local) already close a cycle of buffer dependencies through
+the groups (a run with one class deadlocked: a cycle through all 9 groups).
+Dally's remedy is a class per routing phase, raised where a route starts a
+new phase: here a frame leaves by a global link in the next class
+(``phase_ports``), so minimal routing gets 2 classes and Valiant and UGAL,
+with up to two global hops, 3 (``routing_classes``); every buffer dependency
+then runs from a class to the same or a higher one, and none closes a cycle.
+
 Times scale with the emulated rate, in frame times (a 4 KiB RoCE frame is
 0.85 ms at 40 Mbit/s): pause reaction (a few frame times) << DCQCN's timers
 (traffic.dcqcn: 10-20 ms) << the watchdog's detection (1 s).  The watchdog
@@ -31,12 +40,58 @@ from dataclasses import dataclass
 
 FLOW_CONTROLS = ("none", "pfc", "credit")
 LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
+ROUTING_PHASES = {"minimal": 2, "valiant": 3, "ugal": 3, "ugal-l": 3}   # a dragonfly's classes
+PHASE_MAX_PORTS = 31                  # with several classes the stamp byte names 31 ports
 QUANTUM_BITS = 512                    # one PFC pause quantum, in bit times
 MAX_QUANTA = 0xFFFF
 WD_ACTIONS = ("drop", "forward", "off")
 # a fabric's ``pfc:`` settings (file keys; -P pfc_<key>) -> PfcConfig fields
 SETTINGS = {"watchdog": "wd_action", "detection": "wd_detect_s", "restoration": "wd_restore_s",
             "xoff_frames": "xoff_frames"}
+
+
+def _groups(switches, links):
+    """{switch: group} when the switches are a dragonfly's (every one in a group, some
+    link between two groups: controller.dragonfly's rule), else None."""
+    if not switches or None in switches.values():
+        return None
+    if not any(a in switches and b in switches and switches[a] != switches[b]
+               for a, b in links):
+        return None
+    return switches
+
+
+def routing_classes(fabric, routing):
+    """The lossless priorities a run of ``fabric`` (emulator.fabric.model.Fabric) under
+    ``routing`` needs: one per routing phase on a dragonfly, else 1.  ConfigError
+    if a switch has more ports than the stamp names with several classes."""
+    from emulator.errors import ConfigError
+    switches = {n.name: n.pod for n in fabric.nodes if not n.is_host}
+    links = [(lk.a.node, lk.b.node) for lk in fabric.links]
+    if _groups(switches, links) is None:
+        return 1
+    ports = {}
+    for a, b in links:
+        for n in (a, b):
+            ports[n] = ports.get(n, 0) + 1
+    worst = max(switches, key=lambda n: ports.get(n, 0))
+    if ports.get(worst, 0) > PHASE_MAX_PORTS:
+        raise ConfigError("flow_control", f"a lossless dragonfly keeps a class per routing "
+                          f"phase, which limits a switch to {PHASE_MAX_PORTS} ports; {worst} "
+                          f"has {ports[worst]}: use fewer hosts or global links per switch")
+    return ROUTING_PHASES.get(routing, max(ROUTING_PHASES.values()))
+
+
+def phase_ports(topo):
+    """{(switch, port number)} of the running ``topo`` whose egress starts a routing
+    phase: a dragonfly's global links, both ways (none on other fabrics)."""
+    pod = {sw["name"]: sw.get("pod") for sw in topo["switches"]}
+    links = [(sw["name"], p["peer"]) for sw in topo["switches"] for p in sw["ports"]
+             if p["peer_kind"] != "host"]
+    if _groups(pod, links) is None:
+        return set()
+    return {(sw["name"], p["port"]) for sw in topo["switches"] for p in sw["ports"]
+            if p["peer_kind"] != "host" and pod.get(p["peer"]) != pod[sw["name"]]}
 
 
 def parse_settings(raw, where="pfc"):

@@ -1,9 +1,10 @@
 """A dragonfly's routing modes on real OVS (root): the adversarial pattern under
-minimal and Valiant routing, each against its fluid ceiling.
+minimal, Valiant and UGAL routing, each against its fluid ceiling.
 
 A small dragonfly (a=3 routers per group, h=1, p=1: 4 groups, 12 hosts) whose
 adversarial ceilings are 1/3 (minimal) and 2/3 (Valiant).  Each host writes
-128 KiB to host k of the next group at its link rate over RC with DCQCN.
+128 KiB to host k of the next group at its link rate over RC: with DCQCN on
+the lossy fabric, without congestion control on the lossless one.
 """
 
 import pytest
@@ -47,22 +48,37 @@ def test_valiant_sends_through_other_groups_and_beats_minimal(fabric, tmp_path):
     assert valiant["throughput_fraction"] > minimal["throughput_fraction"]
 
 
-@pytest.mark.parametrize("mode", ["ugal", "ugal-l"])
-def test_ugal_sends_the_adversarial_pattern_nonminimally_and_beats_minimals_ceiling(
-        fabric, tmp_path, mode):
-    ecn = default_ecn(fabric, QUEUE_MS, "dequeue")
-    with Session(fabric, results_base=str(tmp_path), queue_ms=QUEUE_MS, routing=mode,
-                 ecn=ecn) as s:
+@pytest.fixture(scope="module")
+def lossless_fabric():
+    return presets.build("dragonfly", {"a": "3", "h": "1", "p": "1", "lossless": "true"})
+
+
+@pytest.mark.parametrize("mode", ["minimal", "valiant", "ugal", "ugal-l"])
+def test_a_lossless_dragonfly_keeps_a_class_per_routing_phase_and_never_deadlocks(
+        lossless_fabric, tmp_path, mode):
+    """PFC without congestion control (BookSim's regime: the network's own flow
+    control): one lossless class deadlocks the minimal routes' local-global-local
+    chain through the groups; a class per routing phase does not."""
+    with Session(lossless_fabric, results_base=str(tmp_path), queue_ms=QUEUE_MS,
+                 routing=mode) as s:
         rep = patterns.run_pattern(s, "adversarial", 128 << 10, extra={
-            "cc": "dcqcn", "entropy": patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
+            "cc": "none", "entropy": patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
             "timeout_exp": collective.default_timeout_exp(QUEUE_MS)}, progress=lambda m: None)
     assert s.results["controller"]["problems"] == []
+    ll = s.results["lossless"]
+    assert ll["lossless_priorities"] == ([3, 4] if mode == "minimal" else [3, 4, 5])
+    assert ll["deadlocks"] == [] and ll["watchdog_events"] == []
+    assert ll["ingress_drops"] == 0 and ll["watchdog_drops"] == 0 and ll["pauses"] > 0
     assert rep["wrong"] == 0 and rep["failed_qps"] == []
     assert rep["fidelity"]["verdict"] == "faithful", rep["fidelity"]
-    u = s.results["ugal"]
-    assert u["mode"] == mode and u["queues"] == {"ugal": "global", "ugal-l": "local"}[mode]
-    # the routers decided every data frame; some flowlets went through a third group
-    assert u["frames"] > 12 * (128 << 10) // 4170 and u["nonminimal_flowlets"] > 0
-    assert rep["nonminimal_share"] == u["nonminimal_share"] > 0.1
+    if mode == "minimal":
+        assert rep["nonminimal_share"] == 0.0 and rep["throughput_fraction"] <= 1 / 3 + 0.03
+        return
     # minimal routing cannot exceed 1/3 here: the detours carried the rest
-    assert rep["throughput_fraction"] > 1 / 3 + 0.03
+    assert rep["nonminimal_share"] > 0.1 and rep["throughput_fraction"] > 1 / 3 + 0.03
+    if mode in ("ugal", "ugal-l"):
+        u = s.results["ugal"]
+        assert u["mode"] == mode and u["queues"] == {"ugal": "global", "ugal-l": "local"}[mode]
+        # the routers decided every data frame; some flowlets went through a third group
+        assert u["frames"] > 12 * (128 << 10) // 4170 and u["nonminimal_flowlets"] > 0
+        assert rep["nonminimal_share"] == u["nonminimal_share"]

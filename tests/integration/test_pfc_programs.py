@@ -109,3 +109,43 @@ def test_watchdog_drop_and_kick_frames():
         assert ret == pfc.XDP_DROP
         assert words(m, 1)[pfc.E_WD_DROPS // 8] == 1
         assert words(m, 0)[pfc.E_ING // 8] == 0           # dropped before it was counted
+
+
+def test_a_global_links_egress_moves_a_frame_to_the_next_class():
+    # 3 classes of 4 entries: keys 0-1 a switch's ports (base 0), 2-3 its peers
+    n = 4
+    with entries(3 * n) as m:
+        with pfc.programs(m, 1, 0, 3, -1, 2, classes=3, nends=n, phase=True) as fds:
+            # came in by port 1 in class 0: leaves by the global link in class 1
+            ret, out, priority = bpf.test_run_skb(fds["pfc_egress"], roce(stamp=1))
+            assert ret == pfc.TC_ACT_OK and priority == pfc.CLASS_LOSSLESS + 1
+            assert out[pfc.STAMP_OFF] == 1 | 0x80                # port 1, class 0, moved on
+            assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
+            assert words(m, 1 * n + 1)[pfc.E_EG_IN // 8] == LEN   # class 1's queue
+            assert words(m, 0 * n + 0)[pfc.E_QUEUED // 8] == LEN  # class 0's buffer of port 1
+            # in the last class already: stays there
+            ret, out, priority = bpf.test_run_skb(fds["pfc_egress"], roce(stamp=1 | 2 << 5))
+            assert priority == pfc.CLASS_LOSSLESS + 2 and out[pfc.STAMP_OFF] == 1 | 2 << 5
+        with pfc.programs(m, 0, 0, 3, -1, 1, classes=3, nends=n) as fds:   # a local link
+            ret, out, priority = bpf.test_run_skb(fds["pfc_egress"], roce(stamp=2 | 1 << 5))
+            assert priority == pfc.CLASS_LOSSLESS + 1 and out[pfc.STAMP_OFF] == 2 | 1 << 5
+            assert words(m, 1 * n + 0)[pfc.E_EG_IN // 8] == LEN
+            assert words(m, 1 * n + 1)[pfc.E_QUEUED // 8] == LEN  # class 1's buffer of port 2
+
+
+def test_the_far_end_counts_a_frame_in_the_class_it_crossed_in():
+    # 2 classes of 4 entries: keys 0-1 switch A (base 0), keys 2-3 switch B (base 2);
+    # A's port 2 (key 1) is a global link to B's port 1 (key 2)
+    n = 4
+    with entries(2 * n, {c * n + 2: (10 ** 6, 10 ** 7) for c in range(2)}) as m:
+        e = [0] * W
+        e[pfc.E_ING // 8] = e[pfc.E_QUEUED // 8] = LEN
+        m.update(0, struct.pack(f"<{W}q", *e))                    # A's port 1, class 0
+        with pfc.programs(m, 2, 2, 1, 0, 1, classes=2, nends=n) as fds:
+            # entered A by port 1 in class 0, moved to class 1 by A's global egress
+            ret, out = bpf.test_run(fds["pfc_ingress"], roce(stamp=1 | 0x80))
+        assert ret == pfc.XDP_PASS and out[pfc.STAMP_OFF] == 1 | 1 << 5   # B's port 1, class 1
+        assert words(m, 0)[pfc.E_ING // 8] == 0 and words(m, 0)[pfc.E_QUEUED // 8] == 0
+        assert words(m, 1 * n + 1)[pfc.E_EG_OUT // 8] == LEN     # off A's class-1 queue
+        assert words(m, 1 * n + 2)[pfc.E_ING // 8] == LEN        # into B's class-1 buffer
+        assert words(m, 0 * n + 2)[pfc.E_ING // 8] == 0

@@ -407,3 +407,38 @@ topology:
         spec.load_text(doc.replace("pfc_storm: h1", "pfc_storm: h2"))
     with pytest.raises(ConfigError, match="needs a lossless fabric"):
         spec.load_text(doc.replace("lossless: true", "lossless: false"))
+
+
+def test_a_dragonfly_gets_a_lossless_class_per_routing_phase():
+    df = presets.build("dragonfly", {"a": "3", "h": "1", "p": "1"})
+    assert lossless.routing_classes(df, "minimal") == 2       # local, global, local
+    for mode in ("valiant", "ugal", "ugal-l"):                 # up to two global hops
+        assert lossless.routing_classes(df, mode) == 3
+    assert lossless.routing_classes(df, "other") == 3        # a mode it does not know: 3
+    plus = presets.build("dragonfly-plus", {})
+    assert lossless.routing_classes(plus, "minimal") == 2
+    for name in ("leaf-spine", "three-tier", "rail-only"):      # no groups joined by links
+        assert lossless.routing_classes(presets.build(name, {}), "minimal") == 1
+    wide = presets.build("dragonfly", {"a": "2", "h": "15", "p": "16"})   # 16 + 1 + 15
+    with pytest.raises(ConfigError, match="limits a switch to 31 ports; g1r1 has 32"):
+        lossless.routing_classes(wide, "minimal")
+
+
+def test_phase_ports_are_the_global_link_ends_both_ways():
+    def sw(name, pod, *peers):
+        return {"name": name, "pod": pod, "ports": [
+            {"port": i + 1, "peer": p, "peer_kind": "host" if p.startswith("h") else "switch"}
+            for i, p in enumerate(peers)]}
+    topo = {"switches": [sw("a1", 1, "h1", "a2", "b1"), sw("a2", 1, "h2", "a1"),
+                         sw("b1", 2, "h3", "a1", "b2"), sw("b2", 2, "h4", "b1")]}
+    assert lossless.phase_ports(topo) == {("a1", 3), ("b1", 2)}
+    for s in topo["switches"]:
+        s["pod"] = None                                          # not a dragonfly
+    assert lossless.phase_ports(topo) == set()
+
+
+def test_gate_messages_name_their_class_gate():
+    from emulator.dataplane.lossless import pfc
+    msg = pfc.gate_message(7, 1, FRAME, 1 << 20, cls=2)
+    handle, parent = struct.unpack_from("=II", msg, 16 + 8)
+    assert handle == pfc.GATE_HANDLE + (2 << 16) and parent == pfc.CLASS_LOSSLESS + 2

@@ -17,6 +17,14 @@
  *
  * One object per interface end: ``cfg`` holds its keys; the map is the run's
  * own (user space creates it, F_MMAPABLE for the pause agent).
+ *
+ * Lossless priorities: with ``classes`` > 1 (a dragonfly: one per routing
+ * phase) the map holds ``classes`` blocks of ``nends`` entries, block c for
+ * priority c's queues and buffers, and the stamp byte is split: bits 0-4 the
+ * port number + 1, bits 5-6 the priority the frame came in by, bit 7 set by
+ * the egress of a port that starts a new phase (``phase``: a global link)
+ * when it moved the frame to the next priority.  The frame crosses the link
+ * in that priority, and the far end counts it there.
  */
 #include "ecn_mark.h"
 #include "chain.h"
@@ -33,6 +41,8 @@
 #define CLASS_LOSSLESS 0x100020
 #define CLASS_BEST 0x100030
 #define FLAG_DROP 1               /* the watchdog drops this egress queue's lossless frames */
+#define PORT_MASK 0x1f            /* the stamp's port with several classes */
+#define NEXT_PHASE 0x80           /* the stamp's bit: moved to the next class on this link */
 
 /* an entry per interface end; user space reads it as pfc.E_* (the agent by mmap) */
 struct pfc_entry {
@@ -71,6 +81,9 @@ struct pfc_cfg {
 	__s64 up_base;          /* that one's switch's first entry; -1: a host */
 	__u64 stamp;            /* this port's number + 1 at a switch; 0 at a host */
 	__u64 ecn;              /* mark CE at dequeue by ``red`` */
+	__u64 nends;            /* entries per class */
+	__u64 classes;          /* lossless priorities: 1, or one per routing phase */
+	__u64 phase;            /* this end's egress starts a new routing phase */
 	struct red red;
 };
 
@@ -109,18 +122,39 @@ static __always_inline enum roce roce_class(void *data, void *data_end)
 	return LOSSLESS;
 }
 
-static __always_inline struct pfc_entry *entry(__u32 key)
+/* interface end ``key``'s entry of lossless class ``cls`` */
+static __always_inline struct pfc_entry *entry(__u32 cls, __u32 key)
 {
-	return bpf_map_lookup_elem(&pfc_ends, &key);
+	__u32 index = cls * cfg.nends + key;
+
+	return bpf_map_lookup_elem(&pfc_ends, &index);
+}
+
+static __always_inline __u32 stamp_port(__u8 stamp)
+{
+	return cfg.classes > 1 ? stamp & PORT_MASK : stamp;
+}
+
+/* the class a stamped frame came in by at the switch that stamped it */
+static __always_inline __u32 stamp_class(__u8 stamp)
+{
+	return cfg.classes > 1 ? (stamp >> 5) & 3 : 0;
+}
+
+/* the class it crosses the link in (its egress may have moved it on) */
+static __always_inline __u32 link_class(__u8 stamp)
+{
+	return cfg.classes > 1 ? stamp_class(stamp) + (stamp >> 7) : 0;
 }
 
 /* The entry of the port a frame stamped ``stamp`` came in by, at the switch
- * whose first entry is ``base``; none for an unstamped frame or a host. */
+ * whose first entry is ``base``, in the class it came in by; none for an
+ * unstamped frame or a host. */
 static __always_inline struct pfc_entry *ingress_port(__s64 base, __u8 stamp)
 {
-	if (base < 0 || !stamp)
+	if (base < 0 || !stamp_port(stamp))
 		return NULL;
-	return entry(stamp + base - 1);
+	return entry(stamp_class(stamp), stamp_port(stamp) + base - 1);
 }
 
 SEC("tc")
@@ -129,6 +163,7 @@ int pfc_egress(struct __sk_buff *skb)
 	__u64 len = skb->len;
 	struct pfc_entry *e, *in;
 	enum roce class = NOT_ROCE;
+	__u32 cls;
 	__u8 stamp;
 
 	/* frames from a packet socket carry only their Ethernet header in line */
@@ -146,8 +181,16 @@ int pfc_egress(struct __sk_buff *skb)
 	if ((void *)(long)skb->data + STAMP_END > (void *)(long)skb->data_end)
 		return TC_ACT_OK;
 	stamp = ((struct bth *)((void *)(long)skb->data + BTH_OFF))->stamp;
-	skb->priority = CLASS_LOSSLESS;
-	e = entry(cfg.key);
+	cls = stamp_class(stamp);
+	if (cfg.phase && cls + 1 < cfg.classes) {       /* the next routing phase */
+		__u8 moved = stamp | NEXT_PHASE;
+
+		if (bpf_skb_store_bytes(skb, STAMP_END - 1, &moved, 1, 0))
+			return TC_ACT_OK;
+		cls++;
+	}
+	skb->priority = CLASS_LOSSLESS + cls;
+	e = entry(cls, cfg.key);
 	if (!e)
 		return TC_ACT_OK;
 	__sync_fetch_and_add(&e->eg_in, len);
@@ -167,6 +210,7 @@ int pfc_ingress(struct xdp_md *ctx)
 	struct bth *bth = data + BTH_OFF;
 	struct pfc_entry *up, *in, *own;
 	__s64 occupancy, before;
+	__u32 cls;
 
 	if ((void *)(eth + 1) > data_end)
 		return pass_on(ctx, cfg.key);
@@ -174,7 +218,8 @@ int pfc_ingress(struct xdp_md *ctx)
 		return XDP_DROP;
 	if (roce_class(data, data_end) != LOSSLESS || (void *)(bth + 1) > data_end)
 		return pass_on(ctx, cfg.key);
-	up = entry(cfg.up_key);
+	cls = link_class(bth->stamp);
+	up = entry(cls, cfg.up_key);
 	if (!up)
 		return pass_on(ctx, cfg.key);
 	__sync_fetch_and_add(&up->eg_out, len);
@@ -189,7 +234,7 @@ int pfc_ingress(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	if (cfg.stamp) {
-		own = entry(cfg.key);
+		own = entry(cls, cfg.key);
 		if (!own)
 			return pass_on(ctx, cfg.key);
 		/* signed: a count off by a lost frame may dip below 0 */
@@ -204,7 +249,7 @@ int pfc_ingress(struct xdp_md *ctx)
 		if (before < own->xoff && (__s64)(before + len) >= own->xoff)
 			own->cross_ns = bpf_ktime_get_ns();     /* this frame crossed xoff */
 	}
-	bth->stamp = cfg.stamp;
+	bth->stamp = cfg.stamp && cfg.classes > 1 ? cfg.stamp | cls << 5 : cfg.stamp;
 	if (cfg.ecn)
 		mark_tail(ctx, len, up->eg_in - up->eg_out, &cfg.red, (__u64 *)&up->marks);
 	return pass_on(ctx, cfg.key);

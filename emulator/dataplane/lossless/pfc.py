@@ -9,7 +9,8 @@ is built from three parts:
   is an HTB doing strict priority only (every class may use 10 Gbit/s):
   10:10 network control (RoCE ACK/NAK and CNP, frames of at most 256 bytes),
   10:20 lossless RoCE data, whose own leaf is a TBF that is the pause gate,
-  and 10:30 best effort.  A tc egress program sets each frame's class
+  and 10:30 best effort.  A dragonfly has a lossless class per routing phase
+  (10:20, 10:21, 10:22 with gates 20:, 21:, 22:; fabric.lossless).  A tc egress program sets each frame's class
   (``skb->priority``).
 - *accounting* (one BPF array map, an entry per interface end, ``E_*``): a
   frame of the lossless class arriving at a switch port is counted into that
@@ -84,11 +85,21 @@ def apply_tree(ipr, index, rate_bps, queue_limit, frame, lossless_limit):
            default=CLASS_BEST & 0xFFFF)
     ipr.tc("add-class", "htb", index=index, handle=HTB_HANDLE | 1, parent=HTB_HANDLE,
            rate="10gbit", ceil="10gbit", quantum=frame)
-    for classid, prio in ((CLASS_CONTROL, 0), (CLASS_LOSSLESS, 1), (CLASS_BEST, 2)):
+    for classid, prio in ((CLASS_CONTROL, 0), (CLASS_BEST, 2)):
         ipr.tc("add-class", "htb", index=index, handle=classid, parent=HTB_HANDLE | 1,
                rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
-    ipr.tc("add", "tbf", index=index, handle=GATE_HANDLE, parent=CLASS_LOSSLESS,
-           rate=min(rate * GATE_OPEN_FACTOR, 2 ** 32 - 1), burst=2 * frame,
+    add_lossless_class(ipr, index, rate_bps, frame, lossless_limit, 0)
+
+
+def add_lossless_class(ipr, index, rate_bps, frame, lossless_limit, cls):
+    """Lossless class ``cls`` of interface ``index`` (10:2c, with its gate TBF 2c:):
+    the lossless classes share HTB priority 1, served round robin a frame each, as
+    a switch's lossless queues share a port."""
+    ipr.tc("add-class", "htb", index=index, handle=CLASS_LOSSLESS + cls,
+           parent=HTB_HANDLE | 1, rate="10gbit", ceil="10gbit", prio=1, quantum=frame)
+    ipr.tc("add", "tbf", index=index, handle=GATE_HANDLE + (cls << 16),
+           parent=CLASS_LOSSLESS + cls,
+           rate=min(rate_bps // 8 * GATE_OPEN_FACTOR, 2 ** 32 - 1), burst=2 * frame,
            limit=lossless_limit)
 
 
@@ -105,8 +116,9 @@ def _attr(kind, payload):
     return struct.pack("=HH", n, kind) + payload + b"\0" * (-n % 4)
 
 
-def gate_message(ifindex, rate_bytes, burst, limit, seq=0):
-    """RTM_NEWQDISC (change) of the lossless gate TBF 20: on ``ifindex``.
+def gate_message(ifindex, rate_bytes, burst, limit, seq=0, cls=0):
+    """RTM_NEWQDISC (change) of the lossless gate TBF 20: (class ``cls``'s: 2c:)
+    on ``ifindex``.
 
     TCA_TBF_BURST gives the bucket in bytes, so the kernel derives its time at
     any rate (a 1 byte/s gate holding one frame needs ~4000 s of bucket, beyond
@@ -115,7 +127,8 @@ def gate_message(ifindex, rate_bytes, burst, limit, seq=0):
     ratespec = _RATESPEC.pack(0, LINKLAYER_ETHERNET, 0, 0, 0, rate_bytes)
     qopt = ratespec + _RATESPEC.pack(0, 0, 0, 0, 0, 0) + struct.pack("=III", limit, 0, 0)
     opts = _attr(TCA_TBF_PARMS, qopt) + _attr(TCA_TBF_BURST, struct.pack("=I", burst))
-    body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, ifindex, GATE_HANDLE, CLASS_LOSSLESS, 0) + \
+    body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, ifindex, GATE_HANDLE + (cls << 16),
+                       CLASS_LOSSLESS + cls, 0) + \
         _attr(TCA_KIND, b"tbf\0") + _attr(TCA_OPTIONS, opts)
     return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK,
                        seq, 0) + body
@@ -130,12 +143,13 @@ def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
 # the per-end constants of pfc.bpf.c (its const volatile ``cfg``)
 CONFIG = bpf.Layout("pfc_cfg", [
     ("key", "Q"), ("base", "q"), ("up_key", "Q"), ("up_base", "q"), ("stamp", "Q"),
-    ("ecn", "Q"), ("red.kmin", "q"), ("red.kmax", "q"), ("red.pmul", "Q"),
-    ("red.min_len", "Q")])
+    ("ecn", "Q"), ("nends", "Q"), ("classes", "Q"), ("phase", "Q"), ("red.kmin", "q"),
+    ("red.kmax", "q"), ("red.pmul", "Q"), ("red.min_len", "Q")])
 MAP = "pfc_ends"
 
 
-def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain=None):
+def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain=None,
+             classes=1, nends=0, phase=False):
     """The two programs of interface end ``key`` on map ``ends`` (a ``bpf.Map`` of
     ENTRY values), as fds (``bpf.Programs``):
 
@@ -153,11 +167,16 @@ def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain
       dataplane.lossless.ecnq does, if longer than ``min_len``.  Kick frames are
       dropped.  A frame it passes goes on to slot ``key`` of ``chain`` (a program
       array: the next stage, if any; bpf/chain.h).
+
+    ``classes`` lossless priorities (one per routing phase): the map holds a
+    block of ``nends`` entries per class; ``phase``: this end's egress moves a
+    frame to the next class (the start of a routing phase: a global link).
     """
     from emulator.dataplane.lossless.ecnq import red
     marking = red(ecn.kmin, ecn.kmax, ecn.pmax, min_len) if ecn is not None else \
         red(0, 0, 0.0, 0)
     config = CONFIG.pack_fields(key=key, base=base, up_key=up_key, up_base=up_base,
-                                stamp=stamp, ecn=int(ecn is not None), **marking)
+                                stamp=stamp, ecn=int(ecn is not None), nends=nends,
+                                classes=classes, phase=int(phase), **marking)
     maps = {MAP: ends, **({bpf.CHAIN_MAP: chain} if chain is not None else {})}
     return bpf.load("pfc", config, CONFIG, maps, value_layouts=[ENTRY])

@@ -25,6 +25,7 @@ import sys
 import time
 
 from emulator.dataplane.lossless import pfc
+from emulator.dataplane.lossless.backlogs import Backlogs
 from emulator.fabric import lossless
 
 W = pfc.WORDS
@@ -43,7 +44,7 @@ class Gates:
 
     def __init__(self, ports, frame):
         from traffic.netns import entered
-        self.nl, self.kick, self.msgs = {}, {}, {}
+        self.nl, self.kick, self.msgs, kicks = {}, {}, {}, {}
         self.errors = []
         for p in ports:
             ns = p["netns"]
@@ -54,14 +55,16 @@ class Gates:
                     s.bind((0, 0))
                     s.setblocking(False)
                     self.nl[ns] = s
-                k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0)
-                k.bind((p["ifname"], 0))
-                self.kick[p["key"]] = k
+                if (ns, p["ifname"]) not in kicks:      # one per interface, for every class
+                    k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC)
+                    k.bind((p["ifname"], 0))
+                    kicks[(ns, p["ifname"])] = k
+                self.kick[p["key"]] = kicks[(ns, p["ifname"])]
             limit = pfc.HOST_QUEUE if p["kind"] == "host" else pfc.SWITCH_QUEUE
             open_rate = min(p["rate_bps"] * pfc.GATE_OPEN_FACTOR // 8, 2 ** 32 - 1)
             self.msgs[p["key"]] = (
-                ns, pfc.gate_message(p["ifindex"], 1, frame, limit),
-                pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit))
+                ns, pfc.gate_message(p["ifindex"], 1, frame, limit, cls=p.get("cls", 0)),
+                pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit, cls=p.get("cls", 0)))
 
     def set(self, key, closed):
         """Close or open ``key``'s gate; an interface gone down (a cut link) cannot
@@ -98,52 +101,6 @@ class Gates:
                         if err:
                             self._error(os.strerror(-err))
                     off += max(n, 20)
-
-
-class Backlogs:
-    """The root shaper's backlog of every switch interface end, read a few ports at
-    a look (``step``): one RTM_GETQDISC of a port's root each
-    (``dataplane.links.shaping.QdiscReader.root``).  A dump of the namespace that holds
-    the fabric's switches took 1-8 ms under an incast, and the pause loop waited
-    for it: pauses came that much late and the headroom overflowed."""
-
-    def __init__(self, ports):
-        from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.netns import entered
-        self.readers = {}
-        self.ports = []                          # (reader, ifindex, key)
-        for p in ports:
-            if p["kind"] != "switch":
-                continue
-            if p["netns"] not in self.readers:
-                with entered(p["netns"]):
-                    self.readers[p["netns"]] = QdiscReader()
-            self.ports.append((self.readers[p["netns"]], p["ifindex"], p["key"]))
-        self.cursor = None                       # the next port of a read under way
-        self.got = {}
-        self.per_look = 2                        # the agent paces it (Agent.__init__)
-
-    def start(self):
-        """Begin a read of every port (unless one is under way)."""
-        if self.cursor is None:
-            self.cursor, self.got = 0, {}
-
-    def step(self):
-        """Read the next ports of the read under way: {key: backlog bytes} of every
-        port once the last is read, else None."""
-        if self.cursor is None:
-            return None
-        try:
-            for reader, ifindex, key in self.ports[self.cursor:self.cursor + self.per_look]:
-                self.got[key] = reader.root(ifindex)[0]
-        except OSError:                          # no answer: the next read starts over
-            self.cursor = None
-            raise
-        self.cursor += self.per_look
-        if self.cursor < len(self.ports):
-            return None
-        self.cursor = None
-        return self.got
 
 
 class Agent:

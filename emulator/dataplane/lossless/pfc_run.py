@@ -16,12 +16,16 @@ class Pfc(Attached):
     every link, thresholds in the map, the agent process polling it.
 
     ``ends``: [{key, name, node, kind, ifname, netns, rate_bps, peer_key, base,
-    stamp}] in key order (each switch's ports consecutive, from ``base``)."""
+    stamp, phase}] in key order (each switch's ports consecutive, from ``base``;
+    ``phase``: its egress starts a routing phase).  ``classes`` lossless
+    priorities: the map holds a block of entries per class, the agent models
+    each class of each end as an end of its own."""
 
     def __init__(self, ends, frame, cfg=lossless.PfcConfig(), ecn=None, min_len=0,
-                 env=None, workdir=None):
+                 env=None, workdir=None, classes=1):
         super().__init__()
         self.ends = ends
+        self.classes = classes
         self.frame = frame
         self.cfg = cfg
         self.ecn = ecn
@@ -34,6 +38,8 @@ class Pfc(Attached):
     @classmethod
     def for_session(cls, session, cfg=lossless.PfcConfig()):
         from traffic.frames import frame_len_for_mtu
+        classes = lossless.routing_classes(session.fabric, session.routing)
+        phases = lossless.phase_ports(session.topo) if classes > 1 else set()
         ends, host_ends, key_of = [], [], {}
         for sw in session.topo["switches"]:
             base = len(ends)
@@ -45,6 +51,7 @@ class Pfc(Attached):
                              "name": f"{sw['name']}:{p['name']}", "ifname": p["intf"],
                              "netns": session.net.switch_netns(sw["name"]),
                              "rate_bps": p["rate_bps"], "base": base, "stamp": local + 1,
+                             "phase": (sw["name"], p["port"]) in phases,
                              "peer": (p["peer"], p["peer_port"]), "peer_kind": p["peer_kind"]})
         for e in list(ends):
             peer, port = e["peer"]
@@ -55,7 +62,7 @@ class Pfc(Attached):
             host_ends.append({"key": key, "node": peer, "kind": "host", "name": f"{peer}:{port}",
                               "ifname": port, "rate_bps": e["rate_bps"], "base": -1,
                               "netns": f"/proc/{session.net.hosts[peer].pid}/ns/net",
-                              "stamp": 0, "peer_key": e["key"]})
+                              "stamp": 0, "phase": False, "peer_key": e["key"]})
             e["peer_key"] = key
         ends += host_ends
         for e in ends:
@@ -64,11 +71,19 @@ class Pfc(Attached):
         ecn = session.ecn if session.ecn is not None and session.ecn.at == "dequeue" else None
         pfc = cls(ends, session.net.frame, cfg, ecn=ecn,
                   min_len=frame_len_for_mtu(session.mtu) // 2, env=session.child_env(),
-                  workdir=session.dir)
+                  workdir=session.dir, classes=classes)
         pfc.install()
         session.progress(f"lossless fabric ({cfg.mode}) on {len(ends)} interface ends: "
                          + pfc.describe())
+        if classes > 1:
+            session.progress(f"lossless priorities {pfc.priorities()}, one per routing phase "
+                             f"of {session.routing} routing: a frame leaving by one of "
+                             f"{len(phases)} global link ends moves to the next")
         return pfc
+
+    def priorities(self):
+        """The lossless priorities, one per class (the first is the RoCE class's)."""
+        return [lossless.LOSSLESS_PRIORITY + c for c in range(self.classes)]
 
     def describe(self):
         rates = sorted({e["rate_bps"] for e in self.ends if e["kind"] == "switch"})
@@ -80,8 +95,10 @@ class Pfc(Attached):
 
     def install(self):
         from emulator.dataplane.links.ifaces import ns_sockets
-        self.map = bpf.Map(ENTRY_SIZE, len(self.ends), flags=bpf.F_MMAPABLE)
-        self.chain = bpf.prog_array(len(self.ends))
+        from emulator.dataplane.lossless.pfc import HOST_QUEUE, SWITCH_QUEUE, add_lossless_class
+        n = len(self.ends)
+        self.map = bpf.Map(ENTRY_SIZE, n * self.classes, flags=bpf.F_MMAPABLE)
+        self.chain = bpf.prog_array(n)
         try:
             for e in self.ends:
                 if e["kind"] == "switch":
@@ -89,18 +106,24 @@ class Pfc(Attached):
                     e.update(t)
                     entry = [0] * WORDS
                     entry[E_XOFF // 8], entry[E_LIMIT // 8] = t["xoff"], t["limit"]
-                    self.map.update(e["key"], struct.pack(f"<{WORDS}q", *entry))
+                    for c in range(self.classes):
+                        self.map.update(c * n + e["key"], struct.pack(f"<{WORDS}q", *entry))
             with ns_sockets() as sock:
                 for e in self.ends:
                     ipr = sock(e["netns"])
                     idx = ipr.link_lookup(ifname=e["ifname"])[0]
                     e["ifindex"] = idx
+                    for c in range(1, self.classes):
+                        add_lossless_class(ipr, idx, e["rate_bps"], self.frame,
+                                           SWITCH_QUEUE if e["kind"] == "switch"
+                                           else HOST_QUEUE, c)
                     up = self.ends[e["peer_key"]]
                     with programs(
                             self.map, e["key"], e["base"] if e["kind"] == "switch" else -1,
                             up["key"], up["base"] if up["kind"] == "switch" else -1,
                             e["stamp"], self.ecn if up["kind"] == "switch" else None,
-                            self.min_len, self.chain) as fds:
+                            self.min_len, self.chain, classes=self.classes, nends=n,
+                            phase=e["phase"]) as fds:
                         self.attach_tc(ipr, idx, e["netns"], e["ifname"], fds["pfc_egress"],
                                        f"pfc_eg{e['key']}")
                         self.attach_xdp(ipr, idx, e["netns"], e["ifname"],
@@ -120,8 +143,8 @@ class Pfc(Attached):
         import sys
         from emulator.dataplane.ovs.controller_proc import REPO
         path = os.path.join(self.workdir, "pfc-agent.json")
-        cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends),
-               "frame": self.frame, "ports": self.ends,
+        cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends) * self.classes,
+               "frame": self.frame, "ports": self.class_ends(),
                "pfc": {k: getattr(self.cfg, k) for k in self.cfg.__dataclass_fields__}}
         with open(path, "w") as f:
             json.dump(cfg, f)
@@ -135,6 +158,16 @@ class Pfc(Attached):
             self.agent.kill()
             self.agent.wait(timeout=5)
             raise RunFailed("the PFC agent did not start (see the run's output)")
+
+    def class_ends(self):
+        """The agent's ends: each end once per lossless class, class c's keys and
+        names offset (``NAME#c``) and its gate the class's own."""
+        n, out = len(self.ends), []
+        for c in range(self.classes):
+            for e in self.ends:
+                out.append(e | {"key": c * n + e["key"], "peer_key": c * n + e["peer_key"],
+                                "name": e["name"] + (f"#{c}" if c else ""), "cls": c})
+        return out
 
     def storm(self, end_name, on):
         """Interface end ``end_name`` (``node:port``) pauses its peer forever, or stops."""
@@ -178,7 +211,7 @@ class Pfc(Attached):
 
     def marks(self):
         """{switch end name: packets it marked CE} (dequeue ECN in the gate's XDP)."""
-        return {e["name"]: self._word(e["key"], E_MARKS)
+        return {e["name"]: self._words(e["key"])[E_MARKS // 8]
                 for e in self.ends if e["kind"] == "switch"}
 
     def drops(self):
@@ -193,8 +226,7 @@ class Pfc(Attached):
         lateness, and the watchdog's drops of its queue; the emulator's: those it
         did (pfc_agent.Agent.blame_drops)."""
         self.check()
-        words = {e["key"]: struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
-                 for e in self.ends}
+        words = {e["key"]: self._words(e["key"]) for e in self.ends}
         network, late = {}, {}
         for e in self.ends:
             up = self.ends[e["peer_key"]]
@@ -214,14 +246,18 @@ class Pfc(Attached):
         self.check()
         out = []
         for e in self.ends:
-            w = struct.unpack(f"<{WORDS}q", self.map.lookup(e["key"]))
+            w = self._words(e["key"])
             out.append((e["name"], w[pfc.E_ING // 8] - w[pfc.E_CORR // 8], w[pfc.E_PAUSES // 8],
                         w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
                         w[pfc.E_WD_DROPS // 8]))
         return out
 
-    def _word(self, key, off):
-        return struct.unpack_from("<q", self.map.lookup(key), off)[0]
+    def _words(self, key):
+        """End ``key``'s map words, summed over the lossless classes."""
+        n = len(self.ends)
+        rows = [struct.unpack(f"<{WORDS}q", self.map.lookup(c * n + key))
+                for c in range(self.classes)]
+        return tuple(map(sum, zip(*rows)))
 
     def close(self, session):
         """Counters into ``session.results["lossless"]``, then everything detached."""
@@ -256,6 +292,7 @@ def summarize(counters, pfc):
                   for e in pfc.ends if e["kind"] == "switch"}
     return {
         "flow_control": pfc.cfg.mode, "lossless_priority": lossless.LOSSLESS_PRIORITY,
+        "lossless_priorities": pfc.priorities(),
         "settings": {k: getattr(pfc.cfg, k) for k in pfc.cfg.__dataclass_fields__},
         "thresholds": dict(sorted(thresholds.items())[:1]) | {"ports": len(thresholds)},
         "pause_frames": sum(c["pause_frames_sent"] for c in ports.values()),
