@@ -369,6 +369,26 @@ class Watchdog:
         return None
 
 
+class CycleWatch:
+    """Names deadlocks from the cycles ``paused_cycle`` finds at each watchdog look:
+    the same cycle at two looks in a row (none of its queues sent for a poll),
+    from when it was first seen.  One look is not enough: the switch-level graph
+    also closes, for a moment, on two congested queues between two switches
+    whose buffers each wait on another port (a dragonfly group's routers, each
+    on its own global link)."""
+
+    def __init__(self):
+        self.last = self.since = None
+        self.named = []                         # [{"cycle": [...], "t": first seen}]
+
+    def update(self, cycle, now):
+        if cycle != self.last:
+            self.since = now
+        elif cycle and (not self.named or self.named[-1]["t"] != self.since):
+            self.named.append({"cycle": cycle, "t": self.since})
+        self.last = cycle
+
+
 def paused_cycle(edges):
     """A cycle in the "is paused by" graph ``edges`` ({node: set of nodes whose
     buffers hold it paused}), as a list of nodes, or None: a cyclic buffer

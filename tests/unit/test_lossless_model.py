@@ -442,3 +442,12 @@ def test_gate_messages_name_their_class_gate():
     msg = pfc.gate_message(7, 1, FRAME, 1 << 20, cls=2)
     handle, parent = struct.unpack_from("=II", msg, 16 + 8)
     assert handle == pfc.GATE_HANDLE + (2 << 16) and parent == pfc.CLASS_LOSSLESS + 2
+
+
+def test_a_deadlock_is_a_cycle_seen_at_two_looks_in_a_row():
+    w = lossless.CycleWatch()
+    for t, cycle in ((0.1, None), (0.2, ["a", "b"]), (0.3, None),      # a moment: not named
+                     (0.4, ["a", "c"]), (0.5, ["a", "c"]), (0.6, ["a", "c"]),
+                     (0.7, None), (0.8, ["a", "c"]), (0.9, ["a", "c"])):
+        w.update(cycle, t)
+    assert w.named == [{"cycle": ["a", "c"], "t": 0.4}, {"cycle": ["a", "c"], "t": 0.8}]

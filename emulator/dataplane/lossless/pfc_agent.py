@@ -123,8 +123,7 @@ class Agent:
                                         mitigate=self.pc.wd_action != "off")
                    for k in self.ports}
         self.reactions = []                                  # (ingress key, ns)
-        self.cycles = []
-        self.last_cycle = None
+        self.deadlocks = lossless.CycleWatch()
         self.next_wd = 0.0
         fastest = max((p["rate_bps"] for p in cfg["ports"]), default=1)
         # half of xoff (>= 1.5 frames) at the fastest link, bounded to 0.5-2 ms
@@ -242,10 +241,7 @@ class Agent:
                     stuck.setdefault(self.ports[k]["node"], set()).add(peer["node"])
         if self.backlogs is not None:
             self.backlogs.start()               # read a few ports at each look (poll)
-        cycle = lossless.paused_cycle(stuck)
-        if cycle and cycle != self.last_cycle:        # each time a cycle forms
-            self.cycles.append({"cycle": cycle, "t": now})
-        self.last_cycle = cycle
+        self.deadlocks.update(lossless.paused_cycle(stuck), now)
 
     def reconcile(self, backlog):
         """Forget counts of frames no queue holds any more.
@@ -349,7 +345,7 @@ class Agent:
                                    rate[self.ports[k]["peer_key"]], self.cfg["frame"]), 2)}
                               for k, ns in self.reactions],
                 "deadlocks": [{"cycle": c["cycle"], "t": round(c["t"] - t0, 4)}
-                              for c in self.cycles],
+                              for c in self.deadlocks.named],
                 "gate_errors": self.gates.errors, "reconciled": self.reconciled}
 
 

@@ -160,13 +160,16 @@ class Pfc(Attached):
             raise RunFailed("the PFC agent did not start (see the run's output)")
 
     def class_ends(self):
-        """The agent's ends: each end once per lossless class, class c's keys and
-        names offset (``NAME#c``) and its gate the class's own."""
+        """The agent's ends: each end once per lossless class, class c's keys, names
+        and nodes offset (``NAME#c``, ``NODE#c``: a cycle of stuck paused queues is
+        one class's, as a buffer dependency between classes only climbs) and its
+        gate the class's own."""
         n, out = len(self.ends), []
         for c in range(self.classes):
+            tag = f"#{c}" if c else ""
             for e in self.ends:
                 out.append(e | {"key": c * n + e["key"], "peer_key": c * n + e["peer_key"],
-                                "name": e["name"] + (f"#{c}" if c else ""), "cls": c})
+                                "name": e["name"] + tag, "node": e["node"] + tag, "cls": c})
         return out
 
     def storm(self, end_name, on):
