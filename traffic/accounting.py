@@ -16,7 +16,9 @@ more than 2**23 behind is taken as ahead, after a wrap).  Then, per flow:
   ``gap_threshold_ns``.  ``total_disruptions`` counts them,
   ``longest_disruption`` is the longest in SECONDS (SONiC's unit),
   ``longest_disruption_ms`` the same in ms, ``disrupted_packets`` the
-  sequences skipped across those gaps (0 when the sender paused);
+  sequences skipped across those gaps (0 when the sender paused); per
+  disruption, ``skipped`` and, of those, ``never_arrived`` (a skipped
+  sequence that arrived later was reordered, not lost);
 - a throughput timeline: bytes per ``bin_ns`` (1 ms) since ``t0_ns``.
 
 Key names follow SONiC's data-plane checker (sent/received/dropped/
@@ -52,7 +54,7 @@ class FlowAccount:
         self._seen = bytearray()     # one byte per extended seq from _base
         self._base = 0
         self.first_ns = self.last_ns = None
-        self.disruptions = []        # (start_ns, end_ns, skipped_sequences)
+        self.disruptions = []        # (start_ns, end_ns, skipped, first skipped seq)
         self.timeline = []           # bytes per bin
         self.lat_min = self.lat_max = None
         self.lat_sum = 0
@@ -88,7 +90,7 @@ class FlowAccount:
             gap = arrival_ns - self.last_ns
             if gap > self.gap_threshold_ns:
                 self.disruptions.append(
-                    (self.last_ns, arrival_ns, max(ext - prev_highest - 1, 0)))
+                    (self.last_ns, arrival_ns, max(ext - prev_highest - 1, 0), prev_highest + 1))
         self.last_ns = arrival_ns
         self.received += 1
         self.bytes += length
@@ -116,6 +118,12 @@ class FlowAccount:
             if self.lat_max is None or lat > self.lat_max:
                 self.lat_max = lat
 
+    def arrived(self, first, n):
+        """How many of the ``n`` sequences from extended ``first`` arrived (so far)."""
+        lo = max(first - self._base, 0)
+        hi = min(first + n - self._base, len(self._seen))
+        return self._seen.count(1, lo, hi) if hi > lo else 0
+
     @property
     def unique(self):
         return self.received - self.duplicates
@@ -133,7 +141,7 @@ class FlowAccount:
 
     def summary(self, sent=None):
         """SONiC data-plane-checker style dictionary for this flow."""
-        longest = max((e - s for s, e, _ in self.disruptions), default=0)
+        longest = max((e - s for s, e, *_ in self.disruptions), default=0)
         expected = self.expected(sent)
         out = {
             "flow": self.flow_id,
@@ -144,11 +152,12 @@ class FlowAccount:
             "total_duplications": self.duplicates,
             "reordered_packets": self.reordered,
             "total_disruptions": len(self.disruptions),
-            "disrupted_packets": sum(n for _, _, n in self.disruptions),
+            "disrupted_packets": sum(d[2] for d in self.disruptions),
             "longest_disruption": longest / 1e9,
             "longest_disruption_ms": longest / 1e6,
             "disruptions": [{"start_ns": s, "end_ns": e, "ms": (e - s) / 1e6,
-                             "skipped": n} for s, e, n in self.disruptions],
+                             "skipped": n, "never_arrived": n - self.arrived(first, n)}
+                            for s, e, n, first in self.disruptions],
             "received_bytes": self.bytes,
             "first_arrival_ns": self.first_ns,
             "last_arrival_ns": self.last_ns,

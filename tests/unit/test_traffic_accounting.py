@@ -72,6 +72,19 @@ def test_injected_gap_is_one_disruption():
     assert s["dropped_packets"] == 20
 
 
+def test_a_gap_counts_as_lost_only_the_skipped_sequences_that_never_arrived():
+    # a flow moved to a shorter path: 10..19 overtaken by 20.., 3 of them never arrive
+    seq = list(range(10)) + list(range(20, 40)) + [10, 11, 12, 13, 15, 17, 19] + \
+        list(range(40, 60))
+    s = feed(seq, gaps={10: 30 * MS}, gap_threshold_ns=10 * MS).summary(sent=60)
+    (gap,) = s["disruptions"]
+    assert gap["skipped"] == 10 and gap["never_arrived"] == 3
+    assert s["dropped_packets"] == 3 and s["reordered_packets"] == 7
+    s = feed(list(range(500)) + list(range(520, 600)), gaps={500: 30 * MS},
+             gap_threshold_ns=10 * MS).summary()
+    assert s["disruptions"][0]["never_arrived"] == 20
+
+
 def test_pause_gap_skips_nothing():
     s = feed(range(100), gaps={50: 20 * MS, 80: 12 * MS},
              gap_threshold_ns=10 * MS).summary()
