@@ -84,3 +84,25 @@ def test_a_fault_row_counts_the_losses_and_the_detection_in_its_window():
     text = dc.table(chaos)
     assert "leaf1-spine1" in text and "invariant nothing_left_behind: FALSE" in text
     assert "invariant no_emulation_drops: true" in text
+
+
+def test_a_skipped_sequence_that_arrived_later_is_not_a_loss():
+    t = 10_000_000_000
+    recv = {"f1": {"disruptions": [{"start_ns": t + 1_000_000, "end_ns": t + 3_000_000,
+                                    "skipped": 12, "never_arrived": 0}]},   # overtaken
+            "f2": {"disruptions": [{"start_ns": t + 1_000_000, "end_ns": t + 30_000_000,
+                                    "skipped": 25, "never_arrived": 25}]}}
+    row = dc.fault_result({"kind": "flap", "target": "leaf1-spine1", "at_s": 1,
+                           "repair_s": 0.4, "params": {}}, t, t + 5_000_000_000, recv, [],
+                          {"f1"})
+    assert row["lost_packets"] == 25 and row["untouched_lost_packets"] == 0
+    assert row["recovery_ms"] == 30.0
+
+
+def test_the_probe_sender_catches_up_within_half_of_its_host_links_queue():
+    host = {"ports": [{"rate_bps": 40_000_000}]}
+    pairs = [(host, None, 0, (1, 2, 3, 4))]
+    # 150 KB queue (30 ms at 40 Mbit/s), 4 flows x 1 kpps x 128 B = 512 B per ms
+    assert dc.catch_up_ms(None, pairs, 1000, 128, 30.0) == pytest.approx(146.5, 0.01)
+    assert dc.catch_up_ms(None, pairs, 1000, 128, 300.0) == dc.MAX_LAG_MS[1]      # capped
+    assert dc.catch_up_ms(None, pairs, 20000, 1024, 30.0) == dc.MAX_LAG_MS[0]     # floor

@@ -125,6 +125,8 @@ def events_of(fault):
 def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=1e6):
     """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns; of
     them, those of the flows in ``untouched`` (their paths cross nothing it breaks).
+    A packet is lost when its sequence was skipped across a gap and never arrived
+    (``never_arrived``; one that came later, overtaken on a shorter path, was not).
     A gap counts from ``lead_ns`` after the last packet before it (one probe
     interval and the emulator's arrival jitter, ``JITTER_NS``): a gap that a fault
     opens begins with a packet that arrived just before the fault (up to ~1 ms
@@ -134,12 +136,13 @@ def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=
     for key, r in recv.items():
         for g in r.get("disruptions", []):
             first = g["start_ns"] + lead_ns
+            n = g.get("never_arrived", g["skipped"])     # skipped, then arrived: reordered
             if key in untouched and t_start <= first < t_next:
-                lost_untouched += g["skipped"]
-            if t_start <= first < t_next and g["skipped"] > 0:
-                lost += g["skipped"]
+                lost_untouched += n
+            if t_start <= first < t_next and n > 0:
+                lost += n
                 if first >= t_repair:
-                    repair_lost += g["skipped"]      # lost to the repair (a link back)
+                    repair_lost += n                 # lost to the repair (a link back)
                 else:
                     end = g["end_ns"] if end is None else max(end, g["end_ns"])
     detect = None
@@ -164,6 +167,25 @@ def leftovers(tag):
     return {k: v for k, v in out.items() if v}
 
 
+MAX_LAG_MS = (20.0, 200.0)  # the probe sender's catch-up: the engine's default, a cap
+
+
+def catch_up_ms(topo, pairs, pps, frame_len, queue_ms):
+    """How far (ms) the probe sender may fall behind and still send what fell due
+    (pure).  Held up for a few tens of ms now and then on 2 shared cores, a sender
+    that skips beyond the engine's 20 ms loses packets to the emulator; one that
+    catches up sends them as a burst the links shape.  The burst a host sends
+    (its flows x ``pps`` x the lag, ``frame_len`` bytes each) stays within half of
+    its link's queue (``queue_ms`` at its rate), so it is no congestion."""
+    lag = MAX_LAG_MS[1]
+    for src, _, _, qpns in pairs:
+        port = src["ports"][0]
+        queue_bytes = queue_ms / 1e3 * port["rate_bps"] / 8
+        per_ms = len(qpns) * pps * frame_len / 1e3        # bytes due per ms
+        lag = min(lag, 0.5 * queue_bytes / max(per_ms, 1e-9))
+    return round(max(MAX_LAG_MS[0], lag), 1)
+
+
 def check_args(args):
     if args.duration <= 0 or args.mtbf <= 0 or args.mttr <= 0:
         raise ConfigError("--chaos", "--duration, --mtbf and --mttr are seconds > 0")
@@ -186,8 +208,10 @@ def soak(s, inj, pairs, faults, args, work, out):
     from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
     os.makedirs(work, exist_ok=True)
     duration = args.duration + args.post + 2.0
-    eng = EngineProcess(probe_plan(s.net, pairs, args, duration), work, env=child_env(s),
-                        name="probes")
+    plan = probe_plan(s.net, pairs, args, duration)
+    plan["max_lag_ms"] = catch_up_ms(s.topo, pairs, args.pps, args.frame_len,
+                                     getattr(s, "queue_ms", 30.0))
+    eng = EngineProcess(plan, work, env=child_env(s), name="probes")
     eng.start()
     watch = Watch(s)
     jobs = JobLoop(s, os.path.join(work, "jobs"), out)
@@ -273,7 +297,8 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
             "fidelity": (fid or {}).get("verdict"),
             "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
-            "invariants": inv, "job": job, "not_checked": not_checked}
+            "invariants": inv, "job": job, "not_checked": not_checked,
+            "probe_paths": paths}
 
 
 def table(chaos):
