@@ -161,3 +161,13 @@ def clean(force=False, log=print):
     if live:
         log(f"left alone live runs: {', '.join(sorted(live))} (use --force to remove them too)")
     return summary
+
+
+def leftovers(tag):
+    """What of run ``tag`` is still on the machine: {kind: [names]} (empty when clean)."""
+    out = {"bridges": [b for b, t in our_bridges().items() if t == tag],
+           "interfaces": [i for i, t in our_interfaces().items() if t == tag],
+           "nft_tables": [n for n, t in our_nft_tables().items() if t == tag],
+           "processes": sorted(runstate.processes_of(tag)),
+           "state_dirs": [d for d in runstate.state_dirs(tag) if os.path.exists(d)]}
+    return {k: v for k, v in out.items() if v}

@@ -106,3 +106,43 @@ def test_the_probe_sender_catches_up_within_half_of_its_host_links_queue():
     assert dc.catch_up_ms(None, pairs, 1000, 128, 30.0) == pytest.approx(146.5, 0.01)
     assert dc.catch_up_ms(None, pairs, 1000, 128, 300.0) == dc.MAX_LAG_MS[1]      # capped
     assert dc.catch_up_ms(None, pairs, 20000, 1024, 30.0) == dc.MAX_LAG_MS[0]     # floor
+
+
+def test_an_untouched_flows_loss_is_the_networks_only_on_a_lossy_fabric_with_a_queue_drop():
+    t = 10_000_000_000
+    gap = {"start_ns": t + 1_000_000, "end_ns": t + 9_000_000, "skipped": 5,
+           "never_arrived": 5}
+    recv = {"f1": {"disruptions": [gap]}, "f2": {"disruptions": [dict(gap)]}}
+    fault = {"kind": "cut", "target": "leaf1-spine1", "at_s": 1, "repair_s": 1, "params": {}}
+    untouched = {"f1": ["h1->leaf1", "leaf1->spine2", "spine2->leaf2"],
+                 "f2": ["h3->leaf2", "leaf2->spine3", "spine3->leaf1"]}
+    drops = {"spine2->leaf2": 4, "leaf1->spine1": 9}      # the second one: the fault's link
+    end = t + 5_000_000_000
+    lossy = dc.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
+                            lossless=False)
+    assert lossy["untouched_queue_lost_packets"] == 5     # f1: its path's queue dropped
+    assert lossy["untouched_lost_packets"] == 5           # f2: no queue of its path did
+    assert lossy["queue_drops"] == {"leaf1->spine1": 9, "spine2->leaf2": 4}
+    strict = dc.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
+                             lossless=True)
+    assert strict["untouched_lost_packets"] == 10 and strict["untouched_queue_lost_packets"] == 0
+
+
+def test_a_path_names_the_links_whose_queues_it_crosses_and_windows_count_their_drops():
+    from emulator.dataplane.observe.counters import link_names, window_drops
+    from emulator.experiments.drill.drill_probes import path_links
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 2,
+                                                        "hosts_per_leaf": 1}))
+    leaf1 = next(s for s in topo["switches"] if s["name"] == "leaf1")
+    up = next(p for p in leaf1["ports"] if p["peer"] == "spine2")
+    spine2 = next(s for s in topo["switches"] if s["name"] == "spine2")
+    down = next(p for p in spine2["ports"] if p["peer"] == "leaf2")
+    path = ["h1:eth0", f"leaf1:{up['name']}", f"spine2:{down['name']}", "leaf2:eth1", "h2"]
+    assert path_links(path, topo) == ["h1->leaf1", "leaf1->spine2", "spine2->leaf2",
+                                      "leaf2->h2"]
+    names = link_names(topo)
+    r0 = {up["intf"]: (0, 3, 0), down["intf"]: (0, 0, 0)}
+    r1 = {up["intf"]: (0, 3, 0), down["intf"]: (0, 2, 0), "h1:eth0": (0, 1, 0)}
+    r2 = {up["intf"]: (0, 7, 0), down["intf"]: (0, 2, 0), "h1:eth0": (0, 1, 0)}
+    assert window_drops([r0, r1, r2], names) == [{"spine2->leaf2": 2, "h1->leaf1": 1},
+                                                 {"leaf1->spine2": 4}]

@@ -328,3 +328,18 @@ def link_names(topo):
         for p in h["ports"]:
             out[f"{h['name']}:{p['port']}"] = f"{h['name']}->{p['switch']}"
     return out
+
+
+def window_drops(readings, link_of):
+    """Per fault window, {link: queue drops}: ``readings`` are QueueCounters.read()
+    results at each fault's start and one at the end (pure)."""
+    out = []
+    for a, b in zip(readings, readings[1:]):
+        w = {}
+        for intf, v in b.items():
+            n = v[1] - a.get(intf, (0, 0, 0))[1]
+            if n > 0:
+                name = link_of.get(intf, intf)
+                w[name] = w.get(name, 0) + n
+        out.append(w)
+    return out

@@ -22,7 +22,13 @@ delivered and lost, and the invariants, each by name, true or false:
   fidelity verdict's emulation drops are 0; network drops are per link);
 * ``untouched_flows_lost_nothing``: while a fault lasted (to the next one),
   no probe flow whose path it does not touch (ofproto/trace before the
-  soak) lost a packet;
+  soak) lost a packet (a sequence skipped that never arrived).  On a lossless
+  fabric, any loss counts.  On a lossy one (the default), a loss while a
+  queue on the flow's path dropped frames in that window (tc counters read at
+  every fault) is the network's, rerouted traffic overflowing a queue:
+  reported (``untouched_queue_lost_packets``, per fault ``queue_drops``), not
+  a breach.  Paths hold because select buckets keep their ids across a
+  repair (``controller.ofcodec.bucket_ids``): only a dead link's flows move;
 * ``every_fault_reported``: every injected fault has its entry;
 * ``nothing_left_behind``: after teardown no bridge, interface, nftables
   table, process or state directory carries the run's tag.
@@ -122,23 +128,35 @@ def events_of(fault):
             scenario.Event(end, "controller", "restart")]
 
 
-def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=1e6):
+def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=1e6,
+                 queue_drops=None, lossless=True):
     """One fault's row: detection, recovery, packets lost in [t_start, t_next) ns; of
-    them, those of the flows in ``untouched`` (their paths cross nothing it breaks).
+    them, those of the flows in ``untouched`` (their paths cross nothing it breaks;
+    a dict gives each flow's links).
     A packet is lost when its sequence was skipped across a gap and never arrived
     (``never_arrived``; one that came later, overtaken on a shorter path, was not).
+    On a lossy fabric (not ``lossless``), an untouched flow's loss while a queue on
+    its path dropped frames (``queue_drops`` {link: n} in the window) is the
+    network's (rerouted traffic may overflow a queue): ``untouched_queue_lost_packets``,
+    not ``untouched_lost_packets``.  On a lossless fabric no queue may drop: it counts.
     A gap counts from ``lead_ns`` after the last packet before it (one probe
     interval and the emulator's arrival jitter, ``JITTER_NS``): a gap that a fault
     opens begins with a packet that arrived just before the fault (up to ~1 ms
     before it was seen at 1 kpps)."""
-    lost, end, repair_lost, lost_untouched = 0, None, 0, 0
+    lost, end, repair_lost, lost_untouched, lost_queued = 0, None, 0, 0, 0
     t_repair = t_start + fault["repair_s"] * 1e9
+    dropped = {k for k, n in (queue_drops or {}).items() if n > 0}
     for key, r in recv.items():
+        queued = not lossless and bool(dropped & set(
+            untouched.get(key, ()) if isinstance(untouched, dict) else ()))
         for g in r.get("disruptions", []):
             first = g["start_ns"] + lead_ns
             n = g.get("never_arrived", g["skipped"])     # skipped, then arrived: reordered
             if key in untouched and t_start <= first < t_next:
-                lost_untouched += n
+                if queued:
+                    lost_queued += n
+                else:
+                    lost_untouched += n
             if t_start <= first < t_next and n > 0:
                 lost += n
                 if first >= t_repair:
@@ -152,19 +170,10 @@ def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=
             detect = ms if detect is None else min(detect, ms)
     return dict(fault, t_ns=t_start, lost_packets=lost, repair_lost_packets=repair_lost,
                 untouched_lost_packets=lost_untouched,
+                untouched_queue_lost_packets=lost_queued,
+                queue_drops=dict(sorted((k, n) for k, n in (queue_drops or {}).items() if n)),
                 detection_ms=None if detect is None else round(detect, 3),
                 recovery_ms=None if end is None else round((end - t_start) / 1e6, 3))
-
-
-def leftovers(tag):
-    """What of run ``tag`` is still on the machine: {kind: [names]} (empty when clean)."""
-    from emulator.dataplane import cleanup, runstate
-    out = {"bridges": [b for b, t in cleanup.our_bridges().items() if t == tag],
-           "interfaces": [i for i, t in cleanup.our_interfaces().items() if t == tag],
-           "nft_tables": [n for n, t in cleanup.our_nft_tables().items() if t == tag],
-           "processes": sorted(runstate.processes_of(tag)),
-           "state_dirs": [d for d in runstate.state_dirs(tag) if os.path.exists(d)]}
-    return {k: v for k, v in out.items() if v}
 
 
 MAX_LAG_MS = (20.0, 200.0)  # the probe sender's catch-up: the engine's default, a cap
@@ -202,6 +211,7 @@ def soak(s, inj, pairs, faults, args, work, out):
     returns (sent, recv, fidelity, [t_ns the fault started], interrupted, job summary).
     On Ctrl-C the active fault is repaired and what ran so far returned."""
     from emulator.dataplane.signals import Interrupted
+    from emulator.dataplane.observe.counters import QueueCounters, link_names, window_drops
     from emulator.experiments.drill.drill_chaos_job import JobLoop
     from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan
     from emulator.experiments.watch import Watch
@@ -215,7 +225,8 @@ def soak(s, inj, pairs, faults, args, work, out):
     eng.start()
     watch = Watch(s)
     jobs = JobLoop(s, os.path.join(work, "jobs"), out)
-    starts, pending, interrupted = [], [], False
+    queues = QueueCounters(s.net)
+    starts, pending, interrupted, readings = [], [], False, []
     try:
         watch.start()
         eng.go()
@@ -230,6 +241,7 @@ def soak(s, inj, pairs, faults, args, work, out):
                 if delay > 0:
                     time.sleep(delay)       # the drawn times, not a wait for state
                 if ev is evs[0]:
+                    readings.append(queues.read())     # the queues' drops per window
                     starts.append(time.monotonic_ns())
                     out(f"... fault {len(starts)}/{len(faults)} at {f['at_s']:.1f}s: "
                         f"{f['kind']} {f['target']} for {f['repair_s']:.2f}s")
@@ -238,6 +250,7 @@ def soak(s, inj, pairs, faults, args, work, out):
         delay = t0 + args.duration - time.monotonic()
         if delay > 0:
             time.sleep(delay)               # the soak's length, faults or not
+        readings.append(queues.read())
         job = jobs.stop()
         res = eng.result(timeout=duration + 60)
         watch.stop()
@@ -249,10 +262,11 @@ def soak(s, inj, pairs, faults, args, work, out):
                     ev.action == "controller" and ev.target == "restart"
                     and s.controller is not None and not s.controller.alive()):
                 scenario.execute(inj, ev)
-        return {}, {}, None, starts, interrupted, None
+        return {}, {}, None, starts, interrupted, None, []
     finally:
         jobs.kill()
         eng.kill()
+        queues.close()
     sent, recv = {}, {}
     for st in res["streams"]:
         sent.update(st["per_flow"])
@@ -263,21 +277,26 @@ def soak(s, inj, pairs, faults, args, work, out):
     events = [e for f in faults for e in events_of(f)]
     fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
                         engine=res["engine"], faulted=faulted_links(events, s.topo))
-    return sent, recv, fid, starts, interrupted, job
+    return sent, recv, fid, starts, interrupted, job, window_drops(readings,
+                                                                   link_names(s.topo))
 
 
 def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted, pps=1000.0,
-           job=None):
-    """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later)."""
-    from emulator.experiments.drill.drill_probes import crosses
+           job=None, drops=(), lossless=False):
+    """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later).
+    ``drops``: {link: queue drops} per fault window (``window_drops``)."""
+    from emulator.experiments.drill.drill_probes import crosses, path_links
     ends = starts[1:] + [float("inf")]
+    drops = list(drops) + [None] * (len(starts) - len(drops))
     rows = [fault_result(f, t, e, recv, converged,
-                         {k for k, p in paths.items() if not crosses(p, events_of(f), topo)},
-                         1e9 / pps + JITTER_NS)
-            for f, t, e in zip(faults, starts, ends)]
+                         {k: path_links(p, topo) for k, p in paths.items()
+                          if not crosses(p, events_of(f), topo)},
+                         1e9 / pps + JITTER_NS, w, lossless)
+            for f, t, e, w in zip(faults, starts, ends, drops)]
     received = sum(r.get("received_packets", 0) for r in recv.values())
     total = sum(sent.values())
     lost_untouched = sum(r["untouched_lost_packets"] for r in rows)
+    lost_queued = sum(r["untouched_queue_lost_packets"] for r in rows)
     inv = {"every_fault_reported": len(rows) == len(starts)}
     if not interrupted:
         inv["no_emulation_drops"] = (fid or {}).get("emulation_drops", {}).get("total", 1) == 0
@@ -293,7 +312,9 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
             "totals": {"sent_packets": total, "received_packets": received,
                        "lost_packets": total - received if total else None,
                        "delivered": round(received / total, 6) if total else None,
-                       "untouched_lost_packets": lost_untouched},
+                       "untouched_lost_packets": lost_untouched,
+                       "untouched_queue_lost_packets": lost_queued},
+            "fabric": "lossless" if lossless else "lossy",
             "fidelity": (fid or {}).get("verdict"),
             "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
@@ -312,6 +333,10 @@ def table(chaos):
                      f"{f(r['recovery_ms']):>11} {r['lost_packets']:>6} "
                      f"{r['repair_lost_packets']:>9} {r.get('untouched_lost_packets', 0):>6}")
     t = chaos["totals"]
+    if t.get("untouched_queue_lost_packets"):
+        lines.append(f"untouched flows also lost {t['untouched_queue_lost_packets']} packets "
+                     "while a queue on their path dropped frames (the network's on a "
+                     f"{chaos.get('fabric', 'lossy')} fabric; per fault: queue_drops)")
     lines.append(f"soak: {chaos['injected']}/{chaos['drawn']} faults, probes sent "
                  f"{t['sent_packets']}, delivered {t['delivered']}, lost {t['lost_packets']}; "
                  f"fidelity {chaos['fidelity']}"
@@ -333,6 +358,7 @@ def table(chaos):
 
 def main(fabric, args, out=print):
     """``emulator drill --chaos``: returns the exit status."""
+    from emulator.dataplane import cleanup
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.links.detect import parse_detect
     from emulator.dataplane.session import Session
@@ -376,19 +402,19 @@ def main(fabric, args, out=print):
             pairs, paths = path_pairs(s, planned)
             inj = Injector(s, detect=detect)
             try:
-                sent, recv, fid, starts, interrupted, job = soak(
+                sent, recv, fid, starts, interrupted, job, drops = soak(
                     s, inj, pairs, faults, args, os.path.join(s.dir, "soak"), out)
             finally:
                 inj.close()
             converged = s.controller.converged() if s.controller else []
             chaos = report(faults, starts, sent, recv, fid, converged, paths, s.topo,
-                           interrupted, args.pps, job)
+                           interrupted, args.pps, job, drops, s.pfc is not None)
             doc["modes"] = [{"mode": mode, "results_dir": s.dir}]
     finally:
         if chaos is None:
             chaos = report(faults, [], {}, {}, None, [], {}, topo, True)
         if tag is not None:
-            left = leftovers(tag)
+            left = cleanup.leftovers(tag)
             chaos["invariants"]["nothing_left_behind"] = not left
             chaos["left_behind"] = left
         doc["chaos"] = chaos

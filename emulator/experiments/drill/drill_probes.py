@@ -233,3 +233,19 @@ def unexpected_downs(converged, since, expected, topo):
     return {where.get((ev["dpid"], ev["port"]), f"{ev['dpid']:x}:{ev['port']}")
             for ev in converged if ev.get("event") == "port" and ev.get("up") is False
             and ev.get("t_event", 0) >= since and (ev["dpid"], ev["port"]) not in expected}
+
+
+def path_links(path, topo):
+    """The links (``a->b``, as the queue counters name them) a traced path leaves its
+    nodes by (``drill_probes.trace_path``)."""
+    peer = {(sw["name"], p["name"]): p["peer"] for sw in topo["switches"]
+            for p in sw["ports"]}
+    peer.update({(h["name"], p["port"]): p["switch"] for h in topo["hosts"]
+                 for p in h["ports"]})
+    out = []
+    for h in path:
+        if ":" in h:
+            node, port = h.rsplit(":", 1)
+            if (node, port) in peer:
+                out.append(f"{node}->{peer[node, port]}")
+    return out
