@@ -50,8 +50,11 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
     rel = chaos["job"]["reliable"]
     assert chaos["job"]["instances"] >= 1 and rel["qps"] > 0 and rel["sent_packets"] > 0
     assert rel["delivered_packets"] > 0, chaos["job"]
+    assert chaos["fabric"] == "lossy" and len(chaos["probe_paths"]) >= 2
     for row in chaos["faults"]:
-        assert {"kind", "target", "detection_ms", "recovery_ms", "lost_packets"} <= set(row)
+        assert {"kind", "target", "detection_ms", "recovery_ms", "lost_packets",
+                "untouched_lost_packets", "untouched_queue_lost_packets",
+                "queue_drops"} <= set(row)
         if row["kind"] in ("cut", "flap"):
             assert row["detection_ms"] is not None, row     # the controller heard of it
     assert "invariant nothing_left_behind: true" in p.stdout
