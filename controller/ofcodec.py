@@ -142,26 +142,6 @@ def selection_prop(sel):
                                            exp_type=NTRT_SELECTION_METHOD, data=words)
 
 
-def bucket_ids(buckets):
-    """OpenFlow bucket ids: each bucket's output port (its watch port, else its first
-    output), so a bucket keeps its id when the controller removes or adds another.
-    Open vSwitch's hash selection is rendezvous hashing over the live buckets' ids
-    (``hash(bucket_id, basis)``): with ids by position, a MODIFY that drops a dead
-    uplink's bucket renumbered the survivors and moved flows that never crossed
-    the dead link (and moved them back when it returned).  By position when two
-    buckets share a port or one has no output."""
-    ids = []
-    for b in buckets:
-        port = b.watch_port
-        if port is None:
-            port = next((a.port for a in b.actions if isinstance(a, Output)
-                         and isinstance(a.port, int) and 0 <= a.port < ofp.OFPG_MAX), None)
-        ids.append(port)
-    if None in ids or len(set(ids)) != len(ids):
-        return list(range(len(buckets)))
-    return ids
-
-
 def to_osken(dp, msg):
     """An os-ken message for one abstract FlowMod/GroupMod."""
     if isinstance(msg, FlowMod):
@@ -174,8 +154,7 @@ def to_osken(dp, msg):
             match=parser.OFPMatch(**dict(msg.match)), instructions=inst)
     if isinstance(msg, GroupMod):
         buckets = []
-        ids = bucket_ids(msg.buckets)
-        for i, b in zip(ids, msg.buckets):
+        for i, b in enumerate(msg.buckets):
             props = []
             if msg.type == "select":
                 props.append(parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=b.weight))

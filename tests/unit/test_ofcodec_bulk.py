@@ -80,30 +80,3 @@ def test_bundle_is_open_adds_commit_as_os_ken_builds_them():
         assert typ == ofp.OFPT_BUNDLE_ADD_MESSAGE and b == bytes(add.buf)
         assert struct.unpack_from("!I", b, 16 + 4)[0] == xid    # inner xid = the add's
     assert oc.BUNDLE_FLAGS == ofp.OFPBF_ATOMIC | ofp.OFPBF_ORDERED
-
-
-def select_groups(state, dpid):
-    return {m.group_id: m for m in policy.diff(SwitchState(), state[dpid])
-            if type(m).__name__ == "GroupMod" and m.type == "select"}
-
-
-def test_a_bucket_keeps_its_id_when_another_bucket_leaves_the_group():
-    # OVS hashes a select group's live buckets by bucket id (rendezvous hashing):
-    # ids by position renumbered the survivors of a dead uplink and moved their flows
-    topo = topology.from_dict(addressing.plan(presets.build("leaf-spine"), "ab12"))
-    leaf = topo.by_name["leaf1"]
-    up = [p.port for p in leaf.ports if not p.to_host]
-    live = topo.all_ports()
-    before = select_groups(policy.desired_state(topo, live, "fast-failover"), leaf.dpid)
-    dead = {(leaf.dpid, up[0])}
-    peer = next(p for p in leaf.ports if p.port == up[0])
-    dead.add((topo.by_name[peer.peer].dpid, peer.peer_port))
-    after = select_groups(policy.desired_state(topo, live - dead, "fast-failover"), leaf.dpid)
-    assert after and set(after) <= set(before)      # (the dead port's repair groups go)
-    for gid in after:
-        ids = {b.bucket_id: [a.port for a in b.actions]
-               for b in oc.to_osken(FakeDatapath(), before[gid]).buckets}
-        left = {b.bucket_id: [a.port for a in b.actions]
-                for b in oc.to_osken(FakeDatapath(), after[gid]).buckets}
-        assert len(left) == len(ids) - 1 and up[0] not in left
-        assert all(ids[i] == ports == [i] for i, ports in left.items())
