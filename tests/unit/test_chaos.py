@@ -146,3 +146,23 @@ def test_a_path_names_the_links_whose_queues_it_crosses_and_windows_count_their_
     r2 = {up["intf"]: (0, 7, 0), down["intf"]: (0, 2, 0), "h1:eth0": (0, 1, 0)}
     assert window_drops([r0, r1, r2], names) == [{"spine2->leaf2": 2, "h1->leaf1": 1},
                                                  {"leaf1->spine2": 4}]
+
+
+def test_a_flow_is_touched_by_a_fault_on_any_of_its_equal_cost_paths():
+    from emulator.experiments.drill.drill_probes import crosses, ecmp_span
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 3,
+                                                        "hosts_per_leaf": 1}))
+    sw = {s["name"]: s for s in topo["switches"]}
+    port = {(s, p["peer"]): p["name"] for s in sw for p in sw[s]["ports"]}
+    traced = ["h1:eth0", f"leaf1:{port['leaf1', 'spine1']}",
+              f"spine1:{port['spine1', 'leaf2']}", f"leaf2:{port['leaf2', 'h2']}", "h2"]
+    span = ecmp_span(traced, topo)
+    assert set(traced) <= set(span)
+    assert f"leaf1:{port['leaf1', 'spine2']}" in span and f"spine2:{port['spine2', 'leaf2']}" in span
+    assert not any(h.startswith("leaf3:") for h in span)
+    fault = {"kind": "cut", "target": "leaf1-spine2", "at_s": 1, "repair_s": 1, "params": {}}
+    assert not crosses(traced, dc.events_of(fault), topo)      # not on the traced path ...
+    assert crosses(span, dc.events_of(fault), topo)            # ... but the repair moves it
+    other = dict(fault, target="leaf3-spine2")
+    assert not crosses(span, dc.events_of(other), topo)
+    assert ecmp_span(traced[:3], topo) == traced[:3]           # a trace that ended in a drop

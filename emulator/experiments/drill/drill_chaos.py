@@ -21,14 +21,16 @@ delivered and lost, and the invariants, each by name, true or false:
 * ``no_emulation_drops``: nothing was lost outside a link's queue (the
   fidelity verdict's emulation drops are 0; network drops are per link);
 * ``untouched_flows_lost_nothing``: while a fault lasted (to the next one),
-  no probe flow whose path it does not touch (ofproto/trace before the
-  soak) lost a packet (a sequence skipped that never arrived).  On a lossless
+  no probe flow none of whose equal-cost paths it touches (``ecmp_span`` of
+  the path ofproto/trace gave before the soak) lost a packet (a sequence
+  skipped that never arrived).  On a lossless
   fabric, any loss counts.  On a lossy one (the default), a loss while a
   queue on the flow's path dropped frames in that window (tc counters read at
   every fault) is the network's, rerouted traffic overflowing a queue:
   reported (``untouched_queue_lost_packets``, per fault ``queue_drops``), not
-  a breach.  Paths hold because select buckets keep their ids across a
-  repair (``controller.ofcodec.bucket_ids``): only a dead link's flows move;
+  a breach.  Equal-cost paths, not the traced one: a repair renumbers a
+  select group's buckets (no resilient hashing) and moves flows of its live
+  buckets too, which lost packets at flap transitions;
 * ``every_fault_reported``: every injected fault has its entry;
 * ``nothing_left_behind``: after teardown no bridge, interface, nftables
   table, process or state directory carries the run's tag.
@@ -285,12 +287,13 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
            job=None, drops=(), lossless=False):
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later).
     ``drops``: {link: queue drops} per fault window (``window_drops``)."""
-    from emulator.experiments.drill.drill_probes import crosses, path_links
+    from emulator.experiments.drill.drill_probes import crosses, ecmp_span, path_links
     ends = starts[1:] + [float("inf")]
     drops = list(drops) + [None] * (len(starts) - len(drops))
+    span = {k: ecmp_span(p, topo) for k, p in paths.items()}
     rows = [fault_result(f, t, e, recv, converged,
                          {k: path_links(p, topo) for k, p in paths.items()
-                          if not crosses(p, events_of(f), topo)},
+                          if not crosses(span[k], events_of(f), topo)},
                          1e9 / pps + JITTER_NS, w, lossless)
             for f, t, e, w in zip(faults, starts, ends, drops)]
     received = sum(r.get("received_packets", 0) for r in recv.values())

@@ -249,3 +249,34 @@ def path_links(path, topo):
             if (node, port) in peer:
                 out.append(f"{node}->{peer[node, port]}")
     return out
+
+
+def ecmp_span(path, topo):
+    """Every hop (``node:port``) of every shortest path from a traced path's source
+    host to its destination host, and the destination: the paths the flow may be
+    hashed onto.  A repair modifies a select group in place and its buckets are
+    renumbered (no resilient hashing), so a fault on any of them may move the flow."""
+    if len(path) < 2 or ":" in path[-1]:
+        return list(path)                   # the trace ended in a drop: what it saw
+    src, dst = path[0].rsplit(":", 1)[0], path[-1]
+    adj = {}
+    for sw in topo["switches"]:
+        for p in sw["ports"]:
+            adj.setdefault(sw["name"], []).append((p["name"], p["peer"]))
+    for h in topo["hosts"]:
+        for p in h["ports"]:
+            adj.setdefault(h["name"], []).append((p["port"], p["switch"]))
+
+    def dist(start):
+        d, todo = {start: 0}, [start]
+        for node in todo:
+            for _, nxt in adj.get(node, ()):
+                if nxt not in d:
+                    d[nxt] = d[node] + 1
+                    todo.append(nxt)
+        return d
+    ds, dt = dist(src), dist(dst)
+    if dst not in ds:
+        return list(path)
+    return [hop(u, port) for u, ports in adj.items() for port, v in ports
+            if u in ds and v in dt and ds[u] + 1 + dt[v] == ds[dst]] + [dst]
