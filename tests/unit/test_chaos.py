@@ -166,3 +166,17 @@ def test_a_flow_is_touched_by_a_fault_on_any_of_its_equal_cost_paths():
     other = dict(fault, target="leaf3-spine2")
     assert not crosses(span, dc.events_of(other), topo)
     assert ecmp_span(traced[:3], topo) == traced[:3]           # a trace that ended in a drop
+
+
+def test_a_gap_opened_by_packets_in_flight_belongs_to_the_fault_that_struck_them():
+    assert dc.lead_ns(1000) == 1e6 + dc.JITTER_NS
+    assert dc.lead_ns(1000, 16.2) == pytest.approx(1e6 + 16.2e6)
+    t, nxt = 10_000_000_000, 35_875_000_000
+    # the last packet before a crash's gap arrived 8.9 ms before the crash was recorded
+    recv = {"f1": {"disruptions": [{"start_ns": nxt - 8_900_000, "end_ns": nxt + 57_000_000,
+                                    "skipped": 32, "never_arrived": 32}]}}
+    flap = {"kind": "flap", "target": "leaf4-spine1", "at_s": 1, "repair_s": 1, "params": {}}
+    late = dc.fault_result(flap, t, nxt, recv, [], {"f1": []}, dc.lead_ns(1000))
+    assert late["untouched_lost_packets"] == 32                 # a 5 ms allowance: wrong fault
+    row = dc.fault_result(flap, t, nxt, recv, [], {"f1": []}, dc.lead_ns(1000, 16.2))
+    assert row["untouched_lost_packets"] == 0 and row["lost_packets"] == 0

@@ -113,6 +113,16 @@ def draw(seed, duration, mtbf, mttr, links, switches, kinds=KINDS):
         t += repair
 
 
+def lead_ns(pps, in_flight_ms=None):
+    """How long after the last packet before a gap its loss may have begun: one probe
+    interval, and the arrival jitter or, if longer, the packets still in flight (the
+    probes' p99.9 one-way latency): a fault loses what was in flight when it struck,
+    so its gap opens with a packet that arrived up to that long before it (a spine
+    crash's gap opened 8.9 ms before it, at a p99.9 of 16.2 ms, and was counted
+    against the fault before, on a flow that fault did not touch)."""
+    return 1e9 / pps + max(JITTER_NS, (in_flight_ms or 0) * 1e6)
+
+
 def events_of(fault):
     """The scenario events that inject and repair one fault (times from the soak's start)."""
     at, end, k, tgt, p = (fault["at_s"], fault["at_s"] + fault["repair_s"], fault["kind"],
@@ -264,7 +274,7 @@ def soak(s, inj, pairs, faults, args, work, out):
                     ev.action == "controller" and ev.target == "restart"
                     and s.controller is not None and not s.controller.alive()):
                 scenario.execute(inj, ev)
-        return {}, {}, None, starts, interrupted, None, []
+        return {}, {}, None, starts, interrupted, None, [], None
     finally:
         jobs.kill()
         eng.kill()
@@ -279,14 +289,16 @@ def soak(s, inj, pairs, faults, args, work, out):
     events = [e for f in faults for e in events_of(f)]
     fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
                         engine=res["engine"], faulted=faulted_links(events, s.topo))
-    return sent, recv, fid, starts, interrupted, job, window_drops(readings,
-                                                                   link_names(s.topo))
+    return (sent, recv, fid, starts, interrupted, job,
+            window_drops(readings, link_names(s.topo)),
+            (res.get("latency_ms") or {}).get("p99.9"))
 
 
 def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted, pps=1000.0,
-           job=None, drops=(), lossless=False):
+           job=None, drops=(), lossless=False, in_flight_ms=None):
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later).
-    ``drops``: {link: queue drops} per fault window (``window_drops``)."""
+    ``drops``: {link: queue drops} per fault window (``window_drops``); ``in_flight_ms``:
+    the probes' p99.9 one-way latency (``lead_ns``)."""
     from emulator.experiments.drill.drill_probes import crosses, ecmp_span, path_links
     ends = starts[1:] + [float("inf")]
     drops = list(drops) + [None] * (len(starts) - len(drops))
@@ -294,7 +306,7 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
     rows = [fault_result(f, t, e, recv, converged,
                          {k: path_links(p, topo) for k, p in paths.items()
                           if not crosses(span[k], events_of(f), topo)},
-                         1e9 / pps + JITTER_NS, w, lossless)
+                         lead_ns(pps, in_flight_ms), w, lossless)
             for f, t, e, w in zip(faults, starts, ends, drops)]
     received = sum(r.get("received_packets", 0) for r in recv.values())
     total = sum(sent.values())
@@ -405,13 +417,13 @@ def main(fabric, args, out=print):
             pairs, paths = path_pairs(s, planned)
             inj = Injector(s, detect=detect)
             try:
-                sent, recv, fid, starts, interrupted, job, drops = soak(
+                sent, recv, fid, starts, interrupted, job, drops, in_flight = soak(
                     s, inj, pairs, faults, args, os.path.join(s.dir, "soak"), out)
             finally:
                 inj.close()
             converged = s.controller.converged() if s.controller else []
             chaos = report(faults, starts, sent, recv, fid, converged, paths, s.topo,
-                           interrupted, args.pps, job, drops, s.pfc is not None)
+                           interrupted, args.pps, job, drops, s.pfc is not None, in_flight)
             doc["modes"] = [{"mode": mode, "results_dir": s.dir}]
     finally:
         if chaos is None:
