@@ -211,20 +211,18 @@ class Injector:
             return [("remote", end) for end in ends]
         return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
 
-    def _set(self, targets, state, first=False):
-        """Set each ``_resolved`` end down/up; returns the clock once the last has changed
-        (``first``: and once the first had: (first, last))."""
+    def _set(self, targets, state):
+        """Set each ``_resolved`` end down/up; returns the clock once the first had
+        changed (a veth's peer follows its carrier: the link is down from then)."""
         if self._remote():
             self.s.net.set_links([end for _, end in targets], state)
-            t = self.clock()
-            return (t, t) if first else t
+            return self.clock()
         t_first = None
         for ipr, index in targets:
             ipr.link("set", index=index, state=state)
             if t_first is None:
                 t_first = self.clock()
-        t = self.clock()
-        return (t_first or t, t) if first else t
+        return self.clock() if t_first is None else t_first
 
     # ---- faults ----------------------------------------------------------
 
@@ -245,8 +243,8 @@ class Injector:
 
     def _cut(self, targets, ports):
         """Set ``targets`` down and signal ``ports``' switches: (t_cut_ns: when the
-        first end was down, signal, when the first end went down or None).  On several servers each server
-        does both in one request (its switches learn ``detect`` after its own
+        first end was down, signal, when the first end went down or None).  On
+        several servers each server does both in one request (its switches learn ``detect`` after its own
         cut, not after a round trip more), and the fault's time is when the first
         server set its end down, on this machine's clock (``ClusterNet.cut``)."""
         if self._remote():
@@ -257,7 +255,7 @@ class Injector:
         # ends down can take milliseconds more (rtnetlink waits while Open vSwitch
         # reconfigures on the first end's event: 1.1-8.7 ms measured), which timing the
         # detection from the last end used to add to the modelled delay.
-        t_first, _ = self._set(targets, "down", first=True)
+        t_first = self._set(targets, "down")
         return t_first, self._signal(ports, True, t_first), None
 
     def link_down(self, link, side="both"):

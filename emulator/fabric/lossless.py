@@ -36,6 +36,7 @@ for a storm.
 """
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 FLOW_CONTROLS = ("none", "pfc", "credit")
@@ -70,12 +71,9 @@ def routing_classes(fabric, routing):
     links = [(lk.a.node, lk.b.node) for lk in fabric.links]
     if _groups(switches, links) is None:
         return 1
-    ports = {}
-    for a, b in links:
-        for n in (a, b):
-            ports[n] = ports.get(n, 0) + 1
-    worst = max(switches, key=lambda n: ports.get(n, 0))
-    if ports.get(worst, 0) > PHASE_MAX_PORTS:
+    ports = Counter(n for link in links for n in link)
+    worst = max(switches, key=ports.__getitem__)
+    if ports[worst] > PHASE_MAX_PORTS:
         raise ConfigError("flow_control", f"a lossless dragonfly keeps a class per routing "
                           f"phase, which limits a switch to {PHASE_MAX_PORTS} ports; {worst} "
                           f"has {ports[worst]}: use fewer hosts or global links per switch")

@@ -20,11 +20,11 @@ class Backlogs:
             if p["netns"] not in self.readers:
                 with entered(p["netns"]):
                     self.readers[p["netns"]] = QdiscReader()
-            if (p["netns"], p["ifindex"]) not in seen:
-                seen[(p["netns"], p["ifindex"])] = []
-                self.ports.append((self.readers[p["netns"]], p["ifindex"],
-                                   seen[(p["netns"], p["ifindex"])]))
-            seen[(p["netns"], p["ifindex"])].append(p["key"])
+            where = (p["netns"], p["ifindex"])
+            if where not in seen:
+                seen[where] = []
+                self.ports.append((self.readers[p["netns"]], p["ifindex"], seen[where]))
+            seen[where].append(p["key"])
         self.cursor = None                       # the next port of a read under way
         self.got = {}
         self.per_look = 2                        # the agent paces it (Agent.__init__)

@@ -10,8 +10,8 @@ is built from three parts:
   10:10 network control (RoCE ACK/NAK and CNP, frames of at most 256 bytes),
   10:20 lossless RoCE data, whose own leaf is a TBF that is the pause gate,
   and 10:30 best effort.  A dragonfly has a lossless class per routing phase
-  (10:20, 10:21, 10:22 with gates 20:, 21:, 22:; fabric.lossless).  A tc egress program sets each frame's class
-  (``skb->priority``).
+  (10:20, 10:21, 10:22 with gates 20:, 21:, 22:; fabric.lossless).  A tc
+  egress program sets each frame's class (``skb->priority``).
 - *accounting* (one BPF array map, an entry per interface end, ``E_*``): a
   frame of the lossless class arriving at a switch port is counted into that
   port's buffer (or dropped past xoff + headroom: an ingress drop) and

@@ -62,9 +62,10 @@ class Gates:
                 self.kick[p["key"]] = kicks[(ns, p["ifname"])]
             limit = pfc.HOST_QUEUE if p["kind"] == "host" else pfc.SWITCH_QUEUE
             open_rate = min(p["rate_bps"] * pfc.GATE_OPEN_FACTOR // 8, 2 ** 32 - 1)
+            cls = p.get("cls", 0)
             self.msgs[p["key"]] = (
-                ns, pfc.gate_message(p["ifindex"], 1, frame, limit, cls=p.get("cls", 0)),
-                pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit, cls=p.get("cls", 0)))
+                ns, pfc.gate_message(p["ifindex"], 1, frame, limit, cls=cls),
+                pfc.gate_message(p["ifindex"], open_rate, 2 * frame, limit, cls=cls))
 
     def set(self, key, closed):
         """Close or open ``key``'s gate; an interface gone down (a cut link) cannot

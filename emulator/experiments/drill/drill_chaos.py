@@ -303,8 +303,9 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
     ends = starts[1:] + [float("inf")]
     drops = list(drops) + [None] * (len(starts) - len(drops))
     span = {k: ecmp_span(p, topo) for k, p in paths.items()}
+    links = {k: path_links(p, topo) for k, p in paths.items()}
     rows = [fault_result(f, t, e, recv, converged,
-                         {k: path_links(p, topo) for k, p in paths.items()
+                         {k: links[k] for k in paths
                           if not crosses(span[k], events_of(f), topo)},
                          lead_ns(pps, in_flight_ms), w, lossless)
             for f, t, e, w in zip(faults, starts, ends, drops)]
