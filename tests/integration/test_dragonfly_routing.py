@@ -68,10 +68,11 @@ def test_a_lossless_dragonfly_keeps_a_class_per_routing_phase_and_never_deadlock
     ll = s.results["lossless"]
     assert ll["lossless_priorities"] == ([3, 4] if mode == "minimal" else [3, 4, 5])
     assert ll["deadlocks"] == [] and ll["watchdog_events"] == []
-    assert ll["ingress_drops"] == 0 and ll["watchdog_drops"] == 0 and ll["pauses"] > 0
+    assert ll["ingress_drops"] == 0 and ll["watchdog_drops"] == 0
     assert rep["wrong"] == 0 and rep["failed_qps"] == []
     assert rep["fidelity"]["verdict"] == "faithful", rep["fidelity"]
-    if mode == "minimal":
+    if mode == "minimal":     # three flows on each group's one global link: it pauses
+        assert ll["pauses"] > 0
         assert rep["nonminimal_share"] == 0.0 and rep["throughput_fraction"] <= 1 / 3 + 0.03
         return
     # minimal routing cannot exceed 1/3 here: the detours carried the rest
