@@ -258,10 +258,27 @@ class Injector:
         t_first = self._set(targets, "down")
         return t_first, self._signal(ports, True, t_first), None
 
+    def _cut_ends(self, link, side):
+        """The ends a cut sets down, and those it leaves up: with the adaptive
+        stage (--lb dlb|packet) a cut of both sides keeps the ports whose egress
+        rescues frames administratively up; the other end set down takes their
+        carrier at once."""
+        ends = self.ends(link, side)
+        stage = getattr(self.s, "adaptive", None)
+        if side != "both" or stage is None or self._remote() \
+                or not hasattr(stage, "rescuing_ends"):
+            return ends, []
+        keep = stage.rescuing_ends()
+        down = [e for e in ends if e not in keep] or ends[-1:]
+        return down, [e for e in ends if e not in down]
+
     def link_down(self, link, side="both"):
-        targets = self._resolved(self.ends(link, side))
+        ends, kept = self._cut_ends(link, side)
+        targets = self._resolved(ends)
         t = self.clock()
         t_cut, signal, first = self._cut(targets, self.switch_ports(link))
+        if kept:
+            signal["kept_up"] = [ifname for _, ifname in kept]
         return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut, **signal)
 
     def _requeue(self, ports):

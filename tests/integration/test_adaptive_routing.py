@@ -2,7 +2,8 @@
 
 - a cut uplink with nothing else to repair it (``--failover none``): the flows
   whose own leaf decides leave the dead uplink within the detection delay and
-  a few packets, timestamped in the data plane; the flows only a remote switch
+  a few packets, timestamped in the data plane (the leaf's end stays up, its
+  egress rescuing what Open vSwitch still held); the flows only a remote switch
   could save lose the whole fault;
 - the same cut with the controller repairing: the remote leaf's data plane
   stops using the dead path once the controller's push has reached it;
@@ -44,6 +45,12 @@ def test_a_dead_uplink_is_left_by_the_deciding_switch_alone(tmp_path):
     assert a["detect_ms"]["median"] >= 0.9                  # the modelled 1 ms
     assert m["summary"]["non_crossing_lost_packets"] == 0
     assert "flows whose own switch decides" in out and "reaction to carrier loss" in out
+    # the cut set spine1's end down and kept leaf1's up, its egress rescuing frames
+    # held in Open vSwitch's backlog (counted per repeat, however many)
+    cuts = [json.loads(line) for line in next(tmp_path.glob("drill-*/*/faults.jsonl"))
+            .read_text().splitlines() if '"link_down"' in line]
+    assert cuts and all(len(c["kept_up"]) == 1 for c in cuts), cuts
+    assert a["rescued_frames"]["n"] == 2, a
 
 
 def test_the_remote_leaf_drops_the_dead_path_once_the_controller_has_repaired(tmp_path):

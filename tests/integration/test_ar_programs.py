@@ -216,6 +216,38 @@ def test_egress_restores_the_class_and_counts_the_frame_in():
         assert e["load"] == LEN
 
 
+def test_a_frame_decided_before_its_port_died_is_rescued_at_that_port_s_egress():
+    with maps() as ms:
+        for k in range(4):
+            set_port(ms, k, keep=True, ifindex=100 + k)
+        with program(ms, "ar_ingress") as fd_in:
+            marked = bpf.test_run(fd_in, roce(0xC000))[1]    # decided, then held by OVS
+        k = PORTS.index(port_of(marked))
+        later = time.monotonic_ns() + 3600 * SEC
+        with program(ms, "ar_egress", decide=0, key=k) as fd_eg:
+            set_down(ms, k, t_ns=later)                      # cut, not yet detected: lost
+            ret, out, _ = bpf.test_run_skb(fd_eg, marked)
+            assert ret == 0xFFFFFFFF and dscp(out) == 26
+            assert get_port(ms, k)["rescued"] == 0
+            set_port(ms, (k + 1) % 4, keep=True, **{"in": 9 * LEN})
+            set_down(ms, k, t_ns=1)                          # detected: decided again
+            ret, out, _ = bpf.test_run_skb(fd_eg, marked)
+        assert ret == 7                                      # TC_ACT_REDIRECT
+        new = PORTS.index(port_of(out))
+        assert new not in (k, (k + 1) % 4)                   # the best live candidate
+        assert out[15] & 3 == 2 and struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
+        assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
+        dead, e = get_port(ms, k), get_port(ms, new)
+        assert dead["rescued"] == 1 and dead["in"] == LEN    # only the first entered its queue
+        assert e["sent"] == LEN and e["frames"] == 1
+    with maps(routes={}) as ms:                              # no route: nothing to rescue by
+        set_port(ms, 0, keep=True, ifindex=100)
+        set_down(ms, 0)
+        with program(ms, "ar_egress", decide=0, key=0) as fd_eg:
+            ret, out, _ = bpf.test_run_skb(fd_eg, roce(dscp=model.mark(PORTS[0])))
+        assert ret == 0xFFFFFFFF and dscp(out) == 26 and get_port(ms, 0)["rescued"] == 0
+
+
 def test_egress_leaves_out_what_the_tbf_drops_and_notes_a_building_queue():
     with maps() as ms:
         set_port(ms, 0, keep=True, limit=5 * LEN)

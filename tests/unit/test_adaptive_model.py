@@ -157,3 +157,47 @@ def test_cut_rows_take_the_data_planes_first_frame_elsewhere():
     assert rows["ecmp"]["loss"] == pytest.approx(0.57) and rows["ecmp"]["reaction_ms"] is None
     assert rows["dlb"]["reaction_ms"] == 1.4
     assert "with cut" in stream_cmp.table(list(rows.values()), "cut")
+
+
+class FakeMap:
+    """A BPF array map's lookup/update over a dict (the stage's reading only)."""
+
+    def __init__(self, layout, n):
+        self.layout, self.d = layout, {k: layout.pack(*[0] * len(layout.names))
+                                       for k in range(n)}
+
+    def lookup(self, k):
+        return self.d[k]
+
+    def update(self, k, v):
+        self.d[k] = v
+
+    def set(self, k, **values):
+        e = dict(zip(self.layout.names, self.layout.unpack(self.d[k]))) | values
+        self.d[k] = self.layout.pack_fields(**e)
+
+
+def test_a_cut_is_settled_into_queued_lost_and_rescued_frames_once_per_cut():
+    from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
+    F = 1000
+    st = object.__new__(AdaptiveStage)
+    st.keys, st.frame = {("leaf1", 3): 0}, F
+    st.maps = {"ar_ports": FakeMap(PORT, 1), "ar_ctls": FakeMap(CONTROL, 1)}
+    st.downs, st.settled, st.rescues, st.cuts = {}, {}, {}, []
+    ports, ctls = st.maps["ar_ports"], st.maps["ar_ctls"]
+    ports.set(0, **{"in": 10 * F, "out": 10 * F}, sent=10 * F, sent_in=10 * F, frames=10)
+    st.link_news([("leaf1", 3)], True, 5)
+    # after the cut: 6 frames decided towards it; 3 entered its queue and never came
+    # out, 1 was rescued at its egress, 2 never reached it (1 of them in the detection)
+    ports.set(0, **{"in": 13 * F}, sent=16 * F, sent_in=14 * F, frames=16, rescued=1)
+    ctls.set(0, late=F)
+    st.link_news([("leaf1", 3)], False, 9)
+    assert st.cuts == [{"port": "leaf1:3", "down_ns": 5, "queued_frames": 3, "lost_frames": 2,
+                        "before_cut_frames": 1, "in_detection_frames": 1,
+                        "rescued_frames": 1}]
+    # the next cut counts only its own: 2 more queued, nothing else
+    st.link_news([("leaf1", 3)], True, 20)
+    ports.set(0, **{"in": 15 * F})
+    st.link_news([("leaf1", 3)], False, 30)
+    assert {k: st.cuts[1][k] for k in ("queued_frames", "lost_frames", "rescued_frames")} \
+        == {"queued_frames": 2, "lost_frames": 0, "rescued_frames": 0}

@@ -268,3 +268,22 @@ def test_the_detection_is_timed_from_the_first_end_going_down(tmp_path):
     ev = inj.link_down("leaf1-spine1")
     assert told == [1_000_200_000]                    # after the first end, not at 8.2 ms
     assert ev["t_cut_ns"] == 1_000_200_000 and ev["t_ns"] == 1_000_000_000
+
+
+def test_with_the_adaptive_stage_a_cut_keeps_the_rescuing_switch_end_up(tmp_path):
+    """A dead port's egress decides its frames again (--lb dlb|packet), so a cut sets
+    down only the link's other end (the kept end loses its carrier with it); a
+    chosen side, or no stage, is cut as asked."""
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                        "hosts_per_leaf": "1"}))
+    inj = injector(topo, tmp_path)
+    inj.s.net = types.SimpleNamespace(switch_netns=lambda name: None)
+    leaf, spine = inj.ends("leaf1-spine1")
+    assert inj._cut_ends("leaf1-spine1", "both") == ([leaf, spine], [])
+    inj.s.adaptive = types.SimpleNamespace(rescuing_ends=lambda: {leaf})
+    assert inj._cut_ends("leaf1-spine1", "both") == ([spine], [leaf])
+    assert inj._cut_ends("spine1-leaf1", "both") == ([spine], [leaf])
+    assert inj._cut_ends("leaf1-spine1", "a") == ([leaf], [])
+    inj.s.adaptive = types.SimpleNamespace(rescuing_ends=lambda: {leaf, spine})
+    down, kept = inj._cut_ends("leaf1-spine1", "both")
+    assert len(down) == 1 and len(kept) == 1                  # one end must go down

@@ -50,8 +50,9 @@ PENDING_MIN_NS = 5_000_000                # ... but never sooner than Open vSwit
 PORT_FIELDS = [("in", "q"), ("out", "q"), ("sent", "q"), ("sent_in", "q"), ("sent_ns", "Q"),
                ("load", "Q"), ("load_ns", "Q"), ("evac_ns", "Q"), ("frames", "Q"), ("flowlets", "Q"), ("moved_in", "Q"),
                ("moved_out", "Q"), ("hot", "Q"), ("hot_ns", "Q"), ("shun_ns", "Q"), ("react_sum", "Q"),
-               ("react_n", "Q"), ("react_max", "Q"), ("mark", "Q"), ("frame", "Q"),
-               ("half_ns", "Q"), ("load_full", "Q"), ("limit", "q")]
+               ("react_n", "Q"), ("react_max", "Q"), ("rescued", "Q"), ("mark", "Q"),
+               ("frame", "Q"), ("half_ns", "Q"), ("load_full", "Q"), ("limit", "q"),
+               ("ifindex", "Q")]
 PORT_NAMES = [n for n, _ in PORT_FIELDS]
 CONTROL_FIELDS = [("down", "Q"), ("down_ns", "Q"), ("corr", "q"), ("late", "Q")]
 CONFIG_FIELDS = [("sw", "Q"), ("up_key", "q"), ("decide", "Q"), ("mode", "Q"), ("dscp", "Q"),

@@ -70,6 +70,7 @@ class AdaptiveStage:
     ``rates`` {(switch, port): bit/s}; ``dscp``: the class decided."""
 
     FOLLOWS_REPAIR = True               # its candidates follow the controller's pushes
+    RESCUES = True                      # a dead port's egress decides its frames again
 
     def __init__(self, mode, topo, ifaces, far, rates, frame, queue_ms, dscp=26,
                  flowlet_frames=model.FLOWLET_FRAMES, chain=None, plan=None):
@@ -90,6 +91,7 @@ class AdaptiveStage:
         self.routes = dict(self.plan["routes"])   # as installed now (None: withdrawn)
         self.follower = None            # adaptive.repair: the control plane's pushes
         self.settled = {}               # key -> bytes decided towards it never sent, counted
+        self.rescues = {}               # key -> frames rescued at its egress, counted
         self.cuts = []                  # per dead port come back: what its cut lost
 
     @classmethod
@@ -207,7 +209,9 @@ class AdaptiveStage:
             for ns, ifname, key in tc:
                 ipr = sock(ns)
                 idx = _index(ipr, ifname)
-                with self._load(dict(base, key=key), "ar_egress") as fds:
+                self._set_ifindex(key, idx)
+                sw = self.sw_index[self.plan["tracked"][key][0]]
+                with self._load(dict(base, key=key, sw=sw), "ar_egress") as fds:
                     try:
                         ipr.tc("add", "clsact", index=idx)
                         self.attached.append(("tc", ns, ifname))
@@ -218,6 +222,12 @@ class AdaptiveStage:
                     ipr.tc("add-filter", "bpf", index=idx, handle=2, fd=fds["ar_egress"],
                            name=f"ar_eg{key}", parent=TC_EGRESS, classid=1,
                            direct_action=True, prio=TC_PRIO)
+
+    def _set_ifindex(self, key, idx):
+        """Port entry ``key``'s interface index (where its egress rescues to)."""
+        m = self.maps["ar_ports"]
+        e = dict(zip(model.PORT_NAMES, PORT.unpack(m.lookup(key))))
+        m.update(key, PORT.pack_fields(**{**e, "ifindex": idx}))
 
     def _write_route(self, key, ports):
         m = self.maps["ar_routes"]
@@ -262,12 +272,12 @@ class AdaptiveStage:
             if k is None:
                 continue
             name = f"{tp[0]}:{tp[1]}"
-            corr = 0
+            c = dict(zip(CONTROL.names, CONTROL.unpack(ctl.lookup(k))))
+            corr = c["corr"]                 # kept while down: the last cut's is settled
             if not down:
                 e = dict(zip(model.PORT_NAMES, PORT.unpack(self.maps["ar_ports"].lookup(k))))
                 corr = e["in"] - e["out"]
-                self._settle(k, name, e,
-                             dict(zip(CONTROL.names, CONTROL.unpack(ctl.lookup(k)))))
+                self._settle(k, name, e, c)
             ctl.update(k, CONTROL.pack(int(down), t_ns if down else 0, corr, 0))
             if down:
                 self.downs[name] = t_ns
@@ -277,17 +287,31 @@ class AdaptiveStage:
         it, bytes decided that never reached its egress since the last settling,
         split into those decided before the cut (still inside this emulator's
         switch, in Open vSwitch's backlog, when the link went) and those decided
-        between the cut and the modelled detection (``late``)."""
+        between the cut and the modelled detection (``late``); the frames in its
+        egress queue (in, never out: ``queued``); and the frames its
+        egress rescued (decided before the detection, reaching the egress after
+        it: sent on by another candidate)."""
         unsent = e["sent"] - e["sent_in"]
         lost = max(0, unsent - self.settled.get(k, 0))
         self.settled[k] = unsent
+        rescued = e["rescued"] - self.rescues.get(k, 0)
+        self.rescues[k] = e["rescued"]
         if c["down"] and name in self.downs:
             size = e["sent"] / e["frames"] if e["frames"] else self.frame
             late = min(c["late"], lost)
+            queued = max(0, e["in"] - e["out"] - c["corr"])
             self.cuts.append({"port": name, "down_ns": self.downs[name],
+                              "queued_frames": round(queued / size),
                               "lost_frames": round(lost / size),
                               "before_cut_frames": round((lost - late) / size),
-                              "in_detection_frames": round(late / size)})
+                              "in_detection_frames": round(late / size),
+                              "rescued_frames": rescued})
+
+    def rescuing_ends(self):
+        """{(netns, ifname)} of the ports whose egress rescues their frames once
+        down: a cut keeps them administratively up (their carrier goes with the
+        link's other end), or Open vSwitch's sends to them would fail before it."""
+        return {self.ifaces[tp] for tp in self.plan["tracked"]} if self.RESCUES else set()
 
     # ---- reading -------------------------------------------------------------
 

@@ -45,6 +45,7 @@ class UgalStage(AdaptiveStage):
     """UGAL (``mode``: ugal or ugal-l) on a running dragonfly."""
 
     FOLLOWS_REPAIR = False              # no route repair followed: a dead port is skipped
+    RESCUES = False                     # its egress counts only
 
     def __init__(self, mode, topo, ifaces, far, rates, frame, queue_ms,
                  flowlet_frames=model.FLOWLET_FRAMES, chain=None, bias_frames=ugal.BIAS_FRAMES):

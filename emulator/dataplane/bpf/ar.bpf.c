@@ -14,7 +14,13 @@
  * ar_egress   tc clsact egress of a tracked switch port: counts the frame into
  *             the port's queue (unless the TBF's limit drops it) and its recent
  *             load; a frame carrying this port's mark is restored to the class's
- *             DSCP and counted as arrived (no longer pending).
+ *             DSCP and counted as arrived (no longer pending).  Once the port is
+ *             down (from the modelled detection on), a frame carrying its mark
+ *             is rescued: decided again among its route's live candidates and
+ *             redirected to the best one's egress.  Such a frame was decided
+ *             before the port died and held in Open vSwitch's backlog since (an
+ *             ASIC decides as the frame leaves its ingress pipeline, so it would
+ *             have been decided after the detection).
  *
  * Quality of a port: its queue (bytes in - bytes out, plus the bytes decided
  * towards it that have not reached its egress yet: Open vSwitch forwards in
@@ -345,6 +351,43 @@ int ar_ingress(struct xdp_md *ctx)
 #define TOS_OFF (sizeof(struct ethhdr) + 1)
 #define IP_END (sizeof(struct ethhdr) + sizeof(struct iphdr))
 
+/* Rewrite the TOS byte of ``skb``'s IPv4 header from ``tos`` to ``new_tos``. */
+static __always_inline void store_tos(struct __sk_buff *skb, __u8 tos, __u8 new_tos)
+{
+	bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + 10, bpf_htons(tos),
+			    bpf_htons(new_tos), 2);
+	bpf_skb_store_bytes(skb, TOS_OFF, &new_tos, 1, 0);
+}
+
+/* A frame decided towards the dead port ``p`` reached its egress: decide it
+ * again among the route to ``daddr``'s live candidates and hand it to the
+ * best one's egress (TC_ACT_REDIRECT), or leave it to be lost (-1). */
+static __noinline int rescue(struct __sk_buff *skb, struct ar_port *p, __u32 daddr,
+			     __u8 tos, __u64 now)
+{
+	struct ar_route_key rk = {.sw = cfg.sw, .dst = daddr};
+	struct ar_route *r = bpf_map_lookup_elem(&ar_routes, &rk);
+	struct ar_port *np;
+	__u64 len = skb->len, bq;
+	__s64 choice;
+
+	if (!r)
+		return -1;
+	choice = best(r, now, &bq);
+	if (choice < 0 || choice == cfg.key)
+		return -1;
+	np = port(choice);
+	if (!np || !np->ifindex)
+		return -1;
+	store_tos(skb, tos, (np->mark << DSCP_SHIFT) | (tos & ECN_MASK));
+	__sync_fetch_and_add(&p->sent_in, len);          /* reached this egress: not lost here */
+	__sync_fetch_and_add(&p->rescued, 1);
+	__sync_fetch_and_add(&np->sent, len);
+	__sync_fetch_and_add(&np->frames, 1);
+	np->sent_ns = now;
+	return bpf_redirect(np->ifindex, 0);
+}
+
 SEC("tc")
 int ar_egress(struct __sk_buff *skb)
 {
@@ -368,10 +411,14 @@ int ar_egress(struct __sk_buff *skb)
 			ip = data + sizeof(struct ethhdr);
 			tos = ip->tos;
 			if ((tos >> DSCP_SHIFT) == p->mark) {
+				if (is_down(cfg.key, now)) {
+					int ret = rescue(skb, p, ip->daddr, tos, now);
+
+					if (ret >= 0)
+						return ret;
+				}
 				new_tos = (cfg.dscp << DSCP_SHIFT) | (tos & ECN_MASK);
-				bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + 10,
-						    bpf_htons(tos), bpf_htons(new_tos), 2);
-				bpf_skb_store_bytes(skb, TOS_OFF, &new_tos, 1, 0);
+				store_tos(skb, tos, new_tos);
 				__sync_fetch_and_add(&p->sent_in, len);
 			}
 		}

@@ -29,12 +29,15 @@ struct ar_port {
 	__u64 react_sum;        /* sum, count, max of shun_ns - hot_ns */
 	__u64 react_n;
 	__u64 react_max;
+	__u64 rescued;          /* frames decided towards it that reached its egress
+	                         * after it was down and left by another candidate */
 	/* constants, set by user space */
 	__u64 mark;             /* DSCP that its output flow matches */
 	__u64 frame;            /* a full frame's bytes: the queue bands' unit */
 	__u64 half_ns;          /* the load's half-life */
 	__u64 load_full;        /* the load's steady value at the port's rate */
 	__s64 limit;            /* its TBF's byte limit */
+	__u64 ifindex;          /* its interface (where a rescued frame is sent) */
 };
 
 /* an entry per tracked port, written by user space only (adaptive.CONTROL) */
