@@ -177,7 +177,7 @@ class FakeMap:
         self.d[k] = self.layout.pack_fields(**e)
 
 
-def test_a_cut_is_settled_into_queued_lost_and_rescued_frames_once_per_cut():
+def test_a_cut_is_settled_into_frames_lost_at_egress_before_it_and_rescued_once_per_cut():
     from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
     F = 1000
     st = object.__new__(AdaptiveStage)
@@ -192,12 +192,12 @@ def test_a_cut_is_settled_into_queued_lost_and_rescued_frames_once_per_cut():
     ports.set(0, **{"in": 13 * F}, sent=16 * F, sent_in=14 * F, frames=16, rescued=1)
     ctls.set(0, late=F)
     st.link_news([("leaf1", 3)], False, 9)
-    assert st.cuts == [{"port": "leaf1:3", "down_ns": 5, "queued_frames": 3, "lost_frames": 2,
+    assert st.cuts == [{"port": "leaf1:3", "down_ns": 5, "egress_frames": 3, "lost_frames": 2,
                         "before_cut_frames": 1, "in_detection_frames": 1,
                         "rescued_frames": 1}]
     # the next cut counts only its own: 2 more queued, nothing else
     st.link_news([("leaf1", 3)], True, 20)
     ports.set(0, **{"in": 15 * F})
     st.link_news([("leaf1", 3)], False, 30)
-    assert {k: st.cuts[1][k] for k in ("queued_frames", "lost_frames", "rescued_frames")} \
-        == {"queued_frames": 2, "lost_frames": 0, "rescued_frames": 0}
+    assert {k: st.cuts[1][k] for k in ("egress_frames", "lost_frames", "rescued_frames")} \
+        == {"egress_frames": 2, "lost_frames": 0, "rescued_frames": 0}

@@ -287,8 +287,10 @@ class AdaptiveStage:
         it, bytes decided that never reached its egress since the last settling,
         split into those decided before the cut (still inside this emulator's
         switch, in Open vSwitch's backlog, when the link went) and those decided
-        between the cut and the modelled detection (``late``); the frames in its
-        egress queue (in, never out: ``queued``); and the frames its
+        between the cut and the modelled detection (``late``); the frames that
+        reached its egress and never came out at the far end (``egress``: its
+        queue at the cut, and what Open vSwitch sent to it before the detection);
+        and the frames its
         egress rescued (decided before the detection, reaching the egress after
         it: sent on by another candidate)."""
         unsent = e["sent"] - e["sent_in"]
@@ -299,9 +301,9 @@ class AdaptiveStage:
         if c["down"] and name in self.downs:
             size = e["sent"] / e["frames"] if e["frames"] else self.frame
             late = min(c["late"], lost)
-            queued = max(0, e["in"] - e["out"] - c["corr"])
+            egress = max(0, e["in"] - e["out"] - c["corr"])
             self.cuts.append({"port": name, "down_ns": self.downs[name],
-                              "queued_frames": round(queued / size),
+                              "egress_frames": round(egress / size),
                               "lost_frames": round(lost / size),
                               "before_cut_frames": round((lost - late) / size),
                               "in_detection_frames": round(late / size),

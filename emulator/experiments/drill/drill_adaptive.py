@@ -77,7 +77,7 @@ class Watch:
                 r["lost_before_cut_frames"] = lost["before_cut_frames"]
                 r["lost_in_detection_frames"] = lost["in_detection_frames"]
                 r["rescued_frames"] = lost.get("rescued_frames", 0)
-                r["lost_in_queue_frames"] = lost.get("queued_frames", 0)
+                r["lost_at_egress_frames"] = lost.get("egress_frames", 0)
             if e["evac_ns"] >= down:
                 r["reaction_ms"] = round((e["evac_ns"] - down) / 1e6, 3)
                 r["first_elsewhere_after_cut_ms"] = round((e["evac_ns"] - cut["t_cut_ns"])
@@ -128,8 +128,8 @@ def split(repeats, events, topo):
                                              if "withdrawn_after_cut_ms" in x]),
             "lost_before_cut_frames": stats([x["lost_before_cut_frames"] for x in react
                                              if "lost_before_cut_frames" in x]),
-            "lost_in_queue_frames": stats([x["lost_in_queue_frames"] for x in react
-                                           if "lost_in_queue_frames" in x]),
+            "lost_at_egress_frames": stats([x["lost_at_egress_frames"] for x in react
+                                            if "lost_at_egress_frames" in x]),
             "lost_in_detection_frames": stats([x["lost_in_detection_frames"] for x in react
                                                if "lost_in_detection_frames" in x]),
             "rescued_frames": stats([x["rescued_frames"] for x in react
@@ -159,10 +159,11 @@ def lines(results):
                        f"decided before the cut (still in Open vSwitch's backlog when the "
                        f"link went): {med('lost_before_cut_frames')}; their loss window "
                        f"without them: {med('local_after_cut_ms')} ms")
-        if a.get("lost_in_queue_frames"):
-            out.append(f"[{r['mode']}] frames lost at the dead uplink (every flow's): in its "
-                       f"egress queue at the cut {med('lost_in_queue_frames')}, sent to it "
-                       f"during the detection {med('lost_in_detection_frames')}")
+        if a.get("lost_at_egress_frames"):
+            out.append(f"[{r['mode']}] frames lost at the dead uplink (every flow's): at its "
+                       f"egress (its queue at the cut, or sent to it before the detection) "
+                       f"{med('lost_at_egress_frames')}; decided towards it during the "
+                       f"detection {med('lost_in_detection_frames')}")
         if a.get("rescued_frames"):
             out.append(f"[{r['mode']}] frames rescued at the dead uplink's egress (decided "
                        f"before the detection, reaching it after: sent on by another "
