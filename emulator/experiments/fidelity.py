@@ -77,7 +77,7 @@ def network_drops(by_queue, lost):
 
 def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
             drop_limit=EMULATION_DROP_LIMIT, slack_ms=LATENCY_SLACK_MS, frame_len=None,
-            lost=None, timing=False, faulted=()):
+            lost=None, timing=False, faulted=(), fault_drops=None):
     """The fidelity document of one measurement.
 
     ``sent``: packets the traffic sent; ``counters``: a counters delta;
@@ -88,20 +88,25 @@ def verdict(sent, counters, engine=None, latency=None, bound_ms=None,
     ``timing``: the measurement is a completion time (a collective), so a
     saturated machine makes it emulator-bound by itself; ``faulted``: link
     names ('leaf1->spine1') a fault took down: what OVS could not send or
-    read there is the fault's doing, the network's.
+    read there is the fault's doing, the network's; ``fault_drops``: of those,
+    {counter key: {link: n}} the ones counted while a fault had that link down
+    (a soak's windows): the rest are the emulator's.
     """
     engine = engine or {}
     faulted = set(faulted)
-    at_fault = {}
+    at_fault, left = {}, {}
     for key in ("ovs_socket_drops", "ovs_tx_drops"):
+        left[key] = {}
         for link, n in (counters.get(key) or {}).items():
-            if link in faulted:
-                at_fault[link] = at_fault.get(link, 0) + n
+            mine = 0 if link not in faulted else n if fault_drops is None \
+                else min(n, (fault_drops.get(key) or {}).get(link, 0))
+            if mine:
+                at_fault[link] = at_fault.get(link, 0) + mine
+            if n - mine:
+                left[key][link] = n - mine
     emu = {
-        "ovs_port_sockets": {k: v for k, v in (counters.get("ovs_socket_drops") or {}).items()
-                             if k not in faulted},
-        "ovs_send": {k: v for k, v in (counters.get("ovs_tx_drops") or {}).items()
-                     if k not in faulted},
+        "ovs_port_sockets": left["ovs_socket_drops"],
+        "ovs_send": left["ovs_tx_drops"],
         "kernel_backlog": counters.get("softnet_drops") or 0,
         "receiver_sockets": engine.get("socket_drops", 0),
         "sender_behind_schedule": engine.get("skipped_packets", 0),

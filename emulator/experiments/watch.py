@@ -51,7 +51,7 @@ class Watch:
         return False
 
     def verdict(self, sent, lost=None, engine=None, latency=None, timing=False,
-                frame_len=None, faulted=(), within=None):
+                frame_len=None, faulted=(), within=None, fault_drops=None):
         """The fidelity document of what ran inside the block; ``within``: the
         (start, end) monotonic seconds of the traffic itself, for the CPU windows."""
         if within is not None:
@@ -62,7 +62,8 @@ class Watch:
             if latency else None
         return fidelity.verdict(sent, self.delta, engine=engine, latency=latency,
                                 bound_ms=bound, lost=lost, timing=timing,
-                                frame_len=frame_len, faulted=faulted)
+                                frame_len=frame_len, faulted=faulted,
+                                fault_drops=fault_drops)
 
 
 class CounterSampler(threading.Thread):

@@ -148,6 +148,27 @@ def test_a_path_names_the_links_whose_queues_it_crosses_and_windows_count_their_
                                                  {"leaf1->spine2": 4}]
 
 
+def test_open_vswitch_drops_are_a_fault_s_only_in_the_window_it_took_their_link_down():
+    from emulator.dataplane.observe.counters import fault_window_ovs_drops, late_faulted
+    names = {"e1": "leaf1->spine1", "e2": "leaf2->spine2"}
+    # (socket drops, (rx, tx) drops) at each fault's start and at the end
+    r0 = ({"e1": 1}, {"e1": (0, 0)})
+    r1 = ({"e1": 4, "e2": 2}, {"e1": (0, 10), "e2": (0, 1)})
+    r2 = ({"e1": 6, "e2": 2}, {"e1": (0, 13), "e2": (0, 9)})
+    faulted = [{"leaf1->spine1", "spine1->leaf1"}, {"leaf2->spine2"}]
+    assert fault_window_ovs_drops([r0, r1, r2], faulted, names) == {
+        "ovs_socket_drops": {"leaf1->spine1": 3},        # e1's 2 in fault 2's window: not its
+        "ovs_tx_drops": {"leaf1->spine1": 10, "leaf2->spine2": 8}}
+    # the database's tx counter lags up to 5 s: fault 1 (0-1 s) still owns e1's tx drops
+    # seen in fault 2's window from 4 s, not in one from 7 s; the live socket counter never
+    assert late_faulted([0.0, 4.0], [1.0, 1.0], faulted) == [faulted[0], faulted[0] | faulted[1]]
+    assert late_faulted([0.0, 7.0], [1.0, 1.0], faulted) == faulted
+    late = fault_window_ovs_drops([r0, r1, r2], faulted, names,
+                                  late_faulted([0.0, 4.0], [1.0, 1.0], faulted))
+    assert late == {"ovs_socket_drops": {"leaf1->spine1": 3},
+                    "ovs_tx_drops": {"leaf1->spine1": 13, "leaf2->spine2": 8}}
+
+
 def test_a_flow_is_touched_by_a_fault_on_any_of_its_equal_cost_paths():
     from emulator.experiments.drill.drill_probes import crosses, ecmp_span
     topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 3,

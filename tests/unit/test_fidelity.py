@@ -170,6 +170,18 @@ def test_drops_on_a_faulted_link_are_the_faults_not_the_emulators():
     assert fidelity.verdict(1000, c, lost=40)["emulation_drops"]["total"] == 43
 
 
+def test_a_soak_counts_a_faulted_link_s_drops_as_its_faults_only_within_its_windows():
+    """Over a soak nearly every link is faulted once: Open vSwitch's drops on a link
+    outside the windows its faults held it down are the emulator's."""
+    c = counters(ovs_tx_drops={"leaf1->spine1": 40}, ovs_socket_drops={"leaf1->spine1": 5})
+    d = fidelity.verdict(10_000, c, faulted={"leaf1->spine1"},
+                         fault_drops={"ovs_tx_drops": {"leaf1->spine1": 38}})
+    assert d["emulation_drops"]["ovs_send"] == {"leaf1->spine1": 2}
+    assert d["emulation_drops"]["ovs_port_sockets"] == {"leaf1->spine1": 5}
+    assert d["emulation_drops"]["total"] == 7
+    assert d["network_drops"]["by_link"] == {"leaf1->spine1": 38}
+
+
 def test_frames_lost_where_nothing_counts_are_the_emulators_unless_a_fault_took_them():
     """No queue, socket or send counter saw them: with no fault injected they were
     lost inside Open vSwitch (its send buffer full), not by the links."""

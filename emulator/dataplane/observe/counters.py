@@ -343,3 +343,73 @@ def window_drops(readings, link_of):
                 w[name] = w.get(name, 0) + n
         out.append(w)
     return out
+
+
+# Open vSwitch writes its interfaces' statistics (tx_dropped) into its database
+# every 5 s (other_config:stats-update-interval): a drop shows up to that late.
+OVSDB_STATS_S = 5.0
+
+
+def fault_window_ovs_drops(readings, faulted, link_of, late=None):
+    """Of Open vSwitch's drops per port, those within the windows whose fault took
+    that link down (pure).  ``readings``: (ovs_socket_drops, ovs_interface_drops)
+    at each fault's start and one at the end; ``faulted``: per fault, the link
+    names it took down; ``late``: per window, the links whose database counter
+    (tx) may still show a fault's drops there (``late_faulted``; default
+    ``faulted``: the sockets' counters are read live).  Returns
+    {"ovs_socket_drops": {link: n}, "ovs_tx_drops": {link: n}}, the keys of
+    ``delta``."""
+    late = faulted if late is None else late
+    out = {"ovs_socket_drops": {}, "ovs_tx_drops": {}}
+    for (a, b), now, then in zip(zip(readings, readings[1:]), faulted, late):
+        for key, before, after, links in (("ovs_socket_drops", a[0], b[0], now),
+                                          ("ovs_tx_drops", a[1], b[1], then)):
+            for intf, v in after.items():
+                old = before.get(intf, (0, 0) if key == "ovs_tx_drops" else 0)
+                n = v[1] - old[1] if key == "ovs_tx_drops" else v - old
+                name = link_of.get(intf, intf)
+                if n > 0 and name in links:
+                    out[key][name] = out[key].get(name, 0) + n
+    return out
+
+
+def late_faulted(starts, repairs, faulted, lag_s=OVSDB_STATS_S):
+    """Per window (from each fault's start), the links a fault took down that
+    ended less than ``lag_s`` before the window began, its own fault's included
+    (pure; ``starts`` and ``repairs`` in seconds)."""
+    return [set().union(*(faulted[i] for i in range(j + 1)
+                          if starts[j] < starts[i] + repairs[i] + lag_s))
+            for j in range(min(len(starts), len(faulted)))]
+
+
+class FaultWindows:
+    """A soak's drop counters read at each fault's start and at its end: the
+    links' queues (``QueueCounters``) and, on one machine, Open vSwitch's per
+    port (on several servers only the queues: the whole run's Open vSwitch
+    drops on a faulted link stay its faults')."""
+
+    def __init__(self, net):
+        self.net, self.queues = net, QueueCounters(net)
+        self.queue_readings, self.ovs_readings, self.times = [], [], []
+
+    def mark(self):
+        self.times.append(time.monotonic())
+        self.queue_readings.append(self.queues.read())
+        if not hasattr(self.net, "snapshot"):
+            tag, ovses = self.net.state.tag, self.net.ovses()
+            self.ovs_readings.append((ovs_socket_drops(tag, ovses),
+                                      ovs_interface_drops(tag, ovses)))
+
+    def queue_drops(self, link_of):
+        return window_drops(self.queue_readings, link_of)
+
+    def fault_drops(self, faulted, repairs, link_of):
+        """``fault_window_ovs_drops`` of the readings (``repairs``: each fault's
+        length in seconds); None without them."""
+        if len(self.ovs_readings) < 2:
+            return None
+        late = late_faulted(self.times[:-1], repairs, faulted)
+        return fault_window_ovs_drops(self.ovs_readings, faulted, link_of, late)
+
+    def close(self):
+        self.queues.close()

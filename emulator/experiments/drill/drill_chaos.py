@@ -223,7 +223,7 @@ def soak(s, inj, pairs, faults, args, work, out):
     returns (sent, recv, fidelity, [t_ns the fault started], interrupted, job summary).
     On Ctrl-C the active fault is repaired and what ran so far returned."""
     from emulator.dataplane.signals import Interrupted
-    from emulator.dataplane.observe.counters import QueueCounters, link_names, window_drops
+    from emulator.dataplane.observe.counters import FaultWindows, link_names
     from emulator.experiments.drill.drill_chaos_job import JobLoop
     from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan
     from emulator.experiments.watch import Watch
@@ -237,8 +237,8 @@ def soak(s, inj, pairs, faults, args, work, out):
     eng.start()
     watch = Watch(s)
     jobs = JobLoop(s, os.path.join(work, "jobs"), out)
-    queues = QueueCounters(s.net)
-    starts, pending, interrupted, readings = [], [], False, []
+    marks = FaultWindows(s.net)        # drops per fault window: queues, Open vSwitch
+    starts, pending, interrupted = [], [], False
     try:
         watch.start()
         eng.go()
@@ -253,7 +253,7 @@ def soak(s, inj, pairs, faults, args, work, out):
                 if delay > 0:
                     time.sleep(delay)       # the drawn times, not a wait for state
                 if ev is evs[0]:
-                    readings.append(queues.read())     # the queues' drops per window
+                    marks.mark()
                     starts.append(time.monotonic_ns())
                     out(f"... fault {len(starts)}/{len(faults)} at {f['at_s']:.1f}s: "
                         f"{f['kind']} {f['target']} for {f['repair_s']:.2f}s")
@@ -262,9 +262,9 @@ def soak(s, inj, pairs, faults, args, work, out):
         delay = t0 + args.duration - time.monotonic()
         if delay > 0:
             time.sleep(delay)               # the soak's length, faults or not
-        readings.append(queues.read())
         job = jobs.stop()
         res = eng.result(timeout=duration + 60)
+        marks.mark()                        # the last fault's window: to the traffic's end
         watch.stop()
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
@@ -278,7 +278,7 @@ def soak(s, inj, pairs, faults, args, work, out):
     finally:
         jobs.kill()
         eng.kill()
-        queues.close()
+        marks.close()
     sent, recv = {}, {}
     for st in res["streams"]:
         sent.update(st["per_flow"])
@@ -287,10 +287,12 @@ def soak(s, inj, pairs, faults, args, work, out):
             if fl["flow"] in sent:       # the probes' (the receivers also see the jobs')
                 recv[fl["flow"]] = fl
     events = [e for f in faults for e in events_of(f)]
+    per_fault = [faulted_links(events_of(f), s.topo) for f in faults]
     fid = watch.verdict(res["engine"]["sent_packets"], lost=lost_frames(res),
-                        engine=res["engine"], faulted=faulted_links(events, s.topo))
-    return (sent, recv, fid, starts, interrupted, job,
-            window_drops(readings, link_names(s.topo)),
+                        engine=res["engine"], faulted=faulted_links(events, s.topo),
+                        fault_drops=marks.fault_drops(per_fault, [f["repair_s"] for f in faults],
+                                                      link_names(s.topo)))
+    return (sent, recv, fid, starts, interrupted, job, marks.queue_drops(link_names(s.topo)),
             (res.get("latency_ms") or {}).get("p99.9"))
 
 
