@@ -289,10 +289,9 @@ class AdaptiveStage:
         switch, in Open vSwitch's backlog, when the link went) and those decided
         between the cut and the modelled detection (``late``); the frames that
         reached its egress and never came out at the far end (``egress``: its
-        queue at the cut, and what Open vSwitch sent to it before the detection);
-        and the frames its
-        egress rescued (decided before the detection, reaching the egress after
-        it: sent on by another candidate)."""
+        queue at the cut, and what Open vSwitch sent to it before the
+        detection); and the frames its egress rescued (decided before the
+        detection, reaching the egress after it: sent on by another candidate)."""
         unsent = e["sent"] - e["sent_in"]
         lost = max(0, unsent - self.settled.get(k, 0))
         self.settled[k] = unsent
