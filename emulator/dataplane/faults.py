@@ -42,6 +42,7 @@ from traffic.netns import entered
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed
 from emulator.dataplane.runstate import tag_of_name
+from emulator.dataplane.signals import signals_masked
 from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
 from emulator.fabric.survival import surviving_pairs  # noqa: F401 (re-exported)
@@ -209,7 +210,8 @@ class Injector:
         on several servers the ends themselves (their servers look them up)."""
         if self._remote():
             return [("remote", end) for end in ends]
-        return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
+        with signals_masked():      # pyroute2's event loop would swallow a Ctrl-C
+            return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
 
     def _set(self, targets, state):
         """Set each ``_resolved`` end down/up; returns the clock once the first had
@@ -218,10 +220,11 @@ class Injector:
             self.s.net.set_links([end for _, end in targets], state)
             return self.clock()
         t_first = None
-        for ipr, index in targets:
-            ipr.link("set", index=index, state=state)
-            if t_first is None:
-                t_first = self.clock()
+        with signals_masked():      # a Ctrl-C lands once every end is set, not inside
+            for ipr, index in targets:      # pyroute2's event loop (which swallows it)
+                ipr.link("set", index=index, state=state)
+                if t_first is None:
+                    t_first = self.clock()
         return self.clock() if t_first is None else t_first
 
     # ---- faults ----------------------------------------------------------
@@ -311,9 +314,10 @@ class Injector:
                     if f"/proc/{self.s.net.hosts[h['name']].pid}/ns/net" == netns)
         ipr = self._ipr_for(netns)
         idx = self._index(netns, ifname)
-        for r in host.get("routes", ()):
-            if r["dev"] == ifname:
-                ipr.route("replace", dst=r["dst"], prefsrc=r["src"], oif=idx)
+        with signals_masked():
+            for r in host.get("routes", ()):
+                if r["dev"] == ifname:
+                    ipr.route("replace", dst=r["dst"], prefsrc=r["src"], oif=idx)
 
     def flap(self, link, count, period_s, side="both", sleep=time.sleep):
         """``count`` down/up cycles of ``period_s`` each; ends up."""

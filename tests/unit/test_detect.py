@@ -287,3 +287,27 @@ def test_with_the_adaptive_stage_a_cut_keeps_the_rescuing_switch_end_up(tmp_path
     inj.s.adaptive = types.SimpleNamespace(rescuing_ends=lambda: {leaf, spine})
     down, kept = inj._cut_ends("leaf1-spine1", "both")
     assert len(down) == 1 and len(kept) == 1                  # one end must go down
+
+
+def test_a_ctrl_c_during_a_link_change_lands_once_every_end_is_set(tmp_path):
+    """pyroute2's event loop turns an interrupt raised inside it into "Event loop
+    stopped before Future completed": a cut's netlink verbs hold SIGINT, which
+    is raised as KeyboardInterrupt once the change is whole."""
+    import os
+    import signal
+    from emulator.dataplane.signals import signals_as_exceptions
+    topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
+                                                        "hosts_per_leaf": "1"}))
+    inj = injector(topo, tmp_path)
+    inj.s.net = types.SimpleNamespace()          # one machine: no set_links
+    done = []
+
+    class InterruptedNetlink:
+        def link(self, *_, index, **__):
+            if not done:
+                os.kill(os.getpid(), signal.SIGINT)      # Ctrl-C in the first change
+            done.append(index)
+    with signals_as_exceptions():
+        with pytest.raises(KeyboardInterrupt):
+            inj._set([(InterruptedNetlink(), 1), (InterruptedNetlink(), 2)], "down")
+    assert done == [1, 2]
