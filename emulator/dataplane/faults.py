@@ -268,8 +268,7 @@ class Injector:
         carrier at once."""
         ends = self.ends(link, side)
         stage = getattr(self.s, "adaptive", None)
-        if side != "both" or stage is None or self._remote() \
-                or not hasattr(stage, "rescuing_ends"):
+        if side != "both" or stage is None or self._remote():
             return ends, []
         keep = stage.rescuing_ends()
         down = [e for e in ends if e not in keep] or ends[-1:]

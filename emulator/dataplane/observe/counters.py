@@ -330,19 +330,30 @@ def link_names(topo):
     return out
 
 
-def window_drops(readings, link_of):
-    """Per fault window, {link: queue drops}: ``readings`` are QueueCounters.read()
-    results at each fault's start and one at the end (pure)."""
+def _window_increases(readings, link_of):
+    """Per window between consecutive ``readings`` ({interface: count}), {link: how
+    much its count grew} (pure)."""
     out = []
     for a, b in zip(readings, readings[1:]):
         w = {}
-        for intf, v in b.items():
-            n = v[1] - a.get(intf, (0, 0, 0))[1]
-            if n > 0:
+        for intf, n in b.items():
+            grew = n - a.get(intf, 0)
+            if grew > 0:
                 name = link_of.get(intf, intf)
-                w[name] = w.get(name, 0) + n
+                w[name] = w.get(name, 0) + grew
         out.append(w)
     return out
+
+
+def _second(reading):
+    """{interface: its second counter} of a reading of tuples (drops, tx_dropped)."""
+    return {intf: v[1] for intf, v in reading.items()}
+
+
+def window_drops(readings, link_of):
+    """Per fault window, {link: queue drops}: ``readings`` are QueueCounters.read()
+    results at each fault's start and one at the end (pure)."""
+    return _window_increases([_second(r) for r in readings], link_of)
 
 
 # Open vSwitch writes its interfaces' statistics (tx_dropped) into its database
@@ -360,15 +371,13 @@ def fault_window_ovs_drops(readings, faulted, link_of, late=None):
     {"ovs_socket_drops": {link: n}, "ovs_tx_drops": {link: n}}, the keys of
     ``delta``."""
     late = faulted if late is None else late
-    out = {"ovs_socket_drops": {}, "ovs_tx_drops": {}}
-    for (a, b), now, then in zip(zip(readings, readings[1:]), faulted, late):
-        for key, before, after, links in (("ovs_socket_drops", a[0], b[0], now),
-                                          ("ovs_tx_drops", a[1], b[1], then)):
-            for intf, v in after.items():
-                old = before.get(intf, (0, 0) if key == "ovs_tx_drops" else 0)
-                n = v[1] - old[1] if key == "ovs_tx_drops" else v - old
-                name = link_of.get(intf, intf)
-                if n > 0 and name in links:
+    out = {}
+    for key, counts, owned in (("ovs_socket_drops", [r[0] for r in readings], faulted),
+                               ("ovs_tx_drops", [_second(r[1]) for r in readings], late)):
+        out[key] = {}
+        for window, links in zip(_window_increases(counts, link_of), owned):
+            for name, n in window.items():
+                if name in links:
                     out[key][name] = out[key].get(name, 0) + n
     return out
 

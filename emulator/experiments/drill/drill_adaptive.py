@@ -76,8 +76,8 @@ class Watch:
             if lost:                 # its frames lost: decided before the cut, or after
                 r["lost_before_cut_frames"] = lost["before_cut_frames"]
                 r["lost_in_detection_frames"] = lost["in_detection_frames"]
-                r["rescued_frames"] = lost.get("rescued_frames", 0)
-                r["lost_at_egress_frames"] = lost.get("egress_frames", 0)
+                r["rescued_frames"] = lost["rescued_frames"]
+                r["lost_at_egress_frames"] = lost["egress_frames"]
             if e["evac_ns"] >= down:
                 r["reaction_ms"] = round((e["evac_ns"] - down) / 1e6, 3)
                 r["first_elsewhere_after_cut_ms"] = round((e["evac_ns"] - cut["t_cut_ns"])
@@ -119,21 +119,11 @@ def split(repeats, events, topo):
             after.append(round(max(0, lost - before) * ms_per / len(mine), 3))
     remote = [f["loss_window_ms"] for f in remote]
     react = [x for r in repeats for x in r.get("adaptive", []) if "reaction_ms" in x]
+    per_cut = ("reaction_ms", "first_elsewhere_after_cut_ms", "detect_ms",
+               "withdrawn_after_cut_ms", "lost_before_cut_frames", "lost_at_egress_frames",
+               "lost_in_detection_frames", "rescued_frames")
     return {"local_loss_window_ms": stats(local), "remote_loss_window_ms": stats(remote),
-            "reaction_ms": stats([x["reaction_ms"] for x in react]),
-            "first_elsewhere_after_cut_ms": stats([x["first_elsewhere_after_cut_ms"]
-                                                   for x in react]),
-            "detect_ms": stats([x["detect_ms"] for x in react]),
-            "withdrawn_after_cut_ms": stats([x["withdrawn_after_cut_ms"] for x in react
-                                             if "withdrawn_after_cut_ms" in x]),
-            "lost_before_cut_frames": stats([x["lost_before_cut_frames"] for x in react
-                                             if "lost_before_cut_frames" in x]),
-            "lost_at_egress_frames": stats([x["lost_at_egress_frames"] for x in react
-                                            if "lost_at_egress_frames" in x]),
-            "lost_in_detection_frames": stats([x["lost_in_detection_frames"] for x in react
-                                               if "lost_in_detection_frames" in x]),
-            "rescued_frames": stats([x["rescued_frames"] for x in react
-                                     if "rescued_frames" in x]),
+            **{k: stats([x[k] for x in react if k in x]) for k in per_cut},
             "local_after_cut_ms": stats(after)}
 
 
