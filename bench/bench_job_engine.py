@@ -8,7 +8,7 @@ namespaces and at the same per-host rate:
 (a) mix: ``traffic.engine`` (``python -m traffic engine``), every host
     sending ``--qps`` QPs to the next host at ``--rate`` for ``--seconds``,
     every host's receiver accounting what arrives;
-(b) job: ``traffic.job`` (``python -m traffic job``), ``--ranks-per-host``
+(b) job: ``traffic.jobs.job`` (``python -m traffic job``), ``--ranks-per-host``
     ranks per host; per iteration each local rank's DP group (one rank per
     host) runs a non-blocking ring AllReduce over every host, overlapping 1 ms
     of compute, then waits: RC transport, ACKs, per-QP queues, the ranks'
@@ -32,9 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from traffic.engine import Engine  # noqa: E402
-from traffic.frames import frame_len_for_mtu  # noqa: E402
-from traffic.job import JobEngine  # noqa: E402
-from traffic.job_config import JOB_DEFAULTS, load_job  # noqa: E402
+from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
+from traffic.jobs.job import JobEngine  # noqa: E402
+from traffic.jobs.config import JOB_DEFAULTS, load_job  # noqa: E402
 
 
 def sh(*cmd):

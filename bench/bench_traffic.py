@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from traffic.sender import Sender, make_flows  # noqa: E402
+from traffic.nic.sender import Sender, make_flows  # noqa: E402
 
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 

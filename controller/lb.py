@@ -8,7 +8,7 @@ default ecmp); docs/load-balancing.md explains the designs and their limits.
 * ``ecmp``  -- the routing policy's select groups hash ip_src, ip_dst,
   udp_src, udp_dst (controller.policy): nothing added here.
 * ``spray`` -- the same switches; the sending NIC gives every packet a new
-  UDP source port (traffic.entropy), so ECMP spreads one QP's packets over
+  UDP source port (traffic.nic.entropy), so ECMP spreads one QP's packets over
   every path.  Nothing added here either.
 * ``dlb`` and ``packet`` -- the switches choose in their data plane (the
   emulator's adaptive-routing stage, dataplane.adaptive): the frame arrives
@@ -33,7 +33,7 @@ default ecmp); docs/load-balancing.md explains the designs and their limits.
   counted: it would keep a data flow off an idle uplink.
 
   ``flowlet``: a placed flow never moves; the NIC starts a new flowlet with a
-  new source port after an idle gap (traffic.entropy), which is a new flow
+  new source port after an idle gap (traffic.nic.entropy), which is a new flow
   here and is placed afresh.  ``controller-dlb``: the QP keeps its port, and ``tick``
   also moves a flow off a hot link (utilisation >= ``HOT`` carrying two or
   more active flows) to a path whose links are all <= ``COLD`` and carry no

@@ -19,7 +19,7 @@ from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive
                                           add_training_args,
                                           add_fidelity_args, add_transport_args,
                                           parse_seed)
-from traffic.frames import ROCE_MTUS
+from traffic.roce.frames import ROCE_MTUS
 
 
 def add_fabric_args(p):

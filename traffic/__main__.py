@@ -2,9 +2,9 @@
 
 send    paced RoCEv2 flows from this namespace to one peer (JSON stats out)
 recv    account RoCEv2 flows arriving on an interface (JSON summary out)
-rank    one rank of a collective (``--config FILE.json``, see traffic.rank)
+rank    one rank of a collective (``--config FILE.json``, see traffic.ranks.rank)
 engine  every host's paced flows and receivers in one process (traffic.engine)
-job     a training job's ranks and collectives over every NIC in one process (traffic.job)
+job     a training job's ranks and collectives over every NIC in one process (traffic.jobs.job)
 report  nccl-tests table of rank result files
 """
 
@@ -68,7 +68,7 @@ def parse_args(argv):
     e.add_argument("--no-wait", action="store_true",
                    help="start at once instead of waiting for 'go' on stdin")
     j = sub.add_parser("job", help="a training job's ranks in one process")
-    j.add_argument("--config", required=True, help="job JSON (see traffic.job_config)")
+    j.add_argument("--config", required=True, help="job JSON (see traffic.jobs.config)")
     j.add_argument("--out", help="write the JSON here instead of stdout")
     j.add_argument("--wait-go", action="store_true",
                    help="after 'ready', wait for 'go' on stdin before starting")
@@ -88,8 +88,8 @@ def emit(doc, out):
 
 
 def cmd_send(a):
-    from .barrier import read_mac, resolve_mac
-    from .sender import Sender, make_flows
+    from traffic.ranks.barrier import read_mac, resolve_mac
+    from traffic.nic.sender import Sender, make_flows
     dst_mac = a.dst_mac or resolve_mac(a.dst_ip, a.intf, trigger=True)
     if not dst_mac:
         sys.exit(f"send: no ARP entry for {a.dst_ip}; give --dst-mac")
@@ -108,7 +108,7 @@ def cmd_send(a):
 
 
 def cmd_recv(a):
-    from .receiver import Receiver
+    from traffic.nic.receiver import Receiver
     sent = {}
     for path in a.sent:
         with open(path) as f:
@@ -122,7 +122,7 @@ def cmd_recv(a):
 
 
 def cmd_report(a):
-    from .report import combine, load, table
+    from traffic.ranks.report import combine, load, table
     rep = combine(load(a.files))
     print(json.dumps(rep, indent=1) if a.json else table(rep))
     return 0 if all(r["wrong"] == 0 for r in rep["rows"]) else 1
@@ -135,20 +135,20 @@ def main(argv=None):
     if a.cmd == "recv":
         return cmd_recv(a)
     if a.cmd == "engine":
-        from .engine import main as engine_main
+        from traffic.engine import main as engine_main
         return engine_main(a.plan, a.out, wait_go=not a.no_wait)
     if a.cmd == "rank":
         return rank_main(a.config, a.out)
     if a.cmd == "job":
-        from .job import main as job_main
+        from traffic.jobs.job import main as job_main
         return job_main(a.config, a.out, wait_go=a.wait_go)
     return cmd_report(a)
 
 
 def rank_main(config_path, output=None):
-    """``python -m traffic rank``: run one rank (traffic.rank); returns the exit status."""
+    """``python -m traffic rank``: run one rank (traffic.ranks.rank); returns the exit status."""
     import json
-    from .rank import Rank, load_config
+    from traffic.ranks.rank import Rank, load_config
     cfg = load_config(config_path)
     rank = Rank(cfg)
     try:

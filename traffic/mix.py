@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .iperf import popen
+from traffic.iperf import popen
 
 ROOT = Path(__file__).resolve().parents[1]
 

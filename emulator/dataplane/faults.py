@@ -37,7 +37,7 @@ import time
 
 from pyroute2 import IPRoute
 
-from traffic.netns import entered
+from traffic.nic.netns import entered
 
 from emulator.dataplane import proc
 from emulator.errors import ConfigError, RunFailed

@@ -35,7 +35,7 @@ from emulator.dataplane.links.ifaces import (delete_interfaces, link_group, ns_s
                                              terminate_nodes, tx_checksum_off, write_sysctl)
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
 from emulator.dataplane.runstate import child_env
-from traffic.netns import entered
+from traffic.nic.netns import entered
 
 
 # In an instance's namespace: no IPv6 on switch ports (solicitations hit table-miss)

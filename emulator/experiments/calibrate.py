@@ -34,7 +34,7 @@ import time
 from emulator.experiments import budget
 from emulator.experiments.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of
-from traffic.frames import frame_len_for_mtu
+from traffic.roce.frames import frame_len_for_mtu
 
 CACHE = "/var/cache/fabric-lab/calibration.json"
 TRIAL_S = 2.0

@@ -222,8 +222,8 @@ def set_link(ends, state, net):
 
 
 def probe_sports(qps, first_qpn=0x100):
-    """The UDP source ports of the traffic engine's flows (traffic.frames.udp_sport)."""
-    from traffic.frames import udp_sport
+    """The UDP source ports of the traffic engine's flows (traffic.roce.frames.udp_sport)."""
+    from traffic.roce.frames import udp_sport
     return [udp_sport(q, q) for q in range(first_qpn, first_qpn + qps)]
 
 

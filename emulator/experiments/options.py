@@ -2,12 +2,12 @@
 
 import argparse
 
-from traffic.frames import ROCE_MTUS
+from traffic.roce.frames import ROCE_MTUS
 
 # --lb, compare --modes: the controller's modes (controller.lb) and the switches'
 # data-plane ones (dlb, packet: dataplane.adaptive)
 LB_MODES = ("ecmp", "flowlet", "controller-dlb", "dlb", "packet", "spray")
-# the sending NICs' path entropy under each mode (traffic.entropy)
+# the sending NICs' path entropy under each mode (traffic.nic.entropy)
 ENTROPY = {"ecmp": "qp", "controller-dlb": "qp", "dlb": "qp", "packet": "qp",
            "flowlet": "flowlet", "spray": "spray"}
 
@@ -47,7 +47,7 @@ def add_capture_arg(p):
 
 def add_transport_args(p):
     """``--transport``, ``--rc-timeout``, ``--rc-retry``, ``--cc`` and ``--ecn``: how the
-    collectives' RoCE behaves (traffic.transport, traffic.dcqcn, dataplane.lossless.ecn)."""
+    collectives' RoCE behaves (traffic.roce.transport, traffic.roce.dcqcn, dataplane.lossless.ecn)."""
     p.add_argument("--transport", choices=("rc", "none"), default="rc",
                    help="collectives: rc (default) = RoCE reliable connection (ACK/NAK, "
                         "go-back-N, retransmission timer); none = every packet once, "
@@ -75,12 +75,12 @@ def add_cc_param_arg(p):
     """``--cc-param NAME=VALUE`` (repeatable): experiments.workloads.ccparams."""
     p.add_argument("--cc-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a DCQCN/TIMELY parameter of the senders, e.g. cnp_interval=20ms, "
-                        "rai=500Kbps, g=0.0625, byte_counter=1M (names: traffic/dcqcn.py, "
-                        "traffic/timely.py without _ns/_bps)")
+                        "rai=500Kbps, g=0.0625, byte_counter=1M (names: traffic/roce/dcqcn.py, "
+                        "traffic/roce/timely.py without _ns/_bps)")
 
 
 def add_job_seed_arg(p):
-    """``--job-seed N``: the collective's QP numbers (traffic.rank_config.qpn)."""
+    """``--job-seed N``: the collective's QP numbers (traffic.ranks.config.qpn)."""
     p.add_argument("--job-seed", type=parse_seed, default=None, metavar="N",
                    help="collectives: draw the job's QP numbers (hence UDP source ports, "
                         "hence ECMP paths) from N, to replay a draw; default: new ones every "

@@ -99,7 +99,7 @@ def warn_load(fabric, args, sizes, out):
     """Before anything is built: does the load fit this machine's measured budget?"""
     from emulator.experiments import budget
     from emulator.experiments.workloads import workload
-    from traffic.frames import frame_len_for_mtu
+    from traffic.roce.frames import frame_len_for_mtu
     topo = addressing.plan(fabric)
     frame_len = frame_len_for_mtu(args.mtu)
     if sizes:

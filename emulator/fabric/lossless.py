@@ -28,7 +28,7 @@ then runs from a class to the same or a higher one, and none closes a cycle.
 
 Times scale with the emulated rate, in frame times (a 4 KiB RoCE frame is
 0.85 ms at 40 Mbit/s): pause reaction (a few frame times) << DCQCN's timers
-(traffic.dcqcn: 10-20 ms) << the watchdog's detection (1 s).  The watchdog
+(traffic.roce.dcqcn: 10-20 ms) << the watchdog's detection (1 s).  The watchdog
 must also stay above the longest pause congestion alone causes: an 8:1
 incast with PFC and no congestion control paused a sender's port for up to
 0.31 s (PFC's unfairness: far senders starve), which a 200 ms watchdog took

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, stage
-from traffic.frames import FrameTemplate, icrc
+from traffic.roce.frames import FrameTemplate, icrc
 
 LEN = 3042                    # BPF_PROG_TEST_RUN takes frames up to ~3.5 kB
 PORTS = (3, 4, 5, 6)          # a leaf's uplinks; entries 0-3

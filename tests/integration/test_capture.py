@@ -11,7 +11,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 
 from tests.conftest import emulator
-from traffic.frames import icrc
+from traffic.roce.frames import icrc
 
 
 def test_a_runs_capture_decodes_as_rocev2_with_a_correct_icrc(tmp_path):

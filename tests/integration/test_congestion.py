@@ -11,7 +11,7 @@ import sys
 from scapy.utils import rdpcap
 
 from tests.conftest import REPO
-from traffic.rcframes import parse_control
+from traffic.roce.rcframes import parse_control
 
 
 def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):

@@ -16,8 +16,8 @@ import pytest
 from emulator.dataplane.session import Session
 from emulator.experiments.compare.compare import ring_indices
 from emulator.fabric import presets
-from traffic.frames import udp_sport
-from traffic.rank_config import qpn
+from traffic.roce.frames import udp_sport
+from traffic.ranks.config import qpn
 
 JOBS = 40
 

@@ -22,7 +22,7 @@ from scapy.packet import Raw
 
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless import ecn, ecnq
-from traffic.frames import PSN_OFF, icrc
+from traffic.roce.frames import PSN_OFF, icrc
 from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE
 from traffic_fixtures import (checksum_ok, ecn_burst, run, send_ect_frames, shaped_veth,
                               wait_until)

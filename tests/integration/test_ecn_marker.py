@@ -12,7 +12,7 @@ LAYOUT_INDEPENDENT = True
 import struct
 
 from emulator.dataplane.lossless import ecn
-from traffic.frames import PSN_OFF, icrc
+from traffic.roce.frames import PSN_OFF, icrc
 from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE, checksum_ok, ecn_burst
 from traffic_fixtures import lab  # noqa: F401  (a fixture)
 

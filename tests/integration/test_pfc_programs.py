@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless import pfc
-from traffic.frames import FrameTemplate, icrc
+from traffic.roce.frames import FrameTemplate, icrc
 
 LEN = 3042                    # BPF_PROG_TEST_RUN takes frames up to ~3.5 kB
 W = pfc.WORDS

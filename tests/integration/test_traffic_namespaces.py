@@ -13,8 +13,8 @@ from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from traffic.frames import icrc
-from traffic.report import combine, table
+from traffic.roce.frames import icrc
+from traffic.ranks.report import combine, table
 
 from traffic_fixtures import (PYTHON, ROOT, bridge_lan, finish, lab, pair,  # noqa: F401
                               needs_root, popen_in, run, wait_until)
@@ -326,8 +326,8 @@ def test_a_sender_on_a_link_that_went_down_loses_its_frames_and_goes_on(lab):
     """A fault that sets a host's interface down makes its packet sockets fail with
     ENETDOWN: the frames are lost on the wire (counted), the sender does not die
     (the traffic engine and the ranks read through the same error)."""
-    from traffic.frames import FrameTemplate
-    from traffic.sender import Sender
+    from traffic.roce.frames import FrameTemplate
+    from traffic.nic.sender import Sender
     ia, _ = lab.veth(None, "a", lab.ns("b"), "b")
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=1000)
@@ -348,8 +348,8 @@ def _peak_backlog(ifname, frames, sndbuf):
     import time
     from pyroute2 import IPRoute
     from emulator.dataplane.links import shaping
-    from traffic.frames import FrameTemplate
-    from traffic.sender import Sender
+    from traffic.roce.frames import FrameTemplate
+    from traffic.nic.sender import Sender
     from traffic_fixtures import ECN_FRAME
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME)

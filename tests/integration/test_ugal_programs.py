@@ -14,7 +14,7 @@ from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, ugal
 from emulator.dataplane.adaptive.stage import CONTROL, PORT
 from emulator.dataplane.adaptive.ugal_stage import CONFIG, COUNT
-from traffic.frames import FrameTemplate, icrc
+from traffic.roce.frames import FrameTemplate, icrc
 
 LEN = 3042
 SRC_MAC = "02:00:00:00:00:01"

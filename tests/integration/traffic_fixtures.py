@@ -165,7 +165,7 @@ def send_ect_frames(ifname, count, gap_s=0):
     time at ECN_RATE after the one before (a preempted or stolen CPU): the link
     drained a frame meanwhile."""
     import socket
-    from traffic.frames import FrameTemplate
+    from traffic.roce.frames import FrameTemplate
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME, ecn=2)
     frames = [t.frame(i) for i in range(count)]

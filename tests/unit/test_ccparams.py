@@ -4,8 +4,8 @@ import pytest
 
 from emulator.errors import ConfigError
 from emulator.experiments.workloads import ccparams
-from traffic.dcqcn import MS, DcqcnParams
-from traffic.rank_config import cc_params
+from traffic.roce.dcqcn import MS, DcqcnParams
+from traffic.ranks.config import cc_params
 
 
 def test_names_drop_the_unit_suffix():

@@ -1,9 +1,9 @@
 """The chaos soak's invariant on reliable QPs (emulator/experiments/drill/drill_chaos_job.py
-``reliable_check``) and the per-QP counts it reads (traffic.transport, traffic.qps)."""
+``reliable_check``) and the per-QP counts it reads (traffic.roce.transport, traffic.roce.qps)."""
 
 from emulator.experiments.drill import drill_chaos as dc
 from emulator.experiments.drill.drill_chaos_job import reliable_check
-from traffic.transport import Requester, Responder
+from traffic.roce.transport import Requester, Responder
 
 
 def req(ip, qpn, sent, outstanding=0, failed=False):

@@ -4,7 +4,7 @@ import pytest
 
 from emulator.dataplane.lossless import ecn
 from emulator.errors import ConfigError
-from traffic.dcqcn import MS, CnpPacer, Dcqcn, DcqcnParams
+from traffic.roce.dcqcn import MS, CnpPacer, Dcqcn, DcqcnParams
 
 LINE = 40e6
 
@@ -115,7 +115,7 @@ def test_queue_after_the_first_loop():
 
 
 def test_timely_follows_the_rtt_and_its_gradient():
-    from traffic.timely import Timely, TimelyParams
+    from traffic.roce.timely import Timely, TimelyParams
     p = TimelyParams(LINE, t_low_ns=4 * MS, t_high_ns=25 * MS, min_rtt_ns=2 * MS, beta=0.8)
     t = Timely(p)
     t.rtt(10 * MS)                               # the first sample only sets the reference
@@ -140,10 +140,10 @@ def test_timely_follows_the_rtt_and_its_gradient():
 
 
 def test_timely_samples_first_transmissions_only():
-    from traffic.qps import RankQPs
-    from traffic.rcframes import ACKNOWLEDGE, ControlTemplate, parse_control
-    from traffic.timely import TimelyParams
-    from traffic.transport import RcParams
+    from traffic.roce.qps import RankQPs
+    from traffic.roce.rcframes import ACKNOWLEDGE, ControlTemplate, parse_control
+    from traffic.roce.timely import TimelyParams
+    from traffic.roce.transport import RcParams
     q = RankQPs(RcParams(), lambda f: None, "02:00:00:00:00:01", "10.0.0.1",
                 timely=TimelyParams(LINE))
     q.add_qp((1, 0), 0x66)

@@ -119,7 +119,7 @@ def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
 
 
 def test_job_seeds_shuffle_qp_numbers_one_to_one():
-    from traffic.rank_config import PSN_MASK, qpn, shuffle24
+    from traffic.ranks.config import PSN_MASK, qpn, shuffle24
     for seed in (0, 1, 12345, 2 ** 32 - 1):
         xs = range(0, 1 << 24, 97)
         assert len({shuffle24(x, seed) for x in xs}) == len(xs)

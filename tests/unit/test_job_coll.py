@@ -1,9 +1,9 @@
 """The network part of a job's collective on fake NICs and a fake wire: steps released
 in order, timeouts instead of hangs, the end at the last arrival (or ACK)."""
 
-from traffic.job_coll import NetRun, steps_of
-from traffic.job_config import Instance
-from traffic.rank_config import flow_id
+from traffic.jobs.coll import NetRun, steps_of
+from traffic.jobs.config import Instance
+from traffic.ranks.config import flow_id
 
 MS = 1_000_000
 MTU = 1000

@@ -3,7 +3,7 @@ where it is."""
 
 import pytest
 
-from traffic.job_config import JobConfigError, load_job
+from traffic.jobs.config import JobConfigError, load_job
 
 EPS = [{"intf": f"eth{i}", "ip": f"10.0.0.{i + 1}", "rate_bps": 40e6} for i in range(3)]
 

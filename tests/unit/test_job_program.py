@@ -3,8 +3,8 @@ across their members, blocking, non-blocking and wait, send/recv pairs, deadlock
 
 import pytest
 
-from traffic.job_config import load_job
-from traffic.job_program import Deadlock, JobProgram
+from traffic.jobs.config import load_job
+from traffic.jobs.program import Deadlock, JobProgram
 
 MS = 1_000_000
 

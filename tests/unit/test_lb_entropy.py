@@ -1,9 +1,9 @@
-"""Unit tests of the NIC entropy policies (traffic.entropy) and template re-porting."""
+"""Unit tests of the NIC entropy policies (traffic.nic.entropy) and template re-porting."""
 
 import pytest
 
-from traffic import entropy
-from traffic.frames import FrameTemplate, icrc, parse
+from traffic.nic import entropy
+from traffic.roce.frames import FrameTemplate, icrc, parse
 
 
 def test_qp_mode_keeps_the_port():
@@ -51,7 +51,7 @@ def test_with_sport_keeps_a_valid_icrc():
 
 
 def test_rank_config_entropy_keys():
-    from traffic.rank import ConfigError, load_config
+    from traffic.ranks.rank import ConfigError, load_config
     base = {"rank": 0, "ranks": [{"ip": "10.0.0.1", "intf": "h1-eth0"},
                                  {"ip": "10.0.0.2", "intf": "h2-eth0"}]}
     assert load_config(dict(base))["entropy"] == "qp"

@@ -8,7 +8,7 @@ from controller.fakeswitch import FakeFabric
 from controller.messages import ETH_TYPE_IPV4, Group, Output
 from emulator.fabric import addressing
 from emulator.fabric import presets
-from traffic.frames import FrameTemplate
+from traffic.roce.frames import FrameTemplate
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from emulator.errors import ConfigError
 from emulator.experiments.workloads import patterns
 from emulator.fabric import addressing, presets
-from traffic.job_config import load_job
+from traffic.jobs.config import load_job
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from emulator.errors import ConfigError
 from emulator.experiments.compare import rails_cmp
 from emulator.experiments.workloads import rails
 from emulator.fabric import addressing, presets
-from traffic.job_config import load_job
+from traffic.jobs.config import load_job
 
 S = 1 << 21
 

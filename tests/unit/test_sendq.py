@@ -1,7 +1,7 @@
 """The NIC's per-QP send queues: round-robin across QPs, order within a QP, a QP
 held back by its rate waiting alone, a failed QP flushed."""
 
-from traffic.sendq import SendQueues
+from traffic.nic.sendq import SendQueues
 
 
 def packets(qp, n):

@@ -4,8 +4,8 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from traffic.accounting import Accounting, FlowAccount, unwrap, PSN_MOD
-from traffic.pacing import TokenBucket
+from traffic.nic.accounting import Accounting, FlowAccount, unwrap, PSN_MOD
+from traffic.nic.pacing import TokenBucket
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""The ranks' start barrier (traffic.barrier) on loopback addresses: ranks that
+"""The ranks' start barrier (traffic.ranks.barrier) on loopback addresses: ranks that
 arrive at different times leave together, within a round trip of the last one."""
 
 import random
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from traffic.barrier import Barrier
+from traffic.ranks.barrier import Barrier
 
 N = 6
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from traffic.collectives import (BUSBW_FACTOR, COLLECTIVES, Transfer, bytes_per_rank,
+from traffic.ranks.collectives import (BUSBW_FACTOR, COLLECTIVES, Transfer, bytes_per_rank,
                                  chunk_bytes, cross_leaf_hops, ring_order, schedule)
-from traffic.report import bandwidths
+from traffic.ranks.report import bandwidths
 
 NS = [2, 3, 4, 5, 8]
 

@@ -4,7 +4,7 @@ import pytest
 
 from traffic.engine import percentiles
 from traffic.plan import PlanError, load_plan
-from traffic.pacing import Schedule
+from traffic.nic.pacing import Schedule
 
 MS = 1_000_000
 
@@ -78,7 +78,7 @@ def test_percentiles_from_a_histogram():
 
 
 def test_fast_parser_agrees_with_parse_and_catches_corruption():
-    from traffic.frames import FastParser, FrameTemplate, parse
+    from traffic.roce.frames import FastParser, FrameTemplate, parse
     tpl = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
                         dst_qpn=0x123, frame_len=4170)
     fast = FastParser()
@@ -98,7 +98,7 @@ def test_fast_parser_agrees_with_parse_and_catches_corruption():
 
 
 def test_fill_head_writes_the_same_frame_as_fill():
-    from traffic.frames import FrameTemplate, parse
+    from traffic.roce.frames import FrameTemplate, parse
     a, b = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
                          dst_qpn=5, frame_len=4170), \
         FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.3",

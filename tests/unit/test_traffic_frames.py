@@ -9,8 +9,8 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from traffic import frames
-from traffic.frames import FrameTemplate, parse, udp_sport, opcode_for
+from traffic.roce import frames
+from traffic.roce.frames import FrameTemplate, parse, udp_sport, opcode_for
 
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 
@@ -117,7 +117,7 @@ class _FullThenRoom:
 def test_control_frames_wait_for_room_like_a_nic_and_never_crash_the_rank():
     import errno
     import pytest
-    from traffic.sender import Sender
+    from traffic.nic.sender import Sender
     s = Sender.__new__(Sender)
     s.control_dropped = 0
     s.sock = _FullThenRoom(3, errno.ENOBUFS)
@@ -137,7 +137,7 @@ def test_data_batches_wait_for_room_in_the_nic_queue_instead_of_spinning(monkeyp
     import ctypes
     import errno
     import time
-    from traffic import sender as sender_mod
+    from traffic.nic import sender as sender_mod
     # one sent, refused twice (a signal between: not a full queue), the other two sent
     replies = [(1, 0), (-1, errno.ENOBUFS), (-1, errno.EINTR), (-1, errno.ENOBUFS), (2, 0)]
     calls = []

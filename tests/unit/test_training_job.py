@@ -13,7 +13,7 @@ from emulator.experiments.workloads.job_time import (edge_bytes, fabric_size, lo
                                                      simulate)
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO
-from traffic.collectives import BUSBW_FACTOR
+from traffic.ranks.collectives import BUSBW_FACTOR
 
 DATA = os.path.join(REPO, "tests", "data", "simai")
 MIB = 1 << 20

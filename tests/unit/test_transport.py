@@ -2,10 +2,10 @@
 
 import pytest
 
-from traffic.rcframes import (ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate,
+from traffic.roce.rcframes import (ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate,
                               parse_control)
-from traffic.qps import RankQPs
-from traffic.transport import RcParams, Requester, Responder, psn_diff
+from traffic.roce.qps import RankQPs
+from traffic.roce.transport import RcParams, Requester, Responder, psn_diff
 
 MS = 1_000_000
 
@@ -269,7 +269,7 @@ def test_an_ackreq_that_came_out_of_order_is_answered_when_the_gap_fills():
 def test_a_rate_limited_qp_catches_up_within_its_slack_after_a_late_look():
     """A caller waking on a tick (the job engine) lets a QP under DCQCN send what fell
     due meanwhile, up to ``rate_slack_ns``; without slack (a rank) one packet per look."""
-    from traffic.dcqcn import DcqcnParams
+    from traffic.roce.dcqcn import DcqcnParams
     ms = 1_000_000
     for slack, allowed in ((0, 1), (4 * ms, 3)):
         q = RankQPs(params(), lambda f: None, "02:00:00:00:00:01", "10.0.0.1",

@@ -96,7 +96,7 @@ class AdaptiveStage:
 
     @classmethod
     def for_session(cls, session):
-        from traffic.frames import frame_len_for_mtu
+        from traffic.roce.frames import frame_len_for_mtu
         ifaces, far, rates, chain = session_ports(session)
         stage = cls(cls.session_mode(session), session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,

@@ -61,14 +61,14 @@ def add(ipr, topo, host, queue_ms, frame, shape=True):
 def sent_bytes(pid):
     """Bytes ``hb0`` sent (the HB hop's forward direction) in the namespace of ``pid``."""
     from pyroute2 import IPRoute
-    from traffic.netns import entered
+    from traffic.nic.netns import entered
     with entered(f"/proc/{pid}/ns/net"), IPRoute() as ipr:
         link = ipr.get_links(ipr.link_lookup(ifname=ENDS[0])[0])[0]
         return link.get_attr("IFLA_STATS64")["tx_bytes"]
 
 
 def endpoints(netns, k, name, rate_bps):
-    """The job engine's two endpoints of the k-th host's HB link (``traffic.job_config``)."""
+    """The job engine's two endpoints of the k-th host's HB link (``traffic.jobs.config``)."""
     return [{"netns": netns, "intf": ENDS[i], "ip": ip, "mac": mac, "next_hop_mac": mac,
              "name": f"{name}:{ENDS[i]}", "rate_bps": rate_bps}
             for i, (ip, mac) in enumerate(addresses(k))]

@@ -114,7 +114,7 @@ def ns_sockets():
     """``get(netns path or None)``: one netlink socket per network namespace, each
     made inside its namespace (a socket stays in the namespace it was made in),
     all closed after."""
-    from traffic.netns import entered
+    from traffic.nic.netns import entered
     socks = {}
 
     def get(ns):

@@ -11,7 +11,7 @@ class Backlogs:
 
     def __init__(self, ports):
         from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.netns import entered
+        from traffic.nic.netns import entered
         self.readers = {}
         self.ports, seen = [], {}                # (reader, ifindex, [key of each class])
         for p in ports:

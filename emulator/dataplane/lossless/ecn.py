@@ -156,7 +156,7 @@ class Marker:
                  for p in sw["ports"]]
         netns_of = {p["intf"]: session.net.switch_netns(sw["name"])
                     for sw in session.topo["switches"] for p in sw["ports"]}
-        from traffic.frames import frame_len_for_mtu
+        from traffic.roce.frames import frame_len_for_mtu
         marker = cls(session.state.tag, session.ecn, ports,
                      frame_len_for_mtu(session.mtu), netns_of=netns_of).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}

@@ -147,7 +147,7 @@ class DequeueMarker(Attached):
                     peer = switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
                 ports.append((p["intf"], ns, peer, p["rate_bps"]))
                 own_ns[p["intf"]] = session.net.switch_netns(sw["name"])
-        from traffic.frames import frame_len_for_mtu
+        from traffic.roce.frames import frame_len_for_mtu
         marker = cls(session.ecn, ports, frame_len_for_mtu(session.mtu),
                      session.net.queue_ms, session.net.frame, own_ns).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}

@@ -43,7 +43,7 @@ class Gates:
     its namespace; a kick frame after each opening."""
 
     def __init__(self, ports, frame):
-        from traffic.netns import entered
+        from traffic.nic.netns import entered
         self.nl, self.kick, self.msgs, kicks = {}, {}, {}, {}
         self.errors = []
         for p in ports:

@@ -37,7 +37,7 @@ class Pfc(Attached):
 
     @classmethod
     def for_session(cls, session, cfg=lossless.PfcConfig()):
-        from traffic.frames import frame_len_for_mtu
+        from traffic.roce.frames import frame_len_for_mtu
         classes = lossless.routing_classes(session.fabric, session.routing)
         phases = lossless.phase_ports(session.topo) if classes > 1 else set()
         ends, host_ends, key_of = [], [], {}

@@ -30,7 +30,7 @@ import time
 from emulator.dataplane import proc
 from emulator.dataplane.ovs.instances import SYSTEM
 from emulator.dataplane.links.shaping import QdiscReader
-from traffic.netns import entered
+from traffic.nic.netns import entered
 
 _SS_PORT = re.compile(r"\*:(\S+)\s")
 _SS_DROPS = re.compile(r"skmem:\([^)]*\bd(\d+)\)")

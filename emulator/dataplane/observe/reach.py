@@ -1,7 +1,7 @@
 """All-pairs reachability, checked with real ICMP echoes from every host namespace.
 
 One process opens a raw ICMP socket inside each host's namespace (a socket
-keeps the namespace it was made in: ``traffic.netns``), sends one echo
+keeps the namespace it was made in: ``traffic.nic.netns``), sends one echo
 request from every host to every other at once and collects the replies on
 all sockets together, 512 echoes at a time with 20 ms between bursts (the
 whole burst of a 256-host fabric overflowed the switches' queues): the
@@ -31,7 +31,7 @@ import time
 from emulator.errors import RunFailed
 from emulator.dataplane.links.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
                                             attrs, error_of, messages)
-from traffic.netns import entered
+from traffic.nic.netns import entered
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
 BATCH, PACE_S = 512, 0.02         # echoes per burst, and the pause after each

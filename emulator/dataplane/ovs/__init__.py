@@ -7,5 +7,5 @@ Open vSwitch allocates; ``controller_proc`` runs ``python -m controller``
 as a child process and waits on its conditions.
 
 May import: ``dataplane.proc``, ``dataplane.runstate``, ``dataplane.links``,
-``emulator.errors``, ``emulator.fabric``, ``traffic.netns``.
+``emulator.errors``, ``emulator.fabric``, ``traffic.nic.netns``.
 """

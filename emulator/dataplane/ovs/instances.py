@@ -32,7 +32,7 @@ from emulator.dataplane import proc
 from emulator.dataplane.ovs.controller_proc import wait_until
 from emulator.dataplane.links.ifaces import in_netns, write_sysctl
 from emulator.errors import EnvironmentProblem, RunFailed
-from traffic.netns import entered
+from traffic.nic.netns import entered
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovs-vswitchd", "ovsdb-server", "holder")

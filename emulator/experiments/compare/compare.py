@@ -4,7 +4,7 @@ Model.  For each mode (``ecmp|flowlet|dlb|spray``, controller/lb.py) and each
 repetition, a fresh Session is built with ``Session(lb=mode)`` (the
 controller is told on its command line) and one hash seed for every switch
 (``seed0 + repetition``: another draw of ECMP's hash), the collective runs
-with the NIC entropy the mode needs (traffic.entropy: ``spray`` for spray,
+with the NIC entropy the mode needs (traffic.nic.entropy: ``spray`` for spray,
 ``flowlet`` for flowlet, the QP's port otherwise), and a sampler reads the
 switch interface counters every ``SAMPLE_S`` while it runs.  Then:
 
@@ -91,7 +91,7 @@ def ring_connections(topo, ring):
     hl = host_leaves(topo)
     n = len(hl)
     if ring in ("naive", "topology"):
-        from traffic.collectives import ring_order
+        from traffic.ranks.collectives import ring_order
         order = list(range(n)) if ring == "naive" else ring_order(
             range(n), {i: leaf for i, (_, leaf) in enumerate(hl)})
     else:
@@ -400,7 +400,7 @@ def main(fabric, args, out=print):
              and ("ecmp", r.strip(), args.qps) not in plan]
     from emulator.experiments import budget, calibrate
     from emulator.fabric import addressing
-    from traffic.frames import frame_len_for_mtu
+    from traffic.roce.frames import frame_len_for_mtu
     frame_len = frame_len_for_mtu(args.mtu)
     calibrate.say_load(budget.collective_streams(addressing.plan(fabric), frame_len), frame_len,
                        "auto", out, fabric)

@@ -3,7 +3,7 @@
 Model.  For each congestion-control mode (and repetition) a fresh Session
 is built with ECN marking on every switch port (``--ecn``, dataplane.lossless.ecn)
 and the collective runs over the RC transport with that mode at the
-sending NICs (traffic.dcqcn).  A sampler reads every switch port's egress
+sending NICs (traffic.roce.dcqcn).  A sampler reads every switch port's egress
 queue (TBF backlog, drops, bytes sent) every ``--sample-ms`` during the
 collective.  Per run (``analyse``, pure):
 
@@ -31,7 +31,7 @@ from emulator.errors import ConfigError
 CC_MODES = ("none", "dcqcn", "timely")
 # HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
 # same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: within the
-# 10 ms CNP interval (traffic.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
+# 10 ms CNP interval (traffic.roce.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
 # so a 20 % chance per packet would leave most intervals without a CNP
 # (docs/transport.md)
 DEFAULT_ECN = "100KB:400KB:1"

@@ -149,7 +149,7 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
     from emulator.experiments.compare.congestion import analyse, default_ecn
     from emulator.experiments.workloads.mix import EngineProcess, child_env
     from emulator.experiments.compare.planes import QueueSampler
-    from traffic.frames import frame_len_for_mtu
+    from traffic.roce.frames import frame_len_for_mtu
     fab = dataclasses.replace(fabric, flow_control=fc)
     ecn = default_ecn(fabric, args.queue_ms) if cc == "dcqcn" else None
     frame_len = frame_len_for_mtu(args.mtu)

@@ -76,7 +76,7 @@ class QueueSampler(threading.Thread):
         datapath instance's); one qdisc dump per namespace per sample."""
         super().__init__(daemon=True)
         from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.netns import entered
+        from traffic.nic.netns import entered
         self.ports, self.interval = ports, interval
         netns_of = netns_of or {}
         self.readers = {}              # namespace -> (reader, [(port position, ifindex)])

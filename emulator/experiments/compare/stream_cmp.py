@@ -39,7 +39,7 @@ def during(s, disturb, workload, sizes, hosts):
             yield c
         return
     from emulator.experiments.workloads.stream import Stream
-    from traffic.frames import frame_len_for_mtu
+    from traffic.roce.frames import frame_len_for_mtu
     with Stream(s, *what, start_s=main / 4, duration_s=main / 2,
                 frame_len=frame_len_for_mtu(s.mtu)) as st:
         yield st

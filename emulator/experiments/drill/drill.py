@@ -50,7 +50,7 @@ from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive
                                           parse_seed)
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.units import parse_duration
-from traffic.frames import ROCE_MTUS
+from traffic.roce.frames import ROCE_MTUS
 
 MODES = FAILOVER_MODES
 

@@ -28,7 +28,7 @@ class Watch:
     ``pairs`` (as ``path_pairs``) with their ECMP ``paths``."""
 
     def __init__(self, s, pairs, paths):
-        from traffic.frames import udp_sport
+        from traffic.roce.frames import udp_sport
         self.s = s
         self.stage = s.adaptive
         self.base = dict(paths)

@@ -8,7 +8,7 @@ as consecutive job instances of about ``INSTANCE_S`` seconds each, until the
 soak's faults are over.  A job that ends early (a QP out of retries aborts
 it: a job interruption) is followed by a new one, as a scheduler restarts a
 failed training job.  Every rank writes its result document with each of
-its QPs' counts (``traffic.qps.RankQPs.per_qp``).
+its QPs' counts (``traffic.roce.qps.RankQPs.per_qp``).
 
 ``reliable_check`` (pure) is the invariant "every packet a reliable QP sent
 was delivered or its QP reported dead".  Per QP it matches the requester's

@@ -2,7 +2,7 @@
 
 Model.  ``drill --workload allreduce`` runs, per failover mode, one fabric
 and per repeat one collective of ``--iterations`` calls of ``--sizes``
-bytes over the RC transport (``traffic.transport``), and injects the fault
+bytes over the RC transport (``traffic.roce.transport``), and injects the fault
 schedule while it runs: the events' times count from the moment the ranks
 start their first call (rank 0 says ``calls`` in its log).  Every call's
 start and duration come back from the ranks (CLOCK_MONOTONIC, the
@@ -141,8 +141,8 @@ def connections(s, collective, hosts, seed=None):
     """{flow key: path} of every connection of the collective (QP 0 of each; ``seed``:
     the job's QPN seed)."""
     from emulator.experiments.drill.drill import flow_paths
-    from traffic.collectives import schedule
-    from traffic.rank_config import flow_id, qpn
+    from traffic.ranks.collectives import schedule
+    from traffic.ranks.config import flow_id, qpn
     n = len(hosts)
     pairs = {(i, t.peer) for i in range(n) for st in schedule(collective, n, i, n * 1024)
              for t in st.sends}
@@ -229,7 +229,7 @@ def summarise(reps):
 
 def table(results, args):
     from emulator.experiments.workloads.collective import default_timeout_exp
-    from traffic.transport import RcParams
+    from traffic.roce.transport import RcParams
     exp = args.rc_timeout if args.rc_timeout is not None else \
         default_timeout_exp(args.queue_ms)
     lines = [f"# {args.workload} x{args.iterations} of {args.sizes or '1M'}, transport "

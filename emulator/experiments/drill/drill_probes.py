@@ -103,7 +103,7 @@ def path_pairs(s, planned):
     candidate QPNs are traced (``ofproto/trace``, hop by hop) until each pair has its
     planned number of distinct complete paths (or the candidates run out)."""
     from emulator.experiments.probe.prober import choose
-    from traffic.frames import udp_sport
+    from traffic.roce.frames import udp_sport
     pairs, paths, flow = [], {}, 0
     for i, (src, dst, want) in enumerate(planned):
         hp, dp = src["ports"][0], dst["ports"][0]
@@ -166,7 +166,7 @@ def flow_paths(s, pairs, qps=None):
     flow leaves it by (a bonded host's NIC switch included), and the host it
     reaches (missing if the trace ends in a drop).
     """
-    from traffic.frames import udp_sport
+    from traffic.roce.frames import udp_sport
     out = {}
     for src, dst, first, qpns in pairs:
         hp, dp = src["ports"][0], dst["ports"][0]

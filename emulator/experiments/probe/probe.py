@@ -109,7 +109,7 @@ def fault_hop(link, topo):
 def select_paths(topo, net=None):
     """{flow key: (src view, dst view, qpn, path)}: one probe per distinct path of
     every ``prober.probe_pairs`` pair, checked against the installed groups."""
-    from traffic.frames import udp_sport
+    from traffic.roce.frames import udp_sport
     chosen, flow = {}, 0
     for i, (src, dst) in enumerate(pr.probe_pairs(topo)):
         hp, dp = src["ports"][0], dst["ports"][0]

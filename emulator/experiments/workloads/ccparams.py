@@ -1,7 +1,7 @@
 """``--cc-param NAME=VALUE``: a congestion-control parameter of the sending NICs.
 
-The names are those of ``traffic.dcqcn.DcqcnParams`` and
-``traffic.timely.TimelyParams`` without their unit suffix; a value takes the
+The names are those of ``traffic.roce.dcqcn.DcqcnParams`` and
+``traffic.roce.timely.TimelyParams`` without their unit suffix; a value takes the
 unit its field has: a duration for ``*_ns`` fields (``cnp_interval=20ms``),
 a rate for ``*_bps`` ones (``rai=500Kbps``), bytes for ``byte_counter``
 (``256K``), a plain number otherwise (``g=0.0625``).  The result is the rank
@@ -16,8 +16,8 @@ from emulator.fabric.units import parse_duration, parse_rate
 
 
 def _classes():
-    from traffic.dcqcn import DcqcnParams
-    from traffic.timely import TimelyParams
+    from traffic.roce.dcqcn import DcqcnParams
+    from traffic.roce.timely import TimelyParams
     return {"dcqcn": DcqcnParams, "timely": TimelyParams}
 
 

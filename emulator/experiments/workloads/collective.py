@@ -84,12 +84,12 @@ def default_timeout_exp(queue_ms):
     (four full queues): deep "lossless" queues need a long one, as
     NCCL_IB_TIMEOUT is set far above a PFC fabric's delays.
     """
-    from traffic.transport import RcParams
+    from traffic.roce.transport import RcParams
     return RcParams.exp_for(4 * queue_ms / 1e3)
 
 
 def expected_seconds(collective, n, sizes, rate_bps):
-    from traffic.collectives import BUSBW_FACTOR
+    from traffic.ranks.collectives import BUSBW_FACTOR
     factor = BUSBW_FACTOR[collective](n)
     return sum(s * factor * 8 / rate_bps for s in sizes)
 
@@ -103,7 +103,7 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare/compare.py);
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill).
     """
-    from traffic.report import combine, table
+    from traffic.ranks.report import combine, table
     if collective not in COLLECTIVES:
         raise ConfigError("--workload", f"unknown collective {collective!r}")
     out_dir = os.path.join(session.dir, "collective")

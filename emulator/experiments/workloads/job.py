@@ -16,7 +16,7 @@ NVLink only (``fabric`` false), even on a rail fabric where they use
 different NICs (GPUs of a host talk over NVLink; the planes meet only
 there).  Members on several hosts: the ring's hops between endpoints cross
 the fabric and the hops between members of one endpoint are NVLink.  The
-runner (``traffic.job_config``) runs the fabric part as a collective over
+runner (``traffic.jobs.config``) runs the fabric part as a collective over
 the e distinct endpoints, so ``bytes`` is then the equivalent size whose
 ring edges carry what the n-member ring's edges carry
 (``job_time.fabric_size``).  A fabric collective that puts two NICs of one
@@ -185,7 +185,7 @@ def estimate(job, link_rate_bps=None):
 
 def job_document(job):
     """The job as one JSON-ready dict: ``endpoints`` (host, port, rate), ``ranks`` (rank ->
-    endpoint index) and ``programs`` as ``traffic.job_config`` takes them (the caller
+    endpoint index) and ``programs`` as ``traffic.jobs.config`` takes them (the caller
     adds each endpoint's namespace, interface and address), and what the job was made of."""
     eps = list(dict.fromkeys(_endpoints(job.placement)))
     rates = {(p.host, p.nic.port): p.nic.rate_bps for p in job.placement}

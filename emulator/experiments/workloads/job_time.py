@@ -18,7 +18,7 @@ hops inside it), for AlltoAll (m-1)/n x size to the m-1 members on its own
 endpoint.
 
 Estimate.  ``simulate`` runs every rank's program on a virtual clock, with
-the runner's semantics (``traffic.job_program``, ``traffic.job_config``):
+the runner's semantics (``traffic.jobs.program``, ``traffic.jobs.config``):
 compute advances the rank; a collective starts when its last member issues
 it and, if it uses the network, once every member's NIC is done with its
 previous network collective (one FIFO stream per rank: concurrent

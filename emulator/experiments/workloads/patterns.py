@@ -55,7 +55,7 @@ def entropy(lb, routing, table):
 
 
 def job_document(session, pairs, size, extra=None):
-    """The ``traffic.job_config`` document: one rank per host, each sending ``size``
+    """The ``traffic.jobs.config`` document: one rank per host, each sending ``size``
     bytes to its destination and receiving from its source (send first: eager)."""
     hosts = session.topo["hosts"]
     index = {h["name"]: i for i, h in enumerate(hosts)}

@@ -19,7 +19,7 @@ nccl-tests counts it; G = hosts x rails GPUs, H hosts.
     to every (b,i), rail-aligned.  Each NIC sends S x (H-1)/H on either
     fabric: the difference is the HB stage and the spines.
 
-The job (``traffic.job_config``): endpoints are the NICs (then, on
+The job (``traffic.jobs.config``): endpoints are the NICs (then, on
 rail-only, each host's ``hb0`` and ``hb1``).  Every transfer of the
 all-to-all is a send/recv pair between two ranks of its own (a send holds
 its rank until delivered: one rank per transfer lets a NIC serve all of

@@ -77,7 +77,7 @@ class Stream:
 
     def _trace(self):
         from emulator.experiments.drill.drill_probes import trace_path
-        from traffic.frames import udp_sport
+        from traffic.roce.frames import udp_sport
         path = trace_path(self.s.topo, self.src["name"], self.src["ports"][0],
                           self.dst["ports"][0], udp_sport(STREAM_QPN, STREAM_QPN), self.s.net)
         hop = path[1] if len(path) > 1 else ""
@@ -86,7 +86,7 @@ class Stream:
 
     def _run(self):
         from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.netns import entered
+        from traffic.nic.netns import entered
         try:
             base = self._counters()
             deadline = time.monotonic() + 120

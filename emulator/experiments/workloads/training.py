@@ -71,7 +71,7 @@ def prepare(path, topo, args, mtu):
 
 
 def job_config(session, job, extra):
-    """The ``traffic.job_config`` document of ``job`` on ``session``'s fabric."""
+    """The ``traffic.jobs.config`` document of ``job`` on ``session``'s fabric."""
     doc = jobs.job_document(job)
     by_host = {h["name"]: h for h in session.topo["hosts"]}
     endpoints = []

@@ -24,7 +24,7 @@ rate (about the host link rate), QPs per connection and timeouts.
    reported in ``#wrong``.
 
 Transport (``transport``, docs/transport.md): ``rc`` (the default) runs the
-RoCE reliable connection of every QP (``traffic.transport``, ``traffic.qps``);
+RoCE reliable connection of every QP (``traffic.roce.transport``, ``traffic.roce.qps``);
 a call ends once everything arrived and everything sent is acknowledged.  A
 QP out of retries aborts the job: the rank tells its peers (``Barrier.abort``),
 every rank stops, ``failed_qps`` says which.  ``none`` sends every packet once.
@@ -40,20 +40,20 @@ import socket
 import sys
 import time
 
-from .accounting import Accounting
-from .barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
+from traffic.nic.accounting import Accounting
+from traffic.ranks.barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
                       serve_readable)
-from .collectives import schedule
-from .frames import parse
-from .outbound import Outbound, qp_key
-from .pacing import TokenBucket
-from .qps import RankQPs
-from .rank_config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
+from traffic.ranks.collectives import schedule
+from traffic.roce.frames import parse
+from traffic.ranks.outbound import Outbound, qp_key
+from traffic.nic.pacing import TokenBucket
+from traffic.roce.qps import RankQPs
+from traffic.ranks.config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
                           flow_id, load_config, out_of_order, qpn)
-from .rcframes import parse_control
-from .receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
-from .sender import Sender
-from .sendq import SendQueues
+from traffic.roce.rcframes import parse_control
+from traffic.nic.receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
+from traffic.nic.sender import Sender
+from traffic.nic.sendq import SendQueues
 
 
 class Rank:

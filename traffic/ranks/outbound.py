@@ -1,7 +1,7 @@
 """What a NIC sends: its RDMA WRITE packets, their frames, PSNs and path entropy.
 
-Shared by a collective rank (``traffic.rank``: one NIC per process) and the
-job engine (``traffic.job``: every NIC in one process).  ``Outbound`` stands
+Shared by a collective rank (``traffic.ranks.rank``: one NIC per process) and the
+job engine (``traffic.jobs.job``: every NIC in one process).  ``Outbound`` stands
 for one NIC, numbered ``me``, and its connections to peers numbered the same
 way (ranks, or a job's endpoints):
 
@@ -20,9 +20,9 @@ QP numbers and flow ids are ``rank_config.qpn`` and ``flow_id`` of (me,
 peer, qp): the receiving side names the same QPs the same way.
 """
 
-from .entropy import EntropyPolicy, sport as entropy_sport
-from .frames import HEADERS_LEN, PROBE, PSN_MASK, RETH_LEN, FrameTemplate, opcode_for
-from .rank_config import flow_id, qpn
+from traffic.nic.entropy import EntropyPolicy, sport as entropy_sport
+from traffic.roce.frames import HEADERS_LEN, PROBE, PSN_MASK, RETH_LEN, FrameTemplate, opcode_for
+from traffic.ranks.config import flow_id, qpn
 
 OPCODES = ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST")
 

@@ -39,15 +39,15 @@ import sys
 import time
 from array import array
 
-from .barrier import next_hop_macs
-from .engine import _cpu, percentiles, write_doc
-from .job_coll import NetRun, steps_of
-from .job_config import JobConfigError, load_job
-from .job_nic import JobNic
-from .job_program import Deadlock, JobProgram
-from .netns import entered
-from .rank_config import qpn
-from .report import bandwidths
+from traffic.ranks.barrier import next_hop_macs
+from traffic.engine import _cpu, percentiles, write_doc
+from traffic.jobs.coll import NetRun, steps_of
+from traffic.jobs.config import JobConfigError, load_job
+from traffic.jobs.nic import JobNic
+from traffic.jobs.program import Deadlock, JobProgram
+from traffic.nic.netns import entered
+from traffic.ranks.config import qpn
+from traffic.ranks.report import bandwidths
 
 LATE_BIN_NS = 100_000             # lateness histogram: 0.1 ms bins up to 1 s
 LATE_BINS = 10_000

@@ -6,10 +6,10 @@
 
 import json
 
-from .collectives import COLLECTIVES, ring_order
-from .entropy import MODES as ENTROPY_MODES
-from .frames import PROBE, PSN_MASK
-from .transport import RcParams
+from traffic.ranks.collectives import COLLECTIVES, ring_order
+from traffic.nic.entropy import MODES as ENTROPY_MODES
+from traffic.roce.frames import PROBE, PSN_MASK
+from traffic.roce.transport import RcParams
 
 TRANSPORTS = ("rc", "none")
 CC_MODES = ("none", "dcqcn", "timely")
@@ -24,16 +24,16 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
             "start_time": None, "step_timeout_s": None, "barrier_timeout_s": 30.0,
             "output": None, "gap_threshold_ms": 10.0, "warmup": 0,
-            # NIC path entropy (traffic.entropy): qp | spray | flowlet, and the
+            # NIC path entropy (traffic.nic.entropy): qp | spray | flowlet, and the
             # idle gap that starts a new flowlet
             "entropy": "qp", "flowlet_gap_ms": 1.0,
             # responders place out of order (None: when the entropy is not per QP;
             # true under switches that choose per packet)
             "ooo": None,
-            # RC transport (traffic.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
+            # RC transport (traffic.roce.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
             "transport": "rc", "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
-            # congestion control at the sending NIC (traffic.dcqcn); needs transport rc
+            # congestion control at the sending NIC (traffic.roce.dcqcn); needs transport rc
             "cc": "none", "cc_params": {},
             # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
             # them as a NIC gives every job new ones (hence new UDP source ports)
@@ -136,8 +136,8 @@ def shuffle24(x, seed):
 
 def cc_params(cfg):
     """``RankQPs`` keyword for the config's congestion control ({} for none)."""
-    from .dcqcn import DcqcnParams
-    from .timely import TimelyParams
+    from traffic.roce.dcqcn import DcqcnParams
+    from traffic.roce.timely import TimelyParams
     if cfg["cc"] == "dcqcn":
         return {"dcqcn": DcqcnParams(cfg["rate_bps"], **cfg["cc_params"])}
     if cfg["cc"] == "timely":

@@ -19,10 +19,10 @@ its packets are dropped and ``failed`` lists it, as the NIC would report
 
 from collections import deque
 
-from .dcqcn import CnpPacer, Dcqcn
-from .rcframes import ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
-from .timely import Timely
-from .transport import Requester, Responder, psn_diff
+from traffic.roce.dcqcn import CnpPacer, Dcqcn
+from traffic.roce.rcframes import ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate
+from traffic.roce.timely import Timely
+from traffic.roce.transport import Requester, Responder, psn_diff
 
 
 class RankQPs:
@@ -42,7 +42,7 @@ class RankQPs:
         # how far a rate-limited QP may catch up after a late look (a caller that
         # wakes on a tick sends what fell due meanwhile, as a bucket of that depth)
         self.slack = rate_slack_ns
-        self.timely = timely     # TimelyParams: every QP paced by its RTT (traffic.timely)
+        self.timely = timely     # TimelyParams: every QP paced by its RTT (traffic.roce.timely)
         self.sent_at = {}        # (peer, qp) -> deque of (psn, ns) of first transmissions
         self.ooo = ooo           # responders place out of order (spraying NICs)
         self.dcqcn = dcqcn

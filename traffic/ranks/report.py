@@ -14,7 +14,7 @@ emulated links run at tens of Mbit/s and GB/s would print 0.00.
 
 import json
 
-from .collectives import BUSBW_FACTOR, REDOP
+from traffic.ranks.collectives import BUSBW_FACTOR, REDOP
 
 TABLE_HEAD = ("#       size    count   type  redop  root   time(us)  algbw(GB/s)"
               "  busbw(GB/s)  algbw(Mb/s)  busbw(Mb/s)  effic  #wrong")

@@ -37,7 +37,7 @@ send is eager: ``job_program``).
 import json
 from dataclasses import dataclass
 
-from .rank_config import ConfigError, load_config
+from traffic.ranks.config import ConfigError, load_config
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
@@ -86,7 +86,7 @@ class Instance:
     """One collective or one send/recv pair: what all its ranks share."""
 
     id: str
-    tag: int                  # the frames' tag (traffic.frames PROBE)
+    tag: int                  # the frames' tag (traffic.roce.frames PROBE)
     kind: str                 # a collective kind, or "p2p"
     group: str
     members: tuple            # ranks (p2p: sender, receiver)

@@ -23,8 +23,8 @@ the moment the engine looked.  A NIC here is anything with ``out``
 (``job_nic.JobNic``; the unit tests use a fake).
 """
 
-from .collectives import Step, Transfer, schedule
-from .outbound import qp_key
+from traffic.ranks.collectives import Step, Transfer, schedule
+from traffic.ranks.outbound import qp_key
 
 
 class _Part:

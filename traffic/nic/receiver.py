@@ -24,8 +24,8 @@ import select
 import socket
 import time
 
-from .accounting import Accounting
-from .frames import parse
+from traffic.nic.accounting import Accounting
+from traffic.roce.frames import parse
 
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4

@@ -20,8 +20,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from .frames import PSN_MASK
-from .pacing import TokenBucket, sleep_ns
+from traffic.roce.frames import PSN_MASK
+from traffic.nic.pacing import TokenBucket, sleep_ns
 
 _FULL = (errno.EAGAIN, errno.ENOBUFS)                   # the interface's queue is full
 _DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down or gone
@@ -203,7 +203,7 @@ class Sender:
         buffer, a paused link) takes no more now and the rest stay with the
         caller, as a NIC's frames wait in its queues; only the headers are
         rewritten per frame (``FrameTemplate.fill_packet``).  One process serving
-        many NICs must not block on one of them (``traffic.job``)."""
+        many NICs must not block on one of them (``traffic.jobs.job``)."""
         slots, iov, sig = self.slots, self.iov, self._sig
         for i, (tpl, psn, flow, tag, chunk, index, count) in enumerate(packets):
             iov[i].iov_len = tpl.fill_packet(slots[i], psn, now, flow, tag, chunk, index,
@@ -350,7 +350,7 @@ def make_flows(src_mac, dst_mac, src_ip, dst_ip, qps=1, first_flow=0,
                first_qpn=0x100, frame_len=1078, dscp=26, opcode="WRITE_ONLY", qpns=None):
     """``qps`` flows of one connection: distinct QPs, hence distinct UDP sports;
     ``qpns``: the QP numbers themselves (else ``first_qpn`` and up)."""
-    from .frames import FrameTemplate
+    from traffic.roce.frames import FrameTemplate
     flows = []
     for q, qpn in enumerate(qpns or range(first_qpn, first_qpn + qps)):
         tpl = FrameTemplate(src_mac, dst_mac, src_ip, dst_ip, dst_qpn=qpn,
