@@ -1,10 +1,12 @@
 """Launcher: ``python -m controller --topology PATH [--listen 127.0.0.1:6653]
-[--unix PATH] [--tls KEY,CERT,CA] [--log-file PATH] [--failover none|controller|fast-failover]
-[--lb ecmp|flowlet|dlb|spray] [--app PATH.py ...]``.
+[--unix PATH] [--tls KEY,CERT,CA] [--log-file PATH] [--app PATH.py ...]``.
 
 Logs ``controller listening on HOST:PORT`` once the OpenFlow listener is up
 (the ready signal), exits 0 on SIGTERM, exits 1 on a handler exception
 (``CONTROLLER-EXCEPTION``) and 2 on a bad command line or topology.
+The run's modes (load balancing, failover, routing, BFD hold-down) are the
+topology document's ``modes`` block (controller.topology.Modes), so the
+document is the controller's whole configuration, as Faucet's FAUCET_CONFIG.
 ``--app`` runs the given os-ken app file(s) instead of ours; the topology path
 reaches them in the environment variable FABRIC_TOPOLOGY.  Apps written for
 Ryu run unchanged (``controller.ryu_compat``); an app importing something
@@ -17,6 +19,7 @@ import os
 import socket
 import sys
 
+from .damping import parse_holddown
 from .topology import TopologyError, load
 
 
@@ -59,19 +62,6 @@ def main(argv=None):
                          "and only switches whose certificate CA signed (a multi-server run)")
     ap.add_argument("--log-file", help="also log to this file")
     ap.add_argument("--app", action="append", help="run this os-ken app file instead of ours")
-    ap.add_argument("--failover", choices=("none", "controller", "fast-failover"),
-                    default=os.environ.get("FABRIC_FAILOVER") or "fast-failover",
-                    help="repair mode (default: $FABRIC_FAILOVER, else fast-failover)")
-    ap.add_argument("--lb", default=os.environ.get("FABRIC_LB") or "ecmp",
-                    help="load balancing: ecmp, flowlet, dlb or spray "
-                         "(default: $FABRIC_LB, else ecmp)")
-    ap.add_argument("--routing", default=os.environ.get("FABRIC_ROUTING") or "minimal",
-                    help="a dragonfly's routing: minimal, valiant, ugal or ugal-l (default: "
-                         "$FABRIC_ROUTING, else minimal; controller/dragonfly.py)")
-    ap.add_argument("--bfd-holddown", default=os.environ.get("FABRIC_BFD_HOLDDOWN") or "0",
-                    metavar="BASE:MAX|0",
-                    help="hold a port whose BFD session failed down for BASE s after it "
-                         "comes back, doubling per flap up to MAX s (0, the default: off; drill --bfd uses 3:30)")
     ap.add_argument("--debug", action="store_true", help="debug logging")
     args = ap.parse_args(argv)
     tls = tuple(args.tls.split(",")) if args.tls else None
@@ -79,42 +69,25 @@ def main(argv=None):
         ap.error(f"--tls {args.tls!r}: give KEY,CERT,CA, three existing files")
     if args.listen[0] != "127.0.0.1" and not tls:
         ap.error("the controller listens on 127.0.0.1 only, unless with --tls")
-    from .damping import parse_holddown
-    try:
-        parse_holddown(args.bfd_holddown)
-    except ValueError as e:
-        ap.error(str(e))
-    if args.failover not in ("none", "controller", "fast-failover"):   # a bad $FABRIC_FAILOVER
-        ap.error(f"--failover {args.failover!r}: use none, controller or fast-failover")
-    from .lb import MODES
-    if args.lb not in MODES:
-        ap.error(f"--lb {args.lb!r}: use {', '.join(MODES)}")
-    from .dragonfly import MODES as ROUTINGS
-    if args.routing not in ROUTINGS:
-        ap.error(f"--routing {args.routing!r}: use {', '.join(ROUTINGS)}")
-
     handlers = [logging.StreamHandler(sys.stderr)]
     if args.log_file:
         handlers.append(logging.FileHandler(args.log_file))
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, handlers=handlers,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        load(args.topology)
-    except TopologyError as e:
-        logging.getLogger("controller").error("bad topology: %s", e)
+        topo = load(args.topology)
+        parse_holddown(topo.modes.bfd_holddown)
+    except (TopologyError, ValueError) as e:
+        logging.getLogger(__package__).error("bad topology: %s", e)
         return 2
     # Process start-up: the os-ken app (ours, or a user's) is instantiated by
     # os-ken's app manager and reads its configuration here.
     os.environ["FABRIC_TOPOLOGY"] = os.path.abspath(args.topology)
-    os.environ["FABRIC_FAILOVER"] = args.failover
-    os.environ["FABRIC_LB"] = args.lb
-    os.environ["FABRIC_ROUTING"] = args.routing
-    os.environ["FABRIC_BFD_HOLDDOWN"] = args.bfd_holddown
     if args.app:
         problems = app_problems(args.app)
         if problems:
             for p in problems:
-                logging.getLogger("controller").error("app: %s", p)
+                logging.getLogger(__package__).error("app: %s", p)
             return 2
         from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
         ryu_compat.install()

@@ -29,6 +29,8 @@ the route falls back to the plain shortest path over the live graph.
 
 from collections import deque
 
+from lab.modes import Routing
+
 
 def grouping(topo):
     """{dpid: group} when ``topo`` is a dragonfly, else None."""
@@ -141,8 +143,6 @@ def global_hops(topo, routes, group, src, ip, limit=16):
 # (1050/1100), whose ``in_port, eth_dst`` matches must not catch a phase-1
 # frame passing through.
 
-MODES = ("minimal", "valiant", "ugal", "ugal-l")
-UGAL = ("ugal", "ugal-l")     # decided per flowlet by the routers' data plane (emulator)
 PRIO_TRANSIT = 1200          # eth_src=phase-1 stamp of group k -> toward group k
 PRIO_SOURCE = 1210           # in_port=<host port>, ipv4_dst -> the Valiant select group
 PRIO_PHASE = 1220            # in group k: eth_src=stamp k, ipv4_dst -> phase 2, minimal route
@@ -150,20 +150,9 @@ PRIO_UTURN = 1230            # ... and in_port=<global link to the destination's
 VALIANT_GROUP_BASE = 1 << 28  # below FF_GROUP_BASE (1 << 30), above the route groups' slots
 
 
-ROUTING_ENV = "FABRIC_ROUTING"
-
-
-def mode_from_env(env=None):
-    """The mode named by $FABRIC_ROUTING (default minimal); ValueError if unknown."""
-    import os
-    env = os.environ if env is None else env
-    return check_mode(env.get(ROUTING_ENV) or "minimal")
-
-
 def check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"routing mode {mode!r}: use one of {', '.join(MODES)}")
-    return mode
+    """The Routing member named ``mode``; ValueError naming the choices otherwise."""
+    return Routing.parse(mode, "routing mode")
 
 
 def marker(k, phase):
@@ -278,6 +267,6 @@ def valiant(topo, live, desired, adj=None, sources=True):
 def augment(topo, live, desired, mode):
     """``desired`` with the routing ``mode``'s additions (minimal: none; UGAL: the
     Valiant flows past the source, whose choice the data plane makes and stamps)."""
-    if mode in UGAL:
+    if check_mode(mode).adaptive:
         return valiant(topo, live, desired, sources=False)
-    return valiant(topo, live, desired) if mode == "valiant" else desired
+    return valiant(topo, live, desired) if mode == Routing.VALIANT else desired

@@ -4,7 +4,7 @@ import functools
 import logging
 import os
 
-LOG = logging.getLogger("controller")
+LOG = logging.getLogger(__package__)
 
 
 class _OfctlStrayReplies(logging.Filter):

@@ -20,7 +20,7 @@ from os_ken.lib import hub
 from . import topology as topology_mod
 from .handlers import fatal
 
-LOG = logging.getLogger("controller")
+LOG = logging.getLogger(__package__)
 APP = "controller.osken_app"
 
 

@@ -2,8 +2,8 @@
 
 No os-ken, no I/O, the clock is passed in: every decision is unit-tested
 against a fake topology and fake load (tests/unit/test_lb_policy.py).
-The mode comes from ``FABRIC_LB`` (``ecmp|flowlet|controller-dlb|dlb|packet|spray``,
-default ecmp); docs/load-balancing.md explains the designs and their limits.
+The mode is the topology document's ``modes.lb`` (lab.modes.LB, default ecmp);
+docs/load-balancing.md explains the designs and their limits.
 
 * ``ecmp``  -- the routing policy's select groups hash ip_src, ip_dst,
   udp_src, udp_dst (controller.policy): nothing added here.
@@ -46,19 +46,15 @@ entries around as long; the policy keeps its own table in step).
 """
 
 import json
-import os
 import struct
 from dataclasses import dataclass, field
+
+from lab.modes import LB
 
 from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
 from .groups import FF_GROUP_BASE
 from .policy import PRIO_IPV4, next_hops
 
-MODES = ("ecmp", "flowlet", "controller-dlb", "dlb", "packet", "spray")
-LB_ENV = "FABRIC_LB"
-DEFAULT_MODE = "ecmp"
-REACTIVE = ("flowlet", "controller-dlb")   # modes that place flows from the controller
-ADAPTIVE = ("dlb", "packet")         # modes the switches' data plane decides
 PRIO_AR = PRIO_IPV4 + 2              # a marked frame -> the port its mark names
 MARK_BASE = 32                       # a port's mark: DSCP MARK_BASE + port (1-31)
 PRIO_LB_LEARN = PRIO_IPV4 + 1        # route copy + packet-in of RoCE packets
@@ -78,15 +74,8 @@ HOLD_S = 0.5          # a moved flow stays put this long
 
 
 def check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"load-balancing mode {mode!r}: use one of {', '.join(MODES)}")
-    return mode
-
-
-def mode_from_env(env=None):
-    """The mode named by $FABRIC_LB (default ecmp); ValueError if unknown."""
-    env = os.environ if env is None else env
-    return check_mode(env.get(LB_ENV) or DEFAULT_MODE)
+    """The LB member named ``mode``; ValueError naming the choices otherwise."""
+    return LB.parse(mode, "load-balancing mode")
 
 
 def port_rates(topology_path):
@@ -115,10 +104,10 @@ def adaptive_flows(topo, state):
 def augment(topo, desired, mode):
     """``desired`` ({dpid: SwitchState}) plus the learn flows of a reactive mode,
     or the mark flows of an adaptive one."""
-    if mode in ADAPTIVE:
+    if check_mode(mode).adaptive:
         return {dpid: SwitchState(st.flows | adaptive_flows(topo, st), st.groups)
                 for dpid, st in desired.items()}
-    if mode not in REACTIVE:
+    if not check_mode(mode).reactive:
         return desired
     out = {}
     for sw in topo.switches:
@@ -175,7 +164,7 @@ class Placed:
 class Balancer:
     """State of the reactive modes: placed flows and measured link load."""
 
-    def __init__(self, topo, mode=DEFAULT_MODE, rates=None, live=None):
+    def __init__(self, topo, mode=LB.default(), rates=None, live=None):
         self.topo = topo
         self.mode = check_mode(mode)
         self.rates = dict(rates or {})
@@ -187,7 +176,7 @@ class Balancer:
 
     @property
     def reactive(self):
-        return self.mode in REACTIVE
+        return self.mode.reactive
 
     def set_routes(self, live):
         self.routes = next_hops(self.topo, frozenset(live))
@@ -286,7 +275,7 @@ class Balancer:
                 del self.flows[key]
                 out.append((f.dpid, FlowMod(0, PRIO_LB_FLOW, flow_match(*key), (), COOKIE_LB,
                                             "delete")))
-        if self.mode == "controller-dlb":
+        if self.mode == LB.CONTROLLER_DLB:
             out += self.rebalance(now)
         return out
 

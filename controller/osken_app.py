@@ -33,16 +33,17 @@ pad(4) method[16] param(8) then OXM TLVs whose values are all-ones masks.
 
 Handler exceptions are fatal (``CONTROLLER-EXCEPTION`` then exit 1);
 OpenFlow errors from a switch are logged with ``OFP-ERROR``.
-The topology path comes from the environment variable FABRIC_TOPOLOGY, the
-failover mode (``none|controller|fast-failover``, default fast-failover)
-from FABRIC_FAILOVER. In mode ``none`` port status is logged and ignored and
-every port counts as live: nothing reroutes (docs/failover.md).
-The load-balancing mode (``ecmp|flowlet|dlb|spray``, controller/lb.py,
-docs/load-balancing.md) comes from FABRIC_LB, a dragonfly's routing from FABRIC_ROUTING.
-A port whose BFD session failed (LIVE cleared, carrier up) is held down after
-it comes back (controller/damping.py); FABRIC_BFD_HOLDDOWN is ``BASE:MAX`` in
-seconds (default ``0``: off; ``drill --bfd`` asks for 3:30). The expiry of a hold-down reaches
-the app as an event, so it is handled in order with the switches' messages.
+The topology document's path comes from the environment variable
+FABRIC_TOPOLOGY, and the run's modes from its ``modes`` block
+(controller.topology.Modes; names in lab.modes): the failover mode (default
+fast-failover; under ``none`` port status is logged and ignored and every port
+counts as live: nothing reroutes, docs/failover.md), the load-balancing mode
+(controller/lb.py, docs/load-balancing.md), a dragonfly's routing, and the
+BFD hold-down: a port whose BFD session failed (LIVE cleared, carrier up) is
+held down after it comes back (controller/damping.py), ``BASE:MAX`` in
+seconds (default ``0``: off; ``drill --bfd`` asks for 3:30). The expiry of a
+hold-down reaches the app as an event, so it is handled in order with the
+switches' messages.
 """
 
 import itertools
@@ -61,20 +62,18 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
+from lab.modes import Failover
+
 from . import damping, dragonfly, lb, policy
 from .handlers import _die, fatal
 from . import topology as topology_mod
 from .messages import SwitchState
 from .ofcodec import encode, port_is_live, read_ports, read_tables, to_osken, wire
 
-LOG = logging.getLogger("controller")
+LOG = logging.getLogger(__package__)
 
 
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
-FAILOVER_ENV = "FABRIC_FAILOVER"
-HOLDDOWN_ENV = "FABRIC_BFD_HOLDDOWN"
-DEFAULT_HOLDDOWN = "0"          # off: runs without BFD are never damped
-DEFAULT_FAILOVER = "fast-failover"
 EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
 BUNDLE_MIN = 64               # a switch's diff this long goes as one bundle
 RESYNC_PARALLEL = 8           # switches resynced at once
@@ -107,8 +106,9 @@ class FabricController(app_manager.OSKenApp):
         if not path:
             raise RuntimeError(f"{TOPOLOGY_ENV} is not set: no topology to load")
         self.topo = topology_mod.load(path)
-        self.failover = policy.check_mode(os.environ.get(FAILOVER_ENV) or DEFAULT_FAILOVER)
-        self.routing = dragonfly.mode_from_env()       # $FABRIC_ROUTING (a dragonfly's)
+        modes = self.topo.modes                # the document's modes block
+        self.failover = modes.failover
+        self.routing = modes.routing                   # a dragonfly's (controller/dragonfly.py)
         self.all_ports = self.topo.all_ports()
         self.down = set()          # (dpid, port) a switch reported down
         self._desired_for = {}     # live -> desired state: the last computed
@@ -120,11 +120,11 @@ class FabricController(app_manager.OSKenApp):
         self._sends = itertools.count()
         self.ofp_errors = 0
         self._deferred = []        # port events waiting for the burst's last one to push
-        self.holddown = damping.parse_holddown(os.environ.get(HOLDDOWN_ENV) or DEFAULT_HOLDDOWN)
+        self.holddown = damping.parse_holddown(modes.bfd_holddown)   # "0": off
         self._holddown_timer = None
         LOG.info("topology %s: %d switches, %d host ports; failover %s", self.topo.name,
                  len(self.topo.switches), len(self.topo.host_ports), self.failover)
-        self.lb = lb.Balancer(self.topo, lb.mode_from_env(), lb.port_rates(path))
+        self.lb = lb.Balancer(self.topo, modes.lb, lb.port_rates(path))
         LOG.info("load balancing %s; routing %s", self.lb.mode, self.routing)
         if self.lb.reactive:
             hub.spawn(self._lb_poll)
@@ -140,7 +140,7 @@ class FabricController(app_manager.OSKenApp):
                 encode(msg)
 
     def live(self):
-        if self.failover == "none":
+        if self.failover == Failover.NONE:
             return self.all_ports        # mode none: liveness is ignored
         return self.all_ports - self.down
 
@@ -329,7 +329,7 @@ class FabricController(app_manager.OSKenApp):
             LOG.info("port %016x:%d %s%s", *key, "up" if up else "down",
                      " (liveness: BFD)" if gray else "")
             with self._mutex:
-                if self.failover == "none":
+                if self.failover == Failover.NONE:
                     if up != (key not in self.down):     # recorded, never acted on
                         (self.down.discard if up else self.down.add)(key)
                 elif self.holddown.event(key, up, gray, t0) is None and up \

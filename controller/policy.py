@@ -52,6 +52,8 @@ Failover modes (``failover=``, see docs/failover.md):
 import functools
 from collections import Counter, deque
 
+from lab.modes import Failover
+
 from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
 from . import dragonfly
 from .topology import NIC
@@ -59,8 +61,7 @@ from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
                        OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Output, SetField,
                        SwitchState, match)
 
-MODES = ("none", "controller", "fast-failover")
-DEFAULT_MODE = "controller"
+DEFAULT_MODE = Failover.default()
 PRIO_REPAIR = 1100
 PRIO_REPAIR_ANY = 1050       # a port's folded repair flow: below its exceptions, above routes
 FOLD_SAVES = 16              # fold a port's repair flows when that saves this many
@@ -294,7 +295,7 @@ def _switch_state(topo, sw, routes, failover=DEFAULT_MODE, backups=None, repairs
     backups = backups or {}
     repairs = repairs or {}
     # Without watch ports a select group keeps hashing onto a dead port: mode none.
-    groups = SwitchGroups(slots or Slots(topo), sw, watch=failover != "none")
+    groups = SwitchGroups(slots or Slots(topo), sw, watch=failover != Failover.NONE)
     route_acts = {}
     for ip, ports in routes.items():
         if not ports:
@@ -327,9 +328,8 @@ def arp_responders(topo):
 
 
 def check_mode(failover):
-    if failover not in MODES:
-        raise ValueError(f"failover mode {failover!r}: use one of {', '.join(MODES)}")
-    return failover
+    """The Failover member named ``failover``; ValueError naming the choices otherwise."""
+    return Failover.parse(failover, "failover mode")
 
 
 def _plan(topo, live, failover):
@@ -337,11 +337,11 @@ def _plan(topo, live, failover):
     every_hop = next_hops(topo, live)
     routes, standby = standby_split(topo, every_hop, next_hops(topo, live, active_only=True))
     backups = repairs = {}
-    if failover == "fast-failover":
+    if failover == Failover.FAST_FAILOVER:
         # bounces may use standby links: they are repair paths too
         backups, repairs = repair_plan(topo, live, every_hop, used=routes)
         standby_landing(topo, every_hop, routes, repairs)
-    if failover != "none":
+    if failover != Failover.NONE:
         backups = merge_standby(backups, standby)
     return routes, backups, repairs
 

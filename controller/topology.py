@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from lab.modes import LB, Failover, Routing
+
 SCHEMA_VERSION = 1
 
 
@@ -79,6 +81,33 @@ class Link:
     b_port: int
 
 
+@dataclass(frozen=True)
+class Modes:
+    """The run's modes the controller acts on: the document's ``modes`` block."""
+    lb: LB = LB.default()
+    failover: Failover = Failover.default()
+    routing: Routing = Routing.default()
+    bfd_holddown: str = "0"      # BASE:MAX s, or 0: off (controller/damping.py)
+
+
+def modes_of(doc):
+    """``Modes`` of a topology document's ``modes`` block (defaults where it has none)."""
+    given = doc.get("modes") or {}
+    if not isinstance(given, dict):
+        raise TopologyError("modes: expected a mapping of lb, failover, routing, bfd_holddown")
+    unknown = sorted(set(given) - {"lb", "failover", "routing", "bfd_holddown"})
+    if unknown:
+        raise TopologyError(f"modes: unknown key(s) {', '.join(unknown)}")
+    try:
+        return Modes(LB.parse(given.get("lb") or LB.default(), "modes.lb"),
+                     Failover.parse(given.get("failover") or Failover.default(),
+                                    "modes.failover"),
+                     Routing.parse(given.get("routing") or Routing.default(), "modes.routing"),
+                     str(given.get("bfd_holddown") or "0"))
+    except ValueError as e:
+        raise TopologyError(str(e)) from None
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     name: str
@@ -89,6 +118,7 @@ class Topology:
     by_dpid: types.MappingProxyType
     by_name: types.MappingProxyType
     graph: nx.MultiGraph      # frozen
+    modes: Modes = Modes()    # the run's modes (the ``modes`` block)
 
     def all_ports(self):
         """Every (dpid, port) of every switch."""
@@ -174,7 +204,7 @@ def from_dict(doc):
     return Topology(doc.get("fabric", ""), str(subnet), tuple(switches), tuple(host_ports),
                     tuple(sorted(links, key=lambda lk: (lk.a_dpid, lk.a_port))),
                     types.MappingProxyType(by_dpid), types.MappingProxyType(by_name),
-                    nx.freeze(graph))
+                    nx.freeze(graph), modes_of(doc))
 
 
 def load(path):

@@ -23,10 +23,11 @@ import time
 from emulator.fabric import addressing
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import instances as ovs_instances
-from emulator.dataplane.observe import logs
-from emulator.fabric import spec
+from emulator.dataplane.observe import logs, run_yaml
+from emulator.fabric import spec, switch_agent
+from emulator.fabric.runspec import RunSpec
 from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
-from emulator.errors import EnvironmentProblem, RunFailed
+from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
 from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
@@ -76,63 +77,88 @@ def write_json(path, data):
 # (run tag, problems in its logs) of every Session closed in this process:
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
-ADAPTIVE_LB = ("dlb", "packet")       # --lb modes the switches' data plane decides
-UGAL_ROUTING = ("ugal", "ugal-l")      # --routing modes the routers' data plane decides
+
+
+# Session's keyword form (docs/controller-apps.md: a user's own tests) -> RunSpec fields
+LEGACY = {"results_base": "results", "datapath_request": "datapath", "seed": "hash_seed",
+          "holddown": "bfd_holddown"}
+
+
+def spec_of(fabric, **kw):
+    """The RunSpec of ``Session(fabric, results_base=..., controller=..., ...)``, the keyword
+    form users' tests write; ``ecn`` may be an ``Ecn``, ``switch_agent`` a model, and
+    ``layout`` the datapath layout (it becomes the fabric's)."""
+    import dataclasses
+    values = {LEGACY.get(k, k): v for k, v in kw.items()}
+    e = values.pop("ecn", None)
+    if e is not None and not isinstance(e, str):
+        values.update(ecn=e.spec(), ecn_at=e.at)
+    elif e is not None:
+        values["ecn"] = e
+    layout = values.pop("layout", None)
+    if layout is not None:
+        fabric = dataclasses.replace(fabric, layout=layout)
+    agent = values.get("switch_agent")
+    if agent is not None and not isinstance(agent, str):
+        fabric = dataclasses.replace(fabric, switch_agent=switch_agent.fleet(agent))
+        values.pop("switch_agent")
+    return RunSpec(fabric=fabric, **values)
 
 
 class Session:
     """A built fabric with its controller: the context of run, drills, tests.
 
-    ``with Session(fabric, ...) as s:`` builds everything and waits for
-    reachability; leaving the block (normally, on an exception or a signal)
-    tears it all down.
+    ``with Session(spec) as s:`` builds everything ``spec`` (a RunSpec) asks for and
+    waits for reachability; leaving the block (normally, on an exception or a
+    signal) tears it all down.  ``Session(fabric, controller=..., ...)``, the
+    keyword form, builds the RunSpec from its keywords (``spec_of``).
     """
 
-    def __init__(self, fabric, results_base="results", controller="builtin",
-                 datapath_request="auto", seed=None, queue_ms=DEFAULT_QUEUE_MS, shape=True,
-                 reach_timeout=90.0, progress=None, mtu=ROCE_MTU, lb="ecmp",
-                 failover="fast-failover", capture=None, telemetry=None, ecn=None,
-                 holddown=None, layout=None, flowlet_frames=None, switch_agent=None,
-                 routing="minimal"):
-        self.fabric = fabric
-        self.routing = routing           # a dragonfly's routing: minimal | valiant | ugal | ugal-l
+    def __init__(self, spec, progress=None, **kw):
+        if not isinstance(spec, RunSpec):
+            spec = spec_of(spec, **kw)
+        elif kw:
+            raise TypeError(f"Session(spec) takes no settings besides the spec: {sorted(kw)}")
+        self.spec = spec
+        fabric = self.fabric = spec.fabric
+        self.routing = spec.routing       # a dragonfly's routing: minimal | valiant | ugal ...
         cl = fabric.cluster               # fabric.cluster.Cluster: on several servers, or None
         self.servers = cl.servers if cl else ()
         self.ssh_config = cl.ssh_config if cl else None
         self.placement = cl.placement if cl else "auto"
-        from emulator.fabric.switch_agent import proxied   # a Fleet, or None: all ideal
-        self.switch_agent = proxied(switch_agent)
+        self.switch_agent = switch_agent.proxied(   # a Fleet, or None: all ideal
+            switch_agent.for_run(spec.switch_agent, fabric, spec.controller))
         self.agent = None                 # its proxy (dataplane.ovs.agent_proxy), if any
-        self.layout = layout             # datapath instances (fabric.layout); None: the fabric's
+        self.layout = None                # datapath instances: the fabric's (fabric.layout)
         self.watch = None
-        self.holddown = holddown         # the controller's BFD hold-down, BASE:MAX s
-        self.lb = lb                     # the controller's load balancing (controller/lb.py)
-        self.flowlet_frames = flowlet_frames   # --lb dlb's flowlet timer (dataplane.adaptive)
-        if lb in ADAPTIVE_LB and self.servers:
-            from emulator.errors import ConfigError
-            raise ConfigError("--lb", f"{lb} (adaptive routing in the switches' data plane) "
-                                      "runs on one machine: leave out servers: or use "
+        self.holddown = spec.bfd_holddown  # the controller's BFD hold-down, BASE:MAX s
+        self.lb = spec.lb                 # the controller's load balancing (controller/lb.py)
+        self.flowlet_frames = spec.flowlet_frames   # --lb dlb's flowlet timer
+        if spec.lb.adaptive and self.servers:
+            raise ConfigError("--lb", f"{spec.lb} (adaptive routing in the switches' data "
+                                      "plane) runs on one machine: leave out servers: or use "
                                       "--lb controller-dlb")
         self.adaptive = None             # --lb dlb|packet: the switches' own stage
-        if routing in UGAL_ROUTING:
+        if spec.routing.adaptive:
             from emulator.dataplane.adaptive.ugal_stage import check_session
-            check_session(routing, lb in ADAPTIVE_LB, self.servers)
-        self.failover = failover         # none | controller | fast-failover
-        self.results_base = results_base
-        self.controller_spec = controller
-        self.datapath_request = datapath_request
-        self.seed = seed
-        self.queue_ms = queue_ms
-        self.mtu = mtu                   # RoCE path MTU; interfaces get shaping.link_mtu
-        self.shape = shape
-        self.capture_text = capture       # --capture NODE[:PORT][,...] (dataplane.observe.capture)
+            check_session(spec.routing, spec.lb.adaptive, self.servers)
+        self.failover = spec.failover    # none | controller | fast-failover
+        self.results_base = spec.results
+        self.controller_spec = spec.controller
+        self.datapath_request = spec.datapath
+        self.seed = spec.hash_seed
+        self.queue_ms = spec.queue_ms
+        self.mtu = spec.mtu              # RoCE path MTU; interfaces get shaping.link_mtu
+        self.shape = spec.shape
+        self.capture_text = spec.capture  # --capture NODE[:PORT][,...] (dataplane.observe.capture)
         self.capture = None
-        self.telemetry_port = telemetry   # serve /metrics on 127.0.0.1 (observe.telemetry)
+        self.telemetry_port = spec.telemetry   # serve /metrics on 127.0.0.1 (observe.telemetry)
         self.telemetry = None
         self.impairer = None              # the fabric file's loss:/state: (dataplane.links.impair)
-        self.ecn = ecn                    # marking thresholds (dataplane.lossless.ecn.Ecn) or None
+        from emulator.dataplane.lossless import ecn
+        self.ecn = ecn.parse(spec.ecn, at=spec.ecn_at)   # marking thresholds (Ecn) or None
         self.marker = None
-        self.reach_timeout = reach_timeout
+        self.reach_timeout = spec.reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
         self.results = {}
@@ -189,7 +215,9 @@ class Session:
         self.dir = make_results_dir(self.results_base, self.state.tag)
         self.state.record("results", self.dir)
         self.topology_path = os.path.join(self.dir, "topology.json")
+        self.topo["modes"] = self.modes()       # the controller's configuration
         write_json(self.topology_path, self.topo)
+        run_yaml.write(self.dir, self.spec, self.state.tag)
         with open(os.path.join(self.dir, "fabric.yaml"), "w") as f:
             f.write(spec.dump(self.fabric))
         self.results.update({
@@ -235,7 +263,7 @@ class Session:
             from emulator.dataplane.lossless.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
                 .for_session(self)
-        if self.lb in ADAPTIVE_LB or self.routing in UGAL_ROUTING:
+        if self.spec.adaptive:
             from emulator.dataplane.adaptive.ugal_stage import stage_for
             self.adaptive = stage_for(self)
         t1 = time.monotonic()
@@ -340,6 +368,11 @@ class Session:
                            and e.get("t_event", 0) >= t0) >= downs
             wait_until(converged, 20, "the controller to route around the links set down")
 
+    def modes(self):
+        """The ``modes`` block of topology.json: what the controller acts on."""
+        return {"lb": str(self.lb), "failover": str(self.failover),
+                "routing": str(self.routing), "bfd_holddown": self.holddown or "0"}
+
     def app_path(self):
         """The controller app file of ``--controller app:PATH``, or None (ours)."""
         spec_ = self.controller_spec
@@ -370,8 +403,7 @@ class Session:
         app = self.app_path()
         self.controller = Controller(self.topology_path,
                                      os.path.join(self.dir, "controller.log"), app=app,
-                                     lb=self.lb, failover=self.failover, env=self.child_env(),
-                                     holddown=self.holddown, unix=unix, routing=self.routing)
+                                     env=self.child_env(), unix=unix)
         self.state.record("controller", self.controller.argv)
         self.progress(f"starting controller on 127.0.0.1:{self.controller.port}")
         self.controller.start()

@@ -194,6 +194,22 @@ def fleet(x):
     return x if isinstance(x, Fleet) else Fleet(default=x)
 
 
+def for_run(text, fabric, controller="builtin"):
+    """The switches' models of a run (a Fleet): ``text`` (``--switch-agent``) for every
+    switch when given, else the fabric file's ``switch_agent:``; None when all are
+    ideal.  ConfigError where a model cannot run (several servers, a remote
+    controller)."""
+    params = fleet(parse(text)) if text is not None else fabric.switch_agent
+    if params is not None and params.ideal:
+        params = None
+    if params is not None and fabric.cluster is not None:
+        raise ConfigError("--switch-agent", "runs on one machine only: not with --servers")
+    if params is not None and str(controller).startswith("remote:"):
+        raise ConfigError("--switch-agent", "not with --controller remote: (the switches "
+                                            "connect to your controller directly)")
+    return params
+
+
 def proxied(x):
     """``fleet(x)``, or None where every switch is ideal (nothing to proxy)."""
     f = None if x is None else fleet(x)

@@ -2,6 +2,7 @@
 no configuration through os.environ outside process start-up (reads the source)."""
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -9,25 +10,27 @@ import pytest
 from tests.conftest import REPO
 
 ROOT = Path(REPO)
-PACKAGES = ("emulator", "controller", "traffic")
+PACKAGES = ("lab", "emulator", "controller", "traffic")
 # Lowest first; a module may import its own layer and the layers before it.
-LAYERS = ["traffic", "controller", "emulator.errors", "emulator.fabric",
+LAYERS = ["lab", "traffic", "controller", "emulator.errors", "emulator.fabric",
           "emulator.dataplane", "emulator.report", "emulator.experiments", "emulator.__main__"]
 # What each layer may import besides itself (the order alone is not the rule:
 # controller and traffic are separate programs that never import each other's
 # parents).
 ALLOWED = {
-    "traffic": set(),
-    "controller": set(),
+    "lab": set(),
+    "traffic": {"lab"},
+    "controller": {"lab"},
     "emulator.errors": set(),
-    "emulator.fabric": {"emulator.errors"},
-    "emulator.dataplane": {"emulator.errors", "emulator.fabric", "traffic"},
-    "emulator.report": {"emulator.errors", "emulator.fabric"},
-    "emulator.experiments": {"emulator.errors", "emulator.fabric", "emulator.dataplane",
+    "emulator.fabric": {"lab", "emulator.errors"},
+    "emulator.dataplane": {"lab", "emulator.errors", "emulator.fabric", "traffic"},
+    "emulator.report": {"lab", "emulator.errors", "emulator.fabric"},
+    "emulator.experiments": {"lab", "emulator.errors", "emulator.fabric", "emulator.dataplane",
                              "emulator.report", "traffic"},
     "emulator.__main__": set(LAYERS),
 }
-MAX_LINES = 450
+WARN_LINES = 450      # a module this long is worth a look: split where the concept splits
+MAX_LINES = 600       # ... and one this long must be split
 # process start-up: the only places that may set environment variables
 ENV_WRITERS_ALLOWED = {("controller/__main__.py", "main")}
 
@@ -150,7 +153,10 @@ def test_every_module_has_a_layer():
 @pytest.mark.parametrize("name,path", list(modules()))
 def test_modules_stay_readable(name, path):
     n = len(path.read_text().splitlines())
-    assert n <= MAX_LINES, f"{path.relative_to(ROOT)}: {n} lines; split it along a seam"
+    assert n <= MAX_LINES, f"{path.relative_to(ROOT)}: {n} lines; split it where its concept splits"
+    if n > WARN_LINES:
+        warnings.warn(f"{path.relative_to(ROOT)}: {n} lines (over {WARN_LINES}): does it hold "
+                      "one concept?")
 
 
 def env_writes(tree):

@@ -44,9 +44,8 @@ def app(tmp_path, monkeypatch):
     doc = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "3",
                                                        "hosts_per_leaf": "2"}), "ab12")
     path = tmp_path / "topology.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(dict(doc, modes={"failover": "fast-failover"})))
     monkeypatch.setenv(osken_app.TOPOLOGY_ENV, str(path))
-    monkeypatch.setenv(osken_app.FAILOVER_ENV, "fast-failover")
     deaths = []
     monkeypatch.setattr(osken_app, "_die", deaths.append)
     monkeypatch.setattr(handlers, "_die", deaths.append)

@@ -64,7 +64,7 @@ def roundtrip_group(gm):
 
 def test_group_roundtrip_through_os_ken():
     topo = topology.from_dict(addressing.plan(presets.build("leaf-spine"), "ab12"))
-    groups = policy.desired_state(topo, topo.all_ports())[0x10001].groups
+    groups = policy.desired_state(topo, topo.all_ports(), "controller")[0x10001].groups
     assert len(groups) == 3                       # one per remote leaf
     for gm in groups:
         assert len(gm.buckets) == 4
@@ -73,7 +73,7 @@ def test_group_roundtrip_through_os_ken():
 
 def test_flows_roundtrip_through_os_ken():
     topo = topology.from_dict(addressing.plan(presets.build("leaf-spine"), "ab12"))
-    flows = policy.desired_state(topo, topo.all_ports())[0x10001].flows
+    flows = policy.desired_state(topo, topo.all_ports(), "controller")[0x10001].flows
     for fm in flows:
         m = oa.to_osken(FakeDatapath(), fm)
         assert len(wire(m)) > 48

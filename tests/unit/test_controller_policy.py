@@ -22,7 +22,7 @@ def topo():
 def build_fabric(topo, live=None):
     live = topo.all_ports() if live is None else frozenset(live)
     fab = FakeFabric(topo, live)
-    fab.apply({dpid: policy.install(st) for dpid, st in policy.desired_state(topo, live).items()})
+    fab.apply({dpid: policy.install(st) for dpid, st in policy.desired_state(topo, live, "controller").items()})
     return fab
 
 
@@ -74,7 +74,7 @@ def test_every_host_reaches_every_host_on_shortest_paths(topo):
 
 
 def test_ecmp_groups_hold_exactly_the_equal_cost_ports(topo):
-    state = policy.desired_state(topo, topo.all_ports())
+    state = policy.desired_state(topo, topo.all_ports(), "controller")
     for sw in topo.switches:
         groups = {g.group_id: g for g in state[sw.dpid].groups}
         if sw.kind == "spine":
@@ -137,7 +137,7 @@ def test_no_path_uses_a_dead_port_and_all_pairs_still_shortest(topo):
     # leaf1's link to spine2 (both ends) and spine3's link to leaf4 go down
     dead = {(0x10001, 4), (0x20003, 4)}
     new_live = live - dead
-    per_switch = policy.changes(topo, live, new_live)
+    per_switch = policy.changes(topo, live, new_live, "controller")
     # leaves lose a bucket; spine2/spine3 now reach leaf1/leaf4 via another leaf
     assert set(per_switch) == {0x10001, 0x10002, 0x10003, 0x10004, 0x20002, 0x20003}
     # leaf1's ECMP groups toward the other leaves lose a bucket in place (the
@@ -161,14 +161,14 @@ def test_changes_bring_switch_to_exactly_the_desired_state(topo):
     cut = live - {(0x10002, 3), (0x20001, 2), (0x10003, 6)}
     for old, new in [(live, cut), (cut, live)]:
         fab = build_fabric(topo, old)
-        fab.apply(policy.changes(topo, old, new))
-        want = policy.desired_state(topo, new)
+        fab.apply(policy.changes(topo, old, new, "controller"))
+        want = policy.desired_state(topo, new, "controller")
         for dpid, sw in fab.switches.items():
             assert sw.state() == (want[dpid].flows, want[dpid].groups)
 
 
 def test_diff_from_switch_state_resyncs_and_keeps_unchanged_entries(topo):
-    want = policy.desired_state(topo, topo.all_ports())[0x10001]
+    want = policy.desired_state(topo, topo.all_ports(), "controller")[0x10001]
     assert policy.diff(want, want) == []
     # a switch with one stale flow, one stale group, one missing flow, one wrong group
     stale_flow = next(iter(want.flows)).as_command("add")
@@ -204,15 +204,15 @@ def test_dead_host_port_is_unreachable_and_nothing_loops(topo):
 def test_partitioned_leaf_routes_via_other_tier_lengths(topo):
     # leaf1 keeps one uplink: paths from it lose ECMP but stay shortest
     live = topo.all_ports() - {(0x10001, 3), (0x10001, 4), (0x10001, 5)}
-    st = policy.desired_state(topo, live)[0x10001]
+    st = policy.desired_state(topo, live, "controller")[0x10001]
     assert not st.groups
     fab = build_fabric(topo, live)
     assert assert_all_pairs_shortest(topo, fab, live) == 56
 
 
 def test_desired_state_is_deterministic(topo):
-    a = policy.install(policy.desired_state(topo, topo.all_ports())[0x10001])
-    b = policy.install(policy.desired_state(topo, set(topo.all_ports()))[0x10001])
+    a = policy.install(policy.desired_state(topo, topo.all_ports(), "controller")[0x10001])
+    b = policy.install(policy.desired_state(topo, set(topo.all_ports()), "controller")[0x10001])
     assert a == b and len(a) == len(set(a))
 
 
@@ -265,7 +265,7 @@ def test_three_tiers_shortest_paths_and_superspine_ecmp():
     assert hops == {5}          # leaf, spine, superspine, spine, leaf
     # pod-local spine spreads over both superspines toward the other pod
     spine1 = topo.by_name["spine1"]
-    groups = policy.desired_state(topo, live)[spine1.dpid].groups
+    groups = policy.desired_state(topo, live, "controller")[spine1.dpid].groups
     assert len(groups) == 2          # one per leaf of the other pod
     for g in groups:
         assert {topo.by_dpid[spine1.dpid].port(b.watch_port).peer for b in g.buckets} == \
@@ -273,6 +273,6 @@ def test_three_tiers_shortest_paths_and_superspine_ecmp():
     # cut superspine1 from spine3: nothing may use that link any more
     cut = live - {(topo.by_name["superspine1"].dpid,
                    next(p.port for p in topo.by_name["superspine1"].ports if p.peer == "spine3"))}
-    fab.apply(policy.changes(topo, live, cut))
+    fab.apply(policy.changes(topo, live, cut, "controller"))
     fab.set_live(cut)
     assert assert_all_pairs_shortest(topo, fab, cut) == 12

@@ -43,23 +43,27 @@ def uplinks(topo, leaf):
     return [p.port for p in topo.by_name[leaf].ports if not p.to_host]
 
 
-def test_mode_from_env():
-    assert lb.mode_from_env({}) == "ecmp"
-    assert lb.mode_from_env({"FABRIC_LB": "controller-dlb"}) == "controller-dlb"
-    with pytest.raises(ValueError, match="use one of"):
-        lb.mode_from_env({"FABRIC_LB": "wcmp"})
+def test_the_mode_comes_from_the_topology_documents_modes_block():
+    doc = addressing.plan(presets.build("leaf-spine"), "ab12")
+    assert topology.from_dict(doc).modes.lb == "ecmp"
+    assert topology.from_dict(dict(doc, modes={"lb": "controller-dlb"})).modes.lb \
+        == "controller-dlb"
+    with pytest.raises(topology.TopologyError, match="use one of"):
+        topology.from_dict(dict(doc, modes={"lb": "wcmp"}))
+    with pytest.raises(topology.TopologyError, match="unknown key"):
+        topology.from_dict(dict(doc, modes={"lbb": "ecmp"}))
 
 
 @pytest.mark.parametrize("mode", ["ecmp", "spray"])
 def test_hashing_modes_add_nothing(topo, mode):
-    desired = policy.desired_state(topo, topo.all_ports())
+    desired = policy.desired_state(topo, topo.all_ports(), "controller")
     assert lb.augment(topo, desired, mode) == desired
     bal = lb.Balancer(topo, mode)
     assert bal.packet_in(0x10001, frame(topo, "h1", "h5", 50000), 0.0) == []
 
 
 def test_learn_flows_copy_multipath_routes_on_leaves_only(topo):
-    desired = policy.desired_state(topo, topo.all_ports())
+    desired = policy.desired_state(topo, topo.all_ports(), "controller")
     out = lb.augment(topo, desired, "controller-dlb")
     leaf1, spine1 = topo.by_name["leaf1"].dpid, topo.by_name["spine1"].dpid
     learn = [f for f in out[leaf1].flows if f.priority == lb.PRIO_LB_LEARN]

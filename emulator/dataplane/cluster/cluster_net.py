@@ -353,8 +353,7 @@ def start(session, dp_type):
                              "ovs": docs[s.name]["ovs"]} for s in servers}}
     session.controller = Controller(
         session.topology_path, os.path.join(session.dir, "controller.log"),
-        app=session.app_path(), lb=session.lb, failover=session.failover,
-        env=session.child_env(), holddown=session.holddown, host=addresses[0],
+        app=session.app_path(), env=session.child_env(), host=addresses[0],
         tls=(tls["ctl-key"], tls["ctl"], tls["ca"]))
     session.state.record("controller", session.controller.argv)
     session.progress(f"starting controller on {addresses[0]}:{session.controller.port} (TLS)")

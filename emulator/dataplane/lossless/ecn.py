@@ -77,6 +77,10 @@ class Ecn:
         return [(self.kmin + span * i // STEPS, self.pmax * (i + 1) / STEPS)
                 for i in range(STEPS)] + [(self.kmax, 1.0)]
 
+    def spec(self):
+        """The thresholds as ``--ecn`` takes them back (bytes): ``K`` or ``KMIN:KMAX:PMAX``."""
+        return str(self.kmax) if self.step else f"{self.kmin}:{self.kmax}:{self.pmax:g}"
+
     def text(self):
         if self.step:
             return f"step K={self.kmax} B at {self.at}"

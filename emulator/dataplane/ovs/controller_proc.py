@@ -57,23 +57,19 @@ def wait_until(cond, timeout, what, interval=0.02):
 class Controller:
     """The project's controller as a child process on 127.0.0.1."""
 
-    def __init__(self, topology_path, log_path, app=None, lb="ecmp",
-                 failover="fast-failover", env=None, holddown=None, unix=None,
-                 host="127.0.0.1", tls=None, routing="minimal"):
-        """``host`` and ``tls`` ((key, certificate, CA) paths): a multi-server run's
-        controller, on this machine's underlay address, over TLS only."""
+    def __init__(self, topology_path, log_path, app=None, env=None, unix=None,
+                 host="127.0.0.1", tls=None):
+        """The run's modes are the topology document's ``modes`` block (the
+        controller's whole configuration); ``host`` and ``tls`` ((key, certificate,
+        CA) paths): a multi-server run's controller, on this machine's underlay
+        address, over TLS only."""
         self.port = free_port()
         self.host = host
         self.tls = tls
         self.unix = unix                 # also listening on this unix socket
         self.log_path = log_path
         argv = [sys.executable, "-m", "controller", "--topology", topology_path,
-                "--listen", f"{host}:{self.port}", "--log-file", log_path,
-                "--lb", lb, "--failover", failover]
-        if routing != "minimal":
-            argv += ["--routing", routing]          # a dragonfly's (controller/dragonfly.py)
-        if holddown is not None:
-            argv += ["--bfd-holddown", holddown]     # BASE:MAX s, controller/damping.py
+                "--listen", f"{host}:{self.port}", "--log-file", log_path]
         if app:
             argv += ["--app", app]
         if unix:
