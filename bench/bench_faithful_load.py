@@ -5,7 +5,7 @@ The default fabric (4 spines x 4 leaves x 2 hosts) with every link at
 leaf, 4 QPs per connection at half the host rate: 8 x R/2 offered in all) for
 ``--seconds``, 4 KiB RoCE frames.  A load is *faithful* when the run's own
 verdict says so: no frame lost outside a link's queue, no sender behind its
-schedule, latency within the queues (emulator/experiments/fidelity.py), and
+schedule, latency within the queues (emulator/experiments/measure/fidelity.py), and
 nothing lost at all (these links are not oversubscribed).
 
 For each aggregate load on ``--loads`` (Gbit/s), ``--repeats`` runs; a load

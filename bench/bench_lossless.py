@@ -80,7 +80,7 @@ def storms(a):
 def deadlock(a):
     sys.path.insert(0, REPO)
     from emulator.dataplane.session import Session
-    from emulator.experiments.compare.lossless_cmp import drive_deadlock
+    from emulator.experiments.compare.lossless import drive_deadlock
     from emulator.fabric import presets
     print(f"## deadlock: the route change of deadlock_plan under line-rate streams, "
           f"{a.reps} times")

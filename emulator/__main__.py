@@ -14,7 +14,7 @@ from emulator.fabric import addressing
 from emulator.fabric import presets
 from emulator.fabric import spec
 from emulator.errors import FabricError, RunFailed
-from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+from emulator.experiments.spec.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
                                           add_capture_arg,
                                           add_training_args,
                                           add_fidelity_args, add_transport_args,
@@ -108,12 +108,12 @@ def parse_controller(text):
 # the module whose ``main(fabric, args)`` runs each fabric command
 COMMANDS = {"check": "emulator.experiments.check",
             "compare": "emulator.experiments.compare.compare",
-            "compare_routing": "emulator.experiments.compare.routing_cmp",
-            "compare_rails": "emulator.experiments.compare.rails_cmp",
+            "compare_routing": "emulator.experiments.compare.routing",
+            "compare_rails": "emulator.experiments.compare.rails",
             "drill": "emulator.experiments.drill.drill",
-            "drill_collective": "emulator.experiments.drill.drill_collective",
-            "drill_training": "emulator.experiments.drill.drill_training",
-            "drill_chaos": "emulator.experiments.drill.drill_chaos",
+            "drill_collective": "emulator.experiments.drill.collective",
+            "drill_training": "emulator.experiments.drill.training",
+            "drill_chaos": "emulator.experiments.drill.chaos",
             "probe": "emulator.experiments.probe.probe"}
 
 
@@ -151,7 +151,7 @@ def build_parser():
     add_adaptive_args(g)
     g.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
-    from emulator.experiments.options import add_switch_agent_arg
+    from emulator.experiments.spec.options import add_switch_agent_arg
     add_switch_agent_arg(g)
     g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch "
@@ -233,7 +233,7 @@ def build_parser():
     add_fabric_args(p)
     drill.add_arguments(p)
     add_switch_agent_arg(p)
-    from emulator.experiments.drill import drill_chaos
+    from emulator.experiments.drill import chaos as drill_chaos
     drill_chaos.add_arguments(p)
     live.add_arguments(p)
 
@@ -257,9 +257,9 @@ def build_parser():
     add_fabric_args(p)
     compare.add_arguments(p)
     live.add_arguments(p)
-    from emulator.experiments.compare import routing_cmp
+    from emulator.experiments.compare import routing as routing_cmp
     routing_cmp.add_arguments(p)            # --routing: a dragonfly's routing modes
-    from emulator.experiments.compare import rails_cmp
+    from emulator.experiments.compare import rails as rails_cmp
     rails_cmp.add_arguments(p)              # --fabrics: rail-only vs rail-optimized
 
     from emulator.experiments.ui import cli as ui_cli

@@ -70,7 +70,7 @@ def stolen(fidelity_doc):
     CPU time meanwhile, the traffic engine was held up (``held_up``), the pause
     model (``paused_late``), or Open vSwitch's main thread long enough for BFD to
     miss its peers (``stalled_bfd``)."""
-    from emulator.experiments.fidelity import stolen_window
+    from emulator.experiments.measure.fidelity import stolen_window
     cpu = fidelity_doc["cpu"]
     clean = (fidelity_doc["verdict"] == "faithful"
              and not (fidelity_doc.get("emulation_drops") or {}).get("total"))

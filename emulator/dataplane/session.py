@@ -26,7 +26,6 @@ from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane.observe import logs, run_yaml
 from emulator.fabric import spec, switch_agent
 from emulator.fabric.runspec import RunSpec
-from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked

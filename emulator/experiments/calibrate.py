@@ -31,8 +31,8 @@ import json
 import os
 import time
 
-from emulator.experiments import budget
-from emulator.experiments.fidelity import STEAL_WARN
+from emulator.experiments.measure import budget
+from emulator.experiments.measure.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of
 from traffic.roce.frames import frame_len_for_mtu
 

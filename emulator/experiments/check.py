@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from emulator.fabric.addressing import home_leaf
 from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
-from emulator.experiments.watch import Watch
+from emulator.experiments.measure.watch import Watch
 from emulator.dataplane.observe.reach import ping_round
 
 ROCE_PORT = 4791

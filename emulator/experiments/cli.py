@@ -95,7 +95,7 @@ class FabricCLI(CLI):
     def do_flap(self, line):
         """flap LINK COUNT PERIOD: COUNT down/up cycles, e.g. flap leaf1-spine1 5 200ms"""
         def flap(args):
-            from emulator.experiments.scenario import parse_duration
+            from emulator.experiments.spec.scenario import parse_duration
             count, period = int(args[1]), parse_duration(args[2], "flap")
             self.inj.flap(args[0], count, period)
             output(f"{args[0]} flapped {count} times every {period * 1e3:g} ms; up\n")

@@ -27,7 +27,7 @@ def run(fabric, args, out=print):
         patterns.pairs_for(fabric, args.workload, args.seed)     # a fabric of groups
         sizes = collective.parse_sizes(args.sizes)[:1]
     patterns.check_routing(fabric, getattr(args, "routing", "minimal"))
-    from emulator.experiments.workloads import training
+    from emulator.experiments.training import launch as training
     path = training.workload_path(args.workload)
     job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
     host_names = {h.name for h in fabric.hosts}
@@ -36,14 +36,14 @@ def run(fabric, args, out=print):
         from emulator.errors import ConfigError
         raise ConfigError("--cli" if args.cli else "--background" if background
                           else "--workload", "runs on one machine only: not with --servers")
-    from emulator.experiments.options import check_capture, check_telemetry
+    from emulator.experiments.spec.options import check_capture, check_telemetry
     check_capture(args, fabric)
     check_telemetry(args)
-    from emulator.experiments.options import check_transport, training_cc
+    from emulator.experiments.spec.options import check_transport, training_cc
     if job is not None or args.workload in patterns.PATTERNS:
         training_cc(args, out)
     ecn = check_transport(args, fabric)
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.spec.options import switch_agent_from
     agent = switch_agent_from(args, fabric)
     require_root()
     check_dependencies()
@@ -97,7 +97,7 @@ def run(fabric, args, out=print):
 
 def warn_load(fabric, args, sizes, out):
     """Before anything is built: does the load fit this machine's measured budget?"""
-    from emulator.experiments import budget
+    from emulator.experiments.measure import budget
     from emulator.experiments.workloads import workload
     from traffic.roce.frames import frame_len_for_mtu
     topo = addressing.plan(fabric)
@@ -131,8 +131,8 @@ def _workload(session, args, sizes, out, job=None):
     from emulator.experiments.workloads import collective
     from emulator.experiments.workloads import mix
     if job is not None:
-        from emulator.experiments.options import job_seed, nic_lb, rank_transport
-        from emulator.experiments.workloads import training
+        from emulator.experiments.spec.options import job_seed, nic_lb, rank_transport
+        from emulator.experiments.training import launch as training
         seed = job_seed(getattr(args, "job_seed", None))
         t = training.run_job(session, job, dict(
             rank_transport(args), **nic_lb(args.lb), qpn_seed=seed, qps=args.qps or 1,
@@ -144,7 +144,7 @@ def _workload(session, args, sizes, out, job=None):
     from emulator.experiments.workloads import patterns
     if args.workload in patterns.PATTERNS:
         from emulator.experiments.compare.compare import ENTROPY
-        from emulator.experiments.options import job_seed, rank_transport
+        from emulator.experiments.spec.options import job_seed, rank_transport
         rep = patterns.run_pattern(session, args.workload, sizes[0], args.seed, dict(
             rank_transport(args), entropy=patterns.entropy(args.lb, args.routing, ENTROPY),
             qpn_seed=job_seed(getattr(args, "job_seed", None)), qps=args.qps or 1,
@@ -160,7 +160,7 @@ def _workload(session, args, sizes, out, job=None):
             session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
     elif sizes:
         hosts = args.hosts.split(",") if args.hosts else None
-        from emulator.experiments.options import job_seed, nic_lb, rank_transport
+        from emulator.experiments.spec.options import job_seed, nic_lb, rank_transport
         seed = job_seed(getattr(args, "job_seed", None))
         out(f"... job seed {seed} (its QP numbers; --job-seed {seed} replays them)")
         rep = collective.run_collective(

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from emulator.experiments.measure import convergence
 from emulator.experiments import check
-from emulator.experiments.drill import drill
 from emulator.fabric import presets
 from emulator.dataplane.session import Session
 from tests.conftest import REPO, unless_stolen, verdict_of
@@ -91,7 +91,7 @@ def cut_unless_stolen(s, settle, **kw):
 
 
 def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
-    r = cut_unless_stolen(ryu_app, lambda _: drill.wait_for(
+    r = cut_unless_stolen(ryu_app, lambda _: convergence.wait_for(
         lambda: check.reachability(ryu_app).ok, 30, "the fabric to be reachable again"),
         before=1.0, after=2.0)
     assert not r.ok, r.detail
@@ -107,7 +107,7 @@ def test_cut_under_static_routes_fails_the_loss_check(ryu_app):
 
 
 def test_cut_under_the_builtin_controller_passes(builtin):
-    r = cut_unless_stolen(builtin, lambda since: drill.wait_restored(
+    r = cut_unless_stolen(builtin, lambda since: convergence.wait_restored(
         builtin, builtin.failover, since, timeout=30), before=1.0, after=1.5, max_loss_ms=200)
     assert r.ok, r.detail
     assert r.data["crossing"] > 0 and r.data["worst_loss_ms"] <= 200

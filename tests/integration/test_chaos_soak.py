@@ -16,7 +16,7 @@ import sys
 import time
 
 from tests.conftest import REPO, assert_contract, emulator
-from emulator.experiments.drill import drill_chaos
+from emulator.experiments.drill import chaos as drill_chaos
 from emulator.fabric import addressing, presets
 
 SMALL = ["-p", "leaf-spine", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]

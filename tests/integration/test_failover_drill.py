@@ -13,11 +13,13 @@ import time
 
 import pytest
 
+from emulator.experiments.measure import paths as traced
+from emulator.experiments.measure import convergence
 from emulator.experiments.drill import drill
-from emulator.experiments import fidelity
+from emulator.experiments.measure import fidelity
 from emulator.fabric import presets
-from emulator.experiments import scenario
-from emulator.experiments.drill import drill_traffic
+from emulator.experiments.spec import scenario
+from emulator.experiments.drill import traffic as drill_traffic
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.observe.reach import wait_all_pairs
 from emulator.dataplane.session import Session
@@ -42,7 +44,7 @@ def session(request, tmp_path_factory):
                 failover=request.param)
     with s:
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
-        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        paths = traced.flow_paths(s, pairs, ARGS.qps)
         inj = Injector(s)
         try:
             yield request.param, s, inj, pairs, paths
@@ -56,18 +58,18 @@ def run(s, inj, pairs, paths, events, tmp_path, args=ARGS, unsent_ok=False):
     """The schedule ``events`` under the probes, judged as the drill judges it.
     ``unsent_ok``: frames the engine never sent (it fell behind its schedule) do not
     make the verdict; only frames sent and lost count (see the controller kill)."""
-    expected = drill.fault_ports(events, s.topo)
+    expected = traced.fault_ports(events, s.topo)
 
     def measure(attempt):
         if attempt:              # the ports a stall took down are routed over again first
-            drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 60,
+            convergence.wait_for(lambda: not convergence.ports_down(s.controller.converged()), 60,
                            "the controller to route over every port again")
         n0 = len(inj.events)
         t0 = time.monotonic()
         sent, recv, timelines, dur, fid = drill_traffic.repeat(
             s, inj, pairs, events, args, str(tmp_path / f"try{attempt}"))
         # as the drill judges it: BFD sessions of links no fault touched went down
-        fid = fidelity.spurious_downs(fid, drill.unexpected_downs(
+        fid = fidelity.spurious_downs(fid, traced.unexpected_downs(
             s.controller.converged() if s.controller else [], t0, expected, s.topo))
         return n0, (sent, recv, timelines, dur, fid)
     n0, (sent, recv, _, dur, fid) = unless_stolen(measure, lambda m: m[1][4])
@@ -77,7 +79,7 @@ def run(s, inj, pairs, paths, events, tmp_path, args=ARGS, unsent_ok=False):
     evs = inj.events[n0:]
     t_fault = evs[0]["t_ns"]
     t_rest = next((e["t_ns"] for e in evs[1:]), None)
-    crossing = {k: drill.crosses(p, events, s.topo) for k, p in paths.items()}
+    crossing = {k: traced.crosses(p, events, s.topo) for k, p in paths.items()}
     flows = {k: dict(drill.flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur),
                      crosses=crossing[k]) for k, n in sent.items()}
     return flows, t_fault, t_rest
@@ -114,7 +116,7 @@ def test_cut_loses_only_on_crossing_flows(session, tmp_path):
         # nothing repairs: every crossing flow is dark until the restore
         assert all(f["recovery_ms"] >= hold_ms for f in crossing), crossing
         assert all(f["loss_window_ms"] > 0.8 * hold_ms for f in crossing), crossing
-    drill.wait_restored(s, mode, t_rest)
+    convergence.wait_restored(s, mode, t_rest)
 
 
 # Controller loss and the flap storm run once, in the default mode (no skipped variants).
@@ -139,7 +141,7 @@ def test_controller_kill_keeps_traffic_and_restart_resyncs_exactly(session, tmp_
     assert all(f["fault_lost_packets"] == 0 for f in flows.values()), flows
     assert all(f["lost_packets"] == 0 for f in flows.values()), flows
     n = len(s.topo["switches"])
-    drill.wait_for(lambda: open(log).read().count('"event": "connect"') >= n_connect + n,
+    convergence.wait_for(lambda: open(log).read().count('"event": "connect"') >= n_connect + n,
                    20, "every switch to resync")
     text = open(log).read()
     resyncs = re.findall(r'CONVERGED (\{"convergence_ms.*"event": "connect".*)', text)[-n:]
@@ -156,7 +158,7 @@ def test_flap_storm_ends_fully_reachable(session, tmp_path):
     wait_all_pairs(s.net, timeout=30)
     assert s.controller.alive()
     # the controller ends with every port live again: the full state, exactly
-    drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+    convergence.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
 
 
 def port_config_down(s, switch, port):
@@ -196,7 +198,7 @@ def test_modeled_detection_tells_both_switches_on_time(session, tmp_path):
     assert all(f["recovery_ms"] < hold_ms / 2 for f in crossing), crossing
     # the controller saw the config-down ports as dead and converged on them
     with open(s.controller.log_path) as f:
-        conv = drill.controller_convergence(f.read(), t_fault, t_rest)
+        conv = convergence.controller_convergence(f.read(), t_fault, t_rest)
     assert conv is not None and conv["port_events"] >= 1, conv
     # where the push's time went: recompute, sends, barriers, and the bytes sent
     assert conv["bytes"] > 0 and conv["sent"] > 0, conv
@@ -204,8 +206,8 @@ def test_modeled_detection_tells_both_switches_on_time(session, tmp_path):
     # the restore cleared the config bit on both ends, and the tables came back
     assert "detect" in up
     assert not any(port_config_down(s, sw, p) for sw, p in ports)
-    drill.wait_restored(s, mode, t_rest)
-    drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+    convergence.wait_restored(s, mode, t_rest)
+    convergence.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
 
 
 @pytest.mark.parametrize("session", ["fast-failover"], indirect=True)
@@ -223,7 +225,7 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
         t0 = time.monotonic_ns()                            # the controller's clock
         det.notify([("leaf1", uplink["port"])], True)       # config only: no cut of ours
         assert port_config_down(s, "leaf1", uplink["port"])
-        drill.wait_for(lambda: converged_on(s, port, False, t0), 20,
+        convergence.wait_for(lambda: converged_on(s, port, False, t0), 20,
                        "the controller to act on PORT_DOWN")
         after = dump(s)
         # leaf1 no longer hashes onto the dead uplink: no group bucket outputs to it
@@ -231,9 +233,9 @@ def test_the_controller_treats_a_config_down_port_as_dead(session):
         assert not re.search(rf"output:{uplink['port']}\b", groups), groups
         t1 = time.monotonic_ns()
         det.notify([("leaf1", uplink["port"])], False)
-        drill.wait_for(lambda: converged_on(s, port, True, t1), 20,
+        convergence.wait_for(lambda: converged_on(s, port, True, t1), 20,
                        "the controller to act on the port coming back")
-        drill.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
+        convergence.wait_for(lambda: dump(s) == before, 20, "the tables to return to the full state")
     finally:
         det.close()
 
@@ -247,7 +249,7 @@ def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     assert all(v["forwarding"] and v["tx_ms"] == BFD_MS for i, v in bfd.show(s.net).items()
                if i in bfd.interfaces(s.topo))
     # sessions starting look like BFD downs to the controller: their hold-down runs out
-    drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
+    convergence.wait_for(lambda: not convergence.ports_down(s.controller.converged()), 30,
                    "the controller to route over every port")
     # every frame leaving leaf1 towards spine1 is lost; the carrier stays up
     events = scenario.fault_spec(f"{LINK}:loss:100", at_s=0.3, hold_s=1.0)
@@ -263,7 +265,7 @@ def test_a_gray_failure_is_detected_by_bfd_and_routed_around(session, tmp_path):
     assert all(f["fault_lost_packets"] == 0 for f in flows.values() if not f["crosses"])
     # and the controller saw the port lose LIVE and converged on it
     with open(s.controller.log_path) as f:
-        conv = drill.controller_convergence(f.read(), t_fault, t_rest)
+        conv = convergence.controller_convergence(f.read(), t_fault, t_rest)
     assert conv is not None and conv["first_port_status_ms"] < hold_ms / 2, conv
 
 
@@ -274,11 +276,11 @@ def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
     with Session(fabric(), results_base=str(tmp_path), failover="fast-failover",
                  holddown=drill.BFD_HOLDDOWN) as s:
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
-        paths = drill.flow_paths(s, pairs)
+        paths = traced.flow_paths(s, pairs)
         inj = Injector(s)
         try:
             bfd.enable(s.topo, BFD_MS, net=s.net)
-            drill.wait_for(lambda: not drill.ports_down(s.controller.converged()), 30,
+            convergence.wait_for(lambda: not convergence.ports_down(s.controller.converged()), 30,
                            "the controller to route over every port")
             events = scenario.fault_spec(f"{LINK}:loss:50", at_s=0.3, hold_s=2.5)
             late = bfd.LateSends(s.topo, s.net)
@@ -293,12 +295,12 @@ def test_a_flapping_gray_failure_is_routed_around_once(tmp_path):
             evs = [ev for ev in s.controller.converged() if ev.get("event") == "port"
                    and t_fault / 1e9 <= ev["t_event"] <= t_rest / 1e9]
             with open(s.controller.log_path) as f:
-                conv = drill.controller_convergence(f.read(), t_fault, t_rest)
-            drill.wait_restored(s, "fast-failover", t_rest, kind="loss_stop")
+                conv = convergence.controller_convergence(f.read(), t_fault, t_rest)
+            convergence.wait_restored(s, "fast-failover", t_rest, kind="loss_stop")
         finally:
             inj.close()
     downs = [(ev["dpid"], ev["port"]) for ev in evs if not ev["up"]]
-    assert downs and set(downs) <= drill.fault_ports(events, s.topo), evs
+    assert downs and set(downs) <= traced.fault_ports(events, s.topo), evs
     assert len(downs) == len(set(downs)), f"a port was pushed down twice: {evs}"
     assert not any(ev["up"] for ev in evs), f"a flapping port came back: {evs}"
     assert all(f["fault_lost_packets"] == 0 for f in flows.values() if not f["crosses"])

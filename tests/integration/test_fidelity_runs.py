@@ -38,7 +38,8 @@ def test_an_overload_is_emulator_bound_not_network_loss(tmp_path):
 
 
 def test_calibrate_measures_and_caches_the_budget_that_runs_read(tmp_path):
-    from emulator.experiments import budget, calibrate
+    from emulator.experiments import calibrate
+    from emulator.experiments.measure import budget
     cache = tmp_path / "calibration.json"
     lines = []
     doc = calibrate.calibrate(results=str(tmp_path / "res"), out=lines.append,

@@ -8,10 +8,12 @@ import subprocess
 
 import pytest
 
+from emulator.experiments.measure import paths as traced
 from emulator.dataplane.session import Session
 from emulator.experiments.workloads import collective
-from emulator.experiments.drill import drill, drill_traffic
-from emulator.experiments import scenario
+from emulator.experiments.drill import drill
+from emulator.experiments.drill import traffic as drill_traffic
+from emulator.experiments.spec import scenario
 from emulator.dataplane.faults import Injector
 from emulator.fabric import presets
 from tests.conftest import emulator, stolen, unless_stolen, verdict_of
@@ -90,7 +92,7 @@ def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
     with Session(fabric, results_base=str(tmp_path)) as s:
         detect = 1.0                                      # PfcConfig's default
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
-        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        paths = traced.flow_paths(s, pairs, ARGS.qps)
         inj = Injector(s)
         tries = []
 
@@ -103,7 +105,7 @@ def test_storm_is_caught_by_the_watchdog_and_a_short_one_is_not(tmp_path):
                 sent, recv, _, _, fid = drill_traffic.repeat(
                     s, inj, pairs, events, ARGS, str(tmp_path / f"{name}{attempt}"))
                 flows[name] = {k: (n, (recv.get(k) or {}).get("received_packets", 0),
-                                   drill.crosses(paths[k], events, s.topo))
+                                   traced.crosses(paths[k], events, s.topo))
                                for k, n in sent.items()}
                 fids.append(fid)
             return flows, worst(fids)
@@ -151,7 +153,7 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
     """The route change of fabric.lossless.deadlock_plan under its four streams at
     line rate: the paused queues form the ring S1->L2->S2->L3, the report names it,
     the watchdog's drops break it, and traffic flows again once the routes go."""
-    from emulator.experiments.compare.lossless_cmp import drive_deadlock
+    from emulator.experiments.compare.lossless import drive_deadlock
     fabric = presets.build("leaf-spine", {"spines": "2", "leaves": "4", "hosts_per_leaf": "2",
                                           "lossless": "true"})
     with Session(fabric, results_base=str(tmp_path)) as s:
@@ -227,7 +229,7 @@ def test_storm_with_the_forward_action_loses_nothing(tmp_path):
                                           "pfc_watchdog": "forward"})
     with Session(fabric, results_base=str(tmp_path)) as s:
         pairs = drill.probe_pairs(s.topo, ARGS.qps)
-        paths = drill.flow_paths(s, pairs, ARGS.qps)
+        paths = traced.flow_paths(s, pairs, ARGS.qps)
         inj = Injector(s)
         events = scenario.fault_spec("h1:pfc-storm", at_s=0.5, hold_s=2.5)
         tries = []
@@ -240,7 +242,7 @@ def test_storm_with_the_forward_action_loses_nothing(tmp_path):
             sent, recv, _, _, fid = unless_stolen(measure, lambda m: m[4])
         finally:
             inj.close()
-    assert any(drill.crosses(paths[k], events, s.topo) for k in sent)
+    assert any(traced.crosses(paths[k], events, s.topo) for k in sent)
     for k, n in sent.items():
         assert (recv.get(k) or {}).get("received_packets") == n, (k, verdict_of(fid))
     doc = s.results["lossless"]

@@ -11,7 +11,7 @@ spine.  Every transfer completes.
 import argparse
 
 from emulator.dataplane.session import Session
-from emulator.experiments.compare import rails_cmp
+from emulator.experiments.compare import rails as rails_cmp
 
 S = 256 << 10
 PARAMS = {"planes": "2", "spines_per_plane": "1", "leaves_per_plane": "1",

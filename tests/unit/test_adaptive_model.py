@@ -9,9 +9,9 @@ from controller import lb
 from controller.messages import Bucket, GroupMod, Output, SwitchState
 from emulator.dataplane.adaptive import model
 from emulator.errors import ConfigError
-from emulator.experiments.compare import stream_cmp
-from emulator.experiments.drill import drill_adaptive
-from emulator.experiments.options import nic_lb
+from emulator.experiments.compare import stream as stream_cmp
+from emulator.experiments.drill import adaptive as drill_adaptive
+from emulator.experiments.spec.options import nic_lb
 from emulator.experiments.workloads import stream
 from emulator.fabric import addressing, presets
 
@@ -136,7 +136,7 @@ def test_stream_rows_take_each_modes_loss_against_its_own_quiet_run():
 
 
 def test_a_crossing_flow_is_local_when_it_leaves_its_first_switch_by_the_dead_link():
-    from emulator.experiments.scenario import Event
+    from emulator.experiments.spec.scenario import Event
     t = topo()
     cut = [Event(1.0, "link_down", "leaf1-spine1", {})]
     assert drill_adaptive.is_local(["h1:eth0", "leaf1:eth2", "spine1:eth2", "leaf2:eth1",

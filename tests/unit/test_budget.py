@@ -1,6 +1,6 @@
 """The machine's budget: the rate search, the hop arithmetic and the load check."""
 
-from emulator.experiments import budget
+from emulator.experiments.measure import budget
 from emulator.fabric import presets
 from emulator.fabric.addressing import plan
 

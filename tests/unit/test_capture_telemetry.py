@@ -6,7 +6,7 @@ import pytest
 
 from emulator.dataplane.observe import capture
 from emulator.errors import ConfigError
-from emulator.experiments.options import check_telemetry
+from emulator.experiments.spec.options import check_telemetry
 from emulator.fabric import addressing, presets
 
 

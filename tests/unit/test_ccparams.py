@@ -1,9 +1,9 @@
-"""--cc-param: names, units and refusals (emulator.experiments.workloads.ccparams)."""
+"""--cc-param: names, units and refusals (emulator.experiments.spec.ccparams)."""
 
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.workloads import ccparams
+from emulator.experiments.spec import ccparams
 from traffic.roce.dcqcn import MS, DcqcnParams
 from traffic.ranks.config import cc_params
 

@@ -1,9 +1,9 @@
-"""The chaos soak's pure parts (emulator/experiments/drill/drill_chaos.py): the draw,
+"""The chaos soak's pure parts (emulator/experiments/drill/chaos.py): the draw,
 the events per fault, a fault's row, the table."""
 
 import pytest
 
-from emulator.experiments.drill import drill_chaos as dc
+from emulator.experiments.drill import chaos as dc
 from emulator.fabric import addressing, presets
 
 LINKS = ["leaf1-spine1", "leaf1-spine2", "leaf2-spine1", "leaf2-spine2"]
@@ -130,7 +130,7 @@ def test_an_untouched_flows_loss_is_the_networks_only_on_a_lossy_fabric_with_a_q
 
 def test_a_path_names_the_links_whose_queues_it_crosses_and_windows_count_their_drops():
     from emulator.dataplane.observe.counters import link_names, window_drops
-    from emulator.experiments.drill.drill_probes import path_links
+    from emulator.experiments.measure.paths import path_links
     topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 2,
                                                         "hosts_per_leaf": 1}))
     leaf1 = next(s for s in topo["switches"] if s["name"] == "leaf1")
@@ -170,7 +170,7 @@ def test_open_vswitch_drops_are_a_fault_s_only_in_the_window_it_took_their_link_
 
 
 def test_a_flow_is_touched_by_a_fault_on_any_of_its_equal_cost_paths():
-    from emulator.experiments.drill.drill_probes import crosses, ecmp_span
+    from emulator.experiments.measure.paths import crosses, ecmp_span
     topo = addressing.plan(presets.build("leaf-spine", {"spines": 2, "leaves": 3,
                                                         "hosts_per_leaf": 1}))
     sw = {s["name"]: s for s in topo["switches"]}

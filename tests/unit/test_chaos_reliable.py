@@ -1,8 +1,8 @@
-"""The chaos soak's invariant on reliable QPs (emulator/experiments/drill/drill_chaos_job.py
+"""The chaos soak's invariant on reliable QPs (emulator/experiments/drill/chaos_job.py
 ``reliable_check``) and the per-QP counts it reads (traffic.roce.transport, traffic.roce.qps)."""
 
-from emulator.experiments.drill import drill_chaos as dc
-from emulator.experiments.drill.drill_chaos_job import reliable_check
+from emulator.experiments.drill import chaos as dc
+from emulator.experiments.drill.chaos_job import reliable_check
 from traffic.roce.transport import Requester, Responder
 
 

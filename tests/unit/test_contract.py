@@ -9,8 +9,6 @@ is a deliberate act: update contract.json in the same change and say so.
 """
 
 import argparse
-import json
-from pathlib import Path
 
 import pytest
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from controller import ofcodec as oa
 from controller import policy, topology

@@ -9,7 +9,7 @@ from controller import policy, topology
 from controller.fakeswitch import live_hops
 from controller.fakeswitch import FakeFabric, FakeSwitch
 from controller.messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
-                                 Group, GroupMod, Output, SwitchState)
+                                 GroupMod, Output, SwitchState)
 from emulator.fabric import addressing
 from emulator.fabric import presets
 

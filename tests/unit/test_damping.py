@@ -73,12 +73,12 @@ def test_bad_holddown_is_refused(text):
     with pytest.raises(ValueError):
         parse_holddown(text)
     from emulator.errors import ConfigError
-    from emulator.experiments.options import parse_holddown as cli_parse
+    from emulator.experiments.spec.options import parse_holddown as cli_parse
     with pytest.raises(ConfigError, match="--bfd-holddown"):
         cli_parse(text)
 
 
 def test_good_holddown():
     assert (parse_holddown("2:16").base_s, parse_holddown("2:16").max_s) == (2.0, 16.0)
-    from emulator.experiments.options import parse_holddown as cli_parse
+    from emulator.experiments.spec.options import parse_holddown as cli_parse
     assert cli_parse(" 2:16 ") == "2:16" and cli_parse("0") == "0"

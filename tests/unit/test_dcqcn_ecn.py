@@ -67,7 +67,8 @@ def test_ecn_thresholds_parse_and_rules():
 
 
 def test_congestion_analysis_finds_the_bottleneck_and_its_busy_window():
-    from emulator.experiments.compare.congestion import analyse, jain, summarize, table
+    from emulator.experiments.compare.congestion import analyse, summarize, table
+    from emulator.experiments.measure.stats import jain
     times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     ports = [{"name": "leaf1->h1", "rate_bps": 8e6}, {"name": "spine1->leaf1", "rate_bps": 8e6}]
     # leaf1->h1 sends at its full 1 MB/s from 0.1 to 0.4 s with a queue; the other idles
@@ -174,7 +175,7 @@ def test_dcqcn_without_ecn_marks_at_the_default_thresholds():
     # compare's default unless --ecn says otherwise (or off)
     from types import SimpleNamespace
     from emulator.experiments.compare.congestion import default_ecn
-    from emulator.experiments.options import check_transport
+    from emulator.experiments.spec.options import check_transport
     from emulator.fabric import presets
     fabric = presets.build("leaf-spine", {})
 

@@ -21,7 +21,7 @@ from controller.ofcodec import port_is_live
 from emulator.dataplane.links import detect
 from emulator.dataplane.faults import Injector
 from emulator.errors import ConfigError
-from emulator.experiments.drill import drill_stats
+from emulator.experiments.drill import stats as drill_stats
 from emulator.fabric import addressing, presets
 
 

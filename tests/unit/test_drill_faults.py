@@ -1,17 +1,18 @@
 """Drill flow classification and the single-failure survival model (pure, no root).
 
-``drill.crosses`` decides which probe flows a fault touches from their traced
-paths (``drill.flow_paths``: the port each node is left by); ``drill.probe_pairs``
+``traced.crosses`` decides which probe flows a fault touches from their traced
+paths (``traced.flow_paths``: the port each node is left by); ``drill.probe_pairs``
 picks the probe pairs on every rail; ``faults.fault_links`` lists every link a
 fault can take and ``faults.surviving_pairs`` which host pairs keep a path.
 """
 
 import pytest
 
+from emulator.experiments.measure import paths as traced
 from emulator.fabric import addressing
 from emulator.experiments.drill import drill
 from emulator.fabric import presets
-from emulator.experiments import scenario
+from emulator.experiments.spec import scenario
 from emulator.errors import ConfigError
 from emulator.dataplane.faults import fault_links, parse_link, surviving_pairs
 
@@ -38,7 +39,7 @@ def test_a_bonded_hosts_link_is_its_nic_switchs_link(dual_tor):
     assert (sw, port["port"], other) == ("h1.nic", 2, "leaf1")
     (sw, port), other = parse_link("leaf2-h1", dual_tor)     # seen from the ToR
     assert (sw, port["port"], port["peer_port"], other) == ("leaf2", 1, 3, "h1.nic")
-    assert drill.link_ends("h1-leaf1", dual_tor) == {("h1.nic", "eth2"), ("leaf1", "eth1")}
+    assert traced.link_ends("h1-leaf1", dual_tor) == {("h1.nic", "eth2"), ("leaf1", "eth1")}
 
 
 def test_flows_through_the_cut_host_link_cross_it_both_ways(dual_tor):
@@ -51,17 +52,17 @@ def test_flows_through_the_cut_host_link_cross_it_both_ways(dual_tor):
     # h2 shares ToR A with h1, but not h1's cable
     neighbour = ["h2:bond0", "h2.nic:eth2", "leaf1:eth3", "spine1:eth2", "leaf3:eth2",
                  "h4.nic:eth1", "h4"]
-    assert drill.crosses(out, cut("h1-leaf1"), dual_tor)
-    assert drill.crosses(back, cut("h1-leaf1"), dual_tor)
-    assert not drill.crosses(standby, cut("h1-leaf1"), dual_tor)
-    assert not drill.crosses(neighbour, cut("h1-leaf1"), dual_tor)
+    assert traced.crosses(out, cut("h1-leaf1"), dual_tor)
+    assert traced.crosses(back, cut("h1-leaf1"), dual_tor)
+    assert not traced.crosses(standby, cut("h1-leaf1"), dual_tor)
+    assert not traced.crosses(neighbour, cut("h1-leaf1"), dual_tor)
     # the same link named from the ToR's side
-    assert drill.crosses(back, cut("leaf1-h1"), dual_tor)
+    assert traced.crosses(back, cut("leaf1-h1"), dual_tor)
     # a ToR crash takes every flow through the ToR, and only those
-    assert drill.crosses(neighbour, crash("leaf1"), dual_tor)
-    assert not drill.crosses(standby, crash("leaf1"), dual_tor)
-    assert drill.crosses(standby, crash("leaf2"), dual_tor)
-    assert not drill.crosses(out, cut("controller"), dual_tor)
+    assert traced.crosses(neighbour, crash("leaf1"), dual_tor)
+    assert not traced.crosses(standby, crash("leaf1"), dual_tor)
+    assert traced.crosses(standby, crash("leaf2"), dual_tor)
+    assert not traced.crosses(out, cut("controller"), dual_tor)
 
 
 def test_a_plain_hosts_link_is_crossed_by_its_first_and_last_hop():
@@ -70,27 +71,27 @@ def test_a_plain_hosts_link_is_crossed_by_its_first_and_last_hop():
     h1_in = ["h3:eth0", "leaf2:eth4", "spine2:eth1", "leaf1:eth1", "h1"]
     h2_out = ["h2:eth0", "leaf1:eth3", "spine1:eth2", "leaf2:eth2", "h4"]
     for link in ("h1-leaf1", "leaf1-h1"):
-        assert drill.crosses(h1_out, cut(link), topo)
-        assert drill.crosses(h1_in, cut(link), topo)
-        assert not drill.crosses(h2_out, cut(link), topo)
-    assert drill.crosses(h2_out, cut("leaf1-spine1"), topo)
-    assert drill.crosses(h1_in, cut("spine2-leaf1"), topo)
-    assert not drill.crosses(h1_in, cut("leaf1-spine1"), topo)
+        assert traced.crosses(h1_out, cut(link), topo)
+        assert traced.crosses(h1_in, cut(link), topo)
+        assert not traced.crosses(h2_out, cut(link), topo)
+    assert traced.crosses(h2_out, cut("leaf1-spine1"), topo)
+    assert traced.crosses(h1_in, cut("spine2-leaf1"), topo)
+    assert not traced.crosses(h1_in, cut("leaf1-spine1"), topo)
 
 
 def test_parallel_links_are_told_apart_by_port():
     topo = plan("dual-link", spines=1, leaves=2, hosts_per_leaf=1)
     primary = ["h1:eth0", "leaf1:eth2", "spine1:eth3", "leaf2:eth1", "h2"]
     secondary = ["h1:eth0", "leaf1:eth3", "spine1:eth3", "leaf2:eth1", "h2"]
-    assert drill.crosses(primary, cut("leaf1-spine1"), topo)   # the first link: the primary
-    assert not drill.crosses(secondary, cut("leaf1-spine1"), topo)
+    assert traced.crosses(primary, cut("leaf1-spine1"), topo)   # the first link: the primary
+    assert not traced.crosses(secondary, cut("leaf1-spine1"), topo)
     links = dict(fault_links(topo))
     assert sorted(links) == ["h1-leaf1", "h2-leaf2", "leaf1-spine1", "leaf1-spine1#2",
                              "leaf2-spine1", "leaf2-spine1#2"]
     ((_, p1), _), ((_, p2), _) = links["leaf1-spine1"], links["leaf1-spine1#2"]
     assert (p1["name"], p2["name"]) == ("eth2", "eth3")
     events = [scenario.Event(0, "cut", links["leaf1-spine1#2"])]
-    assert drill.crosses(secondary, events, topo) and not drill.crosses(primary, events, topo)
+    assert traced.crosses(secondary, events, topo) and not traced.crosses(primary, events, topo)
 
 
 def test_probe_pairs_run_on_every_rail_of_a_multi_plane_fabric():
@@ -200,7 +201,7 @@ def test_dual_plane_survives_a_whole_plane():
 def test_a_drill_without_a_fault_cuts_the_first_uplink_of_the_first_leaf(preset, params, link):
     import argparse
     topo = plan(preset, **params)
-    assert drill.default_fault(topo) == link
+    assert scenario.default_fault(topo) == link
     p = argparse.ArgumentParser()
     drill.add_arguments(p)
     said = []
@@ -222,12 +223,12 @@ def test_a_drill_takes_a_fault_or_a_scenario_not_both():
 def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
     topo = {"switches": [{"name": "s1", "kind": "spine", "ports": []}]}
     with pytest.raises(ConfigError) as e:
-        drill.default_fault(topo)
+        scenario.default_fault(topo)
     assert "--fault" in str(e.value)
 
 
 def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
-    from emulator.experiments.drill.drill_collective import disturbed, judge, summarise
+    from emulator.experiments.drill.collective import disturbed, judge, summarise
     calls = [{"t_start_ns": 0, "time_s": 1.0}, {"t_start_ns": 1_000_000_000, "time_s": 3.0},
              {"t_start_ns": 4_000_000_000, "time_s": 1.0}]
     assert disturbed(calls, 2_500_000_000) == 1
@@ -254,7 +255,7 @@ def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
 
 
 def test_collective_drill_cuts_the_first_uplink_the_job_uses():
-    from emulator.experiments.drill.drill_collective import first_uplink
+    from emulator.experiments.drill.collective import first_uplink
     from emulator.fabric import addressing, presets
     topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
                                                         "hosts_per_leaf": "1"}))
@@ -269,7 +270,7 @@ def test_collective_drill_cuts_the_first_uplink_the_job_uses():
 
 
 def test_controller_convergence_breaks_the_last_push_down():
-    from emulator.experiments.drill.drill_stats import controller_convergence
+    from emulator.experiments.measure.convergence import controller_convergence
     log = "\n".join([
         '2026-11-23 12:00:00,000 INFO controller: CONVERGED {"event": "port", "up": false, '
         '"t_event": 10.002, "t_done": 10.030, "compute_ms": 8.0, "send_ms": 3.0, '

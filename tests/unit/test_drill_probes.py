@@ -1,11 +1,13 @@
-"""The drill's probe plan (emulator/experiments/drill/drill_probes.py): one flow per path,
+"""The drill's probe plan (emulator/experiments/drill/probes.py): one flow per path,
 a rate within half the budget, and healthy links that go down during a repeat."""
 
 import pytest
 
+from emulator.experiments.measure import paths as traced
+from emulator.experiments.measure import convergence
 from emulator.experiments.drill import drill
-from emulator.experiments import scenario
-from emulator.experiments.budget import path_hops
+from emulator.experiments.spec import scenario
+from emulator.experiments.measure.budget import path_hops
 from tests.unit.test_drill_faults import plan
 
 
@@ -41,22 +43,22 @@ def test_probe_rate_stays_within_half_the_budget(default):
 
 def test_healthy_links_that_went_down_are_named(default):
     events = scenario.fault_spec("leaf1-spine1", at_s=0.5, hold_s=1.0)
-    expected = drill.fault_ports(events, default)
+    expected = traced.fault_ports(events, default)
     assert expected == {(65537, 3), (131073, 1)}          # leaf1:eth3, spine1:eth1
     conv = [{"event": "port", "dpid": 65537, "port": 3, "up": False, "t_event": 10.0},
             {"event": "port", "dpid": 65537, "port": 4, "up": False, "t_event": 10.2},
             {"event": "port", "dpid": 65538, "port": 5, "up": False, "t_event": 5.0},
             {"event": "port", "dpid": 65537, "port": 4, "up": True, "t_event": 11.0},
             {"event": "connect", "dpid": 65537, "t_event": 12.0}]
-    assert drill.unexpected_downs(conv, 9.0, expected, default) == {"leaf1-spine2"}
-    assert drill.ports_down(conv) == {(65537, 3), (65538, 5)}
-    crash = drill.fault_ports(scenario.fault_spec("spine1:crash", at_s=0.5, hold_s=1.0),
+    assert traced.unexpected_downs(conv, 9.0, expected, default) == {"leaf1-spine2"}
+    assert convergence.ports_down(conv) == {(65537, 3), (65538, 5)}
+    crash = traced.fault_ports(scenario.fault_spec("spine1:crash", at_s=0.5, hold_s=1.0),
                               default)
     assert len(crash) == 8 and (65540, 3) in crash and (131073, 4) in crash
 
 
 def test_spurious_downs_make_a_repeat_emulator_bound():
-    from emulator.experiments.fidelity import spurious_downs
+    from emulator.experiments.measure.fidelity import spurious_downs
     doc = {"verdict": "faithful", "reasons": [], "remedy": None}
     assert spurious_downs(doc, set()) is doc
     bad = spurious_downs(doc, {"leaf1-spine2"})
@@ -109,7 +111,7 @@ def test_bfd_sent_late_is_read_from_each_daemons_log_since_the_mark(tmp_path):
         "timed out", 30, None)
     assert "kept going down after the restore; Open vSwitch sent 2" in bfd.unsettled(
         "timed out", 10, {"late_sends": 2, "max_ms": 40, "interfaces": 1}, "after the restore")
-    from emulator.experiments.drill.drill_stats import summary_line
+    from emulator.experiments.drill.stats import summary_line
     rep = {"flows": {"a": {"crosses": True, "loss_window_ms": 12.0}}, "controller": None,
            "fidelity": {"verdict": "emulator-bound",
                         "bfd_late_sends": {"late_sends": 3, "max_ms": 120, "interfaces": 2}}}
@@ -141,7 +143,7 @@ def test_bfd_hold_down_only_with_bfd():
 
 
 def test_the_drill_gives_each_crossing_flows_window_per_mode():
-    from emulator.experiments.drill.drill_stats import per_flow_lines
+    from emulator.experiments.drill.stats import per_flow_lines
 
     def rep(local, remote):
         return {"flows": {

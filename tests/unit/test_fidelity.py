@@ -1,6 +1,6 @@
 """The fidelity verdict: network drops vs emulation drops, latency vs the queue bound."""
 
-from emulator.experiments import fidelity
+from emulator.experiments.measure import fidelity
 from emulator.report.summary import fidelity_lines
 
 

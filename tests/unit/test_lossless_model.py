@@ -339,7 +339,7 @@ def test_pfc_text_names_storms_and_reaction():
 
 
 def test_lossless_compare_roles_and_victim_window():
-    from emulator.experiments.compare import lossless_cmp
+    from emulator.experiments.compare import lossless as lossless_cmp
     topo = addressing.plan(presets.build("leaf-spine", {"hosts_per_leaf": "3"}))
     hosts, victim = lossless_cmp.roles(topo, "incast")
     assert victim == ("h12", "h2") and hosts[0] == "h1"

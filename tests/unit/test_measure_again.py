@@ -42,7 +42,7 @@ def test_a_lossless_pause_come_too_late_is_measured_again_and_nothing_else_with_
 
 
 def test_bfd_downs_where_no_fault_was_are_measured_again_when_they_are_the_only_reason():
-    from emulator.experiments.fidelity import spurious_downs
+    from emulator.experiments.measure.fidelity import spurious_downs
     clean = {"verdict": "faithful", "reasons": [], "remedy": None, "cpu": {},
              "emulation_drops": {"total": 0}}
     stalled = spurious_downs(clean, {"leaf2-spine2"})

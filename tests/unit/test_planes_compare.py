@@ -8,6 +8,7 @@ import pytest
 from emulator.fabric import addressing
 from emulator.experiments.compare import planes
 from emulator.experiments.compare import planes_stats
+from emulator.experiments.measure import stats
 from emulator.dataplane.links import shaping
 from emulator.__main__ import build_parser
 from emulator.errors import ConfigError
@@ -130,27 +131,27 @@ def test_shaped_ports_by_tier():
 def test_busy_window_skips_idle_edges():
     times = [0, 1, 2, 3, 4, 5]
     totals = [0, 1, 101, 201, 202, 202]       # rates 1, 100, 100, 1, 0
-    assert planes_stats.busy_window(times, totals) == (1, 3)
-    assert planes_stats.busy_window(times, [0] * 6) is None
+    assert stats.busy_window(times, totals) == (1, 3)
+    assert stats.busy_window(times, [0] * 6) is None
 
 
 def test_spread_counts_idle_links():
-    s = planes_stats.spread([100, 100, 0, 200])
+    s = stats.spread([100, 100, 0, 200])
     assert s["links"] == 4 and s["idle"] == 1 and s["max_over_mean"] == 2.0
     assert s["jain"] == pytest.approx(160000 / (4 * 60000), abs=1e-4)
-    assert planes_stats.spread([])["max_over_mean"] is None
-    assert planes_stats.spread([0, 0])["idle"] == 2
+    assert stats.spread([])["max_over_mean"] is None
+    assert stats.spread([0, 0])["idle"] == 2
 
 
 def test_percentile_and_queue_stats():
-    assert planes_stats.percentile([3, 1, 2, 4, 5], 0.5) == 3
-    assert planes_stats.percentile([0, 10], 0.95) == pytest.approx(9.5)
-    assert planes_stats.percentile([], 0.5) is None
+    assert stats.quantile([3, 1, 2, 4, 5], 0.5) == 3
+    assert stats.quantile([0, 10], 0.95) == pytest.approx(9.5)
+    assert stats.quantile([], 0.5) is None
     # 1250 bytes at 10 Mbit/s = 1 ms; at 5 Mbit/s = 2 ms
-    q = planes_stats.queue_stats([[0, 1250], [2500, 0]], [10e6, 5e6])
+    q = stats.queue_stats([[0, 1250], [2500, 0]], [10e6, 5e6])
     assert q["max_bytes"] == 2500 and q["max_ms"] == 4.0
     assert q["mean_ms"] == pytest.approx(1.25) and q["p95_ms"] == pytest.approx(3.55)
-    assert planes_stats.queue_stats([], [])["max_ms"] is None
+    assert stats.queue_stats([], [])["max_ms"] is None
 
 
 def test_analyse_one_run():

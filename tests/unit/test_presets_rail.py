@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.fabric import addressing, presets, spec
+from emulator.fabric import addressing, presets
 from tests.conftest import REPO
 
 

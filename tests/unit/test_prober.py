@@ -9,6 +9,7 @@ from emulator.errors import ConfigError
 from emulator.experiments.probe import prober as pr
 from emulator.experiments.probe.probe import fault_hop, parse_fault
 from emulator.fabric import addressing, presets
+from emulator.experiments.measure.paths import choose, ecmp_width
 
 
 def topo(preset="leaf-spine", **params):
@@ -69,17 +70,17 @@ def test_every_host_probes_one_host_on_every_other_leaf():
 
 def test_ecmp_width_counts_the_shortest_paths():
     t = topo(spines=4)
-    assert pr.ecmp_width(t, "leaf1", "leaf2") == 4
-    assert pr.ecmp_width(t, "leaf1", "leaf1") == 1
+    assert ecmp_width(t, "leaf1", "leaf2") == 4
+    assert ecmp_width(t, "leaf1", "leaf1") == 1
     dual = topo("dual-tor")
-    assert pr.ecmp_width(dual, "h1.nic", "h3.nic") == 8   # 2 ToRs x 2 spines x 2 ToRs
+    assert ecmp_width(dual, "h1.nic", "h3.nic") == 8   # 2 ToRs x 2 spines x 2 ToRs
 
 
 def test_choose_keeps_one_candidate_per_complete_distinct_path():
     a = ["h1:eth0", "leaf1:eth3", "spine1:eth2", "leaf2:eth1", "h3"]
     b = ["h1:eth0", "leaf1:eth4", "spine2:eth2", "leaf2:eth1", "h3"]
     dropped = ["h1:eth0", "leaf1:eth5"]                       # the trace ended in a drop
-    assert pr.choose({7: a, 5: a, 9: b, 3: dropped}) == {5: a, 9: b}
+    assert choose({7: a, 5: a, 9: b, 3: dropped}) == {5: a, 9: b}
 
 
 def test_coverage_names_the_directed_links_no_probe_crosses():

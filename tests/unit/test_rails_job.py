@@ -4,8 +4,8 @@ import pytest
 
 from emulator.dataplane.links import hb
 from emulator.errors import ConfigError
-from emulator.experiments.compare import rails_cmp
-from emulator.experiments.workloads import rails
+from emulator.experiments.compare import rails as rails_cmp
+from emulator.experiments.training import rails
 from emulator.fabric import addressing, presets
 from traffic.jobs.config import load_job
 

@@ -3,7 +3,7 @@
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.compare import routing_cmp
+from emulator.experiments.compare import routing as routing_cmp
 
 
 def test_modes_are_checked():

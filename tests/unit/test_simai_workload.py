@@ -5,8 +5,8 @@ import os
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.workloads import simai
-from emulator.experiments.workloads.simai import Collective, Unknown
+from emulator.experiments.training import simai
+from emulator.experiments.training.simai import Collective, Unknown
 from tests.conftest import REPO
 
 DATA = os.path.join(REPO, "tests", "data", "simai")

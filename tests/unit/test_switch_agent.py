@@ -129,7 +129,7 @@ def test_the_proxy_classifies_by_header_and_bundle_member():
 
 
 def test_a_push_report_adds_measured_and_modelled_parts():
-    from emulator.experiments.drill import drill_agent
+    from emulator.experiments.drill import agent as drill_agent
     t0 = 100.0
     records = [{"d": "up", "dpid": "1", "t": t0 + 0.002, "out": 0, "port_status": 1},
                {"d": "down", "dpid": "2", "t": t0 + 0.04, "out": t0 + 0.045, "msgs": 1,
@@ -149,7 +149,7 @@ def test_a_push_report_adds_measured_and_modelled_parts():
 
 
 def test_the_drill_prints_prediction_and_measurement_side_by_side():
-    from emulator.experiments.drill import drill_agent
+    from emulator.experiments.drill import agent as drill_agent
     rep = {"switches": 2, "messages": 30, "changes": 30, "max_changes": 20,
            "detection_ms": 4.0, "port_event_ms": 11.0, "controller_ms": 2.0, "ovs_ms": 0.0,
            "push_ms": 220.0, "predicted_ms": 237.0, "measured_ms": 250.0, "error": 0.055}
@@ -163,7 +163,7 @@ def test_the_drill_prints_prediction_and_measurement_side_by_side():
 
 
 def test_a_job_drill_stretches_the_model_and_the_detection_alike():
-    from emulator.experiments.drill import drill_training as dt
+    from emulator.experiments.drill import training as dt
     scaled, detect = dt.stretched_agent(P, 0.001, 250.0)
     assert detect == pytest.approx(0.25)
     assert scaled.event_ms == 2500 and scaled.change_ms() == pytest.approx(2500)
@@ -177,7 +177,7 @@ def test_a_job_drill_stretches_the_model_and_the_detection_alike():
 
 
 def test_barrier_overheads_split_the_chain_into_switch_and_controller_time():
-    from emulator.experiments.drill.drill_agent import barrier_overheads
+    from emulator.experiments.drill.agent import barrier_overheads
     recs = [{"d": "down", "dpid": "a", "t": 1.000, "out": 1.010, "msgs": 4, "changes": 3,
              "barriers": 1},
             {"d": "up", "dpid": "a", "t": 1.012, "out": 1.013, "barrier_reply": 1},
@@ -207,7 +207,7 @@ def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):
 
 
 def test_a_stretched_job_drill_waits_long_enough_for_the_restore():
-    from emulator.experiments.drill import drill_training as dt
+    from emulator.experiments.drill import training as dt
     assert dt.restore_timeout(None) == 60
     # 300 changes at 1.25 s each plus their messages and round trips
     assert dt.restore_timeout(P.scaled(125)) == pytest.approx(

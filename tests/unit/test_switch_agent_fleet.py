@@ -80,7 +80,7 @@ def test_validate_exits_2_on_a_bad_model(tmp_path, capsys):
 
 
 def test_the_command_line_overrides_the_file(tmp_path):
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.spec.options import switch_agent_from
     fab = load("{default: hardware, leaf: ideal}")
     args = argparse.Namespace(switch_agent=None, controller="builtin")
     assert switch_agent_from(args, fab) == fab.switch_agent
@@ -116,7 +116,7 @@ def test_a_fleet_stretches_and_its_slowest_figures_bound_the_timeouts():
 
 
 def test_the_drill_predicts_each_switch_at_its_own_model():
-    from emulator.experiments.drill import drill_agent
+    from emulator.experiments.drill import agent as drill_agent
     leaf = Params(latency_ms=1, processing_ms=0, table_rate=100, event_ms=10)
     spine = Params(latency_ms=1, processing_ms=0, table_rate=10, event_ms=10)
     fleet = Fleet(None, (("leaf", leaf), ("spine", spine)))

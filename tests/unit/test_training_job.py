@@ -7,9 +7,10 @@ import os
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.workloads import job, simai
-from emulator.experiments.workloads.job import JobOptions, Nic
-from emulator.experiments.workloads.job_time import (edge_bytes, fabric_size, local_bytes,
+from emulator.experiments.training import job
+from emulator.experiments.training import simai
+from emulator.experiments.training.job import JobOptions, Nic
+from emulator.experiments.training.timing import (edge_bytes, fabric_size, local_bytes,
                                                      simulate)
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO

@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from emulator.experiments.workloads import training
+from emulator.experiments.training import launch as training
 from emulator.errors import ConfigError
 from emulator.report.training import training_lines
 
@@ -104,7 +104,7 @@ def test_a_workload_spec_names_an_existing_file(tmp_path):
 
 
 def test_the_drill_judges_the_iteration_that_held_the_fault():
-    from emulator.experiments.drill.drill_training import judge
+    from emulator.experiments.drill.training import judge
     t = training.document(job(), RESULT, EST)
     t["per_iteration"][1]["time_s"] = 7.5                 # the disturbed one was slower
     t0 = RESULT["job"]["t0_ns"]
@@ -115,7 +115,7 @@ def test_the_drill_judges_the_iteration_that_held_the_fault():
 
 
 def test_the_ring_option_orders_the_hosts_a_job_is_placed_on():
-    from emulator.experiments.compare.training_cmp import ordered_topo
+    from emulator.experiments.compare.training import ordered_topo
     from emulator.fabric import addressing, presets
     topo = addressing.plan(presets.build("leaf-spine", {"leaves": "2", "hosts_per_leaf": "2"}))
     names = lambda t: [h["name"] for h in t["hosts"]]          # noqa: E731
@@ -127,7 +127,7 @@ def test_the_ring_option_orders_the_hosts_a_job_is_placed_on():
 
 
 def test_a_training_jobs_nics_run_dcqcn_unless_told_otherwise():
-    from emulator.experiments.options import check_transport, training_cc
+    from emulator.experiments.spec.options import check_transport, training_cc
     said = []
     args = NS(cc=None, transport="rc", cc_param=[], rc_timeout=None, ecn=None,
               ecn_at="dequeue")

@@ -36,16 +36,15 @@ single-plane fabric on the same hosts and workload, with one shared hash seed
 and with per-switch seeds (emulator/experiments/compare/planes.py).
 """
 
-import json
 import os
 import random
 
 from emulator.fabric.addressing import home_leaf
 from emulator.errors import ConfigError
-from emulator.experiments.watch import CounterSampler
+from emulator.experiments.measure.watch import CounterSampler
 from emulator.experiments.compare.lb_table import (disturbed_attempt, should_repeat, summarize,
                                                    table)
-from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+from emulator.experiments.spec.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
                                           add_capture_arg, add_fidelity_args, nic_lb,
                                           workload_choice)
 
@@ -181,7 +180,7 @@ def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None
     ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
     ``hosts``: the ranks (default all); ``disturb``: ("stream", (src, dst)) or ("cut",
     link) during the collective (stream_cmp)."""
-    from emulator.experiments.compare.stream_cmp import during
+    from emulator.experiments.compare.stream import during
     from emulator.experiments.ui.live import attached
     from emulator.experiments.workloads import collective
     from emulator.dataplane.session import Session
@@ -275,13 +274,13 @@ def plot(runs, path):
 
 
 def add_arguments(p):
-    from emulator.experiments.options import add_cc_param_arg, add_ecn_at_arg
+    from emulator.experiments.spec.options import add_cc_param_arg, add_ecn_at_arg
     p.add_argument("--planes", action="store_true",
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/compare/planes.py)")
-    from emulator.experiments.compare.lossless_cmp import add_arguments as add_lossless_args
+    from emulator.experiments.compare.lossless import add_arguments as add_lossless_args
     add_lossless_args(p)
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
@@ -309,7 +308,7 @@ def add_arguments(p):
                    help="collective (default allreduce; alltoall with --planes; incast "
                         "with --cc), or a training job: simai:FILE (each mode's iteration "
                         "time; experiments/compare/training_cmp.py)")
-    from emulator.experiments.options import add_training_args
+    from emulator.experiments.spec.options import add_training_args
     add_training_args(p)
     p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
                                                 "default 2M)")
@@ -317,7 +316,7 @@ def add_arguments(p):
     p.add_argument("--seed", "--hash-seed", dest="seed", type=int, default=None,
                    help="ECMP hash seed of the first repetition, one for every switch "
                         "(default 1; 101 with --planes, above the hosts' bond seeds)")
-    from emulator.experiments.options import add_job_seed_arg
+    from emulator.experiments.spec.options import add_job_seed_arg
     add_job_seed_arg(p)
     p.add_argument("--failover", choices=FAILOVER_MODES,
                    default="fast-failover", help="repair mode (default fast-failover)")
@@ -354,7 +353,7 @@ def main(fabric, args, out=print):
     if getattr(args, "queue_ms", None) is None:
         args.queue_ms = 30.0 if getattr(args, "lossless", None) else 2000.0
     if getattr(args, "lossless", None):
-        from emulator.experiments.compare import lossless_cmp
+        from emulator.experiments.compare import lossless as lossless_cmp
         return lossless_cmp.main(fabric, args, out)
     if getattr(args, "planes", False):
         from emulator.experiments.compare import planes
@@ -366,7 +365,7 @@ def main(fabric, args, out=print):
     if getattr(args, "cc", None):
         from emulator.experiments.compare import congestion
         return congestion.main(fabric, args, out)
-    from emulator.experiments.options import check_capture
+    from emulator.experiments.spec.options import check_capture
     check_capture(args, fabric)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -374,7 +373,7 @@ def main(fabric, args, out=print):
         raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
     args.workload = getattr(args, "workload", None) or "allreduce"
     if args.workload.startswith("simai:"):
-        from emulator.experiments.compare import training_cmp
+        from emulator.experiments.compare import training as training_cmp
         if args.reps < 1:
             raise ConfigError("--reps", "at least 1")
         args.seed = 1 if args.seed is None else args.seed
@@ -391,14 +390,15 @@ def main(fabric, args, out=print):
         raise ConfigError("--retries", "0 or more")
     sizes = parse_sizes(args.sizes)
     if getattr(args, "stream", None) or getattr(args, "cut", None):
-        from emulator.experiments.compare import stream_cmp
+        from emulator.experiments.compare import stream as stream_cmp
         return stream_cmp.main(fabric, args, modes, sizes, run_repetition, out)
     plan = [(m, args.ring, args.qps) for m in modes]
     plan += [("ecmp", args.ring, int(q)) for q in args.sweep_qps.split(",") if q.strip()
              and ("ecmp", args.ring, int(q)) not in plan]
     plan += [("ecmp", r.strip(), args.qps) for r in args.sweep_rings.split(",") if r.strip()
              and ("ecmp", r.strip(), args.qps) not in plan]
-    from emulator.experiments import budget, calibrate
+    from emulator.experiments import calibrate
+    from emulator.experiments.measure import budget
     from emulator.fabric import addressing
     from traffic.roce.frames import frame_len_for_mtu
     frame_len = frame_len_for_mtu(args.mtu)
@@ -406,7 +406,7 @@ def main(fabric, args, out=print):
                        "auto", out, fabric)
     base = make_results_dir(args.results, "compare")
     args.results = base                     # every session's directory goes inside
-    from emulator.experiments.options import job_seed
+    from emulator.experiments.spec.options import job_seed
     job0 = job_seed(getattr(args, "job_seed", None))
     out(f"... job seeds {job0}..{job0 + args.reps - 1} (QP numbers of each repetition's job; "
         f"--job-seed {job0} replays them)")

@@ -27,6 +27,7 @@ transport's go-back-N repairs the drops, at a price the table shows).
 import os
 
 from emulator.errors import ConfigError
+from emulator.experiments.measure.stats import jain, percentile
 
 CC_MODES = ("none", "dcqcn", "timely")
 # HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
@@ -50,24 +51,9 @@ def default_ecn(fabric, queue_ms, at="dequeue"):
     return ecn_mod.Ecn(max(1, int(e.kmin * k)), max(1, int(e.kmax * k)), e.pmax, at=at)
 
 
-def jain(xs):
-    """Jain's fairness index of ``xs`` (1 = equal shares)."""
-    xs = [x for x in xs if x is not None]
-    if not xs or not any(xs):
-        return None
-    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
-
-
 def cell(v, spec):
     """``v`` formatted by ``spec`` for a table, a right-aligned '-' when missing."""
     return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
-
-
-def percentile(values, q):
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def after_first_loop(queue, kmin):
@@ -107,9 +93,9 @@ def analyse(times, ports, backlog, sent, drops, kmin=0):
     busy_s = times[last] - times[first]
     window = backlog[i][first:last + 1]
     return {"port": ports[i]["name"], "busy_s": round(busy_s, 4),
-            "queue_max_bytes": max(window), "queue_p99_bytes": percentile(window, 0.99),
+            "queue_max_bytes": max(window), "queue_p99_bytes": percentile(window, 99),
             "queue_mean_bytes": round(sum(window) / len(window)),
-            "queue_p99_late_bytes": percentile(after_first_loop(window, kmin), 0.99),
+            "queue_p99_late_bytes": percentile(after_first_loop(window, kmin), 99),
             "utilisation": round((s[last] - s[first]) * 8 / (ports[i]["rate_bps"] * busy_s), 4)
             if busy_s > 0 else None,
             "drops": drops[i][last] - drops[i][first],
@@ -256,7 +242,7 @@ def main(fabric, args, out=print):
     """``emulator compare --cc ...``: returns the exit status."""
     from emulator.dataplane.lossless import ecn as ecn_mod
     from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.workloads import ccparams
+    from emulator.experiments.spec import ccparams
     from emulator.experiments.workloads.collective import parse_sizes
     modes = [m.strip() for m in args.cc.split(",") if m.strip()]
     bad = [m for m in modes if m not in CC_MODES]

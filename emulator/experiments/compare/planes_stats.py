@@ -7,10 +7,10 @@ and feeds these.
 """
 
 import random
-import statistics
 from dataclasses import replace
 
 from emulator.errors import ConfigError
+from emulator.experiments.measure.stats import busy_window, median, queue_stats, spread
 
 FABRICS = ("dual-plane", "single-plane")
 SEEDINGS = ("shared", "per-switch")
@@ -23,8 +23,6 @@ TIER_LABEL = {k: label for k, label, _ in TIERS}
 PRESET = "dual-plane"
 # equal ToR uplink capacity in both fabrics; rates the userspace datapath keeps up with
 DEFAULT_PARAMS = {"host_rate": "10Mbps"}
-IDLE_FRACTION = 0.02
-BUSY_FRACTION = 0.1
 
 
 # ---- pure helpers (unit-tested) ----------------------------------------------
@@ -92,55 +90,6 @@ def shaped_ports(topo):
     return out
 
 
-def busy_window(times, totals, fraction=BUSY_FRACTION):
-    """(lo, hi): samples lo..hi span the intervals whose send rate (from the
-    cumulative byte ``totals``) exceeds ``fraction`` of the peak; None if idle."""
-    rates = [(b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
-             for (t0, b0), (t1, b1) in zip(zip(times, totals), zip(times[1:], totals[1:]))]
-    peak = max(rates, default=0.0)
-    busy = [i for i, r in enumerate(rates) if peak > 0 and r > fraction * peak]
-    if not busy:
-        return None
-    return busy[0], busy[-1] + 1
-
-
-def spread(byte_counts, idle_fraction=IDLE_FRACTION):
-    """Max/mean, Jain's index and idle links (< idle_fraction of the mean) of a tier."""
-    xs = list(byte_counts)
-    if not xs:
-        return {"links": 0, "max_over_mean": None, "jain": None, "idle": 0}
-    mean = sum(xs) / len(xs)
-    sq = sum(x * x for x in xs)
-    return {"links": len(xs),
-            "max_over_mean": round(max(xs) / mean, 3) if mean > 0 else None,
-            "jain": round(sum(xs) ** 2 / (len(xs) * sq), 4) if sq > 0 else None,
-            "idle": sum(1 for x in xs if x < idle_fraction * mean) if mean > 0 else len(xs)}
-
-
-def percentile(xs, q):
-    """The q-quantile (0..1) of ``xs``, linear between order statistics."""
-    xs = sorted(xs)
-    if not xs:
-        return None
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def queue_stats(backlogs, rates):
-    """Backlog statistics of one tier: ``backlogs[i]`` are link i's samples (bytes)
-    over the busy window, ``rates[i]`` its rate (bit/s).  Milliseconds are the
-    time the backlog takes to drain at the link rate."""
-    ms = [b * 8 / r * 1000 for series, r in zip(backlogs, rates) for b in series]
-    raw = [b for series in backlogs for b in series]
-    if not ms:
-        return {"max_bytes": None, "max_ms": None, "p95_ms": None, "mean_ms": None}
-    return {"max_bytes": max(raw), "max_ms": round(max(ms), 2),
-            "p95_ms": round(percentile(ms, 0.95), 2),
-            "mean_ms": round(sum(ms) / len(ms), 2)}
-
-
 def analyse(ports, times, backlog, sent, drops):
     """One run's link and queue figures from the sampler's arrays.
 
@@ -201,11 +150,6 @@ METRICS = ([("busbw Mb/s", lambda r: r["busbw_Mbps"], ".2f"),
               ("not faithful, runs", lambda r: int(r["fidelity"] != "faithful"), ".0f")])
 SUMMED = {"qdisc drops, sum of reps", "packets lost, sum of reps", "#wrong, sum of reps",
           "not faithful, runs"}
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def summarize(runs):

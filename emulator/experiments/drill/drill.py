@@ -38,19 +38,24 @@ import os
 import time
 
 from emulator.dataplane.links.detect import parse_detect
-from emulator.experiments.drill.drill_stats import (  # noqa: F401
-    controller_convergence, flow_result, percentile, stats, summarise, summary_line, table)
-from emulator.experiments import fidelity, scenario, ui
-from emulator.experiments.drill import drill_agent
-from emulator.experiments.drill import drill_adaptive
-from emulator.experiments.drill.drill_probes import (  # noqa: F401
-    PROBE_SETS, crosses, fault_ports, flow_paths, hop, link_ends, parse_rails, path_pairs,
-    planned_flows, probe_pairs, probe_rate, trace_path, unexpected_downs)
-from emulator.experiments.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
+from emulator.experiments.drill.stats import (flow_result, summarise, summary_line, table)
+from emulator.experiments.measure.convergence import controller_convergence
+from emulator.experiments import ui
+from emulator.experiments.measure import fidelity
+from emulator.experiments.spec import scenario
+from emulator.experiments.drill import agent as drill_agent
+from emulator.experiments.drill import adaptive as drill_adaptive
+from emulator.experiments.drill.probes import (
+    PROBE_SETS, parse_rails, path_pairs, planned_flows, probe_pairs, probe_rate)
+from emulator.experiments.measure.paths import (
+    crosses, fault_ports, flow_paths, unexpected_downs)
+from emulator.experiments.spec.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
                                           parse_seed)
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.units import parse_duration
 from traffic.roce.frames import ROCE_MTUS
+from emulator.experiments.spec.scenario import default_fault
+from emulator.experiments.measure.convergence import ports_down, wait_for, wait_restored
 
 MODES = FAILOVER_MODES
 
@@ -138,9 +143,9 @@ def add_arguments(p):
     g.add_argument("--iterations", type=int, default=None,
                    help="calls per repeat (default 10), or a training job's iterations "
                         "(default 3)")
-    from emulator.experiments.options import add_training_args
+    from emulator.experiments.spec.options import add_training_args
     add_training_args(g, iterations=False)
-    from emulator.experiments.options import add_capture_arg, add_transport_args
+    from emulator.experiments.spec.options import add_capture_arg, add_transport_args
     add_transport_args(g)
     add_capture_arg(p)
     p.add_argument("--strict", action="store_true",
@@ -154,18 +159,6 @@ def parse_modes(text):
     if not modes or bad:
         raise ConfigError("--failover", f"{text!r}: use {', '.join(MODES)} (comma list)")
     return modes
-
-
-def default_fault(topo):
-    """The first uplink of the first leaf (``leaf1-spine1`` on the presets)."""
-    for sw in topo["switches"]:
-        if sw["kind"] != "leaf":
-            continue
-        for p in sw["ports"]:
-            if p["peer_kind"] not in ("host", "nic", "leaf"):
-                return f"{sw['name']}-{p['peer']}"
-    raise ConfigError("drill", "the fabric has no leaf uplink to cut by default: "
-                               "give --fault SPEC or --scenario FILE")
 
 
 def schedule_from(args, topo=None, out=print):
@@ -189,48 +182,6 @@ def schedule_from(args, topo=None, out=print):
 
 
 # ---- probes -------------------------------------------------------------------
-
-def wait_for(cond, timeout, what, procs=None):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        for name, (p, _) in (procs or {}).items():
-            if p.poll() is not None:
-                raise RunFailed(f"{what}: process in {name} exited {p.returncode}")
-        if time.monotonic() > deadline:
-            raise RunFailed(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def ports_down(converged):
-    """{(dpid, port)} whose latest port event in the controller's log is a down."""
-    latest = {}
-    for ev in converged:
-        if ev.get("event") == "port" and "up" in ev:
-            latest[(ev["dpid"], ev["port"])] = ev["up"]
-    return {k for k, up in latest.items() if not up}
-
-
-def wait_restored(s, mode, t_restore_ns, timeout=60, kind=None):
-    """After a repeat: the controller acknowledged the restore (modes that listen).
-
-    Restored means no port is down in the controller's view and, unless the
-    restore was the end of a loss (``kind`` ``loss_stop``: a BFD session may
-    have come back up before it, or never gone down), a port-up or a switch's
-    connect pushed after the restore.
-    """
-    if mode == "none" or t_restore_ns is None or s.controller is None:
-        return
-    t0 = t_restore_ns / 1e9
-
-    def done():
-        evs = s.controller.converged()
-        if ports_down(evs):
-            return False
-        return kind == "loss_stop" or any(
-            ev.get("t_event", 0) >= t0 and (ev.get("up") or ev.get("event") == "connect")
-            for ev in evs)
-    wait_for(done, timeout, "the controller to converge on the restore")
-
 
 BFD_HOLDDOWN = "3:30"       # the controller's hold-down when the drill runs BFD
 
@@ -257,7 +208,7 @@ RESTORES = ("restore", "recover", "loss_stop")
 
 
 def run_mode(fabric, mode, events, args, base, out):
-    from emulator.experiments.drill import drill_traffic
+    from emulator.experiments.drill import traffic as drill_traffic
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
@@ -387,12 +338,13 @@ def main(fabric, args, out=print):
             raise ConfigError("--bfd", "BFD sessions run on one machine only: not with "
                                        "--servers")
     if getattr(args, "bfd_holddown", None) is not None:
-        from emulator.experiments.options import parse_holddown
+        from emulator.experiments.spec.options import parse_holddown
         parse_holddown(args.bfd_holddown)
-    from emulator.experiments import budget, calibrate
+    from emulator.experiments import calibrate
+    from emulator.experiments.measure import budget
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)
-    from emulator.experiments.options import check_capture
+    from emulator.experiments.spec.options import check_capture
     check_capture(args, fabric)
     events = schedule_from(args, topo, out)
     scenario.check_targets(events, topo, fabric.flow_control)

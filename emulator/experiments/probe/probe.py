@@ -37,9 +37,11 @@ import time
 
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.probe import prober as pr
-from emulator.experiments.drill.drill import link_ends, trace_path, wait_for, wait_restored
-from emulator.experiments.drill.drill_stats import percentile
-from emulator.experiments.options import FAILOVER_MODES
+from emulator.experiments.measure.paths import link_ends, trace_path
+from emulator.experiments.measure.convergence import wait_for, wait_restored
+from emulator.experiments.measure.stats import percentile
+from emulator.experiments.spec.options import FAILOVER_MODES
+from emulator.experiments.measure.paths import choose, ecmp_width
 
 QPN_BASE = 0x4000           # probe QPNs: 32 candidates per host pair from here
 CANDIDATES = 32
@@ -75,7 +77,7 @@ def parse_fault(text, topo):
     """``LINK:loss:P`` / ``LINK:corrupt:P`` -> (link, kind, percent); default the first
     leaf uplink, loss 5 %."""
     from emulator.dataplane.faults import link_nodes, parse_link
-    from emulator.experiments.drill.drill import default_fault
+    from emulator.experiments.spec.scenario import default_fault
     if text is None:
         return default_fault(topo), "loss", 5.0
     link, _, rest = text.replace(":loss:", "|loss|").replace(":corrupt:", "|corrupt|") \
@@ -113,14 +115,14 @@ def select_paths(topo, net=None):
     chosen, flow = {}, 0
     for i, (src, dst) in enumerate(pr.probe_pairs(topo)):
         hp, dp = src["ports"][0], dst["ports"][0]
-        width = max(pr.ecmp_width(topo, hp["switch"], dp["switch"]), 1)
+        width = max(ecmp_width(topo, hp["switch"], dp["switch"]), 1)
         traced = {}
         for c in range(CANDIDATES):
             qpn = QPN_BASE + i * CANDIDATES + c
             traced[qpn] = trace_path(topo, src["name"], hp, dp, udp_sport(qpn, qpn), net)
-            if len(pr.choose(traced)) >= width:
+            if len(choose(traced)) >= width:
                 break
-        for qpn, path in pr.choose(traced).items():
+        for qpn, path in choose(traced).items():
             chosen[f"{hp['ip']}#{flow}"] = (src, dst, qpn, path)
             flow += 1
     return chosen
@@ -184,7 +186,7 @@ class Watcher:
 def repeat(s, inj, isolator, chosen, fault, args, work, hop_names):
     """One repeat (see the module doc); returns its result document."""
     from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
-    from emulator.experiments.watch import Watch
+    from emulator.experiments.measure.watch import Watch
     link, kind, percent = fault
     true_hop = fault_hop(link, s.topo)
     paths = {k: v[3] for k, v in chosen.items()}

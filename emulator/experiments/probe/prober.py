@@ -64,37 +64,9 @@ def probe_pairs(topo):
     return pairs
 
 
-def ecmp_width(topo, a, b):
-    """Shortest paths between switches ``a`` and ``b`` over inter-switch links."""
-    import networkx as nx
-    g = nx.Graph()
-    for sw in topo["switches"]:
-        for p in sw["ports"]:
-            if p["peer_kind"] != "host":
-                g.add_edge(sw["name"], p["peer"])
-    if a == b:
-        return 1
-    try:
-        return sum(1 for _ in nx.all_shortest_paths(g, a, b))
-    except (nx.NetworkXNoPath, nx.NodeNotFound):
-        return 0
-
-
 def path_links(path):
     """The directed links a traced path crosses: its ``node:port`` hops."""
     return tuple(h for h in path if ":" in h)
-
-
-def choose(traced):
-    """{candidate qpn: path} of one pair -> {qpn: path}, one per distinct complete
-    path (a path that reaches a host), the lowest qpn of each."""
-    out, seen = {}, set()
-    for qpn in sorted(traced):
-        path = tuple(traced[qpn])
-        if path and ":" not in path[-1] and path not in seen:
-            seen.add(path)
-            out[qpn] = list(path)
-    return out
 
 
 def directed_links(topo):

@@ -89,7 +89,7 @@ def complete(spec):
 def check(spec):
     """Everything about ``spec`` that can be known before a fabric is built (exit 2)."""
     from emulator.dataplane.lossless import ecn
-    from emulator.experiments.workloads import ccparams
+    from emulator.experiments.spec import ccparams
     if spec.cc != CC.NONE and spec.transport != Transport.RC:
         raise ConfigError("--cc", f"{spec.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")

@@ -20,7 +20,7 @@ import time
 from emulator.fabric.addressing import home_leaf
 from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
-from emulator.experiments.watch import Watch
+from emulator.experiments.measure.watch import Watch
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

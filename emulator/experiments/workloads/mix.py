@@ -15,7 +15,7 @@ import os
 
 from emulator.dataplane.observe import counters
 from emulator.dataplane.engine_proc import EngineProcess  # noqa: F401 (re-exported)
-from emulator.experiments import fidelity
+from emulator.experiments.measure import fidelity
 from traffic.roce.frames import frame_len_for_mtu
 
 

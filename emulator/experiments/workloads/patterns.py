@@ -173,8 +173,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     import json
     import time
     from emulator.errors import RunFailed
-    from emulator.experiments.watch import Watch
-    from emulator.experiments.workloads.training import job_fidelity, run_engine
+    from emulator.experiments.measure.watch import Watch
+    from emulator.experiments.training.launch import job_fidelity, run_engine
     topo, net = session.topo, session.net
     pairs = pairs_for(session.fabric, pattern, seed)
     link = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])

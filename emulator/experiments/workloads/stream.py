@@ -76,7 +76,7 @@ class Stream:
         return sum((c.get(intf) or (0,))[0] for _, intf, _ in self.ups)
 
     def _trace(self):
-        from emulator.experiments.drill.drill_probes import trace_path
+        from emulator.experiments.measure.paths import trace_path
         from traffic.roce.frames import udp_sport
         path = trace_path(self.s.topo, self.src["name"], self.src["ports"][0],
                           self.dst["ports"][0], udp_sport(STREAM_QPN, STREAM_QPN), self.s.net)
@@ -153,7 +153,7 @@ class Stream:
 
     def result(self):
         """The stream as it ran: when, where, and its uplink's queue."""
-        from emulator.experiments.drill.drill_stats import percentile
+        from emulator.experiments.measure.stats import percentile
         q = [sample.get(self.port, 0) for _, sample in self.samples] if self.port else []
         byte_ms = self.rate / 8 / 1e3
         out = {"src": self.src["name"], "dst": self.dst["name"], "rate_bps": self.rate,

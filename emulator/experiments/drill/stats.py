@@ -12,19 +12,7 @@ flow's gap too.
 """
 
 import statistics
-
-
-def percentile(values, q):
-    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
-    v = sorted(values)
-    return v[max(0, min(len(v) - 1, -(-len(v) * q // 100) - 1))]
-
-
-def stats(values):
-    if not values:
-        return None
-    return {"n": len(values), "median": round(statistics.median(values), 3),
-            "p95": round(percentile(values, 95), 3), "max": round(max(values), 3)}
+from emulator.experiments.measure.stats import stats
 
 
 def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=None):
@@ -74,31 +62,6 @@ def flow_result(recv, sent, t_fault, t_restore, pps, duration_s=None, calm_from=
             (g["ms"] for g in gaps if g["start_ns"] >= calm_from and g["end_ns"] <= t_fault),
             default=0.0), 3),
     }
-
-
-def controller_convergence(log_text, t_fault, t_restore):
-    """ms from the fault to the last port-down push acknowledged, and to the first event."""
-    t0 = t_fault / 1e9
-    end = t_restore / 1e9 if t_restore is not None else float("inf")
-    done, first, last = [], [], None
-    from emulator.dataplane.session import converged_events
-    for ev in converged_events(log_text):
-        if ev.get("event") == "port" and not ev.get("up") and t0 <= ev["t_event"] < end:
-            done.append(ev["t_done"])
-            first.append(ev["t_event"])
-            if last is None or ev.get("sent", 0) > last.get("sent", 0):
-                last = ev          # the push that carried the repair
-    if not done:
-        return None
-    out = {"convergence_ms": round((max(done) - t0) * 1e3, 3),
-           "first_port_status_ms": round((min(first) - t0) * 1e3, 3),
-           # from the first switch telling the controller (the detection) to the last push
-           "after_detection_ms": round((max(done) - min(first)) * 1e3, 3),
-           "port_events": len(done)}
-    # where the repair push's time went (controller/osken_app.py push), when it says
-    out.update({k: last[k] for k in ("compute_ms", "send_ms", "barrier_ms", "bytes", "sent")
-                if k in last})
-    return out
 
 
 def summary_line(rep):

@@ -65,10 +65,10 @@ def build(name, params):
 def run_one(fabric, workload, session, args, job_seed, progress):
     """One workload on ``session``: its row."""
     from emulator.dataplane.links import hb
-    from emulator.experiments.watch import Watch
-    from emulator.experiments.workloads import rails
+    from emulator.experiments.measure.watch import Watch
+    from emulator.experiments.training import rails
     from emulator.experiments.workloads.collective import default_timeout_exp
-    from emulator.experiments.workloads.training import job_fidelity, run_engine
+    from emulator.experiments.training.launch import job_fidelity, run_engine
     topo = session.topo
     size = args.rail_size
     out_dir = os.path.join(session.dir, workload)
@@ -185,8 +185,9 @@ def table(summary):
 def main(fabric, args, out=print):
     """``compare --fabrics``: returns the exit status (``fabric``: -p's, unused)."""
     from emulator.dataplane.session import Session, make_results_dir, write_json
-    from emulator.experiments.options import job_seed
-    from emulator.experiments.workloads import collective, rails
+    from emulator.experiments.spec.options import job_seed
+    from emulator.experiments.workloads import collective
+    from emulator.experiments.training import rails
     from emulator.fabric.presets import parse_assignments
     names = parse_fabrics(args.fabrics)
     params = parse_assignments(args.param)

@@ -19,8 +19,8 @@ the data plane's reaction: from carrier loss to the first frame on another
 uplink.
 """
 
-from emulator.experiments.drill.drill_probes import crosses, link_ends, trace_path
-from emulator.experiments.drill.drill_stats import stats
+from emulator.experiments.measure.paths import crosses, link_ends, trace_path
+from emulator.experiments.measure.stats import stats
 
 
 class Watch:

@@ -121,7 +121,7 @@ def main(fabric, args, modes, sizes, run_repetition, out=print):
     """The comparison; ``run_repetition``: compare's, which runs one mode once."""
     from emulator.dataplane.faults import parse_link
     from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.options import job_seed
+    from emulator.experiments.spec.options import job_seed
     from emulator.experiments.workloads.stream import parse
     from emulator.fabric import addressing
     topo = addressing.plan(fabric)

@@ -31,7 +31,7 @@ import threading
 import time
 
 from emulator.errors import RunFailed
-from emulator.experiments.drill.drill_traffic import faulted_links
+from emulator.experiments.drill.traffic import faulted_links
 
 
 def log_says(log_path, word):
@@ -89,7 +89,7 @@ def under_schedule(inj, events, work, has_started, what):
     """Run ``work()`` in a thread and inject ``events`` while it runs, their times
     counted from when ``has_started()`` first holds; returns (``work``'s result, the
     injector's events of this run).  ``what`` names the work in errors."""
-    from emulator.experiments import scenario
+    from emulator.experiments.spec import scenario
     box = {}
 
     def run():
@@ -140,7 +140,7 @@ def repeat(s, inj, events, args, rank_extra):
 def connections(s, collective, hosts, seed=None):
     """{flow key: path} of every connection of the collective (QP 0 of each; ``seed``:
     the job's QPN seed)."""
-    from emulator.experiments.drill.drill import flow_paths
+    from emulator.experiments.measure.paths import flow_paths
     from traffic.ranks.collectives import schedule
     from traffic.ranks.config import flow_id, qpn
     n = len(hosts)
@@ -173,9 +173,10 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
     from emulator.dataplane.links.detect import parse_detect
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.session import Session
-    from emulator.experiments import scenario
-    from emulator.experiments.drill.drill import restore_event, wait_restored
-    from emulator.experiments.options import nic_lb, rank_transport
+    from emulator.experiments.spec import scenario
+    from emulator.experiments.drill.drill import restore_event
+    from emulator.experiments.measure.convergence import wait_restored
+    from emulator.experiments.spec.options import nic_lb, rank_transport
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
                  queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
@@ -192,7 +193,7 @@ def run_mode(fabric, mode, events, args, base, out, ecn=None):
                 f"a connection of the {args.workload} crosses")
             events = scenario.fault_spec(link, at_s=args.at, hold_s=args.hold)
         scenario.check_targets(events, s.topo, fabric.flow_control)
-        from emulator.experiments.drill.drill import crosses
+        from emulator.experiments.measure.paths import crosses
         crossing = sorted(k for k, p in paths.items() if crosses(p, events, s.topo))
         out(f"... [{mode}] {len(crossing)} of {len(paths)} connections cross the fault")
         inj = Injector(s, detect=parse_detect(args.detect))
@@ -253,11 +254,11 @@ def main(fabric, args, out=print):
     from emulator.errors import ConfigError
     from emulator.experiments.workloads.collective import expected_seconds, parse_sizes
     from emulator.experiments.drill.drill import parse_modes, schedule_from
-    from emulator.experiments.options import check_capture, check_transport
+    from emulator.experiments.spec.options import check_capture, check_transport
     from emulator.fabric import addressing
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.spec.options import switch_agent_from
     args.agent_params = switch_agent_from(args, fabric)
     ecn = check_transport(args, fabric)
     check_capture(args, fabric)
@@ -273,7 +274,7 @@ def main(fabric, args, out=print):
         rate = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])
         args.at = expected_seconds(args.workload, len(topo["hosts"]), sizes[:1],
                                    rate) * (1 + args.iterations / 2)
-    from emulator.experiments.options import job_seed
+    from emulator.experiments.spec.options import job_seed
     args.job_seed = job_seed(getattr(args, "job_seed", None))   # one job: the same QPs throughout
     out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
     # no --fault: run_mode cuts the first leaf uplink the job uses

@@ -23,6 +23,7 @@ import dataclasses
 import os
 
 from emulator.errors import ConfigError
+from emulator.experiments.measure.stats import median
 
 SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none", "credit": "credit"}
 NAMES = {"pfc": "lossless", "none": "lossy", "credit": "credit"}
@@ -209,13 +210,12 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
 
 
 def summarize(runs):
-    from emulator.experiments.compare.congestion import percentile
     rows = []
     for key in dict.fromkeys((r["flow_control"], r["cc"]) for r in runs):
         rs = [r for r in runs if (r["flow_control"], r["cc"]) == key]
 
         def med(k):
-            return percentile([r[k] for r in rs if r[k] is not None], 0.5)
+            return median(r[k] for r in rs)
         rows.append({"flow_control": key[0], "cc": key[1], "reps": len(rs),
                      **{k: med(k) for k in ("time_s", "busbw_Mbps", "drops", "retransmitted",
                                             "timeouts", "pause_frames", "paused_s_max",

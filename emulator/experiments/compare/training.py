@@ -42,7 +42,7 @@ def run_one(fabric, mode, seed, job, args, extra, progress, entropy):
     options.nic_lb): the job's
     measurements."""
     from emulator.dataplane.session import Session
-    from emulator.experiments.workloads import training
+    from emulator.experiments.training import launch as training
     from emulator.experiments.workloads.collective import default_timeout_exp
     with Session(fabric, results_base=args.results, seed=seed, lb=mode,
                  flowlet_frames=getattr(args, "flowlet_frames", None),
@@ -100,8 +100,8 @@ def main(fabric, args, modes, entropy, out=print):
     """``emulator compare --workload simai:FILE``: returns the exit status; ``entropy``:
     {mode: the NICs' side of it} (``compare.ENTROPY``)."""
     from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.options import job_seed
-    from emulator.experiments.workloads import training
+    from emulator.experiments.spec.options import job_seed
+    from emulator.experiments.training import launch as training
     from emulator.fabric import addressing
     topo = ordered_topo(addressing.plan(fabric), args.ring)
     job = training.prepare(training.workload_path(args.workload), topo, args,

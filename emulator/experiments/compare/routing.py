@@ -97,7 +97,7 @@ def table(rows):
 def main(fabric, args, out=print):
     """``compare --routing``: returns the exit status."""
     from emulator.dataplane.session import Session, make_results_dir, write_json
-    from emulator.experiments.options import job_seed, rank_transport
+    from emulator.experiments.spec.options import job_seed, rank_transport
     from emulator.experiments.workloads import collective, patterns
     modes = parse_modes(args.routing)
     workload = args.workload or "adversarial"
@@ -110,7 +110,7 @@ def main(fabric, args, out=print):
     queue_ms = args.queue_ms if args.queue_ms is not None else DEFAULT_QUEUE_MS
     if args.cc is None:
         args.cc = "dcqcn"
-    from emulator.experiments.options import check_transport
+    from emulator.experiments.spec.options import check_transport
     args.transport = getattr(args, "transport", "rc")
     args.rc_timeout = getattr(args, "rc_timeout", None)
     args.rc_retry = getattr(args, "rc_retry", 7)

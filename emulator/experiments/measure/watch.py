@@ -11,7 +11,7 @@ import threading
 import time
 
 from emulator.dataplane.observe import counters
-from emulator.experiments import fidelity
+from emulator.experiments.measure import fidelity
 
 
 def children_cpu():

@@ -33,8 +33,8 @@ import sys
 import time
 
 from emulator.errors import ConfigError, RunFailed
-from emulator.experiments.workloads import job as jobs
-from emulator.experiments.workloads import simai
+from emulator.experiments.training import job as jobs
+from emulator.experiments.training import simai
 
 PREFIX = "simai:"
 _IT = re.compile(r"^(?:it)(\d+)\.")
@@ -113,7 +113,7 @@ def run_engine(cfg_path, res_path, out_dir, timeout, what):
 def run_job(session, job, extra, progress=print, faulted=()):
     """Run ``job`` on ``session``'s fabric; returns the ``training`` document.
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill)."""
-    from emulator.experiments.watch import Watch
+    from emulator.experiments.measure.watch import Watch
     out_dir = os.path.join(session.dir, "training")
     os.makedirs(out_dir, exist_ok=True)
     cfg = job_config(session, job, extra)

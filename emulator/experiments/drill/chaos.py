@@ -52,7 +52,7 @@ import random
 import time
 
 from emulator.errors import ConfigError
-from emulator.experiments import scenario
+from emulator.experiments.spec import scenario
 
 KINDS = ("cut", "flap", "loss", "crash", "kill")
 MIN_REPAIR_S = 0.3
@@ -224,9 +224,9 @@ def soak(s, inj, pairs, faults, args, work, out):
     On Ctrl-C the active fault is repaired and what ran so far returned."""
     from emulator.dataplane.signals import Interrupted
     from emulator.dataplane.observe.counters import FaultWindows, link_names
-    from emulator.experiments.drill.drill_chaos_job import JobLoop
-    from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan
-    from emulator.experiments.watch import Watch
+    from emulator.experiments.drill.chaos_job import JobLoop
+    from emulator.experiments.drill.traffic import faulted_links, probe_plan
+    from emulator.experiments.measure.watch import Watch
     from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
     os.makedirs(work, exist_ok=True)
     duration = args.duration + args.post + 2.0
@@ -301,7 +301,7 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later).
     ``drops``: {link: queue drops} per fault window (``window_drops``); ``in_flight_ms``:
     the probes' p99.9 one-way latency (``lead_ns``)."""
-    from emulator.experiments.drill.drill_probes import crosses, ecmp_span, path_links
+    from emulator.experiments.measure.paths import crosses, ecmp_span, path_links
     ends = starts[1:] + [float("inf")]
     drops = list(drops) + [None] * (len(starts) - len(drops))
     span = {k: ecmp_span(p, topo) for k, p in paths.items()}
@@ -382,8 +382,8 @@ def main(fabric, args, out=print):
     from emulator.dataplane.session import Session
     from emulator.experiments import calibrate
     from emulator.experiments.drill.drill import holddown_for, parse_modes
-    from emulator.experiments.drill.drill_probes import path_pairs, planned_flows, probe_rate
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.drill.probes import path_pairs, planned_flows, probe_rate
+    from emulator.experiments.spec.options import switch_agent_from
     from emulator.fabric import addressing
     check_args(args)
     (mode,) = parse_modes(args.failover)

@@ -104,7 +104,7 @@ def add_ecn_at_arg(p):
 
 def rank_transport(args):
     """The rank config keys of ``add_transport_args``'s options."""
-    from emulator.experiments.workloads import ccparams
+    from emulator.experiments.spec import ccparams
     return {"transport": args.transport, "timeout_exp": args.rc_timeout,
             "retry_cnt": args.rc_retry, "cc": args.cc or "none",
             "cc_params": ccparams.parse(args.cc_param, args.cc)}
@@ -122,7 +122,7 @@ def check_transport(args, fabric=None):
     if args.cc != "none" and args.transport != "rc":
         raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")
-    from emulator.experiments.workloads import ccparams
+    from emulator.experiments.spec import ccparams
     ccparams.parse(args.cc_param, args.cc)
     if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
         raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")

@@ -30,7 +30,7 @@ DEFAULT_ITERATIONS = 3
 
 def started(log_path):
     """True once the job engine started the ranks (its log says ``ready``)."""
-    from emulator.experiments.drill.drill_collective import log_says
+    from emulator.experiments.drill.collective import log_says
     return log_says(log_path, "ready")
 
 
@@ -61,9 +61,9 @@ def judge(t, t_fault_ns):
 
 def repeat(s, job, inj, events, extra, out):
     """One job with the schedule injected; returns ``judge``'s verdict."""
-    from emulator.experiments.drill.drill_collective import under_schedule
-    from emulator.experiments.drill.drill_traffic import faulted_links
-    from emulator.experiments.workloads import training
+    from emulator.experiments.drill.collective import under_schedule
+    from emulator.experiments.drill.traffic import faulted_links
+    from emulator.experiments.training import launch as training
     log = os.path.join(s.dir, "training", "job.log")
     if os.path.exists(log):
         os.remove(log)               # the last repeat's "ready" must not start this one
@@ -119,10 +119,11 @@ def run_mode(fabric, mode, events, job, args, base, out, ecn=None):
     from emulator.dataplane.faults import Injector
     from emulator.dataplane.links.detect import parse_detect
     from emulator.dataplane.session import Session
-    from emulator.experiments import scenario
-    from emulator.experiments.drill.drill import restore_event, wait_restored
-    from emulator.experiments.drill.drill_collective import summarise
-    from emulator.experiments.options import nic_lb, rank_transport
+    from emulator.experiments.spec import scenario
+    from emulator.experiments.drill.drill import restore_event
+    from emulator.experiments.measure.convergence import wait_restored
+    from emulator.experiments.drill.collective import summarise
+    from emulator.experiments.spec.options import nic_lb, rank_transport
     from emulator.experiments.workloads.collective import default_timeout_exp
     with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
                  lb=args.lb, flowlet_frames=getattr(args, "flowlet_frames", None),
@@ -160,11 +161,11 @@ def main(fabric, args, out=print):
     """``emulator drill --workload simai:FILE``: returns the exit status."""
     from emulator.dataplane.links.detect import parse_detect
     from emulator.experiments.drill.drill import parse_modes, schedule_from
-    from emulator.experiments.drill.drill_collective import table
-    from emulator.experiments.options import (check_capture, check_transport, job_seed,
+    from emulator.experiments.drill.collective import table
+    from emulator.experiments.spec.options import (check_capture, check_transport, job_seed,
                                               training_cc)
-    from emulator.experiments.workloads import job as jobs
-    from emulator.experiments.workloads import training
+    from emulator.experiments.training import job as jobs
+    from emulator.experiments.training import launch as training
     from emulator.fabric import addressing
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
@@ -187,7 +188,7 @@ def main(fabric, args, out=print):
     args.job_seed = job_seed(getattr(args, "job_seed", None))
     out(f"... job seed {args.job_seed} (its QP numbers; --job-seed replays them)")
     events = schedule_from(args, topo, out)
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.spec.options import switch_agent_from
     agent = args.agent_params = switch_agent_from(args, fabric)
     args.agent_emulated, args.detect_emulated = stretched_agent(
         agent, parse_detect(args.detect), job.stretch)

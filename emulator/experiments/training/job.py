@@ -83,10 +83,10 @@ import math
 from dataclasses import dataclass, field
 
 from emulator.errors import ConfigError
-from emulator.experiments.workloads import job_time
-from emulator.experiments.workloads.job_ranks import (  # noqa: F401  (the job's vocabulary)
+from emulator.experiments.training import timing as job_time
+from emulator.experiments.training.ranks import (  # noqa: F401  (the job's vocabulary)
     GROUP_KINDS, Nic, Placement, fabric_hosts, form_groups, place)
-from emulator.experiments.workloads.job_time import fabric_size, local_bytes
+from emulator.experiments.training.timing import fabric_size, local_bytes
 
 SUPPORTED = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "DATA", "MICRO")
 MIN_CHUNK_FRAMES = 8

@@ -158,7 +158,7 @@ def text(params, results):
 
 def params_from(args, fabric):
     """``--switch-agent`` parsed and checked (None: ideal)."""
-    from emulator.experiments.options import switch_agent_from
+    from emulator.experiments.spec.options import switch_agent_from
     return switch_agent_from(args, fabric)
 
 

@@ -245,3 +245,15 @@ def execute(injector, ev):
         from emulator.dataplane.lossless.pfc_run import misroute
         return misroute(injector, ev.action == "deadlock")
     raise ValueError(ev.action)
+
+
+def default_fault(topo):
+    """The first uplink of the first leaf (``leaf1-spine1`` on the presets)."""
+    for sw in topo["switches"]:
+        if sw["kind"] != "leaf":
+            continue
+        for p in sw["ports"]:
+            if p["peer_kind"] not in ("host", "nic", "leaf"):
+                return f"{sw['name']}-{p['peer']}"
+    raise ConfigError("drill", "the fabric has no leaf uplink to cut by default: "
+                               "give --fault SPEC or --scenario FILE")

@@ -1,0 +1,12 @@
+"""Training jobs from SimAI / AICB workload files, on the fabric.
+
+``simai`` (the workload file's plain text into a ``Workload``, pure), ``job``
+(ranks' op programs, scale, summary, pure), ``ranks`` (placement of ranks on
+hosts and their groups, pure), ``timing`` (ring bytes and the analytic
+iteration time, pure), ``rails`` (rank-aligned collectives on rail fabrics as
+job-engine documents, pure), ``launch`` (a job on a running fabric: the job
+engine, its results).
+
+May import: emulator.errors, emulator.fabric, emulator.dataplane, lab,
+traffic, and experiments' measure, spec and workloads rooms.
+"""
