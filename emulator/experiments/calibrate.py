@@ -27,9 +27,13 @@ and ``compare`` read it before they start and warn when the load they will
 offer does not fit.
 """
 
+import dataclasses
 import json
 import os
 import time
+
+from emulator.dataplane.session import Session
+from emulator.fabric.runspec import RunSpec
 
 from emulator.experiments.measure import budget
 from emulator.experiments.measure.fidelity import STEAL_WARN
@@ -152,13 +156,15 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
     """Measure and cache this machine's budget for a datapath ``layout`` (None: the
     one a run would choose), the median of ``searches`` searches per path; returns
     the budget document."""
-    from emulator.dataplane.session import Session
     if searches < 1:
         raise ValueError(f"searches={searches}: at least one search per path")
     frame_len = frame_len_for_mtu(mtu)
     fabric = calibration_fabric()
-    with Session(fabric, results_base=results, datapath_request=datapath, layout=layout,
-                 progress=lambda m: out(f"... {m}")) as s:
+    if layout is not None:
+        fabric = dataclasses.replace(fabric, layout=layout)
+    spec = RunSpec(fabric, fabric_source={"calibration": True}, datapath=datapath, mtu=mtu,
+                   results=results)
+    with Session(spec, progress=lambda m: out(f"... {m}")) as s:
         used = s.results["layout"]["layout"]
         hosts = {h["name"]: h for h in s.topo["hosts"]}
         same = (hosts["h1"], hosts["h2"])           # both on leaf1: 1 switch hop

@@ -34,6 +34,10 @@ from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
 from emulator.dataplane.observe.reach import ping_round
+from emulator.dataplane.session import Session, write_json
+from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.fabric import addressing
+from emulator.report import files as reports
 
 ROCE_PORT = 4791
 
@@ -358,6 +362,8 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
 # ---- command line -----------------------------------------------------------------
 
 def add_arguments(p):
+    """``emulator check``'s options."""
+    add_fabric_args(p)
     p.add_argument("--controller", default="builtin",
                    help="builtin (default), app:PATH.py or remote:HOST:PORT")
     p.add_argument("--reachability", action="store_true",
@@ -394,23 +400,19 @@ def run_checks(session, args):
     return results
 
 
-def main(fabric, args, out=print):
+def main(spec, args, out=print):
     """``emulator check``: build, check, print PASS/FAIL lines; 0 if all passed."""
-    from emulator.fabric import addressing
-    from emulator.dataplane.session import Session, write_json
     # Bad arguments fail before anything is built.
-    plan = addressing.plan(fabric)
+    plan = addressing.plan(spec.fabric)
     for text in args.path:
         src, dst, _ = parse_path(text)
         _host(plan, src), _host(plan, dst)
     for link in args.cut:
         parse_link(link, plan)
-    if args.controller.startswith("app:") and not os.path.isfile(args.controller[4:]):
-        raise ConfigError("--controller", f"{args.controller[4:]}: no such app file")
+    if spec.controller.startswith("app:") and not os.path.isfile(spec.controller[4:]):
+        raise ConfigError("--controller", f"{spec.controller[4:]}: no such app file")
     results = []
-    session = Session(fabric, results_base=args.results, controller=args.controller,
-                      datapath_request=args.datapath, reach_timeout=args.reach_timeout,
-                      progress=lambda m: out(f"... {m}"))
+    session = Session(spec, progress=lambda m: out(f"... {m}"))
     try:
         with session:
             results = run_checks(session, args)
@@ -425,7 +427,6 @@ def main(fabric, args, out=print):
         if getattr(session, "dir", None):
             session.results["checks"] = [r.as_dict() for r in results]
             if session.results.get("reachability"):
-                from emulator.report import files as reports
                 reports.write(session)
             write_json(os.path.join(session.dir, "results.json"), session.results)
     problems = session.results.get("controller", {}).get("problems")

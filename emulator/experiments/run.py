@@ -11,72 +11,147 @@ import os
 from emulator.dataplane.session import (Session, check_dependencies, require_root,
                                         write_json)
 from emulator.dataplane.signals import signals_as_exceptions
+from emulator.errors import ConfigError
+from emulator.experiments import calibrate
+from emulator.experiments.cli import FabricCLI
+from emulator.experiments.measure import budget
+from emulator.experiments.spec.fabric import add_fabric_args, parse_controller
+from emulator.experiments.spec.options import (
+    WORKLOADS, add_adaptive_args, add_capture_arg, add_fidelity_args, add_switch_agent_arg,
+    add_training_args, add_transport_args, nic_lb, parse_seed, parse_workload, rank_transport)
+from emulator.experiments.training import launch as training
+from emulator.experiments.ui import live
+from emulator.experiments.workloads import background as bg
+from emulator.experiments.workloads import collective, mix, patterns, workload
 from emulator.fabric import addressing
+from emulator.report import files as reports
+from emulator.report import summary as report
+from lab.modes import LB, Failover, Routing
+from traffic.roce.frames import frame_len_for_mtu
 
 
-def run(fabric, args, out=print):
-    """``emulator run``: the whole default scenario; returns the exit status."""
-    from emulator.experiments.workloads import background as bg
-    from emulator.experiments.workloads import collective
-    from emulator.report import summary as report
+def add_arguments(p):
+    """``emulator run``'s options: every field of its RunSpec (``--spec FILE`` reads them)."""
+    g = p.add_argument_group("fabric")
+    add_fabric_args(g)
+    g.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto",
+                   help="OVS datapath; auto uses the kernel one when its module loads")
+    g.add_argument("--queue-ms", type=float, default=30.0,
+                   help="egress queue of every link, in ms at the link rate (default 30)")
+    g = p.add_argument_group("control plane")
+    g.add_argument("--controller", type=parse_controller, default="builtin",
+                   help="builtin (default), remote:HOST:PORT, or app:PATH.py")
+    g.add_argument("--lb", choices=LB.names(), default=LB.default(),
+                   help="load balancing (default ecmp): the controller's mode, and for "
+                        "collectives the NIC's entropy (per packet for spray, per flowlet "
+                        "for flowlet); the mix keeps one UDP source port per QP")
+    add_adaptive_args(g)
+    g.add_argument("--failover", choices=Failover.names(),
+                   default=Failover.default(), help="repair mode (default fast-failover)")
+    add_switch_agent_arg(g)
+    g.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
+                   help="ECMP hash seed: per-switch (default) or one N for every switch "
+                        "(shows hash polarization)")
+    g.add_argument("--routing", choices=Routing.names(), default=Routing.default(),
+                   help="a dragonfly's routing (default minimal: at most one global hop); "
+                        "valiant: through a random intermediate group per flowlet "
+                        "(the NICs then change entropy per flowlet; docs/fabrics.md); "
+                        "ugal: the source router chooses per flowlet between minimal and "
+                        "Valiant by the group's global queues (UGAL-G); ugal-l: by its "
+                        "own ports' queues (UGAL-L)")
+    g = p.add_argument_group("traffic")
+    g.add_argument("--workload", default="mix", type=parse_workload,
+                   metavar="{" + ",".join(WORKLOADS) + ",simai:FILE}",
+                   help="mix: RoCEv2 flows across leaves (default); a collective: "
+                        "nccl-tests-style run over all hosts (or --hosts); incast: every "
+                        "host writes --sizes bytes to the first at once; simai:FILE: a "
+                        "training job from a SimAI/AICB workload file (docs/training.md); "
+                        "adversarial, permutation: a dragonfly's patterns, every host "
+                        "writes --sizes bytes to one host at link rate (docs/fabrics.md)")
+    g.add_argument("--seed", type=int, default=1, metavar="N",
+                   help="--workload permutation: the seed of the random permutation "
+                        "(default 1)")
+    g.add_argument("--duration", type=float, default=5.0,
+                   help="seconds of the traffic mix")
+    g.add_argument("--sizes", default="1M:4M",
+                   help="collective message sizes, nccl-tests style: 1M:64M, 1M:64M:4, 1M,8M")
+    g.add_argument("--qps", type=int, default=None,
+                   help="queue pairs per connection (UDP source ports); default 4 for "
+                        "the mix, 1 for collectives")
+    g.add_argument("--ring", choices=("naive", "topology"), default="naive",
+                   help="ring order: host order, or same-leaf neighbours first")
+    g.add_argument("--hosts", default=None,
+                   help="comma-separated hosts taking part in the collective (default all)")
+    g.add_argument("--background", action="append", default=[],
+                   metavar="SRC:DST[:tcp|udp[:RATE]]",
+                   help="iperf3 flow running alongside the workload, repeatable "
+                        "(e.g. h1:h5:udp:10Mbps); results go into results.json")
+    g = p.add_argument_group("training jobs (--workload simai:FILE)")
+    add_training_args(g)
+    g = p.add_argument_group("RoCE transport and congestion control")
+    add_transport_args(g)
+    g = p.add_argument_group("fidelity")
+    add_fidelity_args(g)
+    g = p.add_argument_group("observe and interact")
+    g.add_argument("--cli", action="store_true",
+                   help="the Mininet CLI with fabric commands (cut, restore, flap, loss, "
+                        "links, capture) instead of running traffic")
+    add_capture_arg(g)
+    g.add_argument("--telemetry", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics (per-link bytes, drops, queue backlog, "
+                        "flow/group counts, fidelity) on http://127.0.0.1:PORT/metrics "
+                        "while the fabric runs")
+    live.add_arguments(g)
+    g.add_argument("--results", default="results", metavar="DIR",
+                   help="results go to DIR/<time>-<run tag>/")
+    g.add_argument("--spec", metavar="RUN.YAML",
+                   help="run what a results directory's run.yaml specifies (the same fabric, "
+                        "modes and seeds); options given beside it override its fields")
+
+
+
+def run(spec, out=print, view=None):
+    """``emulator run``: the whole default scenario of ``spec`` (a RunSpec, checked);
+    ``view``: the live page of ``--ui`` (ui.live.LiveView) or None; returns the exit
+    status."""
+    fabric = spec.fabric
     # Every argument is checked before anything is created.
-    from emulator.experiments.workloads import patterns
-    sizes = collective.parse_sizes(args.sizes) if args.workload in collective.COLLECTIVES \
+    sizes = collective.parse_sizes(spec.sizes) if spec.workload in collective.COLLECTIVES \
         else None
-    if args.workload in patterns.PATTERNS:
-        patterns.pairs_for(fabric, args.workload, args.seed)     # a fabric of groups
-        sizes = collective.parse_sizes(args.sizes)[:1]
-    patterns.check_routing(fabric, getattr(args, "routing", "minimal"))
-    from emulator.experiments.training import launch as training
-    path = training.workload_path(args.workload)
-    job = training.prepare(path, addressing.plan(fabric), args, args.mtu) if path else None
+    if spec.workload in patterns.PATTERNS:
+        patterns.pairs_for(fabric, spec.workload, spec.seed)     # a fabric of groups
+        sizes = collective.parse_sizes(spec.sizes)[:1]
+    patterns.check_routing(fabric, spec.routing)
+    path = training.workload_path(spec.workload)
+    job = training.prepare(path, addressing.plan(fabric), spec, spec.mtu) if path else None
     host_names = {h.name for h in fabric.hosts}
-    background = [bg.parse_spec(b, host_names) for b in args.background]
-    if fabric.cluster is not None and (args.cli or background or job):
-        from emulator.errors import ConfigError
-        raise ConfigError("--cli" if args.cli else "--background" if background
+    background = [bg.parse_spec(b, host_names) for b in spec.background]
+    if fabric.cluster is not None and (spec.cli or background or job):
+        raise ConfigError("--cli" if spec.cli else "--background" if background
                           else "--workload", "runs on one machine only: not with --servers")
-    from emulator.experiments.spec.options import check_capture, check_telemetry
-    check_capture(args, fabric)
-    check_telemetry(args)
-    from emulator.experiments.spec.options import check_transport, training_cc
-    if job is not None or args.workload in patterns.PATTERNS:
-        training_cc(args, out)
-    ecn = check_transport(args, fabric)
-    from emulator.experiments.spec.options import switch_agent_from
-    agent = switch_agent_from(args, fabric)
     require_root()
     check_dependencies()
-    from emulator.experiments.ui import live
     status = 0
-    warn_load(fabric, args, sizes, out)
+    warn_load(spec, sizes, out)
     with signals_as_exceptions():
-        session = Session(fabric, results_base=args.results, controller=args.controller,
-                          datapath_request=args.datapath, seed=args.hash_seed,
-                          queue_ms=args.queue_ms, progress=lambda m: out(f"... {m}"),
-                          mtu=args.mtu, lb=args.lb, failover=args.failover,
-                          flowlet_frames=args.flowlet_frames,
-                          capture=args.capture, telemetry=args.telemetry, ecn=ecn,
-                          switch_agent=agent, routing=getattr(args, "routing", "minimal"))
-        rec = live.attached(getattr(args, "ui_view", None), session)
+        session = Session(spec, progress=lambda m: out(f"... {m}"))
+        rec = live.attached(view, session)
         try:
             with session, rec:
-                if args.cli:
-                    from mininet.log import setLogLevel
-                    from emulator.experiments.cli import FabricCLI
+                if spec.cli:
+                    from mininet.log import setLogLevel   # optional: only the CLI needs it
                     out(report.cli_banner(session))
                     setLogLevel("output")       # the CLI prints through Mininet's log
                     FabricCLI(session)
                     setLogLevel("error")
                 else:
                     with bg.Background(session, background,
-                                       _workload_seconds(session, args, sizes)) as bgr:
-                        status = _workload(session, args, sizes, out, job)
+                                       _workload_seconds(session, spec, sizes)) as bgr:
+                        status = _workload(session, spec, sizes, out, job)
                     if background:
                         session.results["background"] = bgr.results
         finally:
             if session.results.get("reachability"):
-                from emulator.report import files as reports
                 out("... writing the report (versions, pictures, report.md)")
                 reports.write(session)
                 write_json(os.path.join(session.dir, "results.json"), session.results)
@@ -89,85 +164,75 @@ def run(fabric, args, out=print):
     fid = (session.results.get("traffic") or session.results.get("collective")
            or session.results.get("training") or session.results.get("pattern") or {}) \
         .get("fidelity")
-    if status == 0 and args.strict and fid and fid["verdict"] != "faithful":
+    if status == 0 and spec.strict and fid and fid["verdict"] != "faithful":
         out("--strict: the measurement is emulator-bound; exit status 3")
         status = 3
     return status
 
 
-def warn_load(fabric, args, sizes, out):
+def main(spec, args, out=print):
+    """The registry's entry (experiments.commands): ``run`` with ``--ui``'s page."""
+    return run(spec, out, view=args.ui_view)
+
+
+def warn_load(spec, sizes, out):
     """Before anything is built: does the load fit this machine's measured budget?"""
-    from emulator.experiments.measure import budget
-    from emulator.experiments.workloads import workload
-    from traffic.roce.frames import frame_len_for_mtu
-    topo = addressing.plan(fabric)
-    frame_len = frame_len_for_mtu(args.mtu)
+    topo = addressing.plan(spec.fabric)
+    frame_len = frame_len_for_mtu(spec.mtu)
     if sizes:
         streams = budget.collective_streams(topo, frame_len)
-    elif args.workload == "mix":
+    elif spec.workload == "mix":
         streams = [(sp["rate_bps"] * share, frame_len, budget.path_hops(topo, s, d))
                    for s, sp, d, _, share, _ in workload.mix_pairs(topo, 0.5)]
     else:
         return
-    from emulator.experiments import calibrate
-    calibrate.say_load(streams, frame_len, args.datapath, out, fabric)
+    calibrate.say_load(streams, frame_len, spec.datapath, out, spec.fabric)
 
 
-def _workload_seconds(session, args, sizes):
+def _workload_seconds(session, spec, sizes):
     """How long background flows should run: about as long as the workload."""
-    from emulator.experiments.workloads import collective
     if not sizes:
-        return max(1.0, args.duration)
+        return max(1.0, spec.duration)
     rate = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"])
-    from emulator.experiments.workloads import patterns
-    if args.workload in patterns.PATTERNS:
+    if spec.workload in patterns.PATTERNS:
         return max(1.0, sizes[0] * 8 / rate)
-    return max(1.0, collective.expected_seconds(args.workload, len(session.topo["hosts"]),
+    return max(1.0, collective.expected_seconds(spec.workload, len(session.topo["hosts"]),
                                                 sizes, rate))
 
 
-def _workload(session, args, sizes, out, job=None):
+def _workload(session, spec, sizes, out, job=None):
     """The workload part of ``run``; returns the exit status."""
-    from emulator.experiments.workloads import collective
-    from emulator.experiments.workloads import mix
     if job is not None:
-        from emulator.experiments.spec.options import job_seed, nic_lb, rank_transport
-        from emulator.experiments.training import launch as training
-        seed = job_seed(getattr(args, "job_seed", None))
         t = training.run_job(session, job, dict(
-            rank_transport(args), **nic_lb(args.lb), qpn_seed=seed, qps=args.qps or 1,
-            timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
+            rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed,
+            qps=spec.qps or 1,
+            timeout_exp=spec.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
             progress=lambda m: out(f"... {m}"))
-        t["job_seed"] = seed
+        t["job_seed"] = spec.job_seed
         session.results["training"] = t
         return 1 if t["wrong"] or t["aborted"] else 0
-    from emulator.experiments.workloads import patterns
-    if args.workload in patterns.PATTERNS:
-        from emulator.experiments.compare.compare import ENTROPY
-        from emulator.experiments.spec.options import job_seed, rank_transport
-        rep = patterns.run_pattern(session, args.workload, sizes[0], args.seed, dict(
-            rank_transport(args), entropy=patterns.entropy(args.lb, args.routing, ENTROPY),
-            qpn_seed=job_seed(getattr(args, "job_seed", None)), qps=args.qps or 1,
-            timeout_exp=args.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
+    if spec.workload in patterns.PATTERNS:
+        rep = patterns.run_pattern(session, spec.workload, sizes[0], spec.seed, dict(
+            rank_transport(spec), entropy=patterns.entropy(spec.lb, spec.routing),
+            qpn_seed=spec.job_seed, qps=spec.qps or 1,
+            timeout_exp=spec.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
             progress=lambda m: out(f"... {m}"))
         session.results["pattern"] = rep
-        for line in patterns.lines(rep, getattr(args, "routing", None)):
+        for line in patterns.lines(rep, spec.routing):
             out(line)
         return 1 if rep["wrong"] else 0
-    if args.workload == "mix" and args.duration > 0:
-        out(f"... traffic: {args.duration:g}s across leaves")
+    if spec.workload == "mix" and spec.duration > 0:
+        out(f"... traffic: {spec.duration:g}s across leaves")
         session.results["traffic"] = mix.default_mix(
-            session, duration=args.duration, qps=args.qps or 4, mtu=args.mtu)
+            session, duration=spec.duration, qps=spec.qps or 4, mtu=spec.mtu)
     elif sizes:
-        hosts = args.hosts.split(",") if args.hosts else None
-        from emulator.experiments.spec.options import job_seed, nic_lb, rank_transport
-        seed = job_seed(getattr(args, "job_seed", None))
-        out(f"... job seed {seed} (its QP numbers; --job-seed {seed} replays them)")
+        out(f"... job seed {spec.job_seed} (its QP numbers; --job-seed {spec.job_seed} "
+            "replays them)")
         rep = collective.run_collective(
-            session, args.workload, sizes, hosts=hosts, qps=args.qps or 1,
-            ring=args.ring, progress=lambda m: out(f"... {m}"),
-            rank_extra=dict(rank_transport(args), **nic_lb(args.lb), qpn_seed=seed))
-        rep["job_seed"] = seed
+            session, spec.workload, sizes, hosts=list(spec.hosts) if spec.hosts else None,
+            qps=spec.qps or 1, ring=spec.ring, progress=lambda m: out(f"... {m}"),
+            rank_extra=dict(rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed))
+        rep["job_seed"] = spec.job_seed
         session.results["collective"] = rep
         if any(r["wrong"] for r in rep["rows"]):
             return 1

@@ -10,7 +10,7 @@ the lossy fabric, without congestion control on the lossless one.
 import pytest
 
 from emulator.dataplane.session import Session
-from emulator.experiments.compare.congestion import default_ecn
+from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.experiments.workloads import collective, patterns
 from emulator.fabric import presets
 
@@ -22,7 +22,7 @@ def run(fabric, routing, tmp_path):
     with Session(fabric, results_base=str(tmp_path), queue_ms=QUEUE_MS, routing=routing,
                  ecn=ecn) as s:
         rep = patterns.run_pattern(s, "adversarial", 128 << 10, extra={
-            "cc": "dcqcn", "entropy": patterns.entropy("ecmp", routing, {"ecmp": "qp"}),
+            "cc": "dcqcn", "entropy": patterns.entropy("ecmp", routing),
             "timeout_exp": collective.default_timeout_exp(QUEUE_MS)}, progress=lambda m: None)
     assert s.results["controller"]["problems"] == []
     return rep
@@ -62,7 +62,7 @@ def test_a_lossless_dragonfly_keeps_a_class_per_routing_phase_and_never_deadlock
     with Session(lossless_fabric, results_base=str(tmp_path), queue_ms=QUEUE_MS,
                  routing=mode) as s:
         rep = patterns.run_pattern(s, "adversarial", 128 << 10, extra={
-            "cc": "none", "entropy": patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
+            "cc": "none", "entropy": patterns.entropy("ecmp", mode),
             "timeout_exp": collective.default_timeout_exp(QUEUE_MS)}, progress=lambda m: None)
     assert s.results["controller"]["problems"] == []
     ll = s.results["lossless"]

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from emulator.dataplane.session import Session
-from emulator.experiments.compare.compare import ring_indices
+from emulator.experiments.measure.uplinks import ring_indices
 from emulator.fabric import presets
 from traffic.roce.frames import udp_sport
 from traffic.ranks.config import qpn

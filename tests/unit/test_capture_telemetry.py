@@ -6,7 +6,7 @@ import pytest
 
 from emulator.dataplane.observe import capture
 from emulator.errors import ConfigError
-from emulator.experiments.spec.options import check_telemetry
+from emulator.experiments.spec.build import check_telemetry
 from emulator.fabric import addressing, presets
 
 
@@ -34,22 +34,17 @@ def test_bad_capture_specs_say_what_is_wrong(topo, spec, words):
     assert words in str(e.value) and "--capture" in str(e.value)
 
 
-class Args:
-    def __init__(self, telemetry):
-        self.telemetry = telemetry
-
-
 def test_telemetry_port_must_be_a_free_tcp_port():
-    check_telemetry(Args(None))
+    check_telemetry(None)
     for bad in (0, 70000):
         with pytest.raises(ConfigError) as e:
-            check_telemetry(Args(bad))
+            check_telemetry(bad)
         assert "1-65535" in str(e.value)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         with pytest.raises(ConfigError) as e:
-            check_telemetry(Args(busy.getsockname()[1]))
+            check_telemetry(busy.getsockname()[1])
         assert "not free" in str(e.value)
 
 

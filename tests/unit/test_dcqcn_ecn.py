@@ -160,7 +160,7 @@ def test_timely_samples_first_transmissions_only():
 
 
 def test_compare_ecn_default_fits_a_shallow_buffer():
-    from emulator.experiments.compare.congestion import DEFAULT_ECN, default_ecn
+    from emulator.dataplane.lossless.ecn import DEFAULT_ECN, default_ecn
     from emulator.fabric import presets
     fabric = presets.build("leaf-spine", {})
     deep = default_ecn(fabric, 2000)
@@ -173,18 +173,19 @@ def test_compare_ecn_default_fits_a_shallow_buffer():
 def test_dcqcn_without_ecn_marks_at_the_default_thresholds():
     # DCQCN with no marking never hears of congestion: `run --cc dcqcn` marks at
     # compare's default unless --ecn says otherwise (or off)
-    from types import SimpleNamespace
-    from emulator.experiments.compare.congestion import default_ecn
-    from emulator.experiments.spec.options import check_transport
+    from emulator.dataplane.lossless.ecn import default_ecn
+    from emulator.experiments.spec import build
     from emulator.fabric import presets
+    from emulator.fabric.runspec import RunSpec
     fabric = presets.build("leaf-spine", {})
 
-    def args(**kw):
-        return SimpleNamespace(**dict({"cc": "dcqcn", "transport": "rc", "cc_param": [],
-                                       "rc_timeout": None, "ecn": None, "ecn_at": "dequeue",
-                                       "queue_ms": 30}, **kw))
-    assert check_transport(args(), fabric) == default_ecn(fabric, 30)
-    assert check_transport(args(ecn="30KB"), fabric) == ecn.parse("30KB")
-    assert check_transport(args(ecn="off"), fabric) is None
-    assert check_transport(args(cc="timely"), fabric) is None
-    assert check_transport(args(cc="none", transport="none"), fabric) is None
+    def marking(**kw):
+        spec = build.complete(RunSpec(fabric, **dict({"cc": "dcqcn", "queue_ms": 30}, **kw)))
+        return ecn.parse(spec.ecn, at=spec.ecn_at)
+    assert marking() == default_ecn(fabric, 30)
+    assert marking(ecn="30KB") == ecn.parse("30KB")
+    assert marking(ecn="off") is None
+    assert marking(cc="timely") is None
+    assert marking(cc="none", transport="none") is None
+    with pytest.raises(ConfigError, match="needs --transport rc"):
+        marking(cc="timely", transport="none")

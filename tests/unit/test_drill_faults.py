@@ -228,7 +228,7 @@ def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
 
 
 def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
-    from emulator.experiments.drill.collective import disturbed, judge, summarise
+    from emulator.experiments.drill.stats import disturbed, collective_verdict as judge, workload_summary as summarise
     calls = [{"t_start_ns": 0, "time_s": 1.0}, {"t_start_ns": 1_000_000_000, "time_s": 3.0},
              {"t_start_ns": 4_000_000_000, "time_s": 1.0}]
     assert disturbed(calls, 2_500_000_000) == 1
@@ -255,7 +255,7 @@ def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
 
 
 def test_collective_drill_cuts_the_first_uplink_the_job_uses():
-    from emulator.experiments.drill.collective import first_uplink
+    from emulator.experiments.drill.workload import first_uplink
     from emulator.fabric import addressing, presets
     topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
                                                         "hosts_per_leaf": "1"}))

@@ -5,7 +5,8 @@ import struct
 
 import pytest
 
-from emulator.fabric import addressing
+from emulator.fabric import addressing, presets
+from emulator.fabric.runspec import RunSpec
 from emulator.experiments.compare import planes
 from emulator.experiments.compare import planes_stats
 from emulator.experiments.measure import stats
@@ -236,6 +237,7 @@ class _Args:
     seedings = "shared"
     reps = 1
     sample_ms = 20.0
+    retries = 1
 
 
 @pytest.mark.parametrize("change, match", [
@@ -252,4 +254,4 @@ def test_bad_planes_arguments_are_config_errors(change, match):
     for k, v in change.items():
         setattr(a, k, v)
     with pytest.raises(ConfigError, match=match):
-        planes.main(a)
+        planes.main(RunSpec(presets.build("dual-plane", {})), a)

@@ -163,7 +163,7 @@ def test_the_drill_prints_prediction_and_measurement_side_by_side():
 
 
 def test_a_job_drill_stretches_the_model_and_the_detection_alike():
-    from emulator.experiments.drill import training as dt
+    from emulator.experiments.drill import workload as dt
     scaled, detect = dt.stretched_agent(P, 0.001, 250.0)
     assert detect == pytest.approx(0.25)
     assert scaled.event_ms == 2500 and scaled.change_ms() == pytest.approx(2500)
@@ -207,7 +207,7 @@ def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):
 
 
 def test_a_stretched_job_drill_waits_long_enough_for_the_restore():
-    from emulator.experiments.drill import training as dt
+    from emulator.experiments.drill import workload as dt
     assert dt.restore_timeout(None) == 60
     # 300 changes at 1.25 s each plus their messages and round trips
     assert dt.restore_timeout(P.scaled(125)) == pytest.approx(

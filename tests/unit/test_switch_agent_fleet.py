@@ -80,17 +80,14 @@ def test_validate_exits_2_on_a_bad_model(tmp_path, capsys):
 
 
 def test_the_command_line_overrides_the_file(tmp_path):
-    from emulator.experiments.spec.options import switch_agent_from
     fab = load("{default: hardware, leaf: ideal}")
-    args = argparse.Namespace(switch_agent=None, controller="builtin")
-    assert switch_agent_from(args, fab) == fab.switch_agent
-    args.switch_agent = "ideal"
-    assert switch_agent_from(args, fab) is None
-    args.switch_agent = "hardware"
-    assert switch_agent_from(args, fab) == Fleet(sa.HARDWARE)
-    assert switch_agent_from(argparse.Namespace(switch_agent=None), load("ideal")) is None
-    assert switch_agent_from(argparse.Namespace(switch_agent=None),
-                             spec.load_text(FABRIC)) is None
+    assert sa.for_run(None, fab) == fab.switch_agent
+    assert sa.for_run("ideal", fab) is None
+    assert sa.for_run("hardware", fab) == Fleet(sa.HARDWARE)
+    assert sa.for_run(None, load("ideal")) is None
+    assert sa.for_run(None, spec.load_text(FABRIC)) is None
+    with pytest.raises(ConfigError, match="remote"):
+        sa.for_run("hardware", fab, "remote:127.0.0.1:6653")
 
 
 def test_the_proxy_gives_each_datapath_its_kinds_model(tmp_path):

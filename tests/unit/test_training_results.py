@@ -104,7 +104,7 @@ def test_a_workload_spec_names_an_existing_file(tmp_path):
 
 
 def test_the_drill_judges_the_iteration_that_held_the_fault():
-    from emulator.experiments.drill.training import judge
+    from emulator.experiments.drill.stats import training_verdict as judge
     t = training.document(job(), RESULT, EST)
     t["per_iteration"][1]["time_s"] = 7.5                 # the disturbed one was slower
     t0 = RESULT["job"]["t0_ns"]
@@ -127,15 +127,9 @@ def test_the_ring_option_orders_the_hosts_a_job_is_placed_on():
 
 
 def test_a_training_jobs_nics_run_dcqcn_unless_told_otherwise():
-    from emulator.experiments.spec.options import check_transport, training_cc
-    said = []
-    args = NS(cc=None, transport="rc", cc_param=[], rc_timeout=None, ecn=None,
-              ecn_at="dequeue")
-    training_cc(args, said.append)
-    assert args.cc == "dcqcn" and "dcqcn" in said[0]
+    from emulator.experiments.spec.build import implied_cc
+    assert implied_cc("simai:x.txt", "rc", None) == "dcqcn"
+    assert implied_cc("adversarial", "rc", None) == "dcqcn"
+    assert implied_cc("allreduce", "rc", None) == "none"
     for cc, transport in (("none", "rc"), ("timely", "rc"), (None, "none")):
-        args = NS(cc=cc, transport=transport, cc_param=[], rc_timeout=None, ecn=None,
-                  ecn_at="dequeue")
-        training_cc(args, said.append)
-        check_transport(args)
-        assert args.cc == (cc or "none")
+        assert implied_cc("simai:x.txt", transport, cc) == (cc or "none")

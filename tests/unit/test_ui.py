@@ -7,9 +7,11 @@ import socket
 import types
 import urllib.error
 import urllib.request
-from argparse import Namespace
 
 import pytest
+
+from emulator.experiments.spec import build
+from emulator.fabric.runspec import RunSpec
 
 from emulator.dataplane.faults import fault_links
 from emulator.errors import ConfigError
@@ -177,10 +179,14 @@ def test_bad_ui_options_are_one_clear_error():
         UiServer(lambda d, e: "", bind="192.0.2.1").start()     # not this machine's
     fabric = presets.build("leaf-spine", {})
     with pytest.raises(ConfigError, match="needs --ui"):
-        live.LiveView.from_args(Namespace(ui=False, ui_bind="0.0.0.0"), fabric)
-    assert live.LiveView.from_args(Namespace(ui=False, ui_bind="127.0.0.1"), fabric) is None
-    with pytest.raises(ConfigError, match="drill --workload"):
-        live.check_supported("drill_collective", Namespace(ui=True))
-    with pytest.raises(ConfigError, match="compare --planes"):
-        live.check_supported("compare", Namespace(ui=True, planes=True))
-    live.check_supported("drill", Namespace(ui=True))
+        build.check(RunSpec(fabric, ui=False, ui_bind="0.0.0.0"))
+    assert live.LiveView.from_spec(RunSpec(fabric)) is None
+    spec = RunSpec(fabric, ui=True)
+    for command in ("drill workload", "drill chaos", "compare planes", "compare routing",
+                    "compare fabrics", "compare cc", "compare lossless", "probe", "check"):
+        with pytest.raises(ConfigError, match=f"not with {command}"):
+            live.check_supported(command, spec)
+    with pytest.raises(ConfigError, match="simai"):
+        live.check_supported("compare", spec.replace(workload="simai:x.txt"))
+    for command in ("run", "drill", "compare"):
+        live.check_supported(command, spec)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from emulator.dataplane import proc
 from emulator.dataplane.links.ifaces import in_netns
+from emulator.dataplane.links.shaping import tbf_params
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
@@ -221,3 +222,22 @@ class Marker:
         for ns in self.spaces:
             proc.run(self._nft(ns, "delete", "table", "netdev", self.table), timeout=20,
                      check=False)
+
+
+# HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
+# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: within the
+# 10 ms CNP interval (traffic.roce.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
+# so a 20 % chance per packet would leave most intervals without a CNP
+# (docs/transport.md)
+DEFAULT_ECN = "100KB:400KB:1"
+
+
+def default_ecn(fabric, queue_ms, at="dequeue"):
+    """``DEFAULT_ECN``, scaled down so Kmax is at most half the smallest switch-port
+    queue of ``queue_ms``: marks must start well before a shallow buffer drops."""
+    e = parse(DEFAULT_ECN, at=at)
+    queue = min(tbf_params(lk.rate_bps, queue_ms)["limit"] for lk in fabric.links)
+    if 2 * e.kmax <= queue:
+        return e
+    k = queue / (2 * e.kmax)
+    return Ecn(max(1, int(e.kmin * k)), max(1, int(e.kmax * k)), e.pmax, at=at)

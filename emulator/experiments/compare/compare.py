@@ -37,224 +37,152 @@ and with per-switch seeds (emulator/experiments/compare/planes.py).
 """
 
 import os
-import random
+import statistics
 
-from emulator.fabric.addressing import home_leaf
+import matplotlib
+
+from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
+from emulator.experiments import calibrate
+from emulator.experiments.compare import lossless as lossless_cmp
+from emulator.experiments.compare import stream as stream_cmp
+from emulator.experiments.compare import training as training_cmp
+from emulator.experiments.measure import budget
+from emulator.experiments.measure.uplinks import (
+    RINGS, SAMPLE_S, ecmp_expectation, load_bound, ring_connections, ring_indices, spread,
+    uplink_series, uplinks)
 from emulator.experiments.measure.watch import CounterSampler
-from emulator.experiments.compare.lb_table import (disturbed_attempt, should_repeat, summarize,
-                                                   table)
-from emulator.experiments.spec.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
-                                          add_capture_arg, add_fidelity_args, nic_lb,
-                                          workload_choice)
+from emulator.experiments.repeat import Mode, each_mode
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.options import (
+    add_adaptive_args, add_capture_arg, add_cc_param_arg, add_ecn_at_arg, add_fidelity_args,
+    add_job_seed_arg, add_training_args, compare_defaults, nic_lb, workload_choice)
+from emulator.experiments.ui.live import attached
+from emulator.experiments.workloads import collective
+from emulator.experiments.workloads.collective import parse_sizes
+from emulator.experiments.compare.stream import during
+from emulator.fabric import addressing
+from lab.modes import LB, Failover
+from traffic.roce.frames import frame_len_for_mtu
 
-MODES = LB_MODES
-DEFAULT_MODES = ("ecmp", "flowlet", "dlb", "spray")
-ENTROPY = {m: nic_lb(m) for m in MODES}          # {mode: the NICs' side of it}
-SAMPLE_S = 0.1
-RINGS = ("naive", "topology", "strided")
-
-
-# ---- pure helpers (unit-tested) ----------------------------------------------
-
-def jain(xs):
-    """Jain's fairness index of ``xs``: 1 = all equal, 1/n = one takes all."""
-    xs = list(xs)
-    sq = sum(x * x for x in xs)
-    return (sum(xs) ** 2 / (len(xs) * sq)) if xs and sq > 0 else None
+MODES = LB.names()
+DEFAULT_MODES = (LB.ECMP, LB.FLOWLET, LB.DLB, LB.SPRAY)
 
 
-def host_leaves(topo):
-    """[(host name, leaf name)] in topology order."""
-    return [(h["name"], home_leaf(h)) for h in topo["hosts"]]
+class Repetition(Mode):
+    """One repetition of a mode: a fresh fabric balancing with it, one collective, the
+    uplinks' spread; with ``disturb`` ("stream", (src, dst)) or ("cut", link) during
+    the collective (compare.stream)."""
 
+    def __init__(self, s, mode, spec, ring, qps, sizes, args, progress, hosts=None,
+                 disturb=None, warmup=1):
+        super().__init__(s, mode)
+        self.spec, self.ring, self.qps, self.sizes, self.args = spec, ring, qps, sizes, args
+        self.progress, self.hosts, self.disturb, self.warmup = progress, hosts, disturb, warmup
+        self.page = attached.of(args, s, f"lb={mode}").__enter__()   # report.html, --ui
 
-def ring_indices(topo, ring):
-    """The rank order for ``ring``: 'naive'/'topology' pass through; 'strided' is
-    the order of a topology-unaware scheduler placing consecutive ranks on
-    different leaves (every ring hop crosses the spine layer)."""
-    if ring in ("naive", "topology"):
-        return ring
-    if ring != "strided":
-        raise ConfigError("--ring", f"{ring!r}: one of {', '.join(RINGS)}")
-    by_leaf = {}
-    for i, (_, leaf) in enumerate(host_leaves(topo)):
-        by_leaf.setdefault(leaf, []).append(i)
-    cols = list(by_leaf.values())
-    depth = max(len(c) for c in cols)
-    return [c[k] for k in range(depth) for c in cols if k < len(c)]
-
-
-def ring_connections(topo, ring):
-    """[(src leaf, dst leaf)] of the ring's cross-leaf hops."""
-    hl = host_leaves(topo)
-    n = len(hl)
-    if ring in ("naive", "topology"):
-        from traffic.ranks.collectives import ring_order
-        order = list(range(n)) if ring == "naive" else ring_order(
-            range(n), {i: leaf for i, (_, leaf) in enumerate(hl)})
-    else:
-        order = ring
-    hops = [(hl[order[i]][1], hl[order[(i + 1) % n]][1]) for i in range(n)]
-    return [h for h in hops if h[0] != h[1]]
-
-
-def ecmp_expectation(connections, paths, qps=1, trials=20000, seed=1):
-    """Expected ECMP efficiency and P(no collision) by Monte Carlo.
-
-    Each QP of each connection picks one of ``paths`` spines uniformly (the
-    hash); it loads its source leaf's uplink and the spine's downlink to the
-    destination leaf.  A connection moves R/qps per QP; a link with m QPs is
-    loaded m/qps, so the ring's pace is 1/max(1, max load).
-    """
-    rng = random.Random(seed)
-    total = clean = 0.0
-    for _ in range(trials):
-        load = {}
-        for src, dst in connections:
-            for _ in range(qps):
-                s = rng.randrange(paths)
-                for link in ((src, s, "up"), (s, dst, "down")):
-                    load[link] = load.get(link, 0) + 1
-        worst = max(load.values(), default=0) / qps
-        total += 1 / max(1.0, worst)
-        clean += worst <= 1
-    return {"efficiency": total / trials, "p_no_collision": clean / trials,
-            "connections": len(connections), "paths": paths, "qps": qps}
-
-
-def uplinks(topo):
-    """[(leaf, port, intf, peer, rate_bps)] of every leaf port facing a spine."""
-    return [(s["name"], p["port"], p["intf"], p["peer"], p["rate_bps"])
-            for s in topo["switches"] if s["kind"] == "leaf"
-            for p in s["ports"] if p["peer_kind"] not in ("host", "leaf")]
-
-
-def uplink_series(topo, samples):
-    """Per uplink: utilisation per sample interval, from (t, counters) samples."""
-    out = {}
-    for leaf, port, intf, peer, rate in uplinks(topo):
-        series = []
-        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
-            a, b = c0.get(intf), c1.get(intf)
-            if a is None or b is None or t1 <= t0:
-                series.append(0.0)
-                continue
-            series.append((b[0] - a[0]) * 8 / (t1 - t0) / rate)
-        out[f"{leaf}->{peer}"] = series
-    return out
-
-
-def spread(series):
-    """Utilisation per uplink over the active window; max/mean; Jain."""
-    if not series:
-        return {}
-    n = len(next(iter(series.values())))
-    totals = [sum(s[i] for s in series.values()) for i in range(n)]
-    # the collective's window: samples above 10% of the peak (not the barrier's hellos)
-    busy = [i for i in range(n) if totals[i] > 0.1 * max(totals, default=0) > 0]
-    if not busy:
-        return {"per_uplink": {}, "max_over_mean": None, "jain": None}
-    lo, hi = busy[0], busy[-1] + 1
-    per = {k: sum(s[lo:hi]) / (hi - lo) for k, s in series.items()}
-    mean = sum(per.values()) / len(per)
-    return {"per_uplink": {k: round(v, 4) for k, v in per.items()},
-            "window_s": round((hi - lo) * SAMPLE_S, 2),
-            "max_over_mean": round(max(per.values()) / mean, 3) if mean > 0 else None,
-            "jain": round(jain(per.values()), 4) if mean > 0 else None}
-
-
-def load_bound(efficiency, per_uplink):
-    """Efficiency a fabric with shaped uplinks would reach: the most loaded
-    uplink's demand above its link rate slows every ring step by that factor."""
-    if efficiency is None or not per_uplink:
-        return efficiency
-    return efficiency / max(1.0, max(per_uplink.values()))
-
-
-# ---- one run on a real fabric (root) -------------------------------------------
-
-def run_one(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None, hosts=None,
-            disturb=None, warmup=1):   # report.html, the page of --ui (args.ui_view)
-    """One Session whose controller balances with ``mode``; returns the run's measurements.
-    ``seed``: every switch's ECMP hash seed; ``job``: the job's QPN seed (new QPs);
-    ``hosts``: the ranks (default all); ``disturb``: ("stream", (src, dst)) or ("cut",
-    link) during the collective (stream_cmp)."""
-    from emulator.experiments.compare.stream import during
-    from emulator.experiments.ui.live import attached
-    from emulator.experiments.workloads import collective
-    from emulator.dataplane.session import Session
-    with Session(fabric, results_base=args.results, seed=seed, lb=mode,
-                 flowlet_frames=getattr(args, "flowlet_frames", None),
-                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
-                 failover=getattr(args, "failover", "fast-failover"),
-                 capture=getattr(args, "capture", None)) as s, attached.of(args, s, f"lb={mode}"):
+    def repeat(self, r):
+        s, spec, hosts, args = self.s, self.s.spec, self.hosts, self.args
         ranks = dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
                                     or h["name"] in hosts])
-        order = ring_indices(ranks, ring)
-        extra = {**nic_lb(mode), "flowlet_gap_ms": args.flowlet_gap_ms,
-                 "qpn_seed": job}
+        order = ring_indices(ranks, self.ring)
+        extra = {**nic_lb(spec.lb), "flowlet_gap_ms": args.flowlet_gap_ms,
+                 "qpn_seed": spec.job_seed}
         sampler = CounterSampler(s.net, SAMPLE_S)
         sampler.start()
         try:
-            with during(s, disturb, args.workload, sizes, hosts) as competing:
+            with during(s, self.disturb, spec.workload, self.sizes, hosts) as competing:
                 rep = collective.run_collective(
-                    s, args.workload, sizes, qps=qps, ring=order, rank_extra=extra,
-                    warmup=warmup, hosts=hosts,
+                    s, spec.workload, self.sizes, qps=self.qps, ring=order, rank_extra=extra,
+                    warmup=self.warmup, hosts=hosts,
                     faulted=competing.faulted() if competing else ())
         finally:
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)
         row = rep["rows"][-1]
-        out = {"mode": mode, "seed": seed, "job_seed": job, "ring": ring, "qps": qps,
-               "dir": s.dir,
+        out = {"mode": str(spec.lb), "seed": spec.hash_seed, "job_seed": spec.job_seed,
+               "ring": self.ring, "qps": self.qps, "dir": s.dir,
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
                "reordered": collective.rank_totals(os.path.join(s.dir, "collective")),
                "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
         out.update({k: v for k, v in spread(series).items()}, **(
-            {disturb[0]: competing.result()} if competing else {}))
+            {self.disturb[0]: competing.result()} if competing else {}))
         out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
         spines = len({p[3] for p in uplinks(s.topo)})
-        if mode == "ecmp":
+        if spec.lb == LB.ECMP:
             out["expected"] = round(ecmp_expectation(
-                ring_connections(ranks, order), spines, qps)["efficiency"], 3)
-    # set when the session closed: handler exceptions or OpenFlow errors
-    out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
-    out["adaptive"] = s.results.get("adaptive")
-    if s.results.get("captures"):
-        out["captures"] = s.results["captures"]
-        progress(f"... {mode}: captures in {s.dir}: " + ", ".join(sorted(out["captures"])))
-    progress(f"... {mode:8s} ring {ring} qps {qps} seed {seed} job {job}: busbw "
-             f"{out['busbw_Mbps']:.2f} Mb/s, efficiency {out['efficiency']:.3f}, "
-             f"uplink max/mean {out.get('max_over_mean')}, reordered {out['reordered']}, "
-             f"#wrong {out['wrong']}, {out['fidelity']['verdict']}")
-    return out
+                ring_connections(ranks, order), spines, self.qps)["efficiency"], 3)
+        return out
+
+    def close(self):
+        self.page.__exit__(None, None, None)
+
+    def torn_down(self, out):
+        """What the session's teardown found: handler exceptions or OpenFlow errors."""
+        s = self.s
+        out["controller_problems"] = s.results.get("controller", {}).get("problems", [])
+        out["adaptive"] = s.results.get("adaptive")
+        if s.results.get("captures"):
+            out["captures"] = s.results["captures"]
+            self.progress(f"... {out['mode']}: captures in {s.dir}: "
+                          + ", ".join(sorted(out["captures"])))
+        self.progress(f"... {out['mode']:8s} ring {self.ring} qps {self.qps} seed "
+                      f"{out['seed']} job {out['job_seed']}: busbw {out['busbw_Mbps']:.2f} "
+                      f"Mb/s, efficiency {out['efficiency']:.3f}, uplink max/mean "
+                      f"{out.get('max_over_mean')}, reordered {out['reordered']}, "
+                      f"#wrong {out['wrong']}, {out['fidelity']['verdict']}")
+        return out
+
+    def again(self, out, attempt):
+        """Measured again with the same seeds (up to ``--retries`` times) while the
+        machine, not the links, set its pace (lb_table.should_repeat)."""
+        self.disturbed = getattr(self, "disturbed", [])
+        if not should_repeat(out, attempt, self.args.retries):
+            out["disturbed_attempts"] = self.disturbed
+            return False
+        self.disturbed.append(disturbed_attempt(out))
+        self.progress(f"... {out['mode']} seed {out['seed']} job {out['job_seed']}: "
+                      f"{out['fidelity']['verdict']} "
+                      f"({'; '.join(out['fidelity'].get('reasons', []))[:160]}): the "
+                      "machine's pace, not the fabric's; repeating with the same seeds")
+        return True
+
+    def finish(self, verdicts):
+        return verdicts
 
 
-def run_repetition(fabric, mode, seed, ring, qps, sizes, args, progress=print, job=None,
-                   **kw):
-    """``run_one``, run again with the same seeds (up to ``--retries`` times) while the
-    machine, not the links, set its pace (lb_table.should_repeat)."""
-    disturbed, retries = [], getattr(args, "retries", 1)
-    for attempt in range(retries + 1):
-        r = run_one(fabric, mode, seed, ring, qps, sizes, args, progress=progress, job=job,
-                    **kw)
-        if not should_repeat(r, attempt, retries):
-            break
-        disturbed.append(disturbed_attempt(r))
-        progress(f"... {mode} seed {seed} job {job}: {r['fidelity']['verdict']} "
-                 f"({'; '.join(r['fidelity'].get('reasons', []))[:160]}): the machine's "
-                 "pace, not the fabric's; repeating with the same seeds")
-    r["disturbed_attempts"] = disturbed
-    return r
+def repetitions(spec, plan, sizes, args, out, **kw):
+    """Every (mode, ring, qps[, disturbance]) of ``plan``, ``args.reps`` repetitions
+    each (hash seed ``spec.hash_seed + r``, job seed ``spec.job_seed + r``): their
+    measurements."""
+    def make(s, key):
+        mode, ring, qps, *disturb = key
+        extra = dict(kw, disturb=disturb[0]) if disturb else kw
+        return Repetition(s, mode, spec, ring, qps, sizes, args, out, **extra)
+    docs = each_mode(spec, lambda key: {"lb": key[0]}, plan, args.reps, make, out,
+                     per_repeat=lambda r: {"hash_seed": spec.hash_seed + r,
+                                           "job_seed": spec.job_seed + r},
+                     label=lambda key: key[0])
+    return [r for doc in docs for r in doc]
 
+
+# ---- the table: one row per (mode, ring, qps) over its repetitions --------------
+#
+# Efficiency is given as the mean and the median over the repetitions, with their
+# range.  A repetition whose fidelity verdict was not *faithful* (the machine, not
+# the links, set the collective's pace) is run again with the same hash seed and
+# job seed, so the same ECMP draw (``--retries``, default once); the disturbed
+# attempts stay in compare.json (``disturbed_attempts``) and the table counts the
+# repetitions that were repeated.  A repetition with ``#wrong`` chunks is never
+# repeated: that is an error of the fabric or the transport, not noise.
 
 def plot(runs, path):
     """Per-uplink utilisation over time, one panel per mode (first repetition)."""
-    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
     firsts = {}
     for r in runs:
         firsts.setdefault((r["mode"], str(r["ring"]), r["qps"]), r)
@@ -274,14 +202,14 @@ def plot(runs, path):
 
 
 def add_arguments(p):
-    from emulator.experiments.spec.options import add_cc_param_arg, add_ecn_at_arg
+    """``emulator compare``'s options, its sub-commands' included."""
+    add_fabric_args(p)
     p.add_argument("--planes", action="store_true",
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/compare/planes.py)")
-    from emulator.experiments.compare.lossless import add_arguments as add_lossless_args
-    add_lossless_args(p)
+    lossless_cmp.add_arguments(p)
     p.add_argument("--cc", default=None, metavar="none,dcqcn",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
@@ -308,18 +236,16 @@ def add_arguments(p):
                    help="collective (default allreduce; alltoall with --planes; incast "
                         "with --cc), or a training job: simai:FILE (each mode's iteration "
                         "time; experiments/compare/training_cmp.py)")
-    from emulator.experiments.spec.options import add_training_args
     add_training_args(p)
     p.add_argument("--sizes", default=None, help="collective sizes (the largest is reported; "
                                                 "default 2M)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per mode (seeds)")
-    p.add_argument("--seed", "--hash-seed", dest="seed", type=int, default=None,
+    p.add_argument("--seed", "--hash-seed", dest="hash_seed", type=int, default=None,
                    help="ECMP hash seed of the first repetition, one for every switch "
                         "(default 1; 101 with --planes, above the hosts' bond seeds)")
-    from emulator.experiments.spec.options import add_job_seed_arg
     add_job_seed_arg(p)
-    p.add_argument("--failover", choices=FAILOVER_MODES,
-                   default="fast-failover", help="repair mode (default fast-failover)")
+    p.add_argument("--failover", choices=Failover.names(),
+                   default=Failover.default(), help="repair mode (default fast-failover)")
     p.add_argument("--ring", default="strided", choices=RINGS,
                    help="ring order of the mode comparison (default strided: every hop "
                         "crosses the spines)")
@@ -346,87 +272,140 @@ def add_arguments(p):
     add_capture_arg(p)
 
 
-def main(fabric, args, out=print):
-    """``emulator compare``: returns the exit status."""
-    from emulator.experiments.workloads.collective import parse_sizes
-    from emulator.dataplane.session import make_results_dir, write_json
-    if getattr(args, "queue_ms", None) is None:
-        args.queue_ms = 30.0 if getattr(args, "lossless", None) else 2000.0
-    if getattr(args, "lossless", None):
-        from emulator.experiments.compare import lossless as lossless_cmp
-        return lossless_cmp.main(fabric, args, out)
-    if getattr(args, "planes", False):
-        from emulator.experiments.compare import planes
-        args.workload = args.workload or "alltoall"
-        args.sizes = args.sizes or "2M"
-        args.qps = args.qps or 8
-        args.seed = 101 if args.seed is None else args.seed
-        return planes.main(args, out)
-    if getattr(args, "cc", None):
-        from emulator.experiments.compare import congestion
-        return congestion.main(fabric, args, out)
-    from emulator.experiments.spec.options import check_capture
-    check_capture(args, fabric)
+def prepare(args):
+    """What a comparison of modes implies before its spec is built (spec.options): an
+    AllReduce unless a workload is named."""
+    compare_defaults(args)
+    args.workload = args.workload or "allreduce"
+
+
+def main(spec, args, out=print):
+    """``emulator compare``: the load-balancing modes side by side; the exit status."""
+    fabric = spec.fabric
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
-    args.workload = getattr(args, "workload", None) or "allreduce"
-    if args.workload.startswith("simai:"):
-        from emulator.experiments.compare import training as training_cmp
-        if args.reps < 1:
-            raise ConfigError("--reps", "at least 1")
-        args.seed = 1 if args.seed is None else args.seed
-        return training_cmp.main(fabric, args, modes, ENTROPY, out)
-    if args.workload == "alltoall":
-        raise ConfigError("--workload", "alltoall only with --planes (the modes' ECMP "
-                                        "expectation models a ring)")
-    args.qps = getattr(args, "qps", None) or 1
-    args.sizes = args.sizes or "2M"
-    args.seed = 1 if args.seed is None else args.seed
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
-    if getattr(args, "retries", 1) < 0:
+    if spec.workload.startswith("simai:"):
+        return training_cmp.main(spec, args, modes, out)
+    if spec.workload == "alltoall":
+        raise ConfigError("--workload", "alltoall only with --planes (the modes' ECMP "
+                                        "expectation models a ring)")
+    qps = args.qps or 1
+    if args.retries < 0:
         raise ConfigError("--retries", "0 or more")
-    sizes = parse_sizes(args.sizes)
-    if getattr(args, "stream", None) or getattr(args, "cut", None):
-        from emulator.experiments.compare import stream as stream_cmp
-        return stream_cmp.main(fabric, args, modes, sizes, run_repetition, out)
-    plan = [(m, args.ring, args.qps) for m in modes]
+    sizes = parse_sizes(args.sizes or "2M")
+    if args.stream or args.cut:
+        return stream_cmp.main(spec, args, modes, sizes, repetitions, out)
+    plan = [(m, args.ring, qps) for m in modes]
     plan += [("ecmp", args.ring, int(q)) for q in args.sweep_qps.split(",") if q.strip()
              and ("ecmp", args.ring, int(q)) not in plan]
-    plan += [("ecmp", r.strip(), args.qps) for r in args.sweep_rings.split(",") if r.strip()
-             and ("ecmp", r.strip(), args.qps) not in plan]
-    from emulator.experiments import calibrate
-    from emulator.experiments.measure import budget
-    from emulator.fabric import addressing
-    from traffic.roce.frames import frame_len_for_mtu
-    frame_len = frame_len_for_mtu(args.mtu)
+    plan += [("ecmp", r.strip(), qps) for r in args.sweep_rings.split(",") if r.strip()
+             and ("ecmp", r.strip(), qps) not in plan]
+    frame_len = frame_len_for_mtu(spec.mtu)
     calibrate.say_load(budget.collective_streams(addressing.plan(fabric), frame_len), frame_len,
                        "auto", out, fabric)
-    base = make_results_dir(args.results, "compare")
-    args.results = base                     # every session's directory goes inside
-    from emulator.experiments.spec.options import job_seed
-    job0 = job_seed(getattr(args, "job_seed", None))
+    base = make_results_dir(spec.results, "compare")
+    run_yaml.write(base, spec, command=command_doc("compare", args))
+    spec = spec.replace(results=base)       # every session's directory goes inside
+    job0 = spec.job_seed
     out(f"... job seeds {job0}..{job0 + args.reps - 1} (QP numbers of each repetition's job; "
         f"--job-seed {job0} replays them)")
-    runs = []
-    for mode, ring, qps in plan:
-        for rep in range(args.reps):
-            runs.append(run_repetition(fabric, mode, args.seed + rep, ring, qps, sizes, args,
-                                       progress=out, job=job0 + rep))
+    runs = repetitions(spec, plan, sizes, args, out)
     rows = summarize(runs)
     text = table(rows)
     write_json(os.path.join(base, "compare.json"),
-               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
-                "queue_ms": args.queue_ms, "flowlet_gap_ms": args.flowlet_gap_ms,
+               {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
+                "queue_ms": spec.queue_ms, "flowlet_gap_ms": args.flowlet_gap_ms,
                 "rows": rows, "runs": runs})
     plot(runs, os.path.join(base, "compare.png"))
-    out(f"# {args.workload} {args.sizes} on {fabric.name}; results in {base}")
+    out(f"# {spec.workload} {args.sizes or '2M'} on {fabric.name}; results in {base}")
     out(text)
     if any(r["wrong"] for r in rows):
         return 1
-    if args.strict and any(r["emulator_bound"] for r in rows):
+    if spec.strict and any(r["emulator_bound"] for r in rows):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0
+
+
+def summarize(runs):
+    """One table row per (mode, ring, qps) from the repetitions' run dicts."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["mode"], str(r["ring"]), r["qps"]), []).append(r)
+    rows = []
+    for (mode, ring, qps), rs in groups.items():
+        eff = [r["efficiency"] for r in rs]
+
+        def mean(key):
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+        rows.append({"mode": mode, "ring": ring, "qps": qps, "reps": len(rs),
+                     "busbw_Mbps": mean("busbw_Mbps"), "efficiency": mean("efficiency"),
+                     "eff_median": statistics.median(eff),
+                     "load_bound_eff": mean("load_bound_eff"),
+                     "lb_min": min(r["load_bound_eff"] for r in rs),
+                     "lb_max": max(r["load_bound_eff"] for r in rs),
+                     "eff_min": min(eff), "eff_max": max(eff),
+                     "expected": rs[0].get("expected"),
+                     "max_over_mean": mean("max_over_mean"), "jain": mean("jain"),
+                     "reordered": sum(r["reordered"] for r in rs),
+                     "wrong": sum(r["wrong"] for r in rs),
+                     "repeated": sum(1 for r in rs if r.get("disturbed_attempts")),
+                     "emulator_bound": sum(1 for r in rs if r.get("fidelity", {})
+                                           .get("verdict", "faithful") != "faithful")})
+    return rows
+
+
+def fidelity_cell(row):
+    out = (f"EMULATOR-BOUND in {row['emulator_bound']}/{row['reps']}"
+           if row.get("emulator_bound") else "faithful")
+    if row.get("repeated"):
+        out += f" ({row['repeated']} repeated)"
+    return out
+
+
+def table(rows):
+    """The comparison as text."""
+    head = (f"{'mode':8s} {'ring':9s} {'qps':>3s} {'busbw Mb/s':>10s} {'effic':>6s} "
+            f"{'median':>6s} {'load-bound':>10s} {'min..max':>11s} {'ECMP exp':>8s} "
+            f"{'up max/mean':>11s} {'Jain':>6s} {'reordered':>9s} {'#wrong':>6s} "
+            f"{'reps':>4s} fidelity")
+    lines = [head]
+
+    def f(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+    for r in rows:
+        exp = f(r["expected"], ".3f") if r["expected"] is not None else "-"
+        lines.append(
+            f"{r['mode']:8s} {r['ring']:9s} {r['qps']:3d} {f(r['busbw_Mbps'], '10.2f')} "
+            f"{f(r['efficiency'], '6.3f')} {f(r.get('eff_median'), '6.3f')} "
+            f"{f(r['load_bound_eff'], '10.3f')} "
+            f"{r['lb_min']:5.3f}..{r['lb_max']:5.3f} "
+            f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
+            f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d} " + fidelity_cell(r))
+    if any(r.get("emulator_bound") for r in rows):
+        lines.append("EMULATOR-BOUND rows measured this machine's CPU, not load balancing: "
+                     "see each run's fidelity in compare.json")
+    if any(r.get("repeated") for r in rows):
+        lines.append("repeated: a repetition the machine set the pace of was run again with "
+                     "the same seeds (its attempts: disturbed_attempts in compare.json)")
+    return "\n".join(lines)
+
+
+def disturbed_attempt(run):
+    """What compare.json keeps of an attempt that was run again."""
+    fid = run.get("fidelity", {})
+    return {"efficiency": run["efficiency"], "busbw_Mbps": run["busbw_Mbps"],
+            "dir": run.get("dir"), "verdict": fid.get("verdict"),
+            "reasons": fid.get("reasons", [])}
+
+
+def should_repeat(run, attempt, retries):
+    """A repetition is run again when the machine set its pace (not faithful), it
+    lost no chunk, and ``retries`` allows another attempt."""
+    return (attempt < retries and run["wrong"] == 0
+            and run.get("fidelity", {}).get("verdict", "faithful") != "faithful")

@@ -28,29 +28,19 @@ import os
 
 from emulator.errors import ConfigError
 from emulator.experiments.measure.stats import jain, percentile
+from emulator.experiments.spec.options import compare_defaults
+from lab.modes import CC, LB
+from emulator.experiments.measure.queues import QueueSampler
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.experiments.spec import ccparams
+from emulator.experiments.workloads import collective
+from emulator.experiments.spec.build import command_doc
+from emulator.dataplane.lossless import ecn as ecn_mod
+from emulator.dataplane.lossless.ecn import default_ecn
+from emulator.experiments.workloads.collective import parse_sizes
+from emulator.dataplane.observe import run_yaml
 
-CC_MODES = ("none", "dcqcn", "timely")
-# HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the
-# same bytes here once time is scaled to the link rate; Pmax 1, not 0.2: within the
-# 10 ms CNP interval (traffic.roce.dcqcn) a QP of a 7 -> 1 incast sends about 2 packets,
-# so a 20 % chance per packet would leave most intervals without a CNP
-# (docs/transport.md)
-DEFAULT_ECN = "100KB:400KB:1"
-
-
-def default_ecn(fabric, queue_ms, at="dequeue"):
-    """``DEFAULT_ECN``, scaled down so Kmax is at most half the smallest switch-port
-    queue of ``queue_ms``: marks must start well before a shallow buffer drops."""
-    from emulator.dataplane.lossless import ecn as ecn_mod
-    from emulator.dataplane.links.shaping import tbf_params
-    e = ecn_mod.parse(DEFAULT_ECN, at=at)
-    queue = min(tbf_params(lk.rate_bps, queue_ms)["limit"] for lk in fabric.links)
-    if 2 * e.kmax <= queue:
-        return e
-    k = queue / (2 * e.kmax)
-    return ecn_mod.Ecn(max(1, int(e.kmin * k)), max(1, int(e.kmax * k)), e.pmax, at=at)
-
-
+CC_MODES = CC.names()
 def cell(v, spec):
     """``v`` formatted by ``spec`` for a table, a right-aligned '-' when missing."""
     return "-".rjust(int(spec.split(".")[0].rstrip("df"))) if v is None else format(v, spec)
@@ -114,24 +104,19 @@ def sender_throughputs(ranks, collective):
     return out
 
 
-def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
-    """One Session with ``cc`` at the senders (``cc_params``: its --cc-param values);
-    returns its measurements."""
-    from emulator.dataplane.session import Session
-    from emulator.experiments.workloads import collective
-    from emulator.experiments.compare.planes import QueueSampler
-    with Session(fabric, results_base=args.results, queue_ms=args.queue_ms, mtu=args.mtu,
-                 ecn=ecn, lb="ecmp", capture=getattr(args, "capture", None),
-                 progress=lambda m: None) as s:
+def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
+    """One Session with ``cc`` at the senders (``cc_params``: its --cc-param values)
+    and ``ecn`` (an Ecn) at every switch port; returns its measurements."""
+    with Session(spec.replace(lb=LB.ECMP, cc=cc, ecn=ecn.spec(), ecn_at=ecn.at)) as s:
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
                   "name": f"{sw['name']}->{p['peer']}"}
                  for sw in s.topo["switches"] for p in sw["ports"]]
         sampler = QueueSampler(ports, args.sample_ms / 1e3, s.net.intf_netns())
         sampler.start()
         try:
-            hosts = args.hosts.split(",") if args.hosts else None
             report = collective.run_collective(
-                s, args.workload, sizes, hosts=hosts, qps=1, warmup=0,
+                s, spec.workload, sizes, hosts=list(spec.hosts) if spec.hosts else None, qps=1,
+                warmup=0,
                 rank_extra={"transport": "rc", "cc": cc, "cc_params": cc_params or {}})
         finally:
             sampler.stop()
@@ -151,7 +136,7 @@ def run_one(fabric, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
                "wrong": sum(r["wrong"] for r in report["rows"]),
                "failed_qps": report.get("failed_qps", []),
                "bottleneck": bott, "series": series,
-               "jain": jain(sender_throughputs(ranks, args.workload)),
+               "jain": jain(sender_throughputs(ranks, spec.workload)),
                "retransmitted": tr.get("retransmitted_packets"),
                "timeouts": tr.get("timeouts"), "naks": tr.get("naks_sent"),
                "cnps": tr.get("cnps_sent"), "ce_received": tr.get("ce_received"),
@@ -238,42 +223,40 @@ def plot(runs, path, kmax):
     plt.close(fig)
 
 
-def main(fabric, args, out=print):
-    """``emulator compare --cc ...``: returns the exit status."""
-    from emulator.dataplane.lossless import ecn as ecn_mod
-    from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.spec import ccparams
-    from emulator.experiments.workloads.collective import parse_sizes
+def main(spec, args, out=print):
+    """``emulator compare --cc ...`` (``compare cc``): returns the exit status."""
+    fabric = spec.fabric
     modes = [m.strip() for m in args.cc.split(",") if m.strip()]
     bad = [m for m in modes if m not in CC_MODES]
     if bad or not modes:
         raise ConfigError("--cc", f"unknown mode {bad[0]!r}; one of {CC_MODES}" if bad
                           else "no mode given")
-    args.workload = getattr(args, "workload", None) or "incast"
-    if args.workload not in ("incast", "alltoall"):
+    if spec.workload not in ("incast", "alltoall"):
         raise ConfigError("--workload", "--cc compares incast or alltoall")
-    ecn = (ecn_mod.parse(args.ecn, at=args.ecn_at) if args.ecn
-           else default_ecn(fabric, args.queue_ms, args.ecn_at))
+    ecn = (ecn_mod.parse(spec.ecn, at=spec.ecn_at) if spec.ecn
+           else default_ecn(fabric, spec.queue_ms, spec.ecn_at))
     if ecn is None:
         raise ConfigError("--ecn", "--cc needs ECN marking (K or Kmin:Kmax:Pmax)")
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     sizes = parse_sizes(args.sizes or "1M")
-    params = {cc: ccparams.parse(args.cc_param, cc) for cc in modes if cc != "none"}
-    base = make_results_dir(args.results, "cc")
-    args.results = base
-    runs = [run_one(fabric, cc, rep, sizes, ecn, args, progress=out, cc_params=params.get(cc))
+    params = {cc: ccparams.parse(list(spec.cc_params), cc) for cc in modes
+              if cc != CC.NONE}
+    base = make_results_dir(spec.results, "cc")
+    run_yaml.write(base, spec, command=command_doc("compare cc", args))
+    spec = spec.replace(results=base, cc_params=())
+    runs = [run_one(spec, cc, rep, sizes, ecn, args, progress=out, cc_params=params.get(cc))
             for rep in range(args.reps) for cc in modes]
     rows = summarize(runs, ecn.kmax)
     text = table(rows)
     write_json(os.path.join(base, "cc.json"),
-               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
-                "queue_ms": args.queue_ms, "ecn": ecn.text(), "rows": rows, "runs": runs})
+               {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
+                "queue_ms": spec.queue_ms, "ecn": ecn.text(), "rows": rows, "runs": runs})
     plot(runs, os.path.join(base, "cc.png"), ecn.kmax)
-    out(f"# {args.workload} {args.sizes or '1M'} on {fabric.name}, ECN {ecn.text()}, "
-        f"queues {args.queue_ms:g} ms; results in {base}")
+    out(f"# {spec.workload} {args.sizes or '1M'} on {fabric.name}, ECN {ecn.text()}, "
+        f"queues {spec.queue_ms:g} ms; results in {base}")
     out(text)
-    return exit_status(rows, args, out)
+    return exit_status(rows, spec, out)
 
 
 def exit_status(rows, args, out):
@@ -285,3 +268,9 @@ def exit_status(rows, args, out):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0
+
+
+def prepare(args):
+    """What this comparison implies before its spec is built (spec.options): an incast."""
+    compare_defaults(args)
+    args.workload = args.workload or "incast"

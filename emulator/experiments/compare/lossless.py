@@ -24,6 +24,19 @@ import os
 
 from emulator.errors import ConfigError
 from emulator.experiments.measure.stats import median
+from emulator.experiments.spec.options import compare_defaults
+from lab.modes import CC, LB
+from emulator.experiments.workloads.mix import EngineProcess, child_env
+from emulator.experiments.measure.queues import QueueSampler
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.fabric import addressing
+from emulator.experiments.compare.congestion import analyse
+from emulator.dataplane.lossless.ecn import default_ecn
+from emulator.experiments.workloads import collective
+from emulator.experiments.spec.build import command_doc
+from traffic.roce.frames import frame_len_for_mtu
+from emulator.experiments.workloads.collective import parse_sizes
+from emulator.dataplane.observe import run_yaml
 
 SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none", "credit": "credit"}
 NAMES = {"pfc": "lossless", "none": "lossy", "credit": "credit"}
@@ -144,19 +157,15 @@ def window_mbps(receiver, t0_ns, t1_ns):
     return round(sum(bins[a:b]) * 8 / ((b - a) * bin_ns / 1e9) / 1e6, 3)
 
 
-def run_one(fabric, fc, cc, rep, sizes, args, out):
-    from emulator.dataplane.session import Session
-    from emulator.experiments.workloads import collective
-    from emulator.experiments.compare.congestion import analyse, default_ecn
-    from emulator.experiments.workloads.mix import EngineProcess, child_env
-    from emulator.experiments.compare.planes import QueueSampler
-    from traffic.roce.frames import frame_len_for_mtu
+def run_one(spec, fc, cc, rep, sizes, args, out):
+    """One Session with link-level flow control ``fc`` and ``cc`` at the senders."""
+    fabric = spec.fabric
     fab = dataclasses.replace(fabric, flow_control=fc)
-    ecn = default_ecn(fabric, args.queue_ms) if cc == "dcqcn" else None
-    frame_len = frame_len_for_mtu(args.mtu)
-    with Session(fab, results_base=args.results, queue_ms=args.queue_ms, mtu=args.mtu,
-                 ecn=ecn, lb="ecmp", progress=lambda m: None) as s:
-        hosts, (vsrc, vdst) = roles(s.topo, args.workload, args.victim)
+    ecn = default_ecn(fabric, spec.queue_ms) if cc == CC.DCQCN else None
+    frame_len = frame_len_for_mtu(spec.mtu)
+    with Session(spec.replace(fabric=fab, lb=LB.ECMP, cc=cc, ecn=ecn and ecn.spec(),
+                              ecn_at=ecn.at if ecn else spec.ecn_at)) as s:
+        hosts, (vsrc, vdst) = roles(s.topo, spec.workload, args.victim)
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
                   "name": f"{sw['name']}->{p['peer']}"}
                  for sw in s.topo["switches"] for p in sw["ports"]]
@@ -172,7 +181,7 @@ def run_one(fabric, fc, cc, rep, sizes, args, out):
             sampler.start()
             try:
                 report = collective.run_collective(
-                    s, args.workload, sizes, hosts=hosts, qps=1, warmup=0,
+                    s, spec.workload, sizes, hosts=hosts, qps=1, warmup=0,
                     rank_extra={"transport": "rc", "cc": cc})
             finally:
                 sampler.stop()
@@ -247,40 +256,44 @@ def table(rows):
     return "\n".join(lines)
 
 
-def main(fabric, args, out=print):
-    """``emulator compare --lossless on,off``: returns the exit status."""
-    from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.workloads.collective import parse_sizes
+def main(spec, args, out=print):
+    """``emulator compare --lossless on,off`` (``compare lossless``): the exit status."""
+    fabric = spec.fabric
     settings = parse_settings(args.lossless)
-    ccs = [c.strip() for c in (args.cc or "none").split(",") if c.strip()]
-    bad = [c for c in ccs if c not in ("none", "dcqcn")]
+    ccs = [c.strip() for c in (args.cc or CC.NONE).split(",") if c.strip()]
+    bad = [c for c in ccs if c not in (CC.NONE, CC.DCQCN)]
     if bad:
         raise ConfigError("--cc", f"{bad[0]!r}: with --lossless, none or dcqcn")
-    args.workload = args.workload or "incast"
-    if args.workload not in ("incast", "allreduce"):
+    if spec.workload not in ("incast", "allreduce"):
         raise ConfigError("--workload", "--lossless compares incast or allreduce")
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
-    from emulator.fabric import addressing
-    roles(addressing.plan(fabric), args.workload, args.victim)     # bad roles: before any run
+    roles(addressing.plan(fabric), spec.workload, args.victim)     # bad roles: before any run
     if any(lk.pfc_storm for lk in fabric.links):
         raise ConfigError("--lossless", "the fabric file storms (pfc_storm): a comparison "
                                         "with a lossy fabric cannot have it; take it out")
     sizes = parse_sizes(args.sizes or "1M")
-    base = make_results_dir(args.results, "lossless")
-    args.results = base
-    runs = [run_one(fabric, fc, cc, rep, sizes, args, out)
+    base = make_results_dir(spec.results, "lossless")
+    run_yaml.write(base, spec, command=command_doc("compare lossless", args))
+    spec = spec.replace(results=base)
+    runs = [run_one(spec, fc, cc, rep, sizes, args, out)
             for rep in range(args.reps) for fc in settings for cc in ccs]
     rows = summarize(runs)
     write_json(os.path.join(base, "lossless.json"),
-               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
-                "queue_ms": args.queue_ms, "rows": rows, "runs": runs})
-    out(f"# {args.workload} {args.sizes or '1M'} on {fabric.name}, queues {args.queue_ms:g} ms; "
-        f"results in {base}")
+               {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
+                "queue_ms": spec.queue_ms, "rows": rows, "runs": runs})
+    out(f"# {spec.workload} {args.sizes or '1M'} on {fabric.name}, queues "
+        f"{spec.queue_ms:g} ms; results in {base}")
     out(table(rows))
     if any(r["wrong"] and not r["died"] for r in runs):
         return 1                     # wrong data the transport did not give up on
-    if args.strict and any(r["faithful"] < r["reps"] for r in rows):
+    if spec.strict and any(r["faithful"] < r["reps"] for r in rows):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0
+
+
+def prepare(args):
+    """What this comparison implies before its spec is built (spec.options): an incast."""
+    compare_defaults(args)
+    args.workload = args.workload or "incast"

@@ -57,92 +57,23 @@ summed over the repetitions.  Output: a table, and
 """
 
 import os
-import socket
-import threading
-import time
+
+import matplotlib
 
 from emulator.errors import ConfigError
 from emulator.experiments.compare.planes_stats import (
     FABRICS, SEEDINGS, TIERS, PRESET, fabric_params, build_fabrics, draw_seeds, reseed,
     nic_seeds, shaped_ports, analyse, worst_series, summarize, table)
+from emulator.experiments.measure.queues import QueueSampler, ovs_drops
+from emulator.experiments.spec.options import compare_defaults
+from lab.modes import LB
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.experiments.workloads import collective
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.workloads.collective import parse_sizes
+from emulator.fabric import presets
+from emulator.dataplane.observe import run_yaml
 
-
-
-class QueueSampler(threading.Thread):
-    """Reads every measured port's shaper (backlog, drops, bytes sent) every ``interval``."""
-
-    def __init__(self, ports, interval, netns_of=None):
-        """``netns_of``: {intf: namespace path} of ports outside this namespace (a
-        datapath instance's); one qdisc dump per namespace per sample."""
-        super().__init__(daemon=True)
-        from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.nic.netns import entered
-        self.ports, self.interval = ports, interval
-        netns_of = netns_of or {}
-        self.readers = {}              # namespace -> (reader, [(port position, ifindex)])
-        for i, p in enumerate(ports):
-            ns = netns_of.get(p["intf"])
-            with entered(ns):
-                if ns not in self.readers:
-                    self.readers[ns] = (QdiscReader(), [])
-                self.readers[ns][1].append((i, socket.if_nametoindex(p["intf"])))
-        self.times = []
-        self.backlog = [[] for _ in ports]
-        self.sent = [[] for _ in ports]
-        self.drops = [[] for _ in ports]
-        self.halt = threading.Event()
-        self.error = None
-        self.read_s = 0.0
-
-    def sample(self):
-        t0 = time.monotonic()
-        row = [(0, 0, 0)] * len(self.ports)
-        for reader, where in self.readers.values():
-            stats = reader.read()
-            for i, ix in where:
-                row[i] = stats.get(ix, (0, 0, 0))
-        self.read_s += time.monotonic() - t0
-        self.times.append(t0)
-        for i, (b, d, s) in enumerate(row):
-            self.backlog[i].append(b)
-            self.drops[i].append(d)
-            self.sent[i].append(s)
-
-    def run(self):
-        try:
-            while not self.halt.is_set():
-                self.sample()
-                self.halt.wait(self.interval)
-        except Exception as e:      # reported by stop(), never swallowed
-            self.error = e
-
-    def stop(self):
-        self.halt.set()
-        self.join(timeout=10)
-        try:
-            if self.error is not None:
-                raise self.error
-            self.sample()
-        finally:
-            for reader, _ in self.readers.values():
-                reader.close()
-
-
-def ovs_drops(intfs, net):
-    """{intf: {counter: n}} of the nonzero drop/error counters OVS keeps for ``intfs``
-    (in every Open vSwitch carrying ``net``)."""
-    import json
-    data = []
-    for ovs in net.ovses():
-        data += json.loads(ovs.vsctl("--format=json", "--columns=name,statistics", "list",
-                                     "interface", timeout=20))["data"]
-    want, out = set(intfs), {}
-    for name, stats in data:
-        if name in want:
-            bad = {k: v for k, v in stats[1] if ("drop" in k or "error" in k) and v}
-            if bad:
-                out[name] = bad
-    return out
 
 
 def disturbed(run):
@@ -152,10 +83,10 @@ def disturbed(run):
     return (run["lost"] > 0 and run["drops"] == 0) or run["fidelity"] != "faithful"
 
 
-def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
+def run_measured(spec, fabric, label, seeding, seed, args, retries=1, progress=print):
     """``run_one``, repeated up to ``retries`` times while the run is ``disturbed``."""
     for attempt in range(retries + 1):
-        r = run_one(fabric, label, seeding, seed, args, progress=progress)
+        r = run_one(spec, fabric, label, seeding, seed, args, progress=progress)
         r["attempt"] = attempt + 1
         if not disturbed(r):
             break
@@ -167,18 +98,15 @@ def run_measured(fabric, label, seeding, seed, args, retries=1, progress=print):
     return r
 
 
-def run_one(fabric, label, seeding, seed, args, progress=print):
-    """One Session of ``fabric`` running the collective; returns its measurements."""
-    from emulator.experiments.workloads import collective
-    from emulator.dataplane.session import Session
-    with Session(fabric, results_base=args.results, lb="ecmp",
-                 seed=seed if seeding == "shared" else None,
-                 queue_ms=args.queue_ms) as s:
+def run_one(spec, fabric, label, seeding, seed, args, progress=print):
+    """One Session of ``fabric`` (ECMP) running the collective; its measurements."""
+    with Session(spec.replace(fabric=fabric, lb=LB.ECMP,
+                              hash_seed=seed if seeding == "shared" else None)) as s:
         ports = shaped_ports(s.topo)
         sampler = QueueSampler(ports, args.sample_ms / 1000.0, s.net.intf_netns())
         sampler.start()
         try:
-            rep = collective.run_collective(s, args.workload, args.size_list,
+            rep = collective.run_collective(s, spec.workload, args.size_list,
                                             qps=args.qps, rank_extra={"entropy": "qp"})
         finally:
             sampler.stop()
@@ -234,9 +162,8 @@ def plan_runs(fabrics, seedings, reps, seed0):
 def plot(runs, path):
     """Worst backlog per tier over time (first repetition of each fabric x seeding),
     and the spine->ToR bytes per link of the first shared-seed pair."""
-    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
     firsts = {}
     for r in runs:
         firsts.setdefault((r["seeding"], r["fabric"]), r)
@@ -277,11 +204,8 @@ def plot(runs, path):
     plt.close(fig)
 
 
-def main(args, out=print):
-    """``emulator compare --planes``: returns the exit status."""
-    from emulator.fabric import presets
-    from emulator.experiments.workloads.collective import parse_sizes
-    from emulator.dataplane.session import make_results_dir, write_json
+def main(spec, args, out=print):
+    """``emulator compare --planes`` (``compare planes``): returns the exit status."""
     if getattr(args, "fabric", None):
         raise ConfigError("--planes", "builds the dual-plane preset and its single-plane "
                           "counterpart; give -P parameters, not a fabric file")
@@ -299,26 +223,27 @@ def main(args, out=print):
         raise ConfigError("--sample-ms", "between 1 and 1000")
     if getattr(args, "retries", 0) < 0:
         raise ConfigError("--retries", "0 or more")
-    given = presets.parse_assignments(getattr(args, "param", []))
+    given = presets.parse_assignments(args.param)
     fabrics = build_fabrics(given)
     args.size_list = parse_sizes(args.sizes)
-    plan = plan_runs(fabrics, seedings, args.reps, args.seed)
-    base = make_results_dir(args.results, "planes")
-    args.results = base
-    out(f"# {args.workload} {args.sizes}, {args.qps} QPs per connection, ECMP, "
-        f"queues {args.queue_ms:g} ms; {fabrics['dual-plane'].name} vs "
+    plan = plan_runs(fabrics, seedings, args.reps, spec.hash_seed)
+    base = make_results_dir(spec.results, "planes")
+    run_yaml.write(base, spec, command=command_doc("compare planes", args))
+    spec = spec.replace(results=base)
+    out(f"# {spec.workload} {args.sizes}, {args.qps} QPs per connection, ECMP, "
+        f"queues {spec.queue_ms:g} ms; {fabrics['dual-plane'].name} vs "
         f"{fabrics['single-plane'].name}; parameters "
         + " ".join(f"{k}={v}" for k, v in sorted(fabric_params(given).items())))
     runs = []
     for label, fabric, seeding, seed in plan:
-        runs.append(run_measured(fabric, label, seeding, seed, args,
-                                 getattr(args, "retries", 1), progress=out))
+        runs.append(run_measured(spec, fabric, label, seeding, seed, args, args.retries,
+                                 progress=out))
     summary = summarize(runs)
     text = table(summary)
     write_json(os.path.join(base, "planes.json"),
                {"fabrics": {k: f.name for k, f in fabrics.items()},
-                "params": fabric_params(given), "workload": args.workload,
-                "sizes": args.size_list, "qps": args.qps, "queue_ms": args.queue_ms,
+                "params": fabric_params(given), "workload": spec.workload,
+                "sizes": args.size_list, "qps": args.qps, "queue_ms": spec.queue_ms,
                 "sample_ms": args.sample_ms, "seedings": seedings, "reps": args.reps,
                 "summary": summary, "table": text, "runs": runs})
     plot(runs, os.path.join(base, "planes.png"))
@@ -326,7 +251,7 @@ def main(args, out=print):
     out(text)
     full = [r for r in runs if r["drops"]]
     if full:
-        out(f"# {len(full)} run(s) overflowed a {args.queue_ms:g} ms switch queue "
+        out(f"# {len(full)} run(s) overflowed a {spec.queue_ms:g} ms switch queue "
             f"({', '.join(sorted({r['fabric'] + ' ' + r['seeding'] for r in full}))}): the "
             "lossless stand-in was too shallow there; a larger --queue-ms keeps it lossless")
     again = sum(r["attempt"] - 1 for r in runs)
@@ -338,3 +263,12 @@ def main(args, out=print):
     if problems:
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
     return 1 if problems or any(r["wrong"] for r in runs) else 0
+
+
+def prepare(args):
+    """What this comparison implies before its spec is built (spec.options): the
+    dual-plane preset unless another was named (refused in ``main``)."""
+    args.planes = True
+    compare_defaults(args)
+    if not (args.fabric or args.preset):
+        args.preset = PRESET

@@ -28,6 +28,15 @@ import statistics
 import time
 
 from emulator.errors import ConfigError, RunFailed
+from emulator.errors import FabricError
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.fabric import addressing
+from emulator.experiments.workloads import collective
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import compare_defaults
+from emulator.fabric.presets import parse_assignments
+from emulator.dataplane.observe import run_yaml
+from emulator.experiments.training import rails
 
 FABRICS = ("rail-optimized", "rail-only")
 ITERATIONS = 3
@@ -182,17 +191,21 @@ def table(summary):
     return "\n".join(lines)
 
 
-def main(fabric, args, out=print):
-    """``compare --fabrics``: returns the exit status (``fabric``: -p's, unused)."""
-    from emulator.dataplane.session import Session, make_results_dir, write_json
-    from emulator.experiments.spec.options import job_seed
-    from emulator.experiments.workloads import collective
-    from emulator.experiments.training import rails
-    from emulator.fabric.presets import parse_assignments
+def prepare(args):
+    """``compare fabrics`` builds its own presets from -P (rail-only's parameters):
+    compare's deep queues, and the spec's fabric is rail-only's."""
+    if args.fabric or args.preset not in (None, "rail-only", "rail-optimized"):
+        raise FabricError("--fabrics builds its own presets from -P (rail-only's "
+                          "parameters): no -f FILE, no -p other than theirs")
+    args.preset = "rail-only"               # -P checked as rail-only's
+    compare_defaults(args)
+
+
+def main(spec, args, out=print):
+    """``compare --fabrics`` (``compare fabrics``): returns the exit status."""
     names = parse_fabrics(args.fabrics)
     params = parse_assignments(args.param)
     fabrics = [build(n, params) for n in names]
-    from emulator.fabric import addressing
     for f in fabrics:
         rails.gpus(addressing.plan(f))                    # one NIC per rail, or exit 2
     workloads = [args.workload] if args.workload else list(rails.WORKLOADS)
@@ -200,25 +213,24 @@ def main(fabric, args, out=print):
         raise ConfigError("--workload", "--fabrics runs allreduce or alltoall")
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
-    if args.queue_ms is None:
-        args.queue_ms = 2000.0          # compare's deep, lossless stand-in for PFC
     args.rail_size = collective.parse_sizes(args.sizes or "2M")[-1]
-    seed0 = 1 if args.seed is None else args.seed
-    job0 = job_seed(getattr(args, "job_seed", None))
-    base = make_results_dir(args.results, "compare")
+    base = make_results_dir(spec.results, "compare")
+    run_yaml.write(base, spec, command=command_doc("compare fabrics", args))
     rows = []
     for rep in range(args.reps):
         for name, fabric in zip(names, fabrics):
             out(f"... repetition {rep + 1}: {fabric.name}")
-            with Session(fabric, results_base=base, seed=seed0 + rep, queue_ms=args.queue_ms,
-                         mtu=args.mtu, progress=lambda m: out(f"...   {m}")) as s:
+            variant = spec.replace(fabric=fabric, fabric_source={"preset": name,
+                                                                 "params": list(args.param)},
+                                   results=base, hash_seed=spec.hash_seed + rep)
+            with Session(variant, progress=lambda m: out(f"...   {m}")) as s:
                 for w in workloads:
-                    rows.append(dict(run_one(fabric, w, s, args, job0 + rep, out),
+                    rows.append(dict(run_one(fabric, w, s, args, spec.job_seed + rep, out),
                                      rep=rep + 1, results_dir=s.dir))
     summary = summarize(rows, names, workloads)
     write_json(os.path.join(base, "compare.json"),
                {"fabric": ",".join(f.name for f in fabrics), "workload": ",".join(workloads),
-                "sizes": [args.rail_size], "queue_ms": args.queue_ms,
+                "sizes": [args.rail_size], "queue_ms": spec.queue_ms,
                 "params": {f.name: dict(f.params) for f in fabrics},
                 "rows": [{k: v for k, v in r.items() if k != "iterations"} for r in rows],
                 "runs": rows, "summary": summary})
@@ -226,7 +238,7 @@ def main(fabric, args, out=print):
     out(table(summary))
     if any(r["wrong"] or r["aborted"] for r in rows):
         return 1
-    if args.strict and any(r["fidelity"]["verdict"] != "faithful" for r in rows):
+    if spec.strict and any(r["fidelity"]["verdict"] != "faithful" for r in rows):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0

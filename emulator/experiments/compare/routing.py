@@ -26,8 +26,15 @@ import os
 import statistics
 
 from emulator.errors import ConfigError
+from lab.modes import LB, Routing
+from emulator.experiments.repeat import Mode, each_mode
+from emulator.experiments.workloads import collective, patterns
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import compare_defaults, rank_transport
+from emulator.dataplane.session import make_results_dir, write_json
+from emulator.dataplane.observe import run_yaml
 
-ROUTINGS = ("minimal", "valiant", "ugal", "ugal-l")
+ROUTINGS = Routing.names()
 DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops
 
 
@@ -94,52 +101,63 @@ def table(rows):
     return "\n".join(lines)
 
 
-def main(fabric, args, out=print):
-    """``compare --routing``: returns the exit status."""
-    from emulator.dataplane.session import Session, make_results_dir, write_json
-    from emulator.experiments.spec.options import job_seed, rank_transport
-    from emulator.experiments.workloads import collective, patterns
+def prepare(args):
+    """A dragonfly's routing modes: queues of DEFAULT_QUEUE_MS, the adversarial pattern,
+    DCQCN (as RoCE NICs ship), the first repetition's permutation seed 1."""
+    compare_defaults(args, queue_ms=DEFAULT_QUEUE_MS)
+    args.workload = args.workload or "adversarial"
+    args.seed = args.hash_seed        # compare's --seed: here the permutation's
+    args.hash_seed = None
+
+
+class PatternRun(Mode):
+    """One repetition of one routing mode: a fresh fabric, the pattern once."""
+
+    def __init__(self, s, mode, size, out):
+        super().__init__(s, mode)
+        self.size, self.out = size, out
+
+    def repeat(self, r):
+        s, spec = self.s, self.s.spec
+        doc = patterns.run_pattern(s, spec.workload, self.size, spec.seed, dict(
+            rank_transport(spec), entropy=patterns.entropy(LB.ECMP, spec.routing),
+            qpn_seed=spec.job_seed, qps=1,
+            timeout_exp=collective.default_timeout_exp(spec.queue_ms)),
+            progress=lambda m: self.out(f"...   {m}"))
+        return dict(doc, routing=str(spec.routing), results_dir=s.dir)
+
+    def finish(self, runs):
+        return runs
+
+
+def main(spec, args, out=print):
+    """``compare --routing`` (``compare routing``): returns the exit status."""
+    fabric, workload = spec.fabric, spec.workload
     modes = parse_modes(args.routing)
-    workload = args.workload or "adversarial"
     if workload not in patterns.PATTERNS:
         raise ConfigError("--workload", f"--routing compares {' or '.join(patterns.PATTERNS)}")
     patterns.pairs_for(fabric, workload, 1)             # a fabric of groups, or exit 2
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     size = collective.parse_sizes(args.sizes or "1M")[0]
-    queue_ms = args.queue_ms if args.queue_ms is not None else DEFAULT_QUEUE_MS
-    if args.cc is None:
-        args.cc = "dcqcn"
-    from emulator.experiments.spec.options import check_transport
-    args.transport = getattr(args, "transport", "rc")
-    args.rc_timeout = getattr(args, "rc_timeout", None)
-    args.rc_retry = getattr(args, "rc_retry", 7)
-    args.queue_ms = queue_ms
-    ecn = check_transport(args, fabric)
-    seed0 = 1 if args.seed is None else args.seed
-    base = make_results_dir(args.results, "compare")
+    base = make_results_dir(spec.results, "compare")
+    run_yaml.write(base, spec, command=command_doc("compare routing", args))
+    spec = spec.replace(results=base)
     rows, runs = [], []
-    for rep in range(args.reps):
-        seed = seed0 + rep
-        for mode in modes:
-            out(f"... {workload}" + (f" seed {seed}" if workload == "permutation" else "")
-                + f", routing {mode}")
-            with Session(fabric, results_base=base, queue_ms=queue_ms, routing=mode,
-                         mtu=args.mtu, failover=args.failover, ecn=ecn,
-                         progress=lambda m: out(f"...   {m}")) as s:
-                rep_doc = patterns.run_pattern(s, workload, size, seed, dict(
-                    rank_transport(args), entropy=patterns.entropy("ecmp", mode, {"ecmp": "qp"}),
-                    qpn_seed=job_seed(None), qps=1,
-                    timeout_exp=collective.default_timeout_exp(queue_ms)),
-                    progress=lambda m: out(f"...   {m}"))
-            runs.append(dict(rep_doc, routing=mode, results_dir=s.dir))
-            rows.append(row(mode, rep_doc))
+    for rep in range(args.reps):       # every mode once per seed, side by side
+        seed = spec.seed + rep
+        out(f"... {workload}" + (f" seed {seed}" if workload == "permutation" else ""))
+        for doc in each_mode(spec.replace(seed=seed, job_seed=spec.job_seed + rep), "routing",
+                             modes, 1, lambda s, m: PatternRun(s, m, size, out), out,
+                             per_repeat=lambda r: {}):
+            runs += doc
+            rows.append(row(doc[0]["routing"], doc[0]))
             out(table(rows[-1:]).splitlines()[-1])
     summary = medians(rows, modes)
     write_json(os.path.join(base, "compare.json"),
                {"fabric": fabric.name, "workload": workload, "sizes": [size],
-                "queue_ms": queue_ms, "cc": args.cc, "rows": rows, "medians": summary,
-                "runs": runs})
+                "queue_ms": spec.queue_ms, "cc": str(spec.cc), "rows": rows,
+                "medians": summary, "runs": runs})
     out(f"# {workload}, {size} bytes per host, on {fabric.name}; results in {base}")
     out(table(rows))
     for m in summary:
@@ -147,7 +165,7 @@ def main(fabric, args, out=print):
             f"(ceiling {m['ceiling']:.3f}; {m['faithful']}/{m['runs']} faithful)")
     if any(r["wrong"] for r in rows):
         return 1
-    if args.strict and any(r["fidelity"] != "faithful" for r in rows):
+    if spec.strict and any(r["fidelity"] != "faithful" for r in rows):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0

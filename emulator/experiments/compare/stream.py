@@ -17,6 +17,12 @@ import os
 import statistics
 
 from emulator.errors import ConfigError
+from emulator.fabric import addressing
+from emulator.experiments.spec.build import command_doc
+from emulator.dataplane.session import make_results_dir, write_json
+from emulator.experiments.workloads.stream import parse
+from emulator.dataplane.faults import parse_link
+from emulator.dataplane.observe import run_yaml
 
 
 @contextlib.contextmanager
@@ -117,17 +123,14 @@ def table(rows, kind="stream"):
     return "\n".join(lines)
 
 
-def main(fabric, args, modes, sizes, run_repetition, out=print):
-    """The comparison; ``run_repetition``: compare's, which runs one mode once."""
-    from emulator.dataplane.faults import parse_link
-    from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.spec.options import job_seed
-    from emulator.experiments.workloads.stream import parse
-    from emulator.fabric import addressing
+def main(spec, args, modes, sizes, repetitions, out=print):
+    """The comparison; ``repetitions``: compare's runner of (mode, ring, QPs,
+    disturbance) repetitions (compare.repetitions)."""
+    fabric = spec.fabric
     topo = addressing.plan(fabric)
     hosts = None
-    if getattr(args, "stream", None):
-        if getattr(args, "cut", None):
+    if args.stream:
+        if args.cut:
             raise ConfigError("--cut", "one disturbance at a time: --stream or --cut")
         stream = parse(args.stream, topo)
         disturb = ("stream", stream)
@@ -138,33 +141,30 @@ def main(fabric, args, modes, sizes, run_repetition, out=print):
     else:
         parse_link(args.cut, topo, where="--cut")
         disturb = ("cut", args.cut)
-        what = f"cut {args.cut} (failover {args.failover})"
-    base = make_results_dir(args.results, "compare")
-    args.results = base
-    job0 = job_seed(getattr(args, "job_seed", None))
+        what = f"cut {args.cut} (failover {spec.failover})"
+    base = make_results_dir(spec.results, "compare")
+    run_yaml.write(base, spec, command=command_doc("compare", args))
+    spec = spec.replace(results=base)
+    job0 = spec.job_seed
     out(f"... {what}; job seeds {job0}..{job0 + args.reps - 1}")
-    runs = []
-    for mode in modes:
-        for rep in range(args.reps):
-            for d in (None, disturb):
-                r = run_repetition(fabric, mode, args.seed + rep, args.ring, args.qps, sizes,
-                                   args, progress=out, job=job0 + rep, hosts=hosts,
-                                   disturb=d, warmup=0)
-                err = (r.get(disturb[0]) or {}).get("error") if d else None
-                if err:
-                    out(f"... {mode}: the {disturb[0]} failed: {err}")
-                runs.append(r)
+    qps = args.qps or 1
+    plan = [(mode, args.ring, qps, d) for mode in modes for d in (None, disturb)]
+    runs = repetitions(spec, plan, sizes, args, out, hosts=hosts, warmup=0)
+    for r in runs:
+        err = (r.get(disturb[0]) or {}).get("error")
+        if err:
+            out(f"... {r['mode']}: the {disturb[0]} failed: {err}")
     table_rows = rows(runs, modes)
     write_json(os.path.join(base, "compare.json"),
-               {"fabric": fabric.name, "workload": args.workload, "sizes": sizes,
-                disturb[0]: disturb[1], "queue_ms": args.queue_ms,
+               {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
+                disturb[0]: disturb[1], "queue_ms": spec.queue_ms,
                 "flowlet_gap_ms": args.flowlet_gap_ms, "rows": table_rows, "runs": runs})
-    out(f"# {args.workload} {args.sizes} on {fabric.name} with a {disturb[0]}; "
+    out(f"# {spec.workload} {args.sizes or '2M'} on {fabric.name} with a {disturb[0]}; "
         f"results in {base}")
     out(table(table_rows, disturb[0]))
     if any(r["wrong"] for r in table_rows):
         return 1
-    if args.strict and any(r["emulator_bound"] for r in table_rows):
+    if spec.strict and any(r["emulator_bound"] for r in table_rows):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0

@@ -16,6 +16,15 @@ import os
 import statistics
 
 from emulator.errors import ConfigError
+from emulator.experiments.training import launch as training
+from emulator.experiments.repeat import Mode, each_mode
+from emulator.fabric import addressing
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.workloads.collective import default_timeout_exp
+from emulator.experiments.compare.congestion import exit_status
+from emulator.dataplane.session import make_results_dir, write_json
+from emulator.experiments.spec.options import nic_lb, rank_transport
+from emulator.dataplane.observe import run_yaml
 
 
 def ordered_topo(topo, ring):
@@ -37,32 +46,34 @@ def ordered_topo(topo, ring):
     return dict(topo, hosts=hosts)
 
 
-def run_one(fabric, mode, seed, job, args, extra, progress, entropy):
-    """One fabric balancing with ``mode`` (``entropy``: the NICs' side of it,
-    options.nic_lb): the job's
-    measurements."""
-    from emulator.dataplane.session import Session
-    from emulator.experiments.training import launch as training
-    from emulator.experiments.workloads.collective import default_timeout_exp
-    with Session(fabric, results_base=args.results, seed=seed, lb=mode,
-                 flowlet_frames=getattr(args, "flowlet_frames", None),
-                 queue_ms=args.queue_ms, mtu=getattr(args, "mtu", 4096),
-                 failover=getattr(args, "failover", "fast-failover"),
-                 capture=getattr(args, "capture", None)) as s:
-        ex = dict(extra, **entropy, flowlet_gap_ms=args.flowlet_gap_ms,
-                  timeout_exp=default_timeout_exp(s.queue_ms))
-        t = training.run_job(s, job, ex, progress=lambda m: progress(f"... {mode}: {m}"))
-    row = {"mode": mode, "seed": seed, "dir": s.dir, "iteration_s": t["iteration_s"],
-           "exposed_comm_s": t["exposed_comm_s"], "compute_s": t["compute_s"],
-           "real_iteration_s": t["real_iteration_s"], "wrong": t["wrong"],
-           "aborted": t["aborted"],
-           "busbw_Mbps": {k: g["busbw_Mbps"] for k, g in t["groups"].items()},
-           "retransmitted": t["transport"].get("retransmitted_packets", 0),
-           "fidelity": t["fidelity"]}
-    progress(f"... {mode:8s} seed {seed}: iteration {row['iteration_s']:.3f}s, exposed "
-             f"{row['exposed_comm_s']:.3f}s, #wrong {row['wrong']}, "
-             f"{row['fidelity']['verdict']}")
-    return row
+class JobRepetition(Mode):
+    """One repetition of a mode under a training job: a fresh fabric, one job."""
+
+    def __init__(self, s, mode, job, args, progress):
+        super().__init__(s, mode)
+        self.job, self.args, self.progress = job, args, progress
+
+    def repeat(self, r):
+        s, spec = self.s, self.s.spec
+        extra = dict(rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed,
+                     flowlet_gap_ms=self.args.flowlet_gap_ms,
+                     timeout_exp=spec.rc_timeout or default_timeout_exp(s.queue_ms))
+        t = training.run_job(s, self.job, extra,
+                             progress=lambda m: self.progress(f"... {self.mode}: {m}"))
+        return {"mode": str(spec.lb), "seed": spec.hash_seed, "dir": s.dir,
+                "iteration_s": t["iteration_s"], "exposed_comm_s": t["exposed_comm_s"],
+                "compute_s": t["compute_s"], "real_iteration_s": t["real_iteration_s"],
+                "wrong": t["wrong"], "aborted": t["aborted"],
+                "busbw_Mbps": {k: g["busbw_Mbps"] for k, g in t["groups"].items()},
+                "retransmitted": t["transport"].get("retransmitted_packets", 0),
+                "fidelity": t["fidelity"]}
+
+    def line(self, row):
+        return (f"iteration {row['iteration_s']:.3f}s, exposed {row['exposed_comm_s']:.3f}s, "
+                f"#wrong {row['wrong']}, {row['fidelity']['verdict']}")
+
+    def finish(self, rows):
+        return rows
 
 
 def summarize(runs, modes):
@@ -96,30 +107,27 @@ def table(rows):
     return "\n".join(lines)
 
 
-def main(fabric, args, modes, entropy, out=print):
-    """``emulator compare --workload simai:FILE``: returns the exit status; ``entropy``:
-    {mode: the NICs' side of it} (``compare.ENTROPY``)."""
-    from emulator.dataplane.session import make_results_dir, write_json
-    from emulator.experiments.spec.options import job_seed
-    from emulator.experiments.training import launch as training
-    from emulator.fabric import addressing
+def main(spec, args, modes, out=print):
+    """``emulator compare --workload simai:FILE``: returns the exit status."""
+    fabric = spec.fabric
     topo = ordered_topo(addressing.plan(fabric), args.ring)
-    job = training.prepare(training.workload_path(args.workload), topo, args,
-                           getattr(args, "mtu", 4096))
-    base = make_results_dir(args.results, "compare")
-    args.results = base
-    job0 = job_seed(getattr(args, "job_seed", None))
+    job = training.prepare(training.workload_path(spec.workload), topo, spec, spec.mtu)
+    base = make_results_dir(spec.results, "compare")
+    run_yaml.write(base, spec, command=command_doc("compare", args))
+    spec = spec.replace(results=base)
+    job0 = spec.job_seed
     out(f"... job seeds {job0}..{job0 + args.reps - 1}; ring {args.ring}")
-    runs = [run_one(fabric, mode, args.seed + rep, job, args,
-                    {"qpn_seed": job0 + rep}, out, entropy[mode])
-            for mode in modes for rep in range(args.reps)]
+    docs = each_mode(spec, "lb", modes, args.reps, lambda s, m: JobRepetition(s, m, job, args,
+                                                                             out),
+                     out, per_repeat=lambda r: {"hash_seed": spec.hash_seed + r,
+                                                "job_seed": job0 + r})
+    runs = [r for doc in docs for r in doc]
     rows = summarize(runs, modes)
     write_json(os.path.join(base, "compare.json"),
-               {"fabric": fabric.name, "workload": args.workload, "ring": args.ring,
+               {"fabric": fabric.name, "workload": spec.workload, "ring": args.ring,
                 "sizes": {"size_scale": job.scale, "compute_scale": job.stretch},
-                "queue_ms": args.queue_ms, "rows": rows, "runs": runs})
-    out(f"# {os.path.basename(args.workload)} on {fabric.name}, ring {args.ring}; "
+                "queue_ms": spec.queue_ms, "rows": rows, "runs": runs})
+    out(f"# {os.path.basename(spec.workload)} on {fabric.name}, ring {args.ring}; "
         f"results in {base}")
     out(table(rows))
-    from emulator.experiments.compare.congestion import exit_status
-    return exit_status(rows, args, out)
+    return exit_status(rows, spec, out)

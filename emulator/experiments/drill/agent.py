@@ -156,15 +156,9 @@ def text(params, results):
 
 # ---- the drill's hooks (experiments/drill/drill.py) ---------------------------
 
-def params_from(args, fabric):
-    """``--switch-agent`` parsed and checked (None: ideal)."""
-    from emulator.experiments.spec.options import switch_agent_from
-    return switch_agent_from(args, fabric)
-
-
-def for_repeat(args, s, conv, t_fault_ns):
+def for_repeat(s, conv, t_fault_ns):
     """One repeat's ``switch_agent`` entry (None under ideal)."""
-    return push_report(getattr(args, "agent_params", None),
+    return push_report(s.switch_agent,
                        s.agent.records() if s.agent else [], conv, t_fault_ns,
                        kinds={sw["dpid"]: sw["kind"] for sw in s.topo["switches"]})
 

@@ -53,6 +53,17 @@ import time
 
 from emulator.errors import ConfigError
 from emulator.experiments.spec import scenario
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.session import Session
+from emulator.fabric import addressing, switch_agent
+from emulator.experiments import calibrate
+from emulator.dataplane import cleanup
+from emulator.experiments.spec.build import command_doc
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.links.detect import parse_detect
+from emulator.experiments.drill.drill import holddown_for, parse_modes
+from emulator.experiments.drill.probes import path_pairs, planned_flows, probe_rate
+from emulator.dataplane.observe import run_yaml
 
 KINDS = ("cut", "flap", "loss", "crash", "kill")
 MIN_REPAIR_S = 0.3
@@ -60,20 +71,27 @@ JITTER_NS = 5_000_000      # arrival jitter on 2 shared cores: calm gaps are 3-6
 
 
 def add_arguments(p):
-    g = p.add_argument_group("chaos soak (drill --chaos)")
+    """The soak's options (on drill's parser: ``drill chaos`` or ``drill --chaos``)."""
+    g = p.add_argument_group("chaos soak (drill chaos, or drill --chaos)")
     g.add_argument("--chaos", action="store_true",
                    help="a chaos soak: random faults (cut, flap, gray loss, switch crash, "
                         "controller kill) under the probes for --duration s, exponential "
                         "inter-arrival (--mtbf), each repaired after a drawn time (--mttr); "
                         "per-fault table, soak totals, invariants (docs/failover.md)")
-    g.add_argument("--duration", type=float, default=60.0, help="soak seconds (default 60)")
+    g.add_argument("--duration", dest="chaos_duration", type=float, default=60.0,
+                   help="soak seconds (default 60)")
     g.add_argument("--mtbf", type=float, default=10.0,
                    help="mean seconds between faults (default 10)")
     g.add_argument("--mttr", type=float, default=1.0,
                    help="mean seconds to repair a fault (default 1)")
-    g.add_argument("--seed", type=int, default=None,
+    g.add_argument("--seed", dest="chaos_seed", type=int, default=None,
                    help="the random draw's seed (default: drawn and printed); the same "
                         "seed draws the same faults")
+
+
+def prepare(args):
+    """What a soak implies before its spec is built: BFD's hold-down (as a drill's)."""
+    args.bfd_holddown = holddown_for(args)
 
 
 def fault_targets(topo):
@@ -208,7 +226,7 @@ def catch_up_ms(topo, pairs, pps, frame_len, queue_ms):
 
 
 def check_args(args):
-    if args.duration <= 0 or args.mtbf <= 0 or args.mttr <= 0:
+    if args.chaos_duration <= 0 or args.mtbf <= 0 or args.mttr <= 0:
         raise ConfigError("--chaos", "--duration, --mtbf and --mttr are seconds > 0")
     if "," in args.failover:
         raise ConfigError("--failover", "a chaos soak runs one mode: give one of none, "
@@ -229,7 +247,7 @@ def soak(s, inj, pairs, faults, args, work, out):
     from emulator.experiments.measure.watch import Watch
     from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
     os.makedirs(work, exist_ok=True)
-    duration = args.duration + args.post + 2.0
+    duration = args.chaos_duration + args.post + 2.0
     plan = probe_plan(s.net, pairs, args, duration)
     plan["max_lag_ms"] = catch_up_ms(s.topo, pairs, args.pps, args.frame_len,
                                      getattr(s, "queue_ms", 30.0))
@@ -259,7 +277,7 @@ def soak(s, inj, pairs, faults, args, work, out):
                         f"{f['kind']} {f['target']} for {f['repair_s']:.2f}s")
                 scenario.execute(inj, ev)
                 pending.remove(ev)
-        delay = t0 + args.duration - time.monotonic()
+        delay = t0 + args.chaos_duration - time.monotonic()
         if delay > 0:
             time.sleep(delay)               # the soak's length, faults or not
         job = jobs.stop()
@@ -374,47 +392,39 @@ def table(chaos):
     return "\n".join(lines)
 
 
-def main(fabric, args, out=print):
-    """``emulator drill --chaos``: returns the exit status."""
-    from emulator.dataplane import cleanup
-    from emulator.dataplane.faults import Injector
-    from emulator.dataplane.links.detect import parse_detect
-    from emulator.dataplane.session import Session
-    from emulator.experiments import calibrate
-    from emulator.experiments.drill.drill import holddown_for, parse_modes
-    from emulator.experiments.drill.probes import path_pairs, planned_flows, probe_rate
-    from emulator.experiments.spec.options import switch_agent_from
-    from emulator.fabric import addressing
+def main(spec, args, out=print):
+    """``emulator drill --chaos`` (``drill chaos``): returns the exit status."""
+    fabric = spec.fabric
     check_args(args)
     (mode,) = parse_modes(args.failover)
     detect = parse_detect(args.detect)
-    agent = switch_agent_from(args, fabric)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    agent = switch_agent.for_run(spec.switch_agent, fabric, spec.controller)
+    seed = (args.chaos_seed if args.chaos_seed is not None
+            else random.SystemRandom().randrange(1 << 31))
     topo = addressing.plan(fabric)
     links, switches = fault_targets(topo)
     if not links:
         raise ConfigError("--chaos", "the fabric has no inter-switch link to break")
-    faults = draw(seed, args.duration, args.mtbf, args.mttr, links, switches)
-    out(f"... chaos seed {seed}: {len(faults)} faults in {args.duration:g} s "
+    faults = draw(seed, args.chaos_duration, args.mtbf, args.mttr, links, switches)
+    out(f"... chaos seed {seed}: {len(faults)} faults in {args.chaos_duration:g} s "
         f"(mtbf {args.mtbf:g} s, mttr {args.mttr:g} s); --seed {seed} draws them again")
     planned = planned_flows(topo, args.probes, args.qps)
-    from emulator.dataplane.ovs import datapath
-    dp_type = datapath.detect(args.datapath)[0]
+    dp_type = datapath.detect(spec.datapath)[0]
     res_ms = 1.0
     args.pps, note = probe_rate(topo, planned, args.frame_len, res_ms,
                                 calibrate.cached_budget(dp_type, args.frame_len), args.pps)
     if note:
         out(f"... {note}")
-    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+    base = os.path.abspath(os.path.join(spec.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
-    doc = {"modes": [], "seed": seed, "args": {k: v for k, v in vars(args).items()
-                                              if isinstance(v, (int, float, str))},
+    command = command_doc("drill chaos", args)
+    command["options"]["chaos_seed"] = seed
+    run_yaml.write(base, spec, command=command)
+    doc = {"modes": [], "seed": seed, "args": command["options"],
            "switch_agent": agent.as_dict() if agent else "ideal"}
     chaos, tag = None, None
     try:
-        with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
-                     lb=args.lb, queue_ms=args.queue_ms, seed=args.hash_seed, mtu=args.mtu,
-                     holddown=holddown_for(args), switch_agent=agent,
+        with Session(spec.replace(failover=mode, results=base),
                      progress=lambda m: out(f"... [{mode}] {m}")) as s:
             tag = s.state.tag
             pairs, paths = path_pairs(s, planned)

@@ -33,36 +33,50 @@ queues, senders behind schedule): a repeat the machine could not carry is
 reported emulator-bound, never as the failover's loss.
 """
 
+import argparse
 import json
 import os
 import time
 
+import matplotlib
+
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.links import bfd
 from emulator.dataplane.links.detect import parse_detect
-from emulator.experiments.drill.stats import (flow_result, summarise, summary_line, table)
-from emulator.experiments.measure.convergence import controller_convergence
-from emulator.experiments import ui
-from emulator.experiments.measure import fidelity
-from emulator.experiments.spec import scenario
-from emulator.experiments.drill import agent as drill_agent
+from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.ovs import datapath
+from emulator.errors import ConfigError, RunFailed
+from emulator.experiments import calibrate, ui
 from emulator.experiments.drill import adaptive as drill_adaptive
+from emulator.experiments.drill import agent as drill_agent
+from emulator.experiments.drill import traffic as drill_traffic
 from emulator.experiments.drill.probes import (
     PROBE_SETS, parse_rails, path_pairs, planned_flows, probe_pairs, probe_rate)
+from emulator.experiments.drill.stats import flow_result, summarise, summary_line, table
+from emulator.experiments.measure import budget, fidelity
+from emulator.experiments.measure.convergence import (
+    controller_convergence, ports_down, wait_for, wait_restored)
 from emulator.experiments.measure.paths import (
     crosses, fault_ports, flow_paths, unexpected_downs)
-from emulator.experiments.spec.options import (FAILOVER_MODES, LB_MODES, add_adaptive_args,
-                                          parse_seed)
-from emulator.errors import ConfigError, RunFailed
-from emulator.fabric.units import parse_duration
-from traffic.roce.frames import ROCE_MTUS
+from emulator.experiments.repeat import Mode, each_mode
+from emulator.experiments.spec import scenario
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.options import (
+    LB_MODES, add_adaptive_args, add_capture_arg, add_switch_agent_arg, add_training_args,
+    add_transport_args, parse_holddown, parse_seed)
 from emulator.experiments.spec.scenario import default_fault
-from emulator.experiments.measure.convergence import ports_down, wait_for, wait_restored
+from emulator.fabric import addressing, layout, switch_agent
+from emulator.fabric.units import parse_duration
+from emulator.report.summary import pfc_text
+from lab.modes import Failover
+from traffic.roce.frames import ROCE_MTUS
 
-MODES = FAILOVER_MODES
+MODES = Failover.names()
 
 
 def drill_workload(text):
     """``--workload``: a collective or ``simai:FILE``."""
-    import argparse
     if text in ("allreduce", "allgather", "reducescatter", "alltoall") or \
             text.startswith("simai:"):
         return text
@@ -71,7 +85,8 @@ def drill_workload(text):
 
 
 def add_arguments(p):
-    """Options of the ``drill`` subcommand (the fabric options are added already)."""
+    """Options of the ``drill`` subcommand."""
+    add_fabric_args(p)
     p.add_argument("--fault", action="append", default=[], metavar="SPEC",
                    help="leaf1-spine1 (cut both ends), leaf1-spine1:cut:a, "
                         "leaf1-spine1:flap:5:200ms, leaf1-spine1:loss:5, spine1:crash, "
@@ -138,19 +153,18 @@ def add_arguments(p):
                    help="run this collective (or training job, simai:FILE) while the faults "
                         "happen: the disturbed iteration against the others, "
                         "retransmissions, QPs out of retries "
-                        "(experiments/drill/drill_collective.py, drill_training.py)")
+                        "(experiments/drill/workload.py)")
     g.add_argument("--sizes", default=None, help="bytes per call (default 1M)")
     g.add_argument("--iterations", type=int, default=None,
                    help="calls per repeat (default 10), or a training job's iterations "
                         "(default 3)")
-    from emulator.experiments.spec.options import add_training_args
     add_training_args(g, iterations=False)
-    from emulator.experiments.spec.options import add_capture_arg, add_transport_args
     add_transport_args(g)
     add_capture_arg(p)
     p.add_argument("--strict", action="store_true",
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
                         "fabric, limited the probes)")
+    add_switch_agent_arg(p)
 
 
 def parse_modes(text):
@@ -207,106 +221,122 @@ def restore_event(events):
 RESTORES = ("restore", "recover", "loss_stop")
 
 
-def run_mode(fabric, mode, events, args, base, out):
-    from emulator.experiments.drill import traffic as drill_traffic
-    from emulator.dataplane.faults import Injector
-    from emulator.dataplane.session import Session
-    with Session(fabric, results_base=base, datapath_request=args.datapath, failover=mode,
-                 capture=getattr(args, "capture", None), lb=getattr(args, "lb", "ecmp"),
-                 flowlet_frames=getattr(args, "flowlet_frames", None),
-                 queue_ms=getattr(args, "queue_ms", 30.0), seed=getattr(args, "hash_seed", None),
-                 mtu=getattr(args, "mtu", 4096), holddown=holddown_for(args),
-                 switch_agent=getattr(args, "agent_params", None),
-                 progress=lambda m: out(f"... [{mode}] {m}")) as s, \
-            ui.attached.of(args, s, f"drill, failover={mode}") as page:
-        scenario.check_targets(events, s.topo, fabric.flow_control)
-        late = None                 # with BFD: what OVS logs of control packets sent late
+class ProbeDrill(Mode):
+    """The drill under probes on one failover mode's fabric: the schedule injected in
+    every repeat, each probe flow's loss window and gaps, the controller's convergence."""
+
+    def __init__(self, s, mode, args, events, base, out):
+        super().__init__(s, mode)
+        self.args, self.events, self.base = args, events, base
+        self.say = lambda m: out(f"... [{mode}] {m}")
+        self.page = ui.attached.of(args, s, f"drill, failover={mode}").__enter__()
+        self.late = self.inj = self.watch = None
+
+    def start(self):
+        s, args, events = self.s, self.args, self.events
+        scenario.check_targets(events, s.topo, s.fabric.flow_control)
         if args.bfd:
-            from emulator.dataplane.links import bfd
-            interval = bfd.parse_interval(args.bfd)
-            late = bfd.LateSends(s.topo, s.net)
-            late.mark()
-            bfd.enable(s.topo, interval, progress=lambda m: out(f"... [{mode}] {m}"),
-                       net=s.net)
+            self.interval = bfd.parse_interval(args.bfd)
+            self.late = bfd.LateSends(s.topo, s.net)    # what OVS logs of late BFD sends
+            self.late.mark()
+            bfd.enable(s.topo, self.interval, progress=self.say, net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
             try:
-                wait_for(lambda: mode == "none" or not ports_down(s.controller.converged()),
+                wait_for(lambda: self.mode == Failover.NONE
+                         or not ports_down(s.controller.converged()),
                          30, "the controller to route over every port after BFD came up")
             except RunFailed as e:
-                raise RunFailed(bfd.unsettled(str(e), interval, late.read())) from None
-        rails = parse_rails(getattr(args, "rails", None))
-        if getattr(args, "probes", "hosts") == "paths":
-            pairs, paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps, rails))
+                raise RunFailed(bfd.unsettled(str(e), self.interval, self.late.read())) \
+                    from None
+        rails = parse_rails(args.rails)
+        if args.probes == "paths":
+            self.pairs, self.paths = path_pairs(s, planned_flows(s.topo, "paths", args.qps,
+                                                                 rails))
         else:
-            pairs = probe_pairs(s.topo, args.qps or 4, rails)
-            paths = flow_paths(s, pairs)
-        if not pairs:
+            self.pairs = probe_pairs(s.topo, args.qps or 4, rails)
+            self.paths = flow_paths(s, self.pairs)
+        if not self.pairs:
             raise ConfigError("drill", "the fabric needs hosts on two leaves")
-        out(f"... [{mode}] {sum(len(q) for *_, q in pairs)} probe flows over {len(pairs)} "
-            f"host pairs ({getattr(args, 'probes', 'hosts')}) at {args.pps:g} pps each")
-        crossing = page.show_flows(paths, {k: crosses(p, events, s.topo) for k, p in paths.items()})
-        watch = s.adaptive and drill_adaptive.Watch(s, pairs, paths)   # --lb dlb|packet
-        inj = Injector(s, detect=parse_detect(args.detect))
-        repeats = page.repeats
+        self.say(f"{sum(len(q) for *_, q in self.pairs)} probe flows over {len(self.pairs)} "
+                 f"host pairs ({args.probes}) at {args.pps:g} pps each")
+        self.crossing = self.page.show_flows(
+            self.paths, {k: crosses(p, events, s.topo) for k, p in self.paths.items()})
+        self.watch = s.adaptive and drill_adaptive.Watch(s, self.pairs, self.paths)
+        self.inj = Injector(s, detect=parse_detect(args.detect))
+        self.expected = fault_ports(events, s.topo)
+
+    def repeat(self, r):
+        s, args, events, late = self.s, self.args, self.events, self.late
+        n0 = len(self.inj.events)
+        t_start = time.monotonic()
+        if late:
+            late.mark()
+        sent, recv, timelines, dur, fid = drill_traffic.repeat(
+            s, self.inj, self.pairs, events, args, os.path.join(s.dir, f"repeat{r}"),
+            before=self.watch and self.watch.snapshot)
+        late_bfd = late.read() if late else None
+        fid = fidelity.spurious_downs(fid, unexpected_downs(
+            s.controller.converged() if s.controller else [], t_start, self.expected,
+            s.topo), late_bfd)
+        if late_bfd is not None:
+            fid = dict(fid, bfd_late_sends=late_bfd)
+        evs = self.inj.events[n0:]
+        if self.watch:
+            self.paths, self.crossing = self.watch.paths(events)
+        t_fault = evs[0]["t_ns"]
+        t_rest, _ = restore_event(evs)
+        calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
+        flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur,
+                                     calm_from),
+                         crosses=self.crossing.get(k), path=self.paths.get(k))
+                 for k, n in sorted(sent.items())}
+        with open(s.controller.log_path, errors="replace") as f:
+            conv = controller_convergence(f.read(), t_fault, t_rest)
+        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv,
+                   "fidelity": fid, "switch_agent": drill_agent.for_repeat(s, conv, t_fault),
+                   **({"adaptive": self.watch.reaction(evs)} if self.watch else {})}
+        self.page.repeats.append(verdict)
+        if r == 0 and self.page.keep(timelines):      # kept for report.html too
+            plot(timelines, t_fault, t_rest, self.crossing,
+                 os.path.join(self.base, f"throughput-{self.mode}.png"), self.mode)
+        return verdict
+
+    def settle(self, verdict):
+        t_rest, rest_kind = restore_event(verdict["events"])
         try:
-            expected = fault_ports(events, s.topo)
-            for r in range(args.repeat):
-                n0 = len(inj.events)
-                t_start = time.monotonic()
-                if late:
-                    late.mark()
-                sent, recv, timelines, dur, fid = drill_traffic.repeat(
-                    s, inj, pairs, events, args, os.path.join(s.dir, f"repeat{r}"),
-                    before=watch and watch.snapshot)
-                late_bfd = late.read() if late else None
-                fid = fidelity.spurious_downs(fid, unexpected_downs(
-                    s.controller.converged() if s.controller else [], t_start, expected,
-                    s.topo), late_bfd)
-                if late_bfd is not None:
-                    fid = dict(fid, bfd_late_sends=late_bfd)
-                evs = inj.events[n0:]
-                if watch:
-                    paths, crossing = watch.paths(events)
-                t_fault = evs[0]["t_ns"]
-                t_rest, rest_kind = restore_event(evs)
-                calm_from = t_fault - int(0.9 * events[0].at_s * 1e9)   # after "flowing"
-                flows = {k: dict(flow_result(recv.get(k), n, t_fault, t_rest, args.pps, dur,
-                                             calm_from),
-                                 crosses=crossing.get(k), path=paths.get(k))
-                         for k, n in sorted(sent.items())}
-                with open(s.controller.log_path, errors="replace") as f:
-                    conv = controller_convergence(f.read(), t_fault, t_rest)
-                repeats.append({"repeat": r, "events": evs, "flows": flows,
-                                "controller": conv, "fidelity": fid,
-                                "switch_agent": drill_agent.for_repeat(args, s, conv, t_fault),
-                                **({"adaptive": watch.reaction(evs)} if watch else {})})
-                if r == 0 and page.keep(timelines):      # kept for report.html too
-                    plot(timelines, t_fault, t_rest, crossing,
-                         os.path.join(base, f"throughput-{mode}.png"), mode)
-                try:
-                    wait_restored(s, mode, t_rest, kind=rest_kind)
-                except RunFailed as e:     # ports still down: BFD's hold-down kept doubling
-                    if not (late and ports_down(s.controller.converged())):
-                        raise
-                    raise RunFailed(bfd.unsettled(
-                        str(e), interval, late.read(), "after the restore")) from None
-                out(f"... [{mode}] repeat {r + 1}/{args.repeat}: "
-                    + summary_line(repeats[-1]))
+            wait_restored(self.s, self.mode, t_rest, kind=rest_kind)
+        except RunFailed as e:     # ports still down: BFD's hold-down kept doubling
+            if not (self.late and ports_down(self.s.controller.converged())):
+                raise
+            raise RunFailed(bfd.unsettled(str(e), self.interval, self.late.read(),
+                                          "after the restore")) from None
+
+    def line(self, verdict):
+        return summary_line(verdict)
+
+    def finish(self, repeats):
+        s = self.s
+        problems = s.results.get("controller", {}).get("problems", [])
+        return {"mode": self.mode, "results_dir": s.dir,
+                "timings": s.results.get("timings", {}),
+                "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
+                "repeats": repeats, "summary": dict(summarise(repeats), **(
+                    {"adaptive": drill_adaptive.split(repeats, self.events, s.topo)}
+                    if self.watch else {})),
+                "controller_problems": problems, **drill_agent.mode_summary(repeats)}
+
+    def close(self):
+        try:
+            if self.inj is not None:
+                self.inj.close()
         finally:
-            inj.close()
-    problems = s.results.get("controller", {}).get("problems", [])
-    return {"mode": mode, "results_dir": s.dir, "timings": s.results.get("timings", {}),
-            "captures": s.results.get("captures"), "lossless": s.results.get("lossless"),
-            "repeats": repeats, "summary": dict(summarise(repeats), **(
-                {"adaptive": drill_adaptive.split(repeats, events, s.topo)} if watch else {})),
-            "controller_problems": problems, **drill_agent.mode_summary(repeats)}
+            self.page.__exit__(None, None, None)
 
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     """Throughput per flow around the fault (Agg PNG)."""
-    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
     fig, ax = plt.subplots(figsize=(10, 5))
     for key, (t0, tl) in sorted(timelines.items()):
         xs, ys = [], []
@@ -327,25 +357,25 @@ def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     plt.close(fig)
 
 
-def main(fabric, args, out=print):
+def prepare(args):
+    """What a drill implies before its spec is built: BFD's hold-down (``holddown_for``)."""
+    args.bfd_holddown = holddown_for(args)
+
+
+def main(spec, args, out=print):
+    """``emulator drill``: returns the exit status."""
+    fabric = spec.fabric
     modes = parse_modes(args.failover)
     parse_detect(args.detect)
-    args.agent_params = drill_agent.params_from(args, fabric)
+    agent = switch_agent.for_run(spec.switch_agent, fabric, spec.controller)
     if args.bfd:
-        from emulator.dataplane.links.bfd import parse_interval
-        parse_interval(args.bfd)
+        bfd.parse_interval(args.bfd)
         if fabric.cluster is not None:
             raise ConfigError("--bfd", "BFD sessions run on one machine only: not with "
                                        "--servers")
-    if getattr(args, "bfd_holddown", None) is not None:
-        from emulator.experiments.spec.options import parse_holddown
-        parse_holddown(args.bfd_holddown)
-    from emulator.experiments import calibrate
-    from emulator.experiments.measure import budget
-    from emulator.fabric import addressing
+    if spec.bfd_holddown is not None:
+        parse_holddown(spec.bfd_holddown)
     topo = addressing.plan(fabric)
-    from emulator.experiments.spec.options import check_capture
-    check_capture(args, fabric)
     events = schedule_from(args, topo, out)
     scenario.check_targets(events, topo, fabric.flow_control)
     if args.repeat < 1:
@@ -358,11 +388,9 @@ def main(fabric, args, out=print):
         resolution = 0
     if not resolution > 0:
         raise ConfigError("--resolution", f"{args.resolution!r}: a time such as 1ms or 2ms")
-    rails = parse_rails(getattr(args, "rails", None))
+    rails = parse_rails(args.rails)
     planned = planned_flows(topo, args.probes, args.qps, rails)
-    from emulator.dataplane.ovs import datapath
-    from emulator.fabric import layout
-    dp_type = datapath.detect(args.datapath)[0]
+    dp_type = datapath.detect(spec.datapath)[0]
     used, _ = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
     args.pps, note = probe_rate(topo, planned, args.frame_len, resolution,
                                 calibrate.cached_budget(dp_type, args.frame_len, layout=used),
@@ -371,20 +399,20 @@ def main(fabric, args, out=print):
         out(f"... {note}")
     calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
                          budget.path_hops(topo, s, d)) for s, d, n in planned],
-                       args.frame_len, args.datapath, out, fabric)
-    base = os.path.abspath(os.path.join(args.results, time.strftime("drill-%Y%m%d-%H%M%S")))
+                       args.frame_len, spec.datapath, out, fabric)
+    base = os.path.abspath(os.path.join(spec.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
-    results = [run_mode(fabric, m, events, args, base, out) for m in modes]
-    doc = {"events": [vars(e) for e in events], "args": {k: v for k, v in vars(args).items()
-                                                         if isinstance(v, (int, float, str, list))},
-           "modes": results, "switch_agent": drill_agent.doc_entry(args.agent_params)}
+    run_yaml.write(base, spec, command=command_doc("drill", args))
+    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat,
+                        lambda s, m: ProbeDrill(s, m, args, events, base, out), out)
+    doc = {"events": [vars(e) for e in events], "args": command_doc("drill", args)["options"],
+           "modes": results, "switch_agent": drill_agent.doc_entry(agent)}
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
     for line in drill_adaptive.lines(results):
         out(line)
-    drill_agent.print_text(args.agent_params, results, out)
-    from emulator.report.summary import pfc_text
+    drill_agent.print_text(agent, results, out)
     for r in results:
         if r.get("lossless"):
             out(f"[{r['mode']}] " + pfc_text(r["lossless"]))
@@ -395,7 +423,7 @@ def main(fabric, args, out=print):
     if bad:
         out(f"controller problems in {', '.join(bad)}")
         return 1
-    if getattr(args, "strict", False) and any(r["summary"]["emulator_bound_repeats"]
+    if spec.strict and any(r["summary"]["emulator_bound_repeats"]
                                               for r in results):
         out("--strict: some repeats were emulator-bound; exit status 3")
         return 3

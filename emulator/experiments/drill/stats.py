@@ -184,3 +184,80 @@ def table(results):
         lines.append("EMULATOR-BOUND repeats measured this machine's limits: see each "
                      "repeat's fidelity in drill.json")
     return "\n".join(lines)
+
+
+# ---- drills under a collective or a training job ------------------------------
+
+def disturbed(rows, t_fault_ns):
+    """Index of the call whose [start, start + time] holds ``t_fault_ns`` (or the
+    first call that started after it), None if the fault came after every call."""
+    for i, r in enumerate(rows):
+        if r["t_start_ns"] <= t_fault_ns <= r["t_start_ns"] + r["time_s"] * 1e9:
+            return i
+    later = [i for i, r in enumerate(rows) if r["t_start_ns"] > t_fault_ns]
+    return later[0] if later else None
+
+
+def collective_verdict(ranks, t_fault_ns):
+    """One repeat of a drill under a collective, judged from the rank results."""
+    n = len(ranks[0]["results"])
+    calls = []
+    for i in range(n):
+        per = [r["results"][i] for r in ranks]
+        calls.append({"t_start_ns": min(p["t_start_ns"] for p in per),
+                      "time_s": max(p["time_s"] for p in per),
+                      "retransmitted": sum(p.get("transport", {}).get(
+                          "retransmitted_packets", 0) for p in per),
+                      "timeouts": sum(p.get("transport", {}).get("timeouts", 0) for p in per),
+                      "naks": sum(p.get("transport", {}).get("naks_sent", 0) for p in per),
+                      "wrong": sum(p["chunks_missing"] + p["chunks_corrupted"] for p in per)})
+    k = disturbed(calls, t_fault_ns)
+    others = sorted(c["time_s"] for i, c in enumerate(calls) if i != k)
+    base = others[len(others) // 2] if others else None
+    failed = [dict(q, rank=r.get("name")) for r in ranks for q in r.get("failed_qps", [])]
+    hit = calls[k] if k is not None else None
+    return {"calls": calls, "disturbed": k, "undisturbed_s": base,
+            "disturbed_s": hit["time_s"] if hit else None,
+            "slowdown": round(hit["time_s"] / base, 3) if hit and base else None,
+            "retransmitted": hit["retransmitted"] if hit else 0,
+            "timeouts": hit["timeouts"] if hit else 0, "naks": hit["naks"] if hit else 0,
+            "failed_qps": failed, "job_died": bool(failed),
+            "wrong": sum(c["wrong"] for c in calls)}
+
+
+def training_verdict(t, t_fault_ns):
+    """One repeat of a drill under a training job, judged from its ``training`` document."""
+    its = t["per_iteration"]
+    k = None
+    for i, it in enumerate(its):
+        if t["t0_ns"] + it["start_ns"] <= t_fault_ns <= t["t0_ns"] + it["end_ns"]:
+            k = i
+            break
+    others = sorted(it["time_s"] for i, it in enumerate(its) if i != k)
+    base = others[len(others) // 2] if others else None
+    hit = its[k] if k is not None else None
+    exposed = sorted(it["exposed_comm_s"] for i, it in enumerate(its) if i != k)
+    tr = t.get("transport", {})
+    failed = t.get("failed_qps", [])
+    return {"iterations": [it["time_s"] for it in its], "disturbed": k,
+            "undisturbed_s": base, "disturbed_s": hit["time_s"] if hit else None,
+            "slowdown": round(hit["time_s"] / base, 3) if hit and base else None,
+            "exposed_s": hit["exposed_comm_s"] if hit else None,
+            "undisturbed_exposed_s": exposed[len(exposed) // 2] if exposed else None,
+            "retransmitted": tr.get("retransmitted_packets", 0),
+            "timeouts": tr.get("timeouts", 0), "naks": tr.get("naks_sent", 0),
+            "failed_qps": failed, "job_died": bool(failed or t.get("aborted")),
+            "wrong": t.get("wrong") or 0}
+
+
+def workload_summary(reps):
+    """A drill's mode under a workload over its repeats: slowdowns, retransmissions, deaths."""
+    slow = sorted(r["slowdown"] for r in reps if r["slowdown"] is not None)
+    return {"repeats": len(reps),
+            "slowdown_median": slow[len(slow) // 2] if slow else None,
+            "slowdown_max": slow[-1] if slow else None,
+            "retransmitted_median": sorted(r["retransmitted"] for r in reps)[len(reps) // 2],
+            "timeouts_median": sorted(r["timeouts"] for r in reps)[len(reps) // 2],
+            "jobs_died": sum(r["job_died"] for r in reps),
+            "wrong": sum(r["wrong"] for r in reps),
+            "faithful": sum(r["fidelity"] == "faithful" for r in reps)}

@@ -40,14 +40,23 @@ from emulator.experiments.probe import prober as pr
 from emulator.experiments.measure.paths import link_ends, trace_path
 from emulator.experiments.measure.convergence import wait_for, wait_restored
 from emulator.experiments.measure.stats import percentile
-from emulator.experiments.spec.options import FAILOVER_MODES
 from emulator.experiments.measure.paths import choose, ecmp_width
+from emulator.dataplane.links.detect import Detector
+from lab.modes import Failover
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.session import Session
+from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.fabric import addressing
+from emulator.experiments.spec.build import command_doc
+from emulator.dataplane.observe import run_yaml
 
 QPN_BASE = 0x4000           # probe QPNs: 32 candidates per host pair from here
 CANDIDATES = 32
 
 
 def add_arguments(p):
+    """``emulator probe``'s options."""
+    add_fabric_args(p)
     p.add_argument("--fault", default=None, metavar="LINK:loss|corrupt:P",
                    help="the silent fault: P %% of the frames leaving the first-named end "
                         "dropped (loss) or corrupted (corrupt); default: the first leaf "
@@ -66,7 +75,7 @@ def add_arguments(p):
     p.add_argument("--post", type=float, default=2.0, help="s of probes after isolation")
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="report the suspects, leave the links up")
-    p.add_argument("--failover", choices=FAILOVER_MODES, default="fast-failover")
+    p.add_argument("--failover", choices=Failover.names(), default=Failover.default())
     p.add_argument("--frame-len", type=int, default=128)
     p.add_argument("--queue-ms", type=float, default=30.0)
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
@@ -302,12 +311,9 @@ def table(reps, summ):
     return "\n".join(rows)
 
 
-def main(fabric, args, out=print):
-    from emulator.dataplane.links.detect import Detector
-    from emulator.dataplane.faults import Injector
-    from emulator.dataplane.session import Session
-    from emulator.fabric import addressing
-    topo = addressing.plan(fabric)
+def main(spec, args, out=print):
+    """``emulator probe``: returns the exit status."""
+    topo = addressing.plan(spec.fabric)
     fault = parse_fault(args.fault, topo)
     for name in ("repeat", "pps", "window", "every", "confirm", "limit"):
         if getattr(args, name) <= 0:
@@ -316,16 +322,16 @@ def main(fabric, args, out=print):
         raise ConfigError("--min-loss", "a percentage in (0, 100)")
     if not pr.probe_pairs(topo):
         raise ConfigError("probe", "the fabric needs hosts on two leaves")
-    if args.isolate and args.failover == "none":
+    if args.isolate and spec.failover == Failover.NONE:
         raise ConfigError("--failover", "none never routes around a link set down, so the "
                                         "prober could not isolate it: use controller or "
                                         "fast-failover, or --no-isolate")
-    base = os.path.abspath(os.path.join(args.results, time.strftime("probe-%Y%m%d-%H%M%S")))
+    base = os.path.abspath(os.path.join(spec.results, time.strftime("probe-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
+    command = command_doc("probe", args)
+    run_yaml.write(base, spec, command=command)
     reps = []
-    with Session(fabric, results_base=base, datapath_request=args.datapath,
-                 failover=args.failover, queue_ms=args.queue_ms,
-                 progress=lambda m: out(f"... {m}")) as s:
+    with Session(spec.replace(results=base), progress=lambda m: out(f"... {m}")) as s:
         t0 = time.monotonic()
         chosen = select_paths(s.topo, s.net)
         paths = {k: v[3] for k, v in chosen.items()}
@@ -354,8 +360,7 @@ def main(fabric, args, out=print):
     with open(os.path.join(base, "probe.json"), "w") as f:
         json.dump({"fault": reps[0]["fault"] if reps else None, "coverage": cover,
                    "paths": paths, "summary": summ, "repeats": reps,
-                   "args": {k: v for k, v in vars(args).items()
-                            if isinstance(v, (int, float, str, bool))}}, f, indent=1)
+                   "args": command["options"]}, f, indent=1)
     out(table(reps, summ))
     out(f"results: {base}/probe.json")
     return 0

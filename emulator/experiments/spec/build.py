@@ -6,7 +6,7 @@ what a workload implies is resolved here, so the spec says what ran:
 * ``--cc`` left out: ``dcqcn`` for a training job and a dragonfly pattern
   over RC (RoCE NICs ship with it), ``none`` otherwise;
 * ``--ecn`` left out under DCQCN: the default thresholds scaled to the
-  fabric's queues (``compare.congestion.default_ecn``);
+  fabric's queues (``dataplane.lossless.ecn.default_ecn``);
 * ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs.
 
 Then the spec is checked against the fabric (transport, congestion-control
@@ -18,7 +18,9 @@ import argparse
 import copy
 import secrets
 
+from emulator.dataplane.lossless import ecn
 from emulator.errors import ConfigError, FabricError
+from emulator.experiments.spec import ccparams
 from emulator.fabric import addressing, switch_agent
 from emulator.fabric.runspec import RunSpec
 from lab.modes import CC, Transport
@@ -76,7 +78,7 @@ def complete(spec):
     """``spec`` with its implied ECN thresholds and a drawn job seed, checked."""
     changes = {}
     if spec.cc == CC.DCQCN and spec.ecn is None:
-        from emulator.experiments.compare.congestion import default_ecn
+        from emulator.dataplane.lossless.ecn import default_ecn
         changes["ecn"] = default_ecn(spec.fabric, spec.queue_ms, spec.ecn_at).spec()
     if spec.job_seed is None:
         changes["job_seed"] = secrets.randbelow(1 << 32)
@@ -88,8 +90,6 @@ def complete(spec):
 
 def check(spec):
     """Everything about ``spec`` that can be known before a fabric is built (exit 2)."""
-    from emulator.dataplane.lossless import ecn
-    from emulator.experiments.spec import ccparams
     if spec.cc != CC.NONE and spec.transport != Transport.RC:
         raise ConfigError("--cc", f"{spec.cc} needs --transport rc (it reacts to the RC "
                                   "transport's CNPs or ACKs)")
@@ -128,7 +128,7 @@ def given_options(parser, argv):
     quiet = copy.deepcopy(parser)
     for p in _parsers(quiet):
         for action in p._actions:
-            if action.dest not in ("help", "command"):
+            if action.option_strings and action.dest != "help":
                 action.default = argparse.SUPPRESS
     ns, _ = quiet.parse_known_args(argv)
     return set(vars(ns)) - {"command"}
@@ -156,3 +156,16 @@ def from_file(doc, args, given, where, fabric=None, source=None, out=None):
     if "cc" in changes and "ecn" not in changes:
         changes["ecn"] = None            # the new congestion control's implied marking
     return complete(base.replace(**changes))
+
+
+def command_doc(name, args):
+    """run.yaml's ``command`` block: the command and its own options (those that are not
+    RunSpec fields), as plain values."""
+    fields = set(RunSpec.field_names()) | set(RENAMED)
+    skip = fields | {"command", "variant", "given", "ui_view", "fabric", "preset", "param",
+                     "servers", "placement", "ssh_config", "spec"}
+    options = {k: v for k, v in sorted(vars(args).items())
+               if k not in skip and (v is None or isinstance(v, (bool, int, float, str)) or
+                                     isinstance(v, list) and all(isinstance(x, (int, float, str))
+                                                                 for x in v))}
+    return {"name": name, "options": options}

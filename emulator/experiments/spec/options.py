@@ -2,21 +2,20 @@
 
 import argparse
 
+from emulator.experiments.spec import ccparams
+from lab.modes import CC, LB, EcnAt, Failover, Transport
 from traffic.roce.frames import ROCE_MTUS
 
-# --lb, compare --modes: the controller's modes (controller.lb) and the switches'
-# data-plane ones (dlb, packet: dataplane.adaptive)
-LB_MODES = ("ecmp", "flowlet", "controller-dlb", "dlb", "packet", "spray")
-# the sending NICs' path entropy under each mode (traffic.nic.entropy)
-ENTROPY = {"ecmp": "qp", "controller-dlb": "qp", "dlb": "qp", "packet": "qp",
-           "flowlet": "flowlet", "spray": "spray"}
+LB_MODES = LB.names()               # --lb, compare --modes (lab.modes.LB)
+FAILOVER_MODES = Failover.names()   # --failover
 
 
 def nic_lb(mode):
     """The NICs' side of load-balancing ``mode``: their path entropy, and whether
     responders place packets out of order (switches that move a flow mid-burst
     reorder, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
-    return {"entropy": ENTROPY[mode], "ooo": ENTROPY[mode] != "qp" or mode in ("dlb", "packet")}
+    mode = LB(mode)
+    return {"entropy": str(mode.entropy), "ooo": mode.reorders}
 
 
 def add_adaptive_args(p):
@@ -24,7 +23,6 @@ def add_adaptive_args(p):
     p.add_argument("--flowlet-frames", type=int, default=None, metavar="N",
                    help="--lb dlb: a flow idle this many frame times at its uplinks' rate "
                         "starts a new flowlet (default 16; docs/load-balancing.md)")
-FAILOVER_MODES = ("none", "controller", "fast-failover")     # --failover
 
 
 def add_fidelity_args(p):
@@ -48,7 +46,7 @@ def add_capture_arg(p):
 def add_transport_args(p):
     """``--transport``, ``--rc-timeout``, ``--rc-retry``, ``--cc`` and ``--ecn``: how the
     collectives' RoCE behaves (traffic.roce.transport, traffic.roce.dcqcn, dataplane.lossless.ecn)."""
-    p.add_argument("--transport", choices=("rc", "none"), default="rc",
+    p.add_argument("--transport", choices=Transport.names(), default=Transport.default(),
                    help="collectives: rc (default) = RoCE reliable connection (ACK/NAK, "
                         "go-back-N, retransmission timer); none = every packet once, "
                         "a loss is a wrong chunk")
@@ -57,7 +55,7 @@ def add_transport_args(p):
                         "the first above 4 full queues, --queue-ms 30 -> 15: 134 ms)")
     p.add_argument("--rc-retry", type=int, default=7, choices=range(8), metavar="N",
                    help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
-    p.add_argument("--cc", choices=("none", "dcqcn", "timely"), default=None,
+    p.add_argument("--cc", choices=CC.names(), default=None,
                    help="congestion control at the sending NICs (collectives; default none, "
                         "and dcqcn for a training job, as RoCE NICs ship): DCQCN "
                         "reacts to CNPs for ECN-marked packets (marking at --ecn, by "
@@ -87,77 +85,20 @@ def add_job_seed_arg(p):
                         "job, as a NIC gives them (printed and in results.json)")
 
 
-def job_seed(value):
-    """``--job-seed``'s value, or a fresh random one."""
-    import secrets
-    return secrets.randbelow(1 << 32) if value is None else value
-
-
 def add_ecn_at_arg(p):
     """``--ecn-at dequeue|enqueue``: where a switch port judges its queue
     (dataplane.lossless.ecnq)."""
-    p.add_argument("--ecn-at", choices=("dequeue", "enqueue"), default="dequeue",
+    p.add_argument("--ecn-at", choices=EcnAt.names(), default=EcnAt.default(),
                    help="mark the packet that leaves while the queue is over the threshold "
                         "(dequeue, default: the signal is not delayed by the queue, as in "
                         "HPCC's simulator) or the one that arrives (enqueue, RED's way)")
 
 
-def rank_transport(args):
-    """The rank config keys of ``add_transport_args``'s options."""
-    from emulator.experiments.spec import ccparams
-    return {"transport": args.transport, "timeout_exp": args.rc_timeout,
-            "retry_cnt": args.rc_retry, "cc": args.cc or "none",
-            "cc_params": ccparams.parse(args.cc_param, args.cc)}
-
-
-def check_transport(args, fabric=None):
-    """Validate the transport options before anything is built (exit 2); returns the
-    parsed ECN thresholds (or None).  ``--cc dcqcn`` without ``--ecn`` marks at
-    ``compare --cc``'s default thresholds for ``fabric``: DCQCN without marks
-    never hears of congestion (an incast then lost 15 000 frames and its job)."""
-    from emulator.dataplane.lossless import ecn
-    from emulator.errors import ConfigError
-    if args.cc is None:
-        args.cc = "none"
-    if args.cc != "none" and args.transport != "rc":
-        raise ConfigError("--cc", f"{args.cc} needs --transport rc (it reacts to the RC "
-                                  "transport's CNPs or ACKs)")
-    from emulator.experiments.spec import ccparams
-    ccparams.parse(args.cc_param, args.cc)
-    if args.rc_timeout is not None and not 0 <= args.rc_timeout <= 31:
-        raise ConfigError("--rc-timeout", f"{args.rc_timeout}: an exponent 0..31")
-    if args.cc == "dcqcn" and args.ecn is None and fabric is not None:
-        from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS
-        from emulator.experiments.compare.congestion import default_ecn
-        return default_ecn(fabric, getattr(args, "queue_ms", None) or DEFAULT_QUEUE_MS,
-                           args.ecn_at)
-    return ecn.parse(args.ecn, at=args.ecn_at)
-
-
-def check_capture(args, fabric):
-    """Validate ``--capture`` against the fabric before anything is built (exit 2)."""
-    if getattr(args, "capture", None):
-        from emulator.dataplane.observe import capture
-        from emulator.fabric import addressing
-        capture.parse(args.capture, addressing.plan(fabric))
-
-
-def check_telemetry(args):
-    """``--telemetry PORT``: a port number this machine can listen on, checked before
-    anything is built (exit 2 otherwise)."""
-    port = getattr(args, "telemetry", None)
-    if port is None:
-        return
-    import socket
-    from emulator.errors import ConfigError
-    if not 0 < port < 65536:
-        raise ConfigError("--telemetry", f"{port}: a TCP port, 1-65535")
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError as e:
-            raise ConfigError("--telemetry", f"127.0.0.1:{port} is not free ({e.strerror}): "
-                                             "choose another port")
+def rank_transport(spec):
+    """The rank config keys of a RunSpec's transport and congestion control."""
+    return {"transport": str(spec.transport), "timeout_exp": spec.rc_timeout,
+            "retry_cnt": spec.rc_retry, "cc": str(spec.cc),
+            "cc_params": ccparams.parse(list(spec.cc_params), spec.cc)}
 
 
 def parse_seed(text):
@@ -206,14 +147,16 @@ def add_training_args(p, iterations=True):
                         "30 s, and every ring chunk stays at least 8 frames)")
 
 
-def training_cc(args, out):
-    """A training job's NICs run DCQCN unless ``--cc`` says otherwise: RoCE NICs ship
-    with it on, and without it a lossy fabric's ECMP collisions at line rate end in
-    go-back-N retransmissions until a QP runs out of retries (the job dies)."""
-    if args.cc is None and args.transport == "rc":
-        args.cc = "dcqcn"
-        out("... congestion control: dcqcn, with ECN marking at the switch ports (RoCE NICs' "
-            "default; --cc none turns it off)")
+WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
+             "adversarial", "permutation")        # run --workload, besides simai:FILE
+
+
+def parse_workload(text):
+    """``run --workload``: a name of WORKLOADS or ``simai:FILE``."""
+    if text in WORKLOADS or text.startswith("simai:"):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE)")
 
 
 def workload_choice(text):
@@ -238,19 +181,17 @@ def add_switch_agent_arg(p):
                         "default: ideal) (docs/failover.md, 'Switch agents')")
 
 
-def switch_agent_from(args, fabric):
-    """The switches' models (fabric.switch_agent.Fleet): ``--switch-agent`` for every
-    switch when given, else the fabric file's ``switch_agent:``; None when all are ideal."""
-    from emulator.errors import ConfigError
-    from emulator.fabric import switch_agent
-    text = getattr(args, "switch_agent", None)
-    params = (switch_agent.fleet(switch_agent.parse(text)) if text is not None
-              else fabric.switch_agent)
-    if params is not None and params.ideal:
-        params = None
-    if params is not None and fabric.cluster is not None:
-        raise ConfigError("--switch-agent", "runs on one machine only: not with --servers")
-    if params is not None and str(getattr(args, "controller", "builtin")).startswith("remote:"):
-        raise ConfigError("--switch-agent", "not with --controller remote: (the switches "
-                                            "connect to your controller directly)")
-    return params
+def compare_defaults(args, queue_ms=None):
+    """What ``compare`` implies before its spec is built: deep queues (2000 ms, a
+    stand-in for PFC: collisions slow flows, not drop them; 30 ms against the lossless
+    fabric, or ``queue_ms``), and the first repetition's hash seed (1; 101 for the
+    planes, above the hosts' bond seeds); the planes' workload, sizes and QPs."""
+    planes = getattr(args, "planes", False)
+    if args.queue_ms is None:
+        args.queue_ms = queue_ms or (30.0 if getattr(args, "lossless", None) else 2000.0)
+    if planes:
+        args.workload = args.workload or "alltoall"
+        args.sizes = args.sizes or "2M"
+        args.qps = args.qps or 8
+    if args.hash_seed is None:
+        args.hash_seed = 101 if planes else 1

@@ -35,19 +35,17 @@ def add_arguments(p):
                         "else shows the fabric to whoever reaches that address with the token)")
 
 
-def check_supported(command, args):
-    """``--ui`` where the page is not drawn yet: one clear error before anything is built."""
-    other = ("--workload (a drill under a collective or a training job)"
-             if command.startswith("drill_") else
-             "--lossless" if getattr(args, "lossless", None) else
-             "--planes" if getattr(args, "planes", False) else
-             "--cc" if getattr(args, "cc", None) else
-             "--workload simai:FILE" if command == "compare" and
-             str(getattr(args, "workload", None)).startswith("simai:") else None)
-    if other:
-        raise ConfigError("--ui", f"not yet with {command.split('_')[0]} {other}: the live "
-                                  "page follows run, drill under probes and compare of "
-                                  "load-balancing modes")
+SERVED = ("run", "drill", "compare")      # the commands whose fabrics the page follows
+
+
+def check_supported(command, spec):
+    """``--ui`` where the page is not drawn: one clear error before anything is built."""
+    if command not in SERVED:
+        raise ConfigError("--ui", f"not with {command}: the live page follows run, drill "
+                                  "under probes and compare of load-balancing modes")
+    if command == "compare" and spec.workload.startswith("simai:"):
+        raise ConfigError("--ui", "not with compare --workload simai:FILE: the live page "
+                                  "follows compare of load-balancing modes on collectives")
 
 
 class LiveView:
@@ -60,16 +58,12 @@ class LiveView:
         self.doc = None
 
     @classmethod
-    def from_args(cls, args, fabric, out=print):
+    def from_spec(cls, spec, out=print):
         """None without ``--ui``; checked before anything is built."""
-        if not getattr(args, "ui", False):
-            if getattr(args, "ui_bind", "127.0.0.1") != "127.0.0.1":
-                raise ConfigError("--ui-bind", "needs --ui")
+        if not spec.ui:
             return None
-        if fabric.cluster is not None:
-            raise ConfigError("--ui", "runs on one machine only: not with --servers")
-        UiServer(page.render, args.ui_bind).start().stop()     # can it listen there?
-        return cls(args.ui_bind, out)
+        UiServer(page.render, spec.ui_bind).start().stop()     # can it listen there?
+        return cls(spec.ui_bind, out)
 
     def start(self):
         self.server.start()
@@ -121,15 +115,15 @@ class LiveView:
         return False
 
 
-def around(command_main, name, fabric, args, out=print):
-    """Run ``command_main(fabric, args)`` (run, drill, compare) with the page of
-    ``--ui`` as ``args.ui_view`` (None without), stopped when the command ends."""
-    if getattr(args, "ui", False):
-        check_supported(name, args)
-    view = LiveView.from_args(args, fabric, out)
+def around(command_main, name, spec, args, out=print):
+    """Run ``command_main(spec, args, out)`` (a command of experiments.commands) with the
+    page of ``--ui`` as ``args.ui_view`` (None without), stopped when the command ends."""
+    if spec.ui:
+        check_supported(name, spec)
+    view = LiveView.from_spec(spec, out)
     args.ui_view = view
     try:
-        return command_main(fabric, args)
+        return command_main(spec, args, out)
     finally:
         if view is not None:
             view.stop()

@@ -23,6 +23,7 @@ import os
 
 from emulator.errors import ConfigError
 from emulator.fabric import fluid
+from lab.modes import LB, Entropy, Routing
 
 PATTERNS = ("adversarial", "permutation")
 
@@ -48,10 +49,12 @@ def check_routing(fabric, routing):
                                        "-p dragonfly or -p dragonfly-plus")
 
 
-def entropy(lb, routing, table):
-    """The NICs' entropy mode: the ``--lb`` one (``table``: compare.ENTROPY), but per
+def entropy(lb, routing):
+    """The NICs' entropy mode: the ``--lb`` one (lab.modes.LB.entropy), but per
     flowlet under Valiant routing with ECMP (each flowlet draws its own group)."""
-    return "flowlet" if routing != "minimal" and lb == "ecmp" else table[lb]
+    lb, routing = LB(lb), Routing(routing)
+    return str(Entropy.FLOWLET if routing != Routing.MINIMAL and lb == LB.ECMP
+               else lb.entropy)
 
 
 def job_document(session, pairs, size, extra=None):
