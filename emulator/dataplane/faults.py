@@ -45,7 +45,7 @@ from emulator.dataplane.runstate import tag_of_name
 from emulator.dataplane.signals import signals_masked
 from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
-from emulator.fabric.survival import surviving_pairs  # noqa: F401 (re-exported)
+from emulator.fabric.analysis.survival import surviving_pairs  # noqa: F401 (re-exported)
 
 
 def nic_of(topo):

@@ -11,7 +11,8 @@ from controller.fakeswitch import udp_packet as udp
 from controller.messages import OFPP_IN_PORT, Output
 from emulator.__main__ import main
 from emulator.errors import ConfigError
-from emulator.fabric import addressing, presets, presets_dragonfly
+from emulator.fabric import addressing, presets
+from emulator.fabric.presets import dragonfly as presets_dragonfly
 
 
 def topo_of(name, params=None):

@@ -1,9 +1,10 @@
-"""Fluid ceilings of the dragonfly's routing modes (emulator/fabric/fluid.py)."""
+"""Fluid ceilings of the dragonfly's routing modes (emulator/fabric/analysis/fluid.py)."""
 
 import pytest
 
 from controller import policy, topology
-from emulator.fabric import addressing, fluid, presets
+from emulator.fabric import addressing, presets
+from emulator.fabric.analysis import fluid
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ its command line, controller/dragonfly.py) and the pattern runs on it
 every host writes ``--sizes`` bytes to one host at its link rate over RC,
 with DCQCN (as RoCE NICs ship; ``--cc none`` turns it off) and, under
 Valiant, the NICs changing entropy per flowlet.  Each mode's measurement is
-printed beside its fluid ceiling (emulator.fabric.fluid): the mean of the
+printed beside its fluid ceiling (emulator.fabric.analysis.fluid): the mean of the
 max-min fair rates over the mode's paths, and the optimum over minimal plus
 Valiant paths.
 

@@ -16,13 +16,13 @@ its start to the last byte acknowledged) / link rate; ``throughput_fraction`` is
 (``min_fraction`` the lowest).  Per switch-to-switch link direction: the
 utilisation over the run (bytes sent / (time x rate)), summarised for the
 local and the global links.  Beside it the fluid ceilings of the pattern
-(emulator.fabric.fluid) for each routing mode.
+(emulator.fabric.analysis.fluid) for each routing mode.
 """
 
 import os
 
 from emulator.errors import ConfigError
-from emulator.fabric import fluid
+from emulator.fabric.analysis import fluid
 from lab.modes import LB, Entropy, Routing
 
 PATTERNS = ("adversarial", "permutation")

@@ -9,14 +9,17 @@ face its hosts and eth(H+1)..eth(H+S) face spine1..spineS; on a spine, port
 ethL faces leafL.  Oversubscription = H * host_rate / (S * uplink_rate).
 
 The other Clos presets (three-tier, dual-link, dual-plane, multi-plane) live
-in ``presets_clos``, the dragonflies in ``presets_dragonfly``; all are listed
-in ``PRESETS``.
+in ``clos``, the dragonflies in ``dragonfly``, the typed parameters in
+``params``; all are listed in ``PRESETS``.
+
+May import: ``emulator.errors`` and ``emulator.fabric``'s model.
 """
 
-from emulator.fabric import presets_clos, presets_dragonfly
+from emulator.fabric.presets import clos as presets_clos
+from emulator.fabric.presets import dragonfly as presets_dragonfly
 from emulator.errors import ConfigError
 from emulator.fabric.model import Endpoint, Fabric, Link, Node
-from emulator.fabric.params import Param, rate_for_ratio, resolve_params
+from emulator.fabric.presets.params import Param, rate_for_ratio, resolve_params
 from emulator.fabric.units import format_rate
 
 

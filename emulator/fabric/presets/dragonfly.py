@@ -30,7 +30,7 @@ ceilings assume it); ``local_rate`` and ``global_rate`` may differ.
 
 from emulator.errors import ConfigError
 from emulator.fabric.model import Endpoint, Fabric, Link, Node
-from emulator.fabric.params import Param, resolve_params
+from emulator.fabric.presets.params import Param, resolve_params
 
 
 def _rates():

@@ -39,7 +39,7 @@ facing lower tiers come first (``eth1..``), then its uplinks.
 
 from emulator.errors import ConfigError
 from emulator.fabric.model import STANDBY, Endpoint, Fabric, Link, Node
-from emulator.fabric.params import Param, rate_for_ratio, resolve_params
+from emulator.fabric.presets.params import Param, rate_for_ratio, resolve_params
 
 
 def _rates(*extra):
