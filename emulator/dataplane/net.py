@@ -36,6 +36,7 @@ from emulator.dataplane.links.ifaces import (delete_interfaces, link_group, ns_s
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
 from emulator.dataplane.runstate import child_env
 from traffic.nic.netns import entered
+from lab.modes import FlowControl
 
 
 # In an instance's namespace: no IPv6 on switch ports (solicitations hit table-miss)
@@ -82,7 +83,7 @@ class FabricNet:
     def __init__(self, topo, state, datapath_type, controller_url,
                  queue_ms=shaping.DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
-                 flow_control="none", tunnels=(), ssl=None, instance_netns=True,
+                 flow_control=FlowControl.NONE, tunnels=(), ssl=None, instance_netns=True,
                  mtu=None, rmem_may_stay=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
@@ -334,7 +335,7 @@ class FabricNet:
 
     def _shape(self, ipr, idx, rate_bps, switch):
         """A TBF at the link rate; with PFC, classes and the lossless gate under it."""
-        if self.flow_control == "none":
+        if self.flow_control == FlowControl.NONE:
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
             return
         from emulator.dataplane.lossless import pfc

@@ -31,6 +31,7 @@ from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
 from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     REPO, Controller, controller_problems, converged_events, free_port, listening, wait_until)
+from lab.modes import EcnAt, Failover, FlowControl
 
 
 def require_root():
@@ -249,18 +250,18 @@ class Session:
         self.watch.start()
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.results["flow_control"] = self.fabric.flow_control
-        if self.fabric.flow_control != "none":
+        if self.fabric.flow_control != FlowControl.NONE:
             from emulator.dataplane.lossless.pfc_run import Pfc
             from emulator.fabric.lossless import PfcConfig
             self.net.pfc = Pfc.for_session(
                 self, PfcConfig(mode=self.fabric.flow_control, **dict(self.fabric.pfc)))
-        if self.ecn is not None and self.pfc is not None and self.ecn.at == "dequeue":
+        if self.ecn is not None and self.pfc is not None and self.ecn.at == EcnAt.DEQUEUE:
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")
         elif self.ecn is not None:
             from emulator.dataplane.lossless.ecn import Marker
             from emulator.dataplane.lossless.ecnq import DequeueMarker
-            self.marker = (Marker if self.ecn.at == "enqueue" else DequeueMarker) \
+            self.marker = (Marker if self.ecn.at == EcnAt.ENQUEUE else DequeueMarker) \
                 .for_session(self)
         if self.spec.adaptive:
             from emulator.dataplane.adaptive.ugal_stage import stage_for
@@ -360,7 +361,7 @@ class Session:
         downs = sum(1 for _, lk in impair.impaired(self.topo)
                     if lk["impair"].get("state") == "down")
         # only the builtin controller logs its convergence; an app's is not known
-        if downs and self.controller_spec == "builtin" and self.failover != "none":
+        if downs and self.controller_spec == "builtin" and self.failover != Failover.NONE:
             def converged():
                 return sum(1 for e in self.controller.converged()
                            if e.get("event") == "port" and not e.get("up")

@@ -39,9 +39,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-FLOW_CONTROLS = ("none", "pfc", "credit")
+from lab.modes import FlowControl, Routing
+
+FLOW_CONTROLS = FlowControl.names()
+SECTION = "pfc"                       # the fabric file's lossless settings
 LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
-ROUTING_PHASES = {"minimal": 2, "valiant": 3, "ugal": 3, "ugal-l": 3}   # a dragonfly's classes
+ROUTING_PHASES = {Routing.MINIMAL: 2, Routing.VALIANT: 3, Routing.UGAL: 3,
+                  Routing.UGAL_L: 3}  # a dragonfly's classes
 PHASE_MAX_PORTS = 31                  # with several classes the stamp byte names 31 ports
 QUANTUM_BITS = 512                    # one PFC pause quantum, in bit times
 MAX_QUANTA = 0xFFFF
@@ -92,7 +96,7 @@ def phase_ports(topo):
             if p["peer_kind"] != "host" and pod.get(p["peer"]) != pod[sw["name"]]}
 
 
-def parse_settings(raw, where="pfc"):
+def parse_settings(raw, where=SECTION):
     """``{watchdog: drop|forward|off, detection: 1s, restoration: 1s, xoff_frames: 8}``
     -> sorted ((PfcConfig field, value), ...); ValueError naming the key."""
     from emulator.fabric.units import parse_duration
@@ -129,14 +133,14 @@ def parse_flow_control(value, where="flow_control"):
 
     Returns the mode; ValueError with a message naming the accepted values."""
     if isinstance(value, bool):
-        return "pfc" if value else "none"
+        return FlowControl.PFC if value else FlowControl.NONE
     text = str(value).strip().lower()
     if text in ("true", "on", "yes", "1"):
-        return "pfc"
+        return FlowControl.PFC
     if text in ("false", "off", "no", "0"):
-        return "none"
+        return FlowControl.NONE
     if text in FLOW_CONTROLS:
-        return text
+        return FlowControl(text)
     raise ValueError(f"{where}: {value!r} is not a flow control (none, pfc, credit; "
                      "lossless: true or false)")
 
@@ -149,7 +153,7 @@ class PfcConfig:
     while the port's free buffer (its credits) covers what it can still send
     before it stops, and may again as soon as one frame's credit returns; no
     PFC frames, and the watchdog plays InfiniBand's head-of-queue lifetime."""
-    mode: str = "pfc"
+    mode: str = FlowControl.PFC
     reaction_s: float = 0.010          # Xoff crossing -> upstream stopped (docs/lossless.md)
     poll_s: float = 0.0005             # the pause model's sampling of ingress buffers
     xoff_frames: float = 8             # per ingress port: pause past this many full frames
@@ -163,7 +167,7 @@ class PfcConfig:
     def __post_init__(self):
         if self.wd_action not in WD_ACTIONS:
             raise ValueError(f"watchdog action {self.wd_action!r}: one of {WD_ACTIONS}")
-        if self.mode not in ("pfc", "credit"):
+        if self.mode not in (FlowControl.PFC, FlowControl.CREDIT):
             raise ValueError(f"flow control mode {self.mode!r}: pfc or credit")
         if not 0 < self.xon_gap_frames < self.xoff_frames:
             raise ValueError("0 < xon gap < xoff required")
@@ -274,7 +278,7 @@ def thresholds(rate_bps, frame, cfg=PfcConfig()):
     a frame beyond it is an ingress drop)."""
     xoff = int(cfg.xoff_frames * frame)
     head = headroom_bytes(rate_bps, frame, cfg.reaction_s)
-    gap = 1 if cfg.mode == "credit" else cfg.xon_gap_frames     # one frame's credit back
+    gap = 1 if cfg.mode == FlowControl.CREDIT else cfg.xon_gap_frames     # one frame's credit back
     return {"xoff": xoff, "xon": xoff - int(gap * frame), "headroom": head, "limit": xoff + head}
 
 

@@ -22,6 +22,8 @@ Names:
 from dataclasses import dataclass, field
 from typing import Optional
 
+from lab.modes import FlowControl
+
 HOST = "host"
 SWITCH_TIERS = {"leaf": 1, "spine": 2, "superspine": 3}
 KINDS = (HOST,) + tuple(SWITCH_TIERS)
@@ -105,7 +107,7 @@ class Fabric:
     links: tuple
     params: tuple = field(default=())   # the preset parameters it came from, if any
     layout: object = None               # its datapath layout (fabric.layout), if it names one
-    flow_control: str = "none"          # none | pfc | credit (fabric.lossless)
+    flow_control: str = FlowControl.NONE   # none | pfc | credit (fabric.lossless)
     pfc: tuple = ()                     # ((PfcConfig field, value), ...): its pfc: settings
     cluster: object = None              # fabric.cluster.Cluster: the servers it runs on
     switch_agent: object = None         # fabric.switch_agent.Fleet of switch_agent:, if any
@@ -169,8 +171,8 @@ class Fabric:
         doc = {"name": self.name}
         if self.layout is not None:
             doc["layout"] = self.layout
-        if self.flow_control != "none":
-            doc["flow_control"] = self.flow_control
+        if self.flow_control != FlowControl.NONE:
+            doc["flow_control"] = str(self.flow_control)
         if self.pfc:
             from emulator.fabric.lossless import SETTINGS
             key = {v: k for k, v in SETTINGS.items()}

@@ -26,6 +26,7 @@ import yaml
 from emulator.errors import ConfigError
 from emulator.fabric.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
 from emulator.fabric.units import parse_duration, parse_rate
+from lab.modes import FlowControl
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PORT_RE = re.compile(r"^eth([0-9]{1,5})$")
@@ -134,11 +135,11 @@ def parse(data, source="<fabric>"):
             fail("layout", e.message)
     flow_control = _flow_control(data, fail)
     for i, lk in enumerate(links):
-        if lk.delay_s is not None and flow_control != "none":
+        if lk.delay_s is not None and flow_control != FlowControl.NONE:
             fail(f"topology.links[{i}].delay", "delay needs netem under the link's shaper, "
                                                "where the lossless fabric has its classes: "
                                                "not both")
-        if lk.pfc_storm is not None and flow_control != "pfc":
+        if lk.pfc_storm is not None and flow_control != FlowControl.PFC:
             fail(f"topology.links[{i}].pfc_storm", "a PFC storm needs a lossless fabric "
                                                    "(lossless: true)")
     pfc = ()
@@ -182,7 +183,7 @@ def _flow_control(data, fail):
     if len(set(modes.values())) > 1:
         fail("lossless", f"lossless: {data['lossless']} and flow_control: "
                          f"{data['flow_control']} disagree: give one of them")
-    return next(iter(modes.values()), "none")
+    return next(iter(modes.values()), FlowControl.NONE)
 
 
 def _reject_unknown(mapping, allowed, where, fail):

@@ -2,6 +2,7 @@
 
 from emulator.fabric.presets import oversubscription
 from emulator.fabric.units import format_rate
+from lab.modes import LB, FlowControl
 
 
 def _table(rows, header):
@@ -42,13 +43,13 @@ def describe_fabric(fabric, topo):
     out.append("\nlinks:")
     rows = [(lk["a"], lk["b"], format_rate(lk["rate_bps"])) for lk in topo["links"]]
     out.append(_table(rows, ("a", "b", "rate")))
-    if fabric.flow_control != "none":
+    if fabric.flow_control != FlowControl.NONE:
         out.append("\n" + lossless_text(topo, mode=fabric.flow_control,
                                          settings=dict(fabric.pfc)))
     return "\n".join(out)
 
 
-def lossless_text(topo, roce_mtu=None, mode="pfc", settings=None):
+def lossless_text(topo, roce_mtu=None, mode=FlowControl.PFC, settings=None):
     """The switch buffer thresholds of a lossless fabric, per link rate."""
     from emulator.fabric import lossless, units
     cfg = lossless.PfcConfig(mode=mode, **(settings or {}))
@@ -60,7 +61,7 @@ def lossless_text(topo, roce_mtu=None, mode="pfc", settings=None):
         ft = lossless.frame_time_s(rate, frame)
         rows.append((format_rate(rate), t["xoff"], t["xon"], t["headroom"], t["limit"],
                      f"{ft * 1e3:.3g} ms", f"{t['headroom'] / frame:.1f}"))
-    what = "PFC" if mode == "pfc" else "credit-based, InfiniBand-style"
+    what = "PFC" if mode == FlowControl.PFC else "credit-based, InfiniBand-style"
     return (f"lossless ({what}): RoCE data in priority {lossless.LOSSLESS_PRIORITY}, ACK/NAK/CNP "
             "and control frames above it; per ingress port (bytes, frames of "
             f"{frame} B):\n" + _table(rows, ("link rate", "xoff", "xon", "headroom", "limit",
@@ -104,7 +105,7 @@ def adaptive_text(doc):
     switch, or ''."""
     if not doc:
         return ""
-    how = (f"per flowlet, timer {doc['flowlet_frames']} frame times" if doc["mode"] == "dlb"
+    how = (f"per flowlet, timer {doc['flowlet_frames']} frame times" if doc["mode"] == LB.DLB
            else "per packet, shortest local queue")
     lines = [f"adaptive routing in the switches ({doc['mode']}, {how}): {doc['frames']} "
              f"frames decided, {doc['flowlets']} flowlets started, {doc['moved']} moved"]
@@ -129,7 +130,7 @@ def pfc_text(doc):
     t = next((v for k, v in (doc.get("thresholds") or {}).items() if k != "ports"), {})
     late = (f" ({doc['late_pause_drops']} of them the pause model's, too late: emulation "
             "drops)" if doc.get("late_pause_drops") else "")
-    if doc.get("flow_control") == "credit":
+    if doc.get("flow_control") == FlowControl.CREDIT:
         lines = [f"lossless (credit-based, priority {doc['lossless_priority']}): "
                  f"{doc['pauses']} credit stalls, longest {doc['longest_pause_s']:.3f} s; "
                  f"ingress drops {doc['ingress_drops']}{late}"]
@@ -139,7 +140,7 @@ def pfc_text(doc):
                  f"in all at most, {doc.get('longest_pause_s', 0):.3f} s at once; ingress drops "
                  f"{doc['ingress_drops']}{late}"]
     if r.get("count"):
-        stop = "credits ran out" if doc.get("flow_control") == "credit" else "xoff crossed"
+        stop = "credits ran out" if doc.get("flow_control") == FlowControl.CREDIT else "xoff crossed"
         lines.append(f"  pause reaction ({stop} -> upstream stopped): median "
                      f"{r['median']} / p95 {r.get('p95')} / max {r['max']} frame times over "
                      f"{r['count']} {'stalls' if stop != 'xoff crossed' else 'pauses'}; "

@@ -38,6 +38,7 @@ import json
 from dataclasses import dataclass
 
 from traffic.ranks.config import ConfigError, load_config
+from lab.modes import CC, Entropy, Transport
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
@@ -45,9 +46,9 @@ GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
 SHARED = ("mtu", "qps", "dscp", "burst", "transport", "timeout_exp", "retry_cnt", "cc",
           "cc_params", "qpn_seed", "entropy", "flowlet_gap_ms", "step_timeout_s",
           "gap_threshold_ms", "ooo")
-JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": "rc",
-                "timeout_exp": 15, "retry_cnt": 7, "cc": "none", "cc_params": {},
-                "qpn_seed": None, "entropy": "qp", "flowlet_gap_ms": 1.0, "ooo": None,
+JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Transport.RC,
+                "timeout_exp": 15, "retry_cnt": 7, "cc": CC.NONE, "cc_params": {},
+                "qpn_seed": None, "entropy": Entropy.QP, "flowlet_gap_ms": 1.0, "ooo": None,
                 "step_timeout_s": None, "gap_threshold_ms": 10.0,
                 # the emulator's time scale (compute ns in the programs are scaled already)
                 "time_scale": 1.0,

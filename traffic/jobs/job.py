@@ -48,6 +48,7 @@ from traffic.jobs.program import Deadlock, JobProgram
 from traffic.nic.netns import entered
 from traffic.ranks.config import qpn
 from traffic.ranks.report import bandwidths
+from lab.modes import Transport
 
 LATE_BIN_NS = 100_000             # lateness histogram: 0.1 ms bins up to 1 s
 LATE_BINS = 10_000
@@ -151,7 +152,7 @@ class JobEngine:
         tick = job.tick_ns
         prog = JobProgram(job.programs, job.instances)
         runs, ended, late_start = {}, {}, {}
-        rc = job.nic["transport"] == "rc"
+        rc = job.nic["transport"] == Transport.RC
         sel = selectors.DefaultSelector()
         for nic in nics:
             sel.register(nic.rx, selectors.EVENT_READ, nic)

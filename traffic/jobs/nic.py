@@ -40,6 +40,7 @@ from traffic.roce.rcframes import parse_control
 from traffic.nic.receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
 from traffic.nic.sender import _DOWN, _FULL, MSG_DONTWAIT, ROOM_WAIT_NS, Sender, open_raw
 from traffic.nic.sendq import SendQueues
+from lab.modes import Transport
 
 SO_TIMESTAMPNS = 35
 TIMESPEC = struct.Struct("=qq")
@@ -95,7 +96,7 @@ class JobNic:
         self.peer_name = {j: p["name"] for j, p in peers.items()}
         self.peer_mac = {}                     # filled once resolved (``job``)
         self.rc = None
-        if nic["transport"] == "rc":
+        if nic["transport"] == Transport.RC:
             self.rc = RankQPs(nic["rc_params"], self.send_control, self.mac, self.ip,
                               nic["dscp"], ooo=out_of_order(nic), rate_slack_ns=2 * tick_ns,
                               **cc_params(dict(nic, rate_bps=self.rate)))

@@ -21,8 +21,9 @@ own source port) of one packet; ``sport(base, index)`` maps it to a port.
 
 import struct
 import zlib
+from lab.modes import Entropy
 
-MODES = ("qp", "spray", "flowlet")
+MODES = Entropy.names()
 SPRAY_VALUES = 1024       # distinct ports a spraying QP cycles through
 
 
@@ -37,7 +38,7 @@ def sport(base, index):
 class EntropyPolicy:
     """Chooses the entropy index of each packet of each flow (QP stream)."""
 
-    def __init__(self, mode="qp", gap_ns=1_000_000, spray_values=SPRAY_VALUES):
+    def __init__(self, mode=Entropy.QP, gap_ns=1_000_000, spray_values=SPRAY_VALUES):
         if mode not in MODES:
             raise ValueError(f"entropy mode {mode!r}: one of {MODES}")
         if gap_ns <= 0 or spray_values < 1:
@@ -51,14 +52,14 @@ class EntropyPolicy:
 
     @property
     def active(self):
-        return self.mode != "qp"
+        return self.mode != Entropy.QP
 
     def pick(self, flow, now_ns):
         """Entropy index of the packet of ``flow`` sent at ``now_ns``."""
-        if self.mode == "qp":
+        if self.mode == Entropy.QP:
             return 0
         i = self.index.get(flow, 0)
-        if self.mode == "spray":
+        if self.mode == Entropy.SPRAY:
             nxt = (i + 1) % self.spray_values
             self.changes += 1
         else:
@@ -68,4 +69,4 @@ class EntropyPolicy:
             self.changes += nxt != i
             self.last_ns[flow] = now_ns
         self.index[flow] = nxt
-        return i if self.mode == "spray" else nxt
+        return i if self.mode == Entropy.SPRAY else nxt

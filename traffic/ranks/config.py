@@ -10,15 +10,16 @@ from traffic.ranks.collectives import COLLECTIVES, ring_order
 from traffic.nic.entropy import MODES as ENTROPY_MODES
 from traffic.roce.frames import PROBE, PSN_MASK
 from traffic.roce.transport import RcParams
+from lab.modes import CC, Entropy, Transport
 
-TRANSPORTS = ("rc", "none")
-CC_MODES = ("none", "dcqcn", "timely")
+TRANSPORTS = Transport.names()
+CC_MODES = CC.names()
 
 
 def out_of_order(cfg):
     """Do the responders place packets out of order?  As asked, else when the
     entropy is not one path per QP."""
-    return cfg["entropy"] != "qp" if cfg.get("ooo") is None else bool(cfg["ooo"])
+    return cfg["entropy"] != Entropy.QP if cfg.get("ooo") is None else bool(cfg["ooo"])
 
 DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "qps": 1, "mtu": 1024, "dscp": 26, "ring": "naive", "burst": 8,
@@ -26,15 +27,15 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "output": None, "gap_threshold_ms": 10.0, "warmup": 0,
             # NIC path entropy (traffic.nic.entropy): qp | spray | flowlet, and the
             # idle gap that starts a new flowlet
-            "entropy": "qp", "flowlet_gap_ms": 1.0,
+            "entropy": Entropy.QP, "flowlet_gap_ms": 1.0,
             # responders place out of order (None: when the entropy is not per QP;
             # true under switches that choose per packet)
             "ooo": None,
             # RC transport (traffic.roce.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
-            "transport": "rc", "timeout_exp": RcParams.timeout_exp,
+            "transport": Transport.RC, "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
             # congestion control at the sending NIC (traffic.roce.dcqcn); needs transport rc
-            "cc": "none", "cc_params": {},
+            "cc": CC.NONE, "cc_params": {},
             # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
             # them as a NIC gives every job new ones (hence new UDP source ports)
             "qpn_seed": None}
@@ -80,7 +81,7 @@ def load_config(doc):
         raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     if cfg["transport"] not in TRANSPORTS:
         raise ConfigError(f"transport: one of {TRANSPORTS}")
-    if cfg["cc"] not in CC_MODES or (cfg["cc"] != "none" and cfg["transport"] != "rc"):
+    if cfg["cc"] not in CC_MODES or (cfg["cc"] != CC.NONE and cfg["transport"] != Transport.RC):
         raise ConfigError(f"cc: one of {CC_MODES}; dcqcn and timely need transport rc "
                           "(CNPs and ACKs are the RC transport's frames)")
     try:
@@ -90,7 +91,7 @@ def load_config(doc):
     try:
         # TIMELY needs RTT samples: an ACK per packet (a delayed one would add its delay)
         cfg["rc_params"] = RcParams(timeout_exp=cfg["timeout_exp"], retry_cnt=cfg["retry_cnt"],
-                                    **({"ack_every": 1} if cfg["cc"] == "timely" else {}))
+                                    **({"ack_every": 1} if cfg["cc"] == CC.TIMELY else {}))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"timeout_exp/retry_cnt: {e}")
     ring = cfg["ring"]
@@ -138,8 +139,8 @@ def cc_params(cfg):
     """``RankQPs`` keyword for the config's congestion control ({} for none)."""
     from traffic.roce.dcqcn import DcqcnParams
     from traffic.roce.timely import TimelyParams
-    if cfg["cc"] == "dcqcn":
+    if cfg["cc"] == CC.DCQCN:
         return {"dcqcn": DcqcnParams(cfg["rate_bps"], **cfg["cc_params"])}
-    if cfg["cc"] == "timely":
+    if cfg["cc"] == CC.TIMELY:
         return {"timely": TimelyParams(cfg["rate_bps"], **cfg["cc_params"])}
     return {}

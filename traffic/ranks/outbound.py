@@ -23,6 +23,7 @@ peer, qp): the receiving side names the same QPs the same way.
 from traffic.nic.entropy import EntropyPolicy, sport as entropy_sport
 from traffic.roce.frames import HEADERS_LEN, PROBE, PSN_MASK, RETH_LEN, FrameTemplate, opcode_for
 from traffic.ranks.config import flow_id, qpn
+from lab.modes import Entropy
 
 OPCODES = ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST")
 
@@ -32,7 +33,7 @@ class Outbound:
     number to its IP and next-hop MAC (the MACs may be filled in later)."""
 
     def __init__(self, me, ip, mac, peer_ip, peer_mac, mtu, qps, dscp=26, qpn_seed=None,
-                 entropy="qp", flowlet_gap_ns=1_000_000, rc=None):
+                 entropy=Entropy.QP, flowlet_gap_ns=1_000_000, rc=None):
         self.me, self.ip, self.mac = me, ip, mac
         self.peer_ip, self.peer_mac = peer_ip, peer_mac
         self.mtu, self.qps, self.dscp, self.seed = mtu, qps, dscp, qpn_seed

@@ -54,6 +54,7 @@ from traffic.roce.rcframes import parse_control
 from traffic.nic.receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
 from traffic.nic.sender import Sender
 from traffic.nic.sendq import SendQueues
+from lab.modes import Transport
 
 
 class Rank:
@@ -84,7 +85,7 @@ class Rank:
         self.qps = None
         self.retx_bytes = 0
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission
-        if cfg["transport"] == "rc":
+        if cfg["transport"] == Transport.RC:
             self.qps = RankQPs(cfg["rc_params"], self.sender.send_one, self.mac, mine["ip"],
                                cfg["dscp"], ooo=out_of_order(cfg), **cc_params(cfg))
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))

@@ -11,6 +11,7 @@ Candidates.  A route's candidates are the ports on shortest paths to the
 destination host over the whole fabric (as the controller's ECMP groups have
 them with every link up).  A dead candidate is skipped by the program itself,
 from the detection model's news: nothing waits for the controller.
+from lab.modes import LB
 
 How a choice travels.  The program writes the chosen port's mark, DSCP
 ``MARK_BASE + port number`` (33-63), into the frame; the OpenFlow flow
@@ -32,8 +33,9 @@ import struct
 from collections import deque
 
 from emulator.errors import ConfigError
+from lab.modes import LB
 
-MODES = {"dlb": 1, "packet": 2}           # --lb values -> the program's mode
+MODES = {LB.DLB: 1, LB.PACKET: 2}           # --lb values -> the program's mode
 MARK_BASE = 32                            # a port's mark: DSCP MARK_BASE + port
 MAX_MARKED_PORT = 63 - MARK_BASE
 MAX_CAND = 8                              # ar.bpf.c's MAX_CAND

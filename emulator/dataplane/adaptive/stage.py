@@ -21,6 +21,7 @@ from emulator.dataplane.links import shaping
 from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.dataplane.lossless.ecnq import XDP_FLAGS_SKB_MODE, detach
 from emulator.errors import EnvironmentProblem, RunFailed
+from lab.modes import LB, Failover
 
 PORT = bpf.Layout("ar_port", model.PORT_FIELDS)
 CONTROL = bpf.Layout("ar_ctl", model.CONTROL_FIELDS)
@@ -104,7 +105,7 @@ class AdaptiveStage:
                     chain=chain).install()
         session.progress(stage.describe())
         log = getattr(session.controller, "log_path", None)
-        if cls.FOLLOWS_REPAIR and session.failover != "none" and log:
+        if cls.FOLLOWS_REPAIR and session.failover != Failover.NONE and log:
             from emulator.dataplane.adaptive.repair import RepairFollower
             stage.follower = RepairFollower(stage, session.topo, log).start()
         return stage
@@ -120,7 +121,7 @@ class AdaptiveStage:
         t = model.timers(self.frame, rate, self.flowlet_frames) if rate else None
         how = (f"flowlet timer {self.flowlet_frames} frame times "
                f"({t['flowlet_ns'] / 1e6:.1f} ms at {rate / 1e6:g} Mbit/s)"
-               if self.mode == "dlb" and t
+               if self.mode == LB.DLB and t
                else "shortest local queue per packet")
         return (f"adaptive routing in the data plane ({self.mode}): {n_sw} switches decide "
                 f"{len(p['routes'])} routes over {len(p['tracked'])} ports; {how}")

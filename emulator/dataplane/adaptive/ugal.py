@@ -36,9 +36,10 @@ import struct
 
 from emulator.dataplane.adaptive import model
 from emulator.errors import ConfigError
+from lab.modes import Routing
 
-MODES = ("ugal", "ugal-l")                # --routing values decided here
-QUEUES = {"ugal": "global", "ugal-l": "local"}
+MODES = (Routing.UGAL, Routing.UGAL_L)     # --routing values decided here
+QUEUES = {Routing.UGAL: "global", Routing.UGAL_L: "local"}
 MIN_CAND = 4                              # ugal.bpf.c's MIN_CAND
 UGAL_CAND = 16                            # ugal.bpf.c's UGAL_CAND
 BIAS_FRAMES = 1                           # the bias, in full frames
@@ -113,7 +114,7 @@ class _Group:
         return (sw, port) if queues == "local" else (gate, self.own(gate, gk)[0])
 
 
-def plan(topo, mode="ugal"):
+def plan(topo, mode=Routing.UGAL):
     """What the stage installs: ``tracked`` [(switch, port)] (the queues read),
     ``deciders`` [(switch, port)] (host-facing ports), and ``routes``
     {(switch, host ip): (minimal entries, [(entry, intermediate group)])} for

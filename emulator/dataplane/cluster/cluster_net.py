@@ -23,6 +23,7 @@ import time
 from emulator.dataplane.cluster.servers import RemoteWorker, in_parallel
 from emulator.fabric import cluster
 from emulator.fabric.units import link_mtu
+from lab.modes import FlowControl
 
 
 class ClusterNet:
@@ -305,7 +306,7 @@ def refuse(session):
     for attr, option in UNSUPPORTED:
         if getattr(session, attr):
             raise ConfigError(option, f"{option} runs on one machine only: not with --servers")
-    if session.fabric.flow_control != "none":
+    if session.fabric.flow_control != FlowControl.NONE:
         raise ConfigError("--servers", "a lossless fabric runs on one machine only: "
                                        "not with --servers")
     if impair.impaired(addressing_plan(session)):

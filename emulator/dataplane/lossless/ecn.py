@@ -43,9 +43,11 @@ from emulator.dataplane import proc
 from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.shaping import tbf_params
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
+from lab.modes import EcnAt
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
-AT = ("dequeue", "enqueue")
+OFF = ("", "off", "none")         # --ecn words for no marking
+AT = EcnAt.names()
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KB|K|KIB|MB|M|MIB)?\s*$", re.I)
 _UNIT = {None: 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1024, "M": 10 ** 6, "MB": 10 ** 6,
          "MIB": 1 << 20}
@@ -58,7 +60,7 @@ class Ecn:
     kmin: int
     kmax: int
     pmax: float = 1.0
-    at: str = "dequeue"          # where the queue is judged: dequeue (ecnq) or enqueue
+    at: str = EcnAt.DEQUEUE      # where the queue is judged: dequeue (ecnq) or enqueue
 
     def __post_init__(self):
         if not 0 < self.kmin <= self.kmax or not 0 < self.pmax <= 1:
@@ -95,10 +97,10 @@ def _bytes(text, where):
     return int(float(m.group(1)) * _UNIT[m.group(2).upper() if m.group(2) else None])
 
 
-def parse(text, where="--ecn", at="dequeue"):
+def parse(text, where="--ecn", at=EcnAt.DEQUEUE):
     """'30KB' (step) or '20KB:80KB:0.2' (Kmin:Kmax:Pmax) -> Ecn marking ``at``
     dequeue or enqueue; None for 'off'."""
-    if text is None or text.strip().lower() in ("", "off", "none"):
+    if text is None or text.strip().lower() in OFF:
         return None
     parts = text.split(":")
     try:
@@ -232,7 +234,7 @@ class Marker:
 DEFAULT_ECN = "100KB:400KB:1"
 
 
-def default_ecn(fabric, queue_ms, at="dequeue"):
+def default_ecn(fabric, queue_ms, at=EcnAt.DEQUEUE):
     """``DEFAULT_ECN``, scaled down so Kmax is at most half the smallest switch-port
     queue of ``queue_ms``: marks must start well before a shallow buffer drops."""
     e = parse(DEFAULT_ECN, at=at)

@@ -27,6 +27,7 @@ import time
 from emulator.dataplane.lossless import pfc
 from emulator.dataplane.lossless.backlogs import Backlogs
 from emulator.fabric import lossless
+from lab.modes import FlowControl
 
 W = pfc.WORDS
 ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
@@ -301,7 +302,7 @@ class Agent:
                 sent_eps.append((self.pause[k].paused_since, now))
             storms = self.storms[k] + ([(self.storming[k], now)] if k in self.storming else [])
             peer = p["peer_key"]
-            frames = 0 if self.pc.mode == "credit" else sum(
+            frames = 0 if self.pc.mode == FlowControl.CREDIT else sum(
                 lossless.pause_frames(b - a, rate[peer], self.pc.quanta)
                 for a, b in sent_eps + storms)
             closed = self.closed_s[k] + (now - self.closed[k] if self.closed[k] else 0.0)

@@ -9,6 +9,7 @@ from emulator.dataplane.lossless.pfc import (
     E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF, ENTRY_SIZE, WORDS, programs)
 from emulator.errors import RunFailed
 from emulator.fabric import lossless
+from lab.modes import EcnAt, FlowControl
 
 
 class Pfc(Attached):
@@ -68,7 +69,7 @@ class Pfc(Attached):
         for e in ends:
             e.pop("peer", None)
             e.pop("peer_kind", None)
-        ecn = session.ecn if session.ecn is not None and session.ecn.at == "dequeue" else None
+        ecn = session.ecn if session.ecn is not None and session.ecn.at == EcnAt.DEQUEUE else None
         pfc = cls(ends, session.net.frame, cfg, ecn=ecn,
                   min_len=frame_len_for_mtu(session.mtu) // 2, env=session.child_env(),
                   workdir=session.dir, classes=classes)
@@ -174,7 +175,7 @@ class Pfc(Attached):
 
     def storm(self, end_name, on):
         """Interface end ``end_name`` (``node:port``) pauses its peer forever, or stops."""
-        if self.cfg.mode != "pfc":
+        if self.cfg.mode != FlowControl.PFC:
             raise RunFailed("a PFC storm needs flow_control pfc (credits have no pause "
                             "frames to storm)")
         self._command(f"storm {self.by_name[end_name]['key']} {'on' if on else 'off'}")

@@ -39,6 +39,7 @@ from emulator.dataplane.lossless import ecn as ecn_mod
 from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.dataplane.observe import run_yaml
+from lab.modes import Transport
 
 CC_MODES = CC.names()
 def cell(v, spec):
@@ -117,7 +118,7 @@ def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
             report = collective.run_collective(
                 s, spec.workload, sizes, hosts=list(spec.hosts) if spec.hosts else None, qps=1,
                 warmup=0,
-                rank_extra={"transport": "rc", "cc": cc, "cc_params": cc_params or {}})
+                rank_extra={"transport": Transport.RC, "cc": cc, "cc_params": cc_params or {}})
         finally:
             sampler.stop()
         ranks = collective.rank_results(os.path.join(s.dir, "collective"))

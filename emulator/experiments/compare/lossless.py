@@ -37,9 +37,11 @@ from emulator.experiments.spec.build import command_doc
 from traffic.roce.frames import frame_len_for_mtu
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.dataplane.observe import run_yaml
+from lab.modes import FlowControl, Transport
 
-SETTINGS = {"on": "pfc", "off": "none", "pfc": "pfc", "none": "none", "credit": "credit"}
-NAMES = {"pfc": "lossless", "none": "lossy", "credit": "credit"}
+SETTINGS = {"on": FlowControl.PFC, "off": FlowControl.NONE,
+            **{str(m): m for m in FlowControl}}        # --lossless words
+NAMES = {FlowControl.PFC: "lossless", FlowControl.NONE: "lossy", FlowControl.CREDIT: "credit"}
 
 
 def add_arguments(p):
@@ -182,7 +184,7 @@ def run_one(spec, fc, cc, rep, sizes, args, out):
             try:
                 report = collective.run_collective(
                     s, spec.workload, sizes, hosts=hosts, qps=1, warmup=0,
-                    rank_extra={"transport": "rc", "cc": cc})
+                    rank_extra={"transport": Transport.RC, "cc": cc})
             finally:
                 sampler.stop()
             eng.stop()

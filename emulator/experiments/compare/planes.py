@@ -73,6 +73,7 @@ from emulator.experiments.spec.build import command_doc
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import presets
 from emulator.dataplane.observe import run_yaml
+from lab.modes import Entropy
 
 
 
@@ -107,7 +108,7 @@ def run_one(spec, fabric, label, seeding, seed, args, progress=print):
         sampler.start()
         try:
             rep = collective.run_collective(s, spec.workload, args.size_list,
-                                            qps=args.qps, rank_extra={"entropy": "qp"})
+                                            qps=args.qps, rank_extra={"entropy": Entropy.QP})
         finally:
             sampler.stop()
         row = rep["rows"][-1]

@@ -37,6 +37,7 @@ from emulator.experiments.spec.options import compare_defaults
 from emulator.fabric.presets import parse_assignments
 from emulator.dataplane.observe import run_yaml
 from emulator.experiments.training import rails
+from lab.modes import Transport
 
 FABRICS = ("rail-optimized", "rail-only")
 ITERATIONS = 3
@@ -85,7 +86,7 @@ def run_one(fabric, workload, session, args, job_seed, progress):
     doc = rails.job_document(topo, workload, size,
                              lambda h: f"/proc/{session.net.hosts[h].pid}/ns/net", ITERATIONS)
     doc.update({"mtu": session.mtu, "qps": args.qps or DEFAULT_QPS, "qpn_seed": job_seed,
-                "timeout_exp": default_timeout_exp(session.queue_ms), "transport": "rc"})
+                "timeout_exp": default_timeout_exp(session.queue_ms), "transport": Transport.RC})
     cfg, res = (os.path.join(out_dir, f"job.{x}.json") for x in ("config", "result"))
     with open(cfg, "w") as f:
         json.dump(doc, f)

@@ -21,6 +21,8 @@ uplink.
 
 from emulator.experiments.measure.paths import crosses, link_ends, trace_path
 from emulator.experiments.measure.stats import stats
+from lab.modes import LB
+from emulator.experiments.spec import scenario
 
 
 class Watch:
@@ -42,7 +44,7 @@ class Watch:
 
     def snapshot(self):
         """Each probe flow's uplink at its first switch, as its flowlet has it now."""
-        if self.stage.mode != "dlb":
+        if self.stage.mode != LB.DLB:
             return
         self.seen = {k: self.stage.flowlet_port(hp["switch"], hp["ip"], dp["ip"], sport)
                      for k, (_, hp, dp, sport) in self.flows.items()}
@@ -99,7 +101,7 @@ def is_local(path, events, topo):
         return False
     leaf, port = path[1].rsplit(":", 1)
     return any((leaf, port) in link_ends(ev.target, topo) for ev in events
-               if ev.action not in ("crash", "recover", "controller"))
+               if ev.action not in ("crash", "recover", scenario.CONTROLLER))
 
 
 def split(repeats, events, topo):

@@ -118,7 +118,7 @@ def draw(seed, duration, mtbf, mttr, links, switches, kinds=KINDS):
         if kind == "crash":
             target = rng.choice(switches)
         elif kind == "kill":
-            target = "controller"
+            target = scenario.CONTROLLER
         else:
             target = rng.choice(links)
         if kind == "flap":
@@ -154,8 +154,8 @@ def events_of(fault):
         return [scenario.Event(at, "loss", tgt, dict(p)), scenario.Event(end, "loss_stop", tgt)]
     if k == "crash":
         return [scenario.Event(at, "crash", tgt), scenario.Event(end, "recover", tgt)]
-    return [scenario.Event(at, "controller", "kill"),
-            scenario.Event(end, "controller", "restart")]
+    return [scenario.Event(at, scenario.CONTROLLER, "kill"),
+            scenario.Event(end, scenario.CONTROLLER, "restart")]
 
 
 def fault_result(fault, t_start, t_next, recv, converged, untouched=(), lead_ns=1e6,
@@ -289,7 +289,7 @@ def soak(s, inj, pairs, faults, args, work, out):
         out("... interrupted: repairing the active fault, writing what ran")
         for ev in pending:
             if ev.action in ("restore", "loss_stop", "recover") or (
-                    ev.action == "controller" and ev.target == "restart"
+                    ev.action == scenario.CONTROLLER and ev.target == "restart"
                     and s.controller is not None and not s.controller.alive()):
                 scenario.execute(inj, ev)
         return {}, {}, None, starts, interrupted, None, [], None

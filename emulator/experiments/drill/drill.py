@@ -69,7 +69,7 @@ from emulator.experiments.spec.scenario import default_fault
 from emulator.fabric import addressing, layout, switch_agent
 from emulator.fabric.units import parse_duration
 from emulator.report.summary import pfc_text
-from lab.modes import Failover
+from lab.modes import LB, Failover
 from traffic.roce.frames import ROCE_MTUS
 
 MODES = Failover.names()
@@ -94,7 +94,7 @@ def add_arguments(p):
                         "the first uplink of the first leaf)")
     p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
     p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
-    p.add_argument("--failover", default="fast-failover", metavar="MODE[,MODE...]",
+    p.add_argument("--failover", default=Failover.default(), metavar="MODE[,MODE...]",
                    help="none, controller, fast-failover, or a comma list to compare")
     p.add_argument("--detect", default="1ms", metavar="DELAY|os",
                    help="modeled loss-of-signal detection: the switches at a cut link's ends "
@@ -135,7 +135,7 @@ def add_arguments(p):
                    help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
-    p.add_argument("--lb", choices=LB_MODES, default="ecmp",
+    p.add_argument("--lb", choices=LB_MODES, default=LB.default(),
                    help="load balancing (default ecmp): the controller's, or the switches' "
                         "data plane (dlb, packet)")
     add_adaptive_args(p)

@@ -5,6 +5,7 @@ how long the controller took to converge after a fault (its CONVERGED log lines)
 import time
 
 from emulator.errors import RunFailed
+from lab.modes import Failover
 
 
 def wait_for(cond, timeout, what, procs=None):
@@ -35,7 +36,7 @@ def wait_restored(s, mode, t_restore_ns, timeout=60, kind=None):
     have come back up before it, or never gone down), a port-up or a switch's
     connect pushed after the restore.
     """
-    if mode == "none" or t_restore_ns is None or s.controller is None:
+    if mode == Failover.NONE or t_restore_ns is None or s.controller is None:
         return
     t0 = t_restore_ns / 1e9
 

@@ -13,6 +13,7 @@ queues a path meets, as the counters name them), ``unexpected_downs``.
 import re
 
 from emulator.dataplane.ovs.instances import SYSTEM
+from emulator.experiments.spec import scenario
 
 
 def hop(node, port):
@@ -90,7 +91,7 @@ def crosses(path, events, topo):
         elif ev.action in ("crash", "recover"):
             if ev.target in nodes:
                 return True
-        elif ev.action != "controller":
+        elif ev.action != scenario.CONTROLLER:
             if hops & link_ends(ev.target, topo):
                 return True
     return False
@@ -109,7 +110,7 @@ def fault_ports(events, topo):
                 for p in sw["ports"]:
                     if ev.target in (sw["name"], p["peer"]):
                         out.add((sw["dpid"], p["port"]))
-        elif ev.action != "controller":
+        elif ev.action != scenario.CONTROLLER:
             for node, port in link_ends(ev.target, topo):
                 if node in dpid:
                     out.add((dpid[node], int(port[len("eth"):])))

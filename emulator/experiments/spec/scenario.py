@@ -38,6 +38,9 @@ import yaml
 
 from emulator.errors import ConfigError
 from emulator.fabric import units
+from lab.modes import FlowControl
+
+CONTROLLER = "controller"     # the controller's fault: its action and target (controller:kill)
 
 SIDES = ("a", "b", "both")
 # action -> (target key, {optional param: parser name})
@@ -89,7 +92,7 @@ def _param(kind, value, where):
 def _target(action, value, where):
     if not isinstance(value, str) or not value:
         raise ConfigError(where, f"{value!r}: a node or link name")
-    if action == "controller" and value not in ("kill", "restart"):
+    if action == CONTROLLER and value not in ("kill", "restart"):
         raise ConfigError(where, f"{value!r}: kill or restart")
     return value
 
@@ -154,7 +157,7 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
     """A ``--fault`` spec -> [inject Event, restore Event]."""
     where = f"--fault {text}"
     target, *rest = text.split(":")
-    kind = rest[0] if rest else ("crash" if not ("-" in target or target == "controller")
+    kind = rest[0] if rest else ("crash" if not ("-" in target or target == CONTROLLER)
                                  else "cut")
     args = rest[1:]
     if target == "deadlock":
@@ -162,10 +165,10 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
             raise ConfigError(where, "deadlock takes nothing: --fault deadlock")
         return [Event(at_s, "deadlock", "routes"), Event(at_s + hold_s, "deadlock_stop",
                                                          "routes")]
-    if target == "controller":
+    if target == CONTROLLER:
         if kind not in ("kill", "crash", "cut"):
             raise ConfigError(where, "controller:kill")
-        return [Event(at_s, "controller", "kill"), Event(at_s + hold_s, "controller", "restart")]
+        return [Event(at_s, CONTROLLER, "kill"), Event(at_s + hold_s, CONTROLLER, "restart")]
     if kind == "cut":
         side = _param("side", args[0], where) if args else "both"
         return [Event(at_s, "cut", target, {"side": side}),
@@ -197,7 +200,7 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
                              "pfc-storm)")
 
 
-def check_targets(events, topo, flow_control="none"):
+def check_targets(events, topo, flow_control=FlowControl.NONE):
     """Raise ConfigError if a link or switch of ``events`` is not in the topology,
     or a PFC storm is asked of a fabric without PFC."""
     from emulator.dataplane.faults import parse_link
@@ -208,7 +211,7 @@ def check_targets(events, topo, flow_control="none"):
             from emulator.fabric.lossless import deadlock_plan
             deadlock_plan(topo)
         elif ev.action in ("pfc_storm", "pfc_storm_stop"):
-            if flow_control != "pfc":           # credits have no pause frames to storm
+            if flow_control != FlowControl.PFC:   # credits have no pause frames to storm
                 raise ConfigError(f"fault {ev.target}:pfc-storm",
                                   "a PFC storm needs a lossless fabric: -P lossless=true or "
                                   "lossless: true in the fabric file")
@@ -216,7 +219,7 @@ def check_targets(events, topo, flow_control="none"):
         elif ev.action in ("crash", "recover"):
             if ev.target not in switches:
                 raise ConfigError(f"fault {ev.action}", f"unknown switch {ev.target!r}")
-        elif ev.action != "controller":
+        elif ev.action != CONTROLLER:
             parse_link(ev.target, topo, where=f"fault {ev.action}")
 
 
@@ -233,7 +236,7 @@ def execute(injector, ev):
         return injector.switch_crash(ev.target)
     if ev.action == "recover":
         return injector.switch_recover(ev.target)
-    if ev.action == "controller":
+    if ev.action == CONTROLLER:
         return injector.controller_kill() if ev.target == "kill" else injector.controller_restart()
     if ev.action == "loss":
         return injector.loss_start(ev.target, p["percent"], p.get("side", "a"))

@@ -43,7 +43,7 @@ def pairs_for(fabric, pattern, seed=1):
 
 def check_routing(fabric, routing):
     """``--routing`` other than minimal needs a fabric of groups (exit 2 otherwise)."""
-    if routing != "minimal" and not (all(n.pod is not None for n in fabric.switches)
+    if routing != Routing.MINIMAL and not (all(n.pod is not None for n in fabric.switches)
                                      and len({n.pod for n in fabric.switches}) > 1):
         raise ConfigError("--routing", f"{routing} routing is a dragonfly's: run it on "
                                        "-p dragonfly or -p dragonfly-plus")
@@ -154,7 +154,7 @@ def nonminimal_share(session):
     return round(mine / every, 4) if every else None
 
 
-UGAL = ("ugal", "ugal-l")              # decided by the routers' data plane
+
 
 
 def ugal_share(session):
@@ -198,9 +198,9 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
-    routing = getattr(session, "routing", "minimal")
-    share = ugal_share(session) if routing in UGAL else \
-        nonminimal_share(session) if routing != "minimal" else 0.0
+    routing = session.routing
+    share = ugal_share(session) if Routing(routing).adaptive else \
+        nonminimal_share(session) if routing != Routing.MINIMAL else 0.0
     if rc not in (0, 1) or not os.path.exists(res_path):
         raise RunFailed(f"the {pattern} job failed (exit {rc}); log: "
                         f"{out_dir}/job.log")
@@ -223,7 +223,7 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
 def lines(rep, routing=None):
     """Text lines of a pattern report."""
     c = rep["ceilings"]
-    mode = routing or "minimal"
+    mode = routing or Routing.MINIMAL
     ceiling = c.get(mode, c["optimum"])
     u = rep["utilisation"]
     return [f"{rep['pattern']}" + (f" (seed {rep['seed']})" if rep["seed"] is not None else "")

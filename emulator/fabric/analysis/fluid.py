@@ -34,6 +34,7 @@ Everything works on the ``Fabric`` model; a switch's group is its ``pod``.
 
 import random
 from collections import deque
+from lab.modes import Routing
 
 EPS = 1e-9
 
@@ -250,7 +251,7 @@ def concurrent(cap, options, eps=0.1):
     return min(1.0, min(routed) / worst) if worst > 0 else 1.0
 
 
-def ceilings(fabric, pairs, modes=("minimal", "valiant"), eps=0.1):
+def ceilings(fabric, pairs, modes=(Routing.MINIMAL, Routing.VALIANT), eps=0.1):
     """Fluid ceilings for ``pairs`` [(src host, dst host)], as fractions of injection.
 
     {mode: {"mean": mean of the max-min fair rates, "saturation": the rate every
