@@ -36,7 +36,7 @@ def parse_listen(text):
 
 def app_problems(paths):
     """One line per reason an --app file cannot run (missing, or a Ryu import os-ken lacks)."""
-    from .ryu_compat import preflight
+    from .ryu_compat import preflight  # lazy: os-ken's import hooks
     problems = []
     for path in paths:
         if not os.path.isfile(path):
@@ -89,9 +89,9 @@ def main(argv=None):
             for p in problems:
                 logging.getLogger(__package__).error("app: %s", p)
             return 2
-        from . import ryu_compat       # Ryu apps run unchanged: ryu.* is os_ken.*
+        from . import ryu_compat  # Ryu apps run unchanged: ryu.* is os_ken.*
         ryu_compat.install()
-    from . import launch, osken_app    # noqa: F401 imported late: os-ken monkey-patches on import paths
+    from . import launch, osken_app  # noqa: F401 imported late: os-ken monkey-patches on import paths
     launch.run(args.topology, *args.listen, apps=args.app, unix=args.unix, tls=tls)
     return 0
 

@@ -31,6 +31,21 @@ from collections import deque
 
 from lab.modes import Routing
 
+from .groups import HASH_FIELDS
+from .messages import (
+    ETH_TYPE_IPV4,
+    OFPP_IN_PORT,
+    Bucket,
+    FlowMod,
+    Group,
+    GroupMod,
+    Output,
+    Selection,
+    SetField,
+    SwitchState,
+    match,
+)
+
 
 def grouping(topo):
     """{dpid: group} when ``topo`` is a dragonfly, else None."""
@@ -192,9 +207,6 @@ def valiant(topo, live, desired, adj=None, sources=True):
     """``desired`` ({dpid: SwitchState}, the minimal routes) plus Valiant routing;
     ``sources=False`` (UGAL): without the source switches' select groups, the
     data plane stamping the frames it sends non-minimally itself."""
-    from .messages import (ETH_TYPE_IPV4, OFPP_IN_PORT, Bucket, FlowMod, Group, GroupMod,
-                           Output, Selection, SetField, SwitchState, match)
-    from .groups import HASH_FIELDS
     group = grouping(topo)
     if group is None:
         return desired

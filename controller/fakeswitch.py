@@ -9,8 +9,18 @@ field equals the packet's. ``FakeFabric`` wires FakeSwitches per a Topology
 and walks packets hop by hop, exploring every select-group bucket.
 """
 
-from .messages import (ETH_TYPE_IPV4, OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
-                       SetField)
+from . import policy
+from .messages import (
+    ETH_TYPE_IPV4,
+    OFPP_IN_PORT,
+    CopyField,
+    DecNwTtl,
+    FlowMod,
+    Group,
+    GroupMod,
+    Output,
+    SetField,
+)
 
 
 class FakeSwitchError(AssertionError):
@@ -182,7 +192,6 @@ def udp_packet(src, dst, sport=49152, dport=4791, ttl=64):
 
 def fabric_with_policy(topo, live, mode):
     """A FakeFabric holding the policy's full desired state for ``live`` and ``mode``."""
-    from . import policy
     fab = FakeFabric(topo, live)
     fab.apply({d: policy.install(st)
                for d, st in policy.desired_state(topo, live, mode).items()})

@@ -11,6 +11,7 @@ exception fatal and loud, like ours (os-ken would lose it).  With
 import logging
 import os
 import signal
+import socket
 import sys
 
 from os_ken import cfg
@@ -46,7 +47,6 @@ class _UnixStream:
         self._sock = sock
 
     def setsockopt(self, level, option, value):
-        import socket
         if level == socket.IPPROTO_TCP:
             return None
         return self._sock.setsockopt(level, option, value)

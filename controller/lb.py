@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 
 from lab.modes import LB
 
-from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
 from .groups import FF_GROUP_BASE
+from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
 from .policy import PRIO_IPV4, next_hops
 
 PRIO_AR = PRIO_IPV4 + 2              # a marked frame -> the port its mark names

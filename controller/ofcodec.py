@@ -23,8 +23,17 @@ import struct
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
 
-from .messages import (Bucket, CopyField, DecNwTtl, FlowMod, Group, GroupMod, Output,
-                       Selection, SetField)
+from .messages import (
+    Bucket,
+    CopyField,
+    DecNwTtl,
+    FlowMod,
+    Group,
+    GroupMod,
+    Output,
+    Selection,
+    SetField,
+)
 
 NTR_VENDOR_ID = 0x0000154D          # Netronome
 NTR_COMPAT_VENDOR_ID = 0x00001540   # the wrong value OVS 2.4 used; still accepted

@@ -56,8 +56,13 @@ from os_ken.app.ofctl import api as ofctl_api
 from os_ken.app.ofctl import exception as ofctl_exc
 from os_ken.base import app_manager
 from os_ken.controller import event, ofp_event
-from os_ken.controller.handler import (CONFIG_DISPATCHER, DEAD_DISPATCHER, HANDSHAKE_DISPATCHER,
-                                       MAIN_DISPATCHER, set_ev_cls)
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    HANDSHAKE_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
@@ -65,8 +70,8 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser
 from lab.modes import Failover
 
 from . import damping, dragonfly, lb, policy
-from .handlers import _die, fatal
 from . import topology as topology_mod
+from .handlers import _die, fatal
 from .messages import SwitchState
 from .ofcodec import encode, port_is_live, read_ports, read_tables, to_osken, wire
 

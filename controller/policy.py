@@ -54,12 +54,23 @@ from collections import Counter, deque
 
 from lab.modes import Failover
 
-from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
 from . import dragonfly
+from .groups import FF_GROUP_BASE, Slots, SwitchGroups  # noqa: F401 (FF_GROUP_BASE re-exported)
+from .messages import (
+    ARP_REPLY,
+    ARP_REQUEST,
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    OFPP_IN_PORT,
+    CopyField,
+    DecNwTtl,
+    FlowMod,
+    Output,
+    SetField,
+    SwitchState,
+    match,
+)
 from .topology import NIC
-from .messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
-                       OFPP_IN_PORT, CopyField, DecNwTtl, FlowMod, Output, SetField,
-                       SwitchState, match)
 
 DEFAULT_MODE = Failover.default()
 PRIO_REPAIR = 1100

@@ -60,7 +60,7 @@ class _AliasLoader(importlib.abc.Loader):
         self.real_name = real_name
 
     def create_module(self, spec):
-        return importlib.import_module(self.real_name)
+        return importlib.import_module(self.real_name)  # dynamic: an app's name
 
     def exec_module(self, module):
         # The import system stamped the ryu spec on the shared module object;
@@ -82,7 +82,7 @@ class RyuAliasFinder(importlib.abc.MetaPathFinder):
             return None
         if importlib.util.find_spec(real) is None:
             return None               # a plain ModuleNotFoundError for ryu.X follows
-        is_pkg = hasattr(importlib.import_module(real), "__path__")
+        is_pkg = hasattr(importlib.import_module(real), "__path__")  # dynamic: an app's name
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real), is_package=is_pkg)
 
 
@@ -95,7 +95,7 @@ def install():
     # the finder.  The BGP speaker is heavy: aliased only if already imported
     # (else on its first import through the finder).
     for modname in EAGER:
-        importlib.import_module(modname)
+        importlib.import_module(modname)  # dynamic: an app's name
     for modname, _ in RENAMES.values():
         if modname in sys.modules:
             _add_aliases(sys.modules[modname])

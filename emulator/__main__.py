@@ -9,10 +9,10 @@ before anything is created.
 
 import argparse
 import json
+import resource
 import sys
 
-from emulator.dataplane import cleanup
-from emulator.dataplane import session
+from emulator.dataplane import cleanup, session
 from emulator.dataplane.cluster import servers
 from emulator.dataplane.signals import Interrupted
 from emulator.errors import FabricError, RunFailed
@@ -77,7 +77,6 @@ def build_parser():
 def raise_open_files_limit():
     """Every host namespace holds open descriptors of the run's (Mininet's shells,
     raw sockets): a 512-host fabric passes the usual soft limit of 1024."""
-    import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = 1 << 20 if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and soft < want:

@@ -6,6 +6,10 @@ rank    one rank of a collective (``--config FILE.json``, see traffic.ranks.rank
 engine  every host's paced flows and receivers in one process (traffic.engine)
 job     a training job's ranks and collectives over every NIC in one process (traffic.jobs.job)
 report  nccl-tests table of rank result files
+
+Each sub-command imports its own modules when it runs ("lazy: per
+sub-command"): a host's rank process, started once per host, does not pay for
+the engine's or the job engine's imports.
 """
 
 import argparse
@@ -88,8 +92,8 @@ def emit(doc, out):
 
 
 def cmd_send(a):
-    from traffic.ranks.barrier import read_mac, resolve_mac
-    from traffic.nic.sender import Sender, make_flows
+    from traffic.nic.sender import Sender, make_flows  # lazy: per sub-command
+    from traffic.ranks.barrier import read_mac, resolve_mac  # lazy: per sub-command
     dst_mac = a.dst_mac or resolve_mac(a.dst_ip, a.intf, trigger=True)
     if not dst_mac:
         sys.exit(f"send: no ARP entry for {a.dst_ip}; give --dst-mac")
@@ -108,7 +112,7 @@ def cmd_send(a):
 
 
 def cmd_recv(a):
-    from traffic.nic.receiver import Receiver
+    from traffic.nic.receiver import Receiver  # lazy: per sub-command
     sent = {}
     for path in a.sent:
         with open(path) as f:
@@ -122,7 +126,7 @@ def cmd_recv(a):
 
 
 def cmd_report(a):
-    from traffic.ranks.report import combine, load, table
+    from traffic.ranks.report import combine, load, table  # lazy: per sub-command
     rep = combine(load(a.files))
     print(json.dumps(rep, indent=1) if a.json else table(rep))
     return 0 if all(r["wrong"] == 0 for r in rep["rows"]) else 1
@@ -135,12 +139,12 @@ def main(argv=None):
     if a.cmd == "recv":
         return cmd_recv(a)
     if a.cmd == "engine":
-        from traffic.engine import main as engine_main
+        from traffic.engine import main as engine_main  # lazy: per sub-command
         return engine_main(a.plan, a.out, wait_go=not a.no_wait)
     if a.cmd == "rank":
         return rank_main(a.config, a.out)
     if a.cmd == "job":
-        from traffic.jobs.job import main as job_main
+        from traffic.jobs.job import main as job_main  # lazy: per sub-command
         return job_main(a.config, a.out, wait_go=a.wait_go)
     return cmd_report(a)
 
@@ -148,7 +152,8 @@ def main(argv=None):
 def rank_main(config_path, output=None):
     """``python -m traffic rank``: run one rank (traffic.ranks.rank); returns the exit status."""
     import json
-    from traffic.ranks.rank import Rank, load_config
+
+    from traffic.ranks.rank import Rank, load_config  # lazy: per sub-command
     cfg = load_config(config_path)
     rank = Rank(cfg)
     try:

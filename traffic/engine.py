@@ -62,12 +62,12 @@ import time
 from array import array
 
 from traffic.nic.accounting import Accounting
-from traffic.roce.frames import FastParser
 from traffic.nic.netns import entered
 from traffic.nic.pacing import Schedule
-from traffic.plan import PlanError, load_plan
 from traffic.nic.receiver import nothing_more, open_capture, open_sink, socket_drops
 from traffic.nic.sender import Sender, make_flows
+from traffic.plan import PlanError, load_plan
+from traffic.roce.frames import FastParser
 
 SO_TIMESTAMPNS = 35             # SCM_TIMESTAMPNS: struct timespec, CLOCK_REALTIME
 TIMESPEC = struct.Struct("=qq")

@@ -15,11 +15,10 @@ import shutil
 import signal
 import time
 
-from emulator.dataplane import proc
-from emulator.dataplane import runstate
-from emulator.errors import RunFailed
+from emulator.dataplane import proc, runstate
 from emulator.dataplane.links.ifaces import delete_interfaces
 from emulator.dataplane.ovs.instances import pidfile_daemons
+from emulator.errors import RunFailed
 
 
 def our_bridges():

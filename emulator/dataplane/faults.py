@@ -37,15 +37,15 @@ import time
 
 from pyroute2 import IPRoute
 
-from traffic.nic.netns import entered
-
 from emulator.dataplane import proc
-from emulator.errors import ConfigError, RunFailed
-from emulator.dataplane.runstate import tag_of_name
-from emulator.dataplane.signals import signals_masked
 from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
+from emulator.dataplane.runstate import tag_of_name
+from emulator.dataplane.signals import signals_masked
+from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.analysis.survival import surviving_pairs  # noqa: F401 (re-exported)
+from emulator.fabric.lossless import storm_end
+from traffic.nic.netns import entered
 
 
 def nic_of(topo):
@@ -376,7 +376,6 @@ class Injector:
 
     def pfc_storm(self, target, on):
         """``target`` (fabric.lossless.storm_end) pauses its peer forever, or stops."""
-        from emulator.fabric.lossless import storm_end
         end, t = storm_end(target, self.s.topo), self.clock()
         self.s.pfc.storm(end, on)
         return self._log("pfc_storm" if on else "pfc_storm_stop", target, t, end=end)

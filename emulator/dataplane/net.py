@@ -27,17 +27,25 @@ from mininet.net import Mininet
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane import proc
 from emulator.dataplane.links import hb, shaping
-from emulator.errors import RunFailed
-from emulator.dataplane.links.ifaces import (delete_interfaces, link_group, ns_sockets, quiet_ipv6,
-                                             terminate_nodes, tx_checksum_off, write_sysctl)
+from emulator.dataplane.links.detect import Detector
+from emulator.dataplane.links.ifaces import (
+    delete_interfaces,
+    link_group,
+    ns_sockets,
+    quiet_ipv6,
+    terminate_nodes,
+    tx_checksum_off,
+    write_sysctl,
+)
+from emulator.dataplane.lossless import pfc
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
+from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane.runstate import child_env
-from traffic.nic.netns import entered
+from emulator.errors import RunFailed
 from lab.modes import FlowControl
-
+from traffic.nic.netns import entered
 
 # In an instance's namespace: no IPv6 on switch ports (solicitations hit table-miss)
 INSTANCE_SYSCTLS = {"net/ipv6/conf/default/disable_ipv6": 1, "net/ipv6/conf/all/disable_ipv6": 1}
@@ -338,7 +346,6 @@ class FabricNet:
         if self.flow_control == FlowControl.NONE:
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
             return
-        from emulator.dataplane.lossless import pfc
         pfc.apply_tree(ipr, idx, rate_bps,
                        shaping.tbf_params(rate_bps, self.queue_ms, self.frame)["limit"],
                        self.frame, pfc.SWITCH_QUEUE if switch else pfc.HOST_QUEUE)
@@ -389,7 +396,6 @@ class FabricNet:
         return self.hosts[name]
 
     def detector(self, session, delay_s, clock):   # modeled loss of signal (links.detect)
-        from emulator.dataplane.links.detect import Detector
         return Detector(session, delay_s, clock=clock)
 
     def run_in(self, host, argv, timeout=30, check=True):

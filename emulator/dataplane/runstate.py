@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 
 STATE_ROOT = os.environ.get("FABRIC_LAB_STATE", "/run/fabric-lab")
@@ -89,7 +90,6 @@ class RunState:
 
     def release(self):
         """Remove the state directory (after everything else is gone)."""
-        import shutil
         for name in os.listdir(self.dir):
             path = os.path.join(self.dir, name)
             if os.path.isdir(path) and not os.path.islink(path):

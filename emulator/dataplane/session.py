@@ -14,23 +14,47 @@ orderly exit and masked during teardown):
   5. wait until every host pair reaches every other (pings, with a deadline)
 """
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 
-from emulator.fabric import addressing
+from emulator.dataplane.adaptive.ugal_stage import check_session, stage_for
+from emulator.dataplane.cleanup import kill_processes
+from emulator.dataplane.cluster import cluster_net
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.links import impair
+from emulator.dataplane.lossless import ecn
+from emulator.dataplane.lossless.ecn import Marker
+from emulator.dataplane.lossless.ecnq import DequeueMarker
+from emulator.dataplane.lossless.pfc_run import Pfc
+from emulator.dataplane.net import FabricNet
+from emulator.dataplane.observe import capture, logs, run_yaml
+from emulator.dataplane.observe.reach import check_pairs, wait_all_pairs
+from emulator.dataplane.observe.telemetry import Telemetry
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import instances as ovs_instances
-from emulator.dataplane.observe import logs, run_yaml
-from emulator.fabric import spec, switch_agent
-from emulator.fabric.runspec import RunSpec
-from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
+from emulator.dataplane.ovs.agent_proxy import start_for
+from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
+    REPO,
+    Controller,
+    controller_problems,
+    converged_events,
+    free_port,
+    listening,
+    wait_until,
+)
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
-from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
-    REPO, Controller, controller_problems, converged_events, free_port, listening, wait_until)
+from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
+from emulator.fabric import addressing, spec, switch_agent
+from emulator.fabric import layout as layouts
+from emulator.fabric.lossless import PfcConfig
+from emulator.fabric.runspec import RunSpec
 from lab.modes import EcnAt, Failover, FlowControl
 
 
@@ -43,7 +67,6 @@ def require_root():
 
 def check_dependencies():
     """One actionable message for a missing tool or daemon."""
-    import shutil
     missing = [t for t in ("ovs-vsctl", "ovs-ofctl", "mnexec", "ping", "ethtool")
                if shutil.which(t) is None]
     if missing:
@@ -88,7 +111,6 @@ def spec_of(fabric, **kw):
     """The RunSpec of ``Session(fabric, results_base=..., controller=..., ...)``, the keyword
     form users' tests write; ``ecn`` may be an ``Ecn``, ``switch_agent`` a model, and
     ``layout`` the datapath layout (it becomes the fabric's)."""
-    import dataclasses
     values = {LEGACY.get(k, k): v for k, v in kw.items()}
     e = values.pop("ecn", None)
     if e is not None and not isinstance(e, str):
@@ -140,7 +162,6 @@ class Session:
                                       "--lb controller-dlb")
         self.adaptive = None             # --lb dlb|packet: the switches' own stage
         if spec.routing.adaptive:
-            from emulator.dataplane.adaptive.ugal_stage import check_session
             check_session(spec.routing, spec.lb.adaptive, self.servers)
         self.failover = spec.failover    # none | controller | fast-failover
         self.results_base = spec.results
@@ -155,7 +176,6 @@ class Session:
         self.telemetry_port = spec.telemetry   # serve /metrics on 127.0.0.1 (observe.telemetry)
         self.telemetry = None
         self.impairer = None              # the fabric file's loss:/state: (dataplane.links.impair)
-        from emulator.dataplane.lossless import ecn
         self.ecn = ecn.parse(spec.ecn, at=spec.ecn_at)   # marking thresholds (Ecn) or None
         self.marker = None
         self.reach_timeout = spec.reach_timeout
@@ -166,7 +186,6 @@ class Session:
         self._server_problems = []       # a multi-server run's servers' OVS ERR lines
 
     def __enter__(self):
-        import threading
         self._signals = None
         if threading.current_thread() is threading.main_thread():
             self._signals = signals_as_exceptions()
@@ -191,10 +210,8 @@ class Session:
             raise RunFailed(failure) from None
 
     def _setup(self):
-        from emulator.dataplane.net import FabricNet
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
-        from emulator.dataplane.links import impair
         impair.require_netem(self.fabric)
         send_buffer = None
         if self.servers:     # their own instances, each in a server's root namespace
@@ -204,13 +221,11 @@ class Session:
             if dp_type == "netdev" and self.shape:
                 send_buffer = datapath.check_send_buffer()
         if self.servers:
-            from emulator.dataplane.cluster import cluster_net
             cluster_net.refuse(self)
         else:
             layout_choice = self._resolve_layout(dp_type)
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
-        from emulator.dataplane.observe import capture
         captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
         self.state.record("results", self.dir)
@@ -251,25 +266,19 @@ class Session:
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.results["flow_control"] = self.fabric.flow_control
         if self.fabric.flow_control != FlowControl.NONE:
-            from emulator.dataplane.lossless.pfc_run import Pfc
-            from emulator.fabric.lossless import PfcConfig
             self.net.pfc = Pfc.for_session(
                 self, PfcConfig(mode=self.fabric.flow_control, **dict(self.fabric.pfc)))
         if self.ecn is not None and self.pfc is not None and self.ecn.at == EcnAt.DEQUEUE:
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")
         elif self.ecn is not None:
-            from emulator.dataplane.lossless.ecn import Marker
-            from emulator.dataplane.lossless.ecnq import DequeueMarker
             self.marker = (Marker if self.ecn.at == EcnAt.ENQUEUE else DequeueMarker) \
                 .for_session(self)
         if self.spec.adaptive:
-            from emulator.dataplane.adaptive.ugal_stage import stage_for
             self.adaptive = stage_for(self)
         t1 = time.monotonic()
         if self.controller_spec == "builtin":
             self._wait_installed()
-        from emulator.dataplane.observe.reach import check_pairs, wait_all_pairs
         pairs, how = check_pairs(self.topo)
         self.progress(f"waiting for the hosts to reach each other ({how})")
         seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
@@ -288,7 +297,6 @@ class Session:
             self.capture = capture.Capture(self, captures, frame_len=self.net.mtu)
             self.capture.start()
         if self.telemetry_port:
-            from emulator.dataplane.observe.telemetry import Telemetry
             self.telemetry = Telemetry(self, self.telemetry_port).start()
             self.progress(f"telemetry: {self.telemetry.url}")
 
@@ -297,14 +305,11 @@ class Session:
         the fabric can have, the tools an instance layout needs, and a controller
         its namespaces can reach.  A placement names switches only, so the plan
         without the run's tag gives the run's."""
-        import shutil
-        from emulator.errors import ConfigError
-        from emulator.fabric import layout
-        chosen, why = layout.resolve(self.fabric, os.cpu_count() or 1, dp_type, os.environ,
+        chosen, why = layouts.resolve(self.fabric, os.cpu_count() or 1, dp_type, os.environ,
                                      asked=self.layout)
         if chosen == "shared":
             return chosen, why, []
-        placement = layout.place(addressing.plan(self.fabric), chosen)
+        placement = layouts.place(addressing.plan(self.fabric), chosen)
         missing = [t for t in ovs_instances.TOOLS if shutil.which(t) is None]
         if missing:
             raise EnvironmentProblem(
@@ -320,11 +325,10 @@ class Session:
 
     def _place(self, chosen, why, placement):
         """Say the switches' datapath instances at start, and record them."""
-        from emulator.fabric import layout
-        crossing = layout.crossing_links(self.topo, placement)
+        crossing = layouts.crossing_links(self.topo, placement)
         self.results["layout"] = {"layout": chosen, "why": why, "crossing_links": crossing,
                                   "instances": {n: g for n, g in placement}}
-        self.progress(f"layout {chosen} ({why}): {layout.describe(placement)}"
+        self.progress(f"layout {chosen} ({why}): {layouts.describe(placement)}"
                       + (f"; {crossing} links join two instances" if placement else ""))
         if self.results["datapath"]["type"] == "netdev":   # what ovs-vswitchd allocates with
             pid = None if placement else ovs_instances.SYSTEM.vswitchd_pid()
@@ -352,8 +356,6 @@ class Session:
 
     def _impair(self):
         """The fabric file's impairments, once the whole fabric was seen reachable."""
-        from emulator.dataplane.links import impair
-        from emulator.dataplane.faults import Injector
         self.impairer = Injector(self, nft_name="impair",
                                  log_path=os.path.join(self.dir, "impairments.jsonl"))
         t0 = time.monotonic()
@@ -387,7 +389,6 @@ class Session:
         it, dataplane.ovs.agent_proxy); the URL switches connect to."""
         if self.switch_agent is None:
             return self._start_controller_only(unix)
-        from emulator.dataplane.ovs.agent_proxy import start_for
         self.agent = start_for(self, self._start_controller_only(None), unix)
         return self.agent.url
 
@@ -466,7 +467,6 @@ class Session:
                 self.results["ovs_problems"] = problems
                 CLOSED.append((self.state.tag, problems
                                + self.results.get("controller", {}).get("problems", [])))
-                from emulator.dataplane.cleanup import kill_processes
                 leftovers = processes_of(self.state.tag)
                 if leftovers:
                     kill_processes(list(leftovers))

@@ -32,12 +32,17 @@ import json
 import os
 import time
 
+from emulator.dataplane import proc
+from emulator.dataplane.observe.counters import busy_share, machine_cpu
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.ovs import datapath as dp
 from emulator.dataplane.session import Session
-from emulator.fabric.runspec import RunSpec
-
 from emulator.experiments.measure import budget
 from emulator.experiments.measure.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of
+from emulator.fabric import layout as layouts
+from emulator.fabric import presets
+from emulator.fabric.runspec import RunSpec
 from traffic.roce.frames import frame_len_for_mtu
 
 CACHE = "/var/cache/fabric-lab/calibration.json"
@@ -48,13 +53,11 @@ LATENCY_QUANTILE = "p99"
 
 
 def calibration_fabric():
-    from emulator.fabric import presets
     return presets.build("leaf-spine", {"spines": 1, "leaves": 2, "hosts_per_leaf": 2,
                                         "host_rate": "10Gbps", "uplink_rate": "10Gbps"})
 
 
 def ovs_version():
-    from emulator.dataplane import proc
     first = proc.run(["ovs-vswitchd", "--version"], timeout=10).splitlines()[0]
     return first.split()[-1]
 
@@ -132,9 +135,7 @@ def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
     a ``window_s`` window: a calibration that starts while the previous run's
     teardown still occupies the CPU measures that, not the machine. Returns
     whether it got quiet."""
-    from emulator.dataplane.observe.counters import busy_share
-    if sample is None:
-        from emulator.dataplane.observe.counters import machine_cpu as sample
+    sample = sample or machine_cpu
     waited = 0.0
     before = sample()
     while True:
@@ -218,8 +219,6 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
     """The budget runs would read for what ``calibrate`` with these arguments
     measures (``cached_budget``), or None: ``calibrate --if-missing`` (setup.sh)
     measures only a machine that has none."""
-    from emulator.dataplane.ovs import datapath as dp
-    from emulator.fabric import layout as layouts
     dp_type, _ = dp.detect(datapath)
     used, _ = layouts.resolve(calibration_fabric(), os.cpu_count() or 1, dp_type, os.environ,
                               asked=layout)
@@ -229,8 +228,6 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
 def say_load(streams, frame_len, datapath_request, out, fabric=None):
     """Print the share of this machine's cached budget, for the datapath layout
     ``fabric`` will run in, ``streams`` will use, or a warning."""
-    from emulator.dataplane.ovs import datapath
-    from emulator.fabric import layout as layouts
     dp_type, _ = datapath.detect(datapath_request)
     layout = "shared"
     if fabric is not None:

@@ -28,16 +28,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-
-from emulator.fabric.addressing import home_leaf
-from emulator.dataplane.session import REPO
+from emulator.dataplane.faults import nic_of
+from emulator.dataplane.links.ifaces import ns_sockets
+from emulator.dataplane.observe.reach import ping_round
+from emulator.dataplane.session import REPO, Session, write_json
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
-from emulator.dataplane.observe.reach import ping_round
-from emulator.dataplane.session import Session, write_json
 from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.fabric import addressing
+from emulator.fabric.addressing import home_leaf
 from emulator.report import files as reports
+from traffic.roce.frames import udp_sport
 
 ROCE_PORT = 4791
 
@@ -194,7 +195,6 @@ def flow_path(session, src, dst, sport, packets=200, dport=ROCE_PORT):
 
 def parse_link(text, topo):
     """``leaf1-spine1`` (or ``leaf1:spine1``) -> [(switch, port entry) per switch end]."""
-    from emulator.dataplane.faults import nic_of
     sep = ":" if ":" in text else "-"
     a, _, b = text.partition(sep)
     nic = nic_of(topo)
@@ -215,7 +215,6 @@ def parse_link(text, topo):
 def set_link(ends, state, net):
     """Set both switch-side interfaces of a link up or down (netlink, in the
     namespaces of their switches' Open vSwitch)."""
-    from emulator.dataplane.links.ifaces import ns_sockets
     with ns_sockets() as sock:
         for sw, p in ends:
             ipr = sock(net.switch_netns(sw))
@@ -227,7 +226,6 @@ def set_link(ends, state, net):
 
 def probe_sports(qps, first_qpn=0x100):
     """The UDP source ports of the traffic engine's flows (traffic.roce.frames.udp_sport)."""
-    from traffic.roce.frames import udp_sport
     return [udp_sport(q, q) for q in range(first_qpn, first_qpn + qps)]
 
 

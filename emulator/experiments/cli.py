@@ -22,7 +22,11 @@ import time
 from mininet.cli import CLI
 from mininet.log import output
 
-from emulator.errors import FabricError, RunFailed
+from emulator.dataplane.faults import Injector
+from emulator.dataplane.observe import capture as cap
+from emulator.dataplane.observe.counters import QueueCounters, link_names
+from emulator.errors import ConfigError, FabricError, RunFailed
+from emulator.experiments.spec.scenario import parse_duration
 
 DEFAULT_DETECT_S = 0.001
 
@@ -31,7 +35,6 @@ class FabricCLI(CLI):
     prompt = "fabric> "
 
     def __init__(self, session, stdin=sys.stdin, script=None, detect=DEFAULT_DETECT_S):
-        from emulator.dataplane.faults import Injector
         self.session = session
         self.inj = Injector(session, detect=detect)
         self.cut_links = []
@@ -95,7 +98,6 @@ class FabricCLI(CLI):
     def do_flap(self, line):
         """flap LINK COUNT PERIOD: COUNT down/up cycles, e.g. flap leaf1-spine1 5 200ms"""
         def flap(args):
-            from emulator.experiments.spec.scenario import parse_duration
             count, period = int(args[1]), parse_duration(args[2], "flap")
             self.inj.flap(args[0], count, period)
             output(f"{args[0]} flapped {count} times every {period * 1e3:g} ms; up\n")
@@ -115,7 +117,6 @@ class FabricCLI(CLI):
         """storm NODE|LINK on|off: a PFC storm (lossless fabric): h1 pauses its ToR,
         leaf1-spine1 leaf1's port pauses spine1, until 'storm ... off'"""
         def storm(args):
-            from emulator.errors import ConfigError
             if self.session.pfc is None:
                 raise ConfigError("storm", "the fabric is not lossless (-P lossless=true)")
             on = (args[1] if len(args) > 1 else "on") == "on"
@@ -148,7 +149,6 @@ class FabricCLI(CLI):
     def do_capture(self, line):
         """capture NODE[:PORT][,...] | capture stop: pcap per interface, in the results dir"""
         def capture(args):
-            from emulator.dataplane.observe import capture as cap
             for name, n in sorted(self._stop_capture().items()):
                 output(f"{self.session.dir}/{name}: {n} packets\n")
             if args and args[0] != "stop":
@@ -161,7 +161,6 @@ class FabricCLI(CLI):
 
 def link_table(session, seconds):
     """Rows: per link direction, Mbit/s over ``seconds``, backlog bytes, drops (window)."""
-    from emulator.dataplane.observe.counters import QueueCounters, link_names
     q = QueueCounters(session.net)
     try:
         before = q.read()

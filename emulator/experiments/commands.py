@@ -23,6 +23,7 @@ import importlib
 from dataclasses import dataclass, field
 
 from emulator.dataplane import session as session_mod
+from emulator.dataplane.observe import run_yaml
 from emulator.errors import FabricError
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
@@ -97,7 +98,7 @@ def add_parsers(sub):
                                 "the flags below also choose it)")
         module(cmd).add_arguments(p)
         for extra in cmd.shared:
-            importlib.import_module(extra).add_arguments(p)
+            importlib.import_module(extra).add_arguments(p)  # lazy: one per command
         if top in ("drill", "compare"):
             live.add_arguments(p)
 
@@ -144,7 +145,6 @@ def execute(args, out=print):
 
 def from_file(args, out):
     """``run --spec FILE``: its RunSpec, with the options given beside it over its fields."""
-    from emulator.dataplane.observe import run_yaml
     try:
         doc = run_yaml.read(args.spec)
     except (OSError, ValueError) as e:

@@ -8,8 +8,7 @@ fabric is built; the workload is the default mix (``mix``) or a collective
 
 import os
 
-from emulator.dataplane.session import (Session, check_dependencies, require_root,
-                                        write_json)
+from emulator.dataplane.session import Session, check_dependencies, require_root, write_json
 from emulator.dataplane.signals import signals_as_exceptions
 from emulator.errors import ConfigError
 from emulator.experiments import calibrate
@@ -17,8 +16,18 @@ from emulator.experiments.cli import FabricCLI
 from emulator.experiments.measure import budget
 from emulator.experiments.spec.fabric import add_fabric_args, parse_controller
 from emulator.experiments.spec.options import (
-    WORKLOADS, add_adaptive_args, add_capture_arg, add_fidelity_args, add_switch_agent_arg,
-    add_training_args, add_transport_args, nic_lb, parse_seed, parse_workload, rank_transport)
+    WORKLOADS,
+    add_adaptive_args,
+    add_capture_arg,
+    add_fidelity_args,
+    add_switch_agent_arg,
+    add_training_args,
+    add_transport_args,
+    nic_lb,
+    parse_seed,
+    parse_workload,
+    rank_transport,
+)
 from emulator.experiments.training import launch as training
 from emulator.experiments.ui import live
 from emulator.experiments.workloads import background as bg
@@ -139,7 +148,7 @@ def run(spec, out=print, view=None):
         try:
             with session, rec:
                 if spec.cli:
-                    from mininet.log import setLogLevel   # optional: only the CLI needs it
+                    from mininet.log import setLogLevel  # optional: only the CLI needs it
                     out(report.cli_banner(session))
                     setLogLevel("output")       # the CLI prints through Mininet's log
                     FabricCLI(session)

@@ -39,6 +39,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from emulator.errors import ConfigError
+from emulator.fabric.units import parse_duration
 from lab.modes import FlowControl, Routing
 
 FLOW_CONTROLS = FlowControl.names()
@@ -70,7 +72,6 @@ def routing_classes(fabric, routing):
     """The lossless priorities a run of ``fabric`` (emulator.fabric.model.Fabric) under
     ``routing`` needs: one per routing phase on a dragonfly, else 1.  ConfigError
     if a switch has more ports than the stamp names with several classes."""
-    from emulator.errors import ConfigError
     switches = {n.name: n.pod for n in fabric.nodes if not n.is_host}
     links = [(lk.a.node, lk.b.node) for lk in fabric.links]
     if _groups(switches, links) is None:
@@ -99,7 +100,6 @@ def phase_ports(topo):
 def parse_settings(raw, where=SECTION):
     """``{watchdog: drop|forward|off, detection: 1s, restoration: 1s, xoff_frames: 8}``
     -> sorted ((PfcConfig field, value), ...); ValueError naming the key."""
-    from emulator.fabric.units import parse_duration
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: a mapping of {', '.join(SETTINGS)}")
     out = {}
@@ -177,7 +177,6 @@ def storm_end(text, topo):
     """The interface end (``node:port``) a ``--fault TARGET:pfc-storm`` makes pause
     its peer forever: a host's NIC port (``h1``), or the first node's port
     towards the second (``leaf1-spine1``: leaf1's port to spine1)."""
-    from emulator.errors import ConfigError
     where = f"fault {text}:pfc-storm"
     hosts = {h["name"]: h for h in topo["hosts"]}
     switches = {s["name"]: s for s in topo["switches"]}
@@ -225,7 +224,6 @@ def deadlock_plan(topo):
     each other in a ring.  Returns ``(routes, streams)``: routes [(switch,
     [in ports], [destination IPs], out port)], streams [(source host,
     destination host)]; ConfigError if the fabric has no such ring."""
-    from emulator.errors import ConfigError
     leaves = [s for s in topo["switches"] if s.get("tier") == 1 and s.get("kind") != "nic"]
     spines = [s for s in topo["switches"] if s.get("tier") == 2]
     if len(leaves) < 4 or len(spines) < 2 or any(s.get("tier", 0) > 2

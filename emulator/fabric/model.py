@@ -22,6 +22,8 @@ Names:
 from dataclasses import dataclass, field
 from typing import Optional
 
+from emulator.fabric.lossless import SETTINGS
+from emulator.fabric.units import format_rate
 from lab.modes import FlowControl
 
 HOST = "host"
@@ -152,7 +154,6 @@ class Fabric:
                 if getattr(n, key) is not None:
                     entry[key] = getattr(n, key)
             nodes[n.name] = entry
-        from emulator.fabric.units import format_rate
         links = []
         for lk in self.links:
             entry = {"endpoints": [str(lk.a), str(lk.b)], "rate": format_rate(lk.rate_bps)}
@@ -174,7 +175,6 @@ class Fabric:
         if self.flow_control != FlowControl.NONE:
             doc["flow_control"] = str(self.flow_control)
         if self.pfc:
-            from emulator.fabric.lossless import SETTINGS
             key = {v: k for k, v in SETTINGS.items()}
             doc["pfc"] = {key[f]: (f"{v:g}s" if f.endswith("_s") else v) for f, v in self.pfc}
         if self.cluster is not None:

@@ -24,7 +24,11 @@ import re
 import yaml
 
 from emulator.errors import ConfigError
-from emulator.fabric.model import HOST, BOND_MODES, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
+from emulator.fabric import layout as layouts
+from emulator.fabric.cluster import parse_cluster
+from emulator.fabric.lossless import parse_flow_control, parse_settings
+from emulator.fabric.model import BOND_MODES, HOST, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
+from emulator.fabric.switch_agent import parse_fabric
 from emulator.fabric.units import parse_duration, parse_rate
 from lab.modes import FlowControl
 
@@ -128,7 +132,6 @@ def parse(data, source="<fabric>"):
     _check_connected(nodes, links, fail)
     layout = data.get("layout")
     if layout is not None:
-        from emulator.fabric import layout as layouts
         try:
             layout = layouts.parse(layout, "layout")
         except ConfigError as e:
@@ -144,7 +147,6 @@ def parse(data, source="<fabric>"):
                                                    "(lossless: true)")
     pfc = ()
     if "pfc" in data:
-        from emulator.fabric.lossless import parse_settings
         try:
             pfc = parse_settings(data["pfc"])
         except ValueError as e:
@@ -152,7 +154,6 @@ def parse(data, source="<fabric>"):
             fail(where, msg)
     cluster = None
     if "servers" in data:
-        from emulator.fabric.cluster import parse_cluster
         try:
             cluster = parse_cluster(data["servers"], data.get("placement", "auto"))
         except ConfigError as e:
@@ -161,7 +162,6 @@ def parse(data, source="<fabric>"):
         fail("placement", "placement needs servers: give the servers to place on")
     agents = None
     if "switch_agent" in data:
-        from emulator.fabric.switch_agent import parse_fabric
         try:
             agents = parse_fabric(data["switch_agent"])
         except ConfigError as e:
@@ -172,7 +172,6 @@ def parse(data, source="<fabric>"):
 
 def _flow_control(data, fail):
     """``lossless: true`` or ``flow_control: pfc`` (not both, unless they agree)."""
-    from emulator.fabric.lossless import parse_flow_control
     modes = {}
     for key in ("lossless", "flow_control"):
         if key in data:

@@ -20,13 +20,16 @@ reported in the report and never fails the run: the measurements are in
 results.json regardless.
 """
 
+import math
 import os
 import platform
 import shlex
 import subprocess
 import sys
 from importlib import metadata
-from emulator.report.summary import fidelity_lines, layout_text
+
+from emulator.report.summary import adaptive_text, fidelity_lines, layout_text, pfc_text
+from emulator.report.training import training_lines
 
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
@@ -77,7 +80,6 @@ def grouped(topo):
 def group_layout(topo, pod):
     """{node: (x, y)}: groups around a circle, each group's switches on a small
     arc (spines inside leaves), a switch's hosts just outside it."""
-    import math
     groups = sorted(set(pod.values()))
     members = {g: [n for n in pod if pod[n] == g] for g in groups}
     pos = {}
@@ -207,10 +209,8 @@ def markdown(results, topo, pictures, summary_text=None):
                          [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
                           for s in topo["switches"]]))
     if r.get("lossless"):
-        from emulator.report.summary import pfc_text
         out += ["", "## Lossless fabric", "", "```", pfc_text(r["lossless"]), "```"]
     if r.get("adaptive"):
-        from emulator.report.summary import adaptive_text
         out += ["", "## Adaptive routing in the switches", "", "```",
                 adaptive_text(r["adaptive"]), "```"]
     traffic = r.get("traffic")
@@ -239,7 +239,6 @@ def markdown(results, topo, pictures, summary_text=None):
             out += ["![busbw](busbw.png)", ""]
         out += ["```", coll["table"], "```"]
     if r.get("training"):
-        from emulator.report.training import training_lines
         out += ["", "## Training job", "", "```", *training_lines(r["training"]), "```"]
     checks = r.get("checks")
     if checks:

@@ -1,7 +1,9 @@
 """Human-readable text: the fabric (``show``) and a run's summary."""
 
+from emulator.fabric import lossless, units
 from emulator.fabric.presets import oversubscription
 from emulator.fabric.units import format_rate
+from emulator.report.training import training_lines
 from lab.modes import LB, FlowControl
 
 
@@ -51,7 +53,6 @@ def describe_fabric(fabric, topo):
 
 def lossless_text(topo, roce_mtu=None, mode=FlowControl.PFC, settings=None):
     """The switch buffer thresholds of a lossless fabric, per link rate."""
-    from emulator.fabric import lossless, units
     cfg = lossless.PfcConfig(mode=mode, **(settings or {}))
     frame = units.link_mtu(roce_mtu or units.ROCE_MTU) + 14
     rates = sorted({p["rate_bps"] for sw in topo["switches"] for p in sw["ports"]})
@@ -234,7 +235,6 @@ def summary(results, topo):
             out.append("")
             out += fidelity_lines(coll["fidelity"])
     if r.get("training"):
-        from emulator.report.training import training_lines
         out.append("")
         out += training_lines(r["training"])
         if r["training"].get("fidelity"):

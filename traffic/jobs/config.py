@@ -37,8 +37,8 @@ send is eager: ``job_program``).
 import json
 from dataclasses import dataclass
 
-from traffic.ranks.config import ConfigError, load_config
 from lab.modes import CC, Entropy, Transport
+from traffic.ranks.config import ConfigError, load_config
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")

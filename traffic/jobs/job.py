@@ -39,16 +39,16 @@ import sys
 import time
 from array import array
 
-from traffic.ranks.barrier import next_hop_macs
+from lab.modes import Transport
 from traffic.engine import _cpu, percentiles, write_doc
 from traffic.jobs.coll import NetRun, steps_of
 from traffic.jobs.config import JobConfigError, load_job
 from traffic.jobs.nic import JobNic
 from traffic.jobs.program import Deadlock, JobProgram
 from traffic.nic.netns import entered
+from traffic.ranks.barrier import next_hop_macs
 from traffic.ranks.config import qpn
 from traffic.ranks.report import bandwidths
-from lab.modes import Transport
 
 LATE_BIN_NS = 100_000             # lateness histogram: 0.1 ms bins up to 1 s
 LATE_BINS = 10_000

@@ -29,18 +29,24 @@ import struct
 import time
 from collections import deque
 
+from lab.modes import Transport
 from traffic.nic.accounting import Accounting
-from traffic.roce.frames import ETH_LEN, FastParser, frame_len_for_mtu
 from traffic.nic.netns import entered
-from traffic.ranks.outbound import Outbound, qp_key
 from traffic.nic.pacing import TokenBucket
-from traffic.roce.qps import RankQPs
-from traffic.ranks.config import cc_params, out_of_order
-from traffic.roce.rcframes import parse_control
-from traffic.nic.receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
+from traffic.nic.receiver import (
+    PACKET_OUTGOING,
+    nothing_more,
+    open_capture,
+    open_sink,
+    socket_drops,
+)
 from traffic.nic.sender import _DOWN, _FULL, MSG_DONTWAIT, ROOM_WAIT_NS, Sender, open_raw
 from traffic.nic.sendq import SendQueues
-from lab.modes import Transport
+from traffic.ranks.config import cc_params, out_of_order
+from traffic.ranks.outbound import Outbound, qp_key
+from traffic.roce.frames import ETH_LEN, FastParser, frame_len_for_mtu
+from traffic.roce.qps import RankQPs
+from traffic.roce.rcframes import parse_control
 
 SO_TIMESTAMPNS = 35
 TIMESPEC = struct.Struct("=qq")

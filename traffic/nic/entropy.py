@@ -21,6 +21,7 @@ own source port) of one packet; ``sport(base, index)`` maps it to a port.
 
 import struct
 import zlib
+
 from lab.modes import Entropy
 
 MODES = Entropy.names()

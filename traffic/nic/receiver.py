@@ -22,6 +22,7 @@ matching frame (counted from the first one, or from the start when
 import errno
 import select
 import socket
+import struct
 import time
 
 from traffic.nic.accounting import Accounting
@@ -64,7 +65,6 @@ def nothing_more(e):
 def socket_drops(sock):
     """Frames the kernel dropped on packet socket ``sock`` since the last call
     (PACKET_STATISTICS; reading resets it): the reader was too slow."""
-    import struct
     raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
     return struct.unpack("II", raw)[1]
 

@@ -20,8 +20,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from traffic.roce.frames import PSN_MASK
 from traffic.nic.pacing import TokenBucket, sleep_ns
+from traffic.roce.frames import PSN_MASK, FrameTemplate
 
 _FULL = (errno.EAGAIN, errno.ENOBUFS)                   # the interface's queue is full
 _DOWN = (errno.ENETDOWN, errno.ENXIO)                   # the interface is down or gone
@@ -350,7 +350,6 @@ def make_flows(src_mac, dst_mac, src_ip, dst_ip, qps=1, first_flow=0,
                first_qpn=0x100, frame_len=1078, dscp=26, opcode="WRITE_ONLY", qpns=None):
     """``qps`` flows of one connection: distinct QPs, hence distinct UDP sports;
     ``qpns``: the QP numbers themselves (else ``first_qpn`` and up)."""
-    from traffic.roce.frames import FrameTemplate
     flows = []
     for q, qpn in enumerate(qpns or range(first_qpn, first_qpn + qps)):
         tpl = FrameTemplate(src_mac, dst_mac, src_ip, dst_ip, dst_qpn=qpn,

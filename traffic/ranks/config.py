@@ -5,12 +5,15 @@
 """
 
 import json
+import zlib
 
-from traffic.ranks.collectives import COLLECTIVES, ring_order
-from traffic.nic.entropy import MODES as ENTROPY_MODES
-from traffic.roce.frames import PROBE, PSN_MASK
-from traffic.roce.transport import RcParams
 from lab.modes import CC, Entropy, Transport
+from traffic.nic.entropy import MODES as ENTROPY_MODES
+from traffic.ranks.collectives import COLLECTIVES, ring_order
+from traffic.roce.dcqcn import DcqcnParams
+from traffic.roce.frames import PROBE, PSN_MASK
+from traffic.roce.timely import TimelyParams
+from traffic.roce.transport import RcParams
 
 TRANSPORTS = Transport.names()
 CC_MODES = CC.names()
@@ -127,7 +130,6 @@ def qpn(src, dst, qp, seed=None):
 
 def shuffle24(x, seed):
     """A seeded bijection of 0..2^24-1: xor, odd multiply, xorshift, odd multiply, xor."""
-    import zlib
     k = [zlib.crc32(f"{seed}:{i}".encode()) & PSN_MASK for i in range(4)]
     x = ((x ^ k[0]) * (k[1] | 1)) & PSN_MASK
     x ^= x >> 12
@@ -137,8 +139,6 @@ def shuffle24(x, seed):
 
 def cc_params(cfg):
     """``RankQPs`` keyword for the config's congestion control ({} for none)."""
-    from traffic.roce.dcqcn import DcqcnParams
-    from traffic.roce.timely import TimelyParams
     if cfg["cc"] == CC.DCQCN:
         return {"dcqcn": DcqcnParams(cfg["rate_bps"], **cfg["cc_params"])}
     if cfg["cc"] == CC.TIMELY:

@@ -20,10 +20,11 @@ QP numbers and flow ids are ``rank_config.qpn`` and ``flow_id`` of (me,
 peer, qp): the receiving side names the same QPs the same way.
 """
 
-from traffic.nic.entropy import EntropyPolicy, sport as entropy_sport
-from traffic.roce.frames import HEADERS_LEN, PROBE, PSN_MASK, RETH_LEN, FrameTemplate, opcode_for
-from traffic.ranks.config import flow_id, qpn
 from lab.modes import Entropy
+from traffic.nic.entropy import EntropyPolicy
+from traffic.nic.entropy import sport as entropy_sport
+from traffic.ranks.config import flow_id, qpn
+from traffic.roce.frames import HEADERS_LEN, PROBE, PSN_MASK, RETH_LEN, FrameTemplate, opcode_for
 
 OPCODES = ("WRITE_ONLY", "WRITE_FIRST", "WRITE_MIDDLE", "WRITE_LAST")
 

@@ -40,21 +40,41 @@ import socket
 import sys
 import time
 
+from lab.modes import Transport
 from traffic.nic.accounting import Accounting
-from traffic.ranks.barrier import (READY_PORT, Barrier, leave_together, read_mac, resolve_mac,
-                      serve_readable)
-from traffic.ranks.collectives import schedule
-from traffic.roce.frames import parse
-from traffic.ranks.outbound import Outbound, qp_key
 from traffic.nic.pacing import TokenBucket
-from traffic.roce.qps import RankQPs
-from traffic.ranks.config import (DEFAULTS, TRANSPORTS, ConfigError, cc_params,  # noqa: F401
-                          flow_id, load_config, out_of_order, qpn)
-from traffic.roce.rcframes import parse_control
-from traffic.nic.receiver import PACKET_OUTGOING, nothing_more, open_capture, open_sink, socket_drops
+from traffic.nic.receiver import (
+    PACKET_OUTGOING,
+    nothing_more,
+    open_capture,
+    open_sink,
+    socket_drops,
+)
 from traffic.nic.sender import Sender
 from traffic.nic.sendq import SendQueues
-from lab.modes import Transport
+from traffic.ranks.barrier import (
+    READY_PORT,
+    Barrier,
+    leave_together,
+    read_mac,
+    resolve_mac,
+    serve_readable,
+)
+from traffic.ranks.collectives import schedule
+from traffic.ranks.config import (  # noqa: F401
+    DEFAULTS,
+    TRANSPORTS,
+    ConfigError,
+    cc_params,
+    flow_id,
+    load_config,
+    out_of_order,
+    qpn,
+)
+from traffic.ranks.outbound import Outbound, qp_key
+from traffic.roce.frames import parse
+from traffic.roce.qps import RankQPs
+from traffic.roce.rcframes import parse_control
 
 
 class Rank:

@@ -31,6 +31,8 @@ UDP source port: RoCE NICs put path entropy there, derived from the QP
 ECMP paths.  UDP checksum is 0 (allowed for RoCEv2 over IPv4).
 """
 
+import ctypes
+import ctypes.util
 import struct
 import zlib
 
@@ -107,8 +109,6 @@ class _TailCrc:
 
 
 def _libz_combine():
-    import ctypes
-    import ctypes.util
     try:
         libz = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1")
         fn = libz.crc32_combine
@@ -172,10 +172,10 @@ class FrameTemplate:
                  opcode="WRITE_ONLY", frame_len=1078, dscp=26, ecn=0,
                  sport=None, rkey=0x1234, vaddr=0, ackreq=False):
         # Imported here: only template construction needs scapy.
+        from scapy.contrib.roce import BTH
         from scapy.layers.inet import IP, UDP
         from scapy.layers.l2 import Ether
         from scapy.packet import Raw
-        from scapy.contrib.roce import BTH
 
         self.opcode = OPCODES[opcode] if isinstance(opcode, str) else opcode
         self.dst_qpn = dst_qpn

@@ -17,6 +17,7 @@ its packets are dropped and ``failed`` lists it, as the NIC would report
 "transport retry counter exceeded".
 """
 
+import socket
 from collections import deque
 
 from traffic.roce.dcqcn import CnpPacer, Dcqcn
@@ -261,7 +262,6 @@ class RankQPs:
         """Every QP's own counts: as requester {src_ip, qpn, peer, qp, sent_packets (first
         transmissions), outstanding, failed}; as responder {src_ip, qpn (the
         requester's), delivered_packets}.  A drill matches the two sides."""
-        import socket
 
         def text(ip):
             return socket.inet_ntoa(ip) if isinstance(ip, bytes) else ip

@@ -17,7 +17,16 @@ MSN are patched and the ICRC recomputed (60-odd bytes).
 
 import struct
 
-from traffic.roce.frames import BTH_OFF, ETH_LEN, ICRC_LEN, PSN_MASK, PSN_OFF, ROCE_PORT, icrc, udp_sport
+from traffic.roce.frames import (
+    BTH_OFF,
+    ETH_LEN,
+    ICRC_LEN,
+    PSN_MASK,
+    PSN_OFF,
+    ROCE_PORT,
+    icrc,
+    udp_sport,
+)
 
 ACKNOWLEDGE, CNP = 0x11, 0x81
 SYN_ACK, SYN_NAK_SEQ = 0x1F, 0x60

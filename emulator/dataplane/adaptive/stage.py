@@ -17,11 +17,14 @@ from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model
+from emulator.dataplane.adaptive.repair import RepairFollower
 from emulator.dataplane.links import shaping
 from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.dataplane.lossless.ecnq import XDP_FLAGS_SKB_MODE, detach
 from emulator.errors import EnvironmentProblem, RunFailed
+from emulator.fabric.addressing import switch_intf
 from lab.modes import LB, Failover
+from traffic.roce.frames import frame_len_for_mtu
 
 PORT = bpf.Layout("ar_port", model.PORT_FIELDS)
 CONTROL = bpf.Layout("ar_ctl", model.CONTROL_FIELDS)
@@ -35,7 +38,6 @@ def session_ports(session):
     {(switch, port): (netns, ifname)}, ``far`` (their links' other ends),
     ``rates`` {(switch, port): bit/s} and ``chain`` (the interfaces whose XDP hook
     PFC or dequeue marking holds: (netns, ifname) -> program array slot)."""
-    from emulator.fabric.addressing import switch_intf
     by_name = {sw["name"]: sw for sw in session.topo["switches"]}
     ifaces, far, rates = {}, {}, {}
     for sw in session.topo["switches"]:
@@ -97,7 +99,6 @@ class AdaptiveStage:
 
     @classmethod
     def for_session(cls, session):
-        from traffic.roce.frames import frame_len_for_mtu
         ifaces, far, rates, chain = session_ports(session)
         stage = cls(cls.session_mode(session), session.topo, ifaces, far, rates,
                     frame_len_for_mtu(session.mtu), session.net.queue_ms,
@@ -106,7 +107,6 @@ class AdaptiveStage:
         session.progress(stage.describe())
         log = getattr(session.controller, "log_path", None)
         if cls.FOLLOWS_REPAIR and session.failover != Failover.NONE and log:
-            from emulator.dataplane.adaptive.repair import RepairFollower
             stage.follower = RepairFollower(stage, session.topo, log).start()
         return stage
 

@@ -34,8 +34,7 @@ May import: ``emulator.errors`` only.
 """
 
 from emulator.dataplane.bpf import build
-from emulator.dataplane.bpf.loader import Layout, Programs, load
-from emulator.dataplane.bpf.loader import CHAIN_MAP
+from emulator.dataplane.bpf.loader import CHAIN_MAP, Layout, Programs, load
 from emulator.dataplane.bpf.maps import F_MMAPABLE, Map, prog_array, test_run, test_run_skb
 
 __all__ = ["CHAIN_MAP", "F_MMAPABLE", "Layout", "Map", "Programs", "build", "load",

@@ -22,6 +22,7 @@ import struct
 import threading
 
 import emulator.dataplane.bpf.build as build
+from emulator.dataplane.bpf.maps import prog_array
 from emulator.errors import EnvironmentProblem
 
 BTF_KIND_STRUCT = 4
@@ -197,7 +198,6 @@ def load(name, config, config_layout, maps, value_layouts=(), programs=None):
     Returns their fds (``Programs``)."""
     path = build.object_path(name)
     if CHAIN_MAP not in maps and name in CHAINED:     # nothing follows: an empty array
-        from emulator.dataplane.bpf.maps import prog_array
         chain = prog_array(1)
         try:
             return load(name, config, config_layout, dict(maps, **{CHAIN_MAP: chain}),

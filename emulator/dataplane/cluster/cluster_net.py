@@ -20,8 +20,14 @@ session closes (this process died) removes it by itself.
 import os
 import time
 
+from emulator.dataplane.cluster import servers as srv
+from emulator.dataplane.cluster.cluster_traffic import RemoteEngines
 from emulator.dataplane.cluster.servers import RemoteWorker, in_parallel
-from emulator.fabric import cluster
+from emulator.dataplane.links import impair
+from emulator.dataplane.observe.counters import machine_cpu
+from emulator.dataplane.ovs.controller_proc import Controller
+from emulator.errors import ConfigError, EnvironmentProblem
+from emulator.fabric import addressing, cluster
 from emulator.fabric.units import link_mtu
 from lab.modes import FlowControl
 
@@ -133,7 +139,6 @@ class ClusterNet:
 
     def engines(self, plan, name="engine"):
         """One traffic engine per server on that server's part of ``plan``."""
-        from emulator.dataplane.cluster.cluster_traffic import RemoteEngines
         return RemoteEngines(self, plan, name)
 
     def switch_netns(self, switch):
@@ -223,7 +228,6 @@ class ClusterNet:
     def snapshot(self):
         """Every server's drop counters merged (``counters.snapshot``); the CPU clock
         is this machine's (a server's own busy time is in its results)."""
-        from emulator.dataplane.observe.counters import machine_cpu
         replies = in_parallel(lambda name: self.workers[name].call("snapshot"),
                               list(self.workers))
         out = {"t": time.monotonic(), "ovs_socket": {}, "ovs_interface": {}, "softnet": 0,
@@ -301,8 +305,6 @@ UNSUPPORTED = (("capture_text", "--capture"), ("telemetry_port", "--telemetry"),
 
 def refuse(session):
     """One clear error for what a multi-server run does not do (yet)."""
-    from emulator.errors import ConfigError
-    from emulator.dataplane.links import impair
     for attr, option in UNSUPPORTED:
         if getattr(session, attr):
             raise ConfigError(option, f"{option} runs on one machine only: not with --servers")
@@ -318,21 +320,17 @@ def refuse(session):
 
 
 def addressing_plan(session):
-    from emulator.fabric import addressing
     return addressing.plan(session.fabric)
 
 
 def start(session, dp_type):
     """Place the fabric on the servers, check them, start the controller on this
     machine's underlay address with the run's TLS keys; the ``ClusterNet`` to build."""
-    from emulator.dataplane.cluster import servers as srv
-    from emulator.dataplane.ovs.controller_proc import Controller
     servers = session.servers
     where = cluster.place(session.topo, servers, session.placement)
     toward = {s.name: srv.local_address(s.address) for s in servers}
     addresses = sorted(set(toward.values()))
     if len(addresses) > 1:
-        from emulator.errors import EnvironmentProblem
         raise EnvironmentProblem(f"this machine reaches the servers from {len(addresses)} "
                                  f"addresses ({', '.join(addresses)}): the controller listens "
                                  "on one; put the servers on one underlay network")

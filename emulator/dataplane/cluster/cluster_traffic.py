@@ -9,7 +9,10 @@ one-way latency merged from the raw histograms where every server reads
 one clock (``merge_latency``), else reported as not measured.
 """
 
+from array import array
+
 from emulator.dataplane.cluster.servers import in_parallel
+from traffic.engine import LAT_BIN_NS, LAT_BINS, percentiles
 
 
 class RemoteEngines:
@@ -124,8 +127,6 @@ def merge_results(docs, shared_clock):
 
 def merge_latency(hists, lat_max_ms):
     """The ``latency_ms`` of several engines' ``latency_hist`` documents together."""
-    from array import array
-    from traffic.engine import LAT_BIN_NS, LAT_BINS, percentiles
     hist = array("I", bytes(4 * LAT_BINS))
     n = total_ns = 0
     for h in hists:

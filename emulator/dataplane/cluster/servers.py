@@ -17,10 +17,12 @@ the tunnels.  The run's process starts one ``dataplane.cluster.worker`` per serv
 (``RemoteWorker``), which builds and removes that server's share.
 """
 
+import ctypes
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ from mininet.node import Node
 
 from emulator.dataplane import proc
 from emulator.dataplane.cluster.worker import REPO, versions
+from emulator.dataplane.ovs.datapath import MIN_SEND_BUFFER
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric import cluster
 
@@ -114,8 +117,6 @@ class ServerShell(RemoteMixin, Node):
 
 
 def _die_with_parent():
-    import ctypes
-    import signal
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -207,7 +208,6 @@ def judge(servers, docs, here, toward_of, roce_mtu):
             raise EnvironmentProblem(
                 f"server {s.name}: its own Open vSwitch has userspace bridges (ovs-netdev "
                 "exists), which would clash with the run's: remove them there")
-        from emulator.dataplane.ovs.datapath import MIN_SEND_BUFFER
         if (d.get("wmem_default") or 0) < MIN_SEND_BUFFER:
             raise EnvironmentProblem(
                 f"server {s.name}: net.core.wmem_default is {d.get('wmem_default')}: frames "

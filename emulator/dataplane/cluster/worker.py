@@ -27,16 +27,19 @@ carries the run's tag (``FABRIC_LAB_RUN``), and its state directory is under
 ``FABRIC_LAB_STATE``, so ``emulator clean`` on the server finds its leftovers.
 
 ``--probe`` prints what the server has (versions, root, tools, underlay MTU)
-as one JSON line and exits: the run checks every server with it first.
+as one JSON line and exits: the run checks every server with it first.  So the
+worker imports the rest of the emulator (and Mininet with it) only in the
+request that needs it ("lazy: see above"): a server without Mininet still
+answers the probe, and the run says what it lacks.
 """
 
 import hashlib
 import json
 import os
-from pathlib import Path
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from emulator.errors import RunFailed
 
@@ -163,8 +166,8 @@ class Worker:
         self.detector = None
 
     def build(self, req):
-        from emulator.dataplane.net import FabricNet
-        from emulator.dataplane.runstate import RunState
+        from emulator.dataplane.net import FabricNet  # lazy: see above
+        from emulator.dataplane.runstate import RunState  # lazy: see above
         self.state = RunState.create_named(self.tag, self.server)
         # the userspace datapath's own device, made in this namespace: ours to remove
         self.state.record("interface", NETDEV)
@@ -189,7 +192,8 @@ class Worker:
 
     def ping(self, req):
         from types import SimpleNamespace
-        from emulator.dataplane.observe.reach import ping_round
+
+        from emulator.dataplane.observe.reach import ping_round  # lazy: see above
         hosts = [{"name": n, "ip": ip} for n, ip in req["ips"].items()]
         view = SimpleNamespace(topo={"hosts": hosts}, hosts=self.net.hosts)
         pairs = [tuple(p) for p in req["pairs"]]
@@ -242,8 +246,8 @@ class Worker:
     def engine_start(self, req):
         """A traffic engine on this server's part of a plan (``mix.plan_for``; its
         ``netns`` fields name hosts, ``host:NAME``); returns once it is ready."""
-        from emulator.dataplane.runstate import child_env
-        from emulator.dataplane.engine_proc import EngineProcess
+        from emulator.dataplane.engine_proc import EngineProcess  # lazy: see above
+        from emulator.dataplane.runstate import child_env  # lazy: see above
         plan = dict(req["plan"])
         for key in ("streams", "receivers"):
             plan[key] = [dict(e, netns=f"/proc/{self.net.hosts[e['netns'][5:]].pid}/ns/net")
@@ -274,7 +278,7 @@ class Worker:
 
     def snapshot(self, req):
         """This server's drop counters and Open vSwitch CPU (``counters.snapshot``)."""
-        from emulator.dataplane.observe.counters import snapshot
+        from emulator.dataplane.observe.counters import snapshot  # lazy: see above
         snap = snapshot(self.net)
         snap["queues"] = {k: list(v) for k, v in snap["queues"].items()}
         return {"snapshot": snap}
@@ -282,7 +286,7 @@ class Worker:
     def links(self, req):
         """Set interfaces down or up: ``ends`` [[where, ifname]], where is
         ``switch:NAME`` or ``host:NAME`` (``ClusterNet.set_links``)."""
-        from emulator.dataplane.links.ifaces import ns_sockets
+        from emulator.dataplane.links.ifaces import ns_sockets  # lazy: see above
         state = req["state"]
         with ns_sockets() as sock:
             targets = []
@@ -324,7 +328,8 @@ class Worker:
         """Tell this server's switches of ``ports``' loss of signal (or its return) at
         ``due_ns`` on this server's clock (``dataplane.links.detect``, the run's delay)."""
         from types import SimpleNamespace
-        from emulator.dataplane.links.detect import Detector
+
+        from emulator.dataplane.links.detect import Detector  # lazy: see above
         if self.detector is None:
             self.detector = Detector(SimpleNamespace(net=self.net, topo=self.net.topo),
                                      req["delay_s"])
@@ -356,7 +361,7 @@ class Worker:
             self.detector.close()
             self.detector = None
         if self.net is not None:
-            from emulator.dataplane.observe.logs import ovs_problems
+            from emulator.dataplane.observe.logs import ovs_problems  # lazy: see above
             errors += self.net.teardown()
             problems = ovs_problems(0, self.tag, own_logs=[
                 os.path.join(i.dir, "ovs-vswitchd.log") for i in self.net.instances])
@@ -377,7 +382,8 @@ def serve(tag, server, inp, out):
     import queue
     import signal
     import threading
-    from emulator.dataplane.signals import signals_as_exceptions
+
+    from emulator.dataplane.signals import signals_as_exceptions  # lazy: see above
     worker = Worker(tag, server)
     lines = queue.Queue()
     busy = threading.Event()
@@ -411,7 +417,7 @@ def serve(tag, server, inp, out):
                 if op == "teardown":
                     return 0
         finally:
-            from emulator.dataplane.signals import signals_masked
+            from emulator.dataplane.signals import signals_masked  # lazy: see above
             with signals_masked():
                 worker.teardown()
 

@@ -4,6 +4,7 @@ run's interface group, and the teardown of Mininet nodes and veths."""
 import ctypes
 import fcntl
 import os
+import signal
 import socket
 import struct
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator.dataplane.runstate import tag_of_name
-
+from traffic.nic.netns import entered
 
 SIOCETHTOOL, ETHTOOL_STXCSUM = 0x8946, 0x17
 
@@ -59,7 +60,6 @@ def link_group(tag):
 def terminate_nodes(nodes):
     """End the Mininet nodes' shells: SIGHUP to all first, then reap each (one at a
     time, each shell's exit was waited for before the next was signalled)."""
-    import signal
     errors = []
     for node in nodes:
         try:
@@ -114,7 +114,6 @@ def ns_sockets():
     """``get(netns path or None)``: one netlink socket per network namespace, each
     made inside its namespace (a socket stays in the namespace it was made in),
     all closed after."""
-    from traffic.nic.netns import entered
     socks = {}
 
     def get(ns):

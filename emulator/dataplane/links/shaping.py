@@ -10,9 +10,7 @@ an emulated switch port).  The queue is sized in time at the link rate
 import socket
 import struct
 
-from emulator.dataplane.links.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
-                                            attrs, error_of, messages)
-
+from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
 from emulator.fabric.units import ROCE_MTU, link_mtu  # noqa: F401 (re-exported)
 
 MTU_FRAME = 1514

@@ -1,6 +1,9 @@
 """The pause agent's reader of the switch ports' root shaper backlogs
 (dataplane.lossless.pfc_agent), a few ports at a look."""
 
+from emulator.dataplane.links.shaping import QdiscReader
+from traffic.nic.netns import entered
+
 
 class Backlogs:
     """The root shaper's backlog of every switch interface end, read a few ports at
@@ -10,8 +13,6 @@ class Backlogs:
     for it: pauses came that much late and the headroom overflowed."""
 
     def __init__(self, ports):
-        from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.nic.netns import entered
         self.readers = {}
         self.ports, seen = [], {}                # (reader, ifindex, [key of each class])
         for p in ports:

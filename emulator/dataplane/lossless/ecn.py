@@ -44,6 +44,7 @@ from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.shaping import tbf_params
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from lab.modes import EcnAt
+from traffic.roce.frames import frame_len_for_mtu
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
 OFF = ("", "off", "none")         # --ecn words for no marking
@@ -163,7 +164,6 @@ class Marker:
                  for p in sw["ports"]]
         netns_of = {p["intf"]: session.net.switch_netns(sw["name"])
                     for sw in session.topo["switches"] for p in sw["ports"]}
-        from traffic.roce.frames import frame_len_for_mtu
         marker = cls(session.state.tag, session.ecn, ports,
                      frame_len_for_mtu(session.mtu), netns_of=netns_of).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}

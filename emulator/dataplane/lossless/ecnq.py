@@ -37,9 +37,11 @@ from pyroute2 import NetlinkError
 
 from emulator.dataplane import bpf
 from emulator.dataplane.links import shaping
-from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.links.ifaces import ns_sockets
+from emulator.dataplane.lossless.ecn import record_marks
 from emulator.errors import EnvironmentProblem, RunFailed
+from emulator.fabric.addressing import switch_intf
+from traffic.roce.frames import frame_len_for_mtu
 
 ENTRY = bpf.Layout("ecnq_entry", [("in_bytes", "Q"), ("out_bytes", "Q"), ("marks", "Q"),
                                    ("spare", "Q")])
@@ -134,7 +136,6 @@ class DequeueMarker(Attached):
     @classmethod
     def for_session(cls, session):
         """Mark at dequeue on every switch port of ``session``'s fabric."""
-        from emulator.fabric.addressing import switch_intf
         by_name = {sw["name"]: sw for sw in session.topo["switches"]}
         ports, own_ns = [], {}
         for sw in session.topo["switches"]:
@@ -147,7 +148,6 @@ class DequeueMarker(Attached):
                     peer = switch_intf(by_name[p["peer"]]["bridge"], p["peer_port"])
                 ports.append((p["intf"], ns, peer, p["rate_bps"]))
                 own_ns[p["intf"]] = session.net.switch_netns(sw["name"])
-        from traffic.roce.frames import frame_len_for_mtu
         marker = cls(session.ecn, ports, frame_len_for_mtu(session.mtu),
                      session.net.queue_ms, session.net.frame, own_ns).install()
         session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}

@@ -38,6 +38,7 @@ import socket
 import struct
 
 from emulator.dataplane import bpf
+from emulator.dataplane.lossless.ecnq import red
 
 # one map entry per interface end (pfc.bpf.c's struct pfc_entry): s64 fields, byte offsets
 ENTRY = bpf.Layout("pfc_entry", [(name, "q") for name in (
@@ -172,7 +173,6 @@ def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain
     block of ``nends`` entries per class; ``phase``: this end's egress moves a
     frame to the next class (the start of a routing phase: a global link).
     """
-    from emulator.dataplane.lossless.ecnq import red
     marking = red(ecn.kmin, ecn.kmax, ecn.pmax, min_len) if ecn is not None else \
         red(0, 0, 0.0, 0)
     config = CONFIG.pack_fields(key=key, base=base, up_key=up_key, up_base=up_base,

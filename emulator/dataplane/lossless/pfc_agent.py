@@ -21,6 +21,7 @@ import mmap
 import os
 import select
 import socket
+import struct
 import sys
 import time
 
@@ -28,6 +29,7 @@ from emulator.dataplane.lossless import pfc
 from emulator.dataplane.lossless.backlogs import Backlogs
 from emulator.fabric import lossless
 from lab.modes import FlowControl
+from traffic.nic.netns import entered
 
 W = pfc.WORDS
 ING, XOFF, CROSS, LAST, FLAGS, EG_IN, EG_OUT = (pfc.E_ING // 8, pfc.E_XOFF // 8,
@@ -44,7 +46,6 @@ class Gates:
     its namespace; a kick frame after each opening."""
 
     def __init__(self, ports, frame):
-        from traffic.nic.netns import entered
         self.nl, self.kick, self.msgs, kicks = {}, {}, {}, {}
         self.errors = []
         for p in ports:
@@ -85,7 +86,6 @@ class Gates:
 
     def drain(self):
         """Read the kernel's answers; keep the errors."""
-        import struct
         for s in self.nl.values():
             while True:
                 try:

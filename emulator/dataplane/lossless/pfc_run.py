@@ -1,15 +1,38 @@
 """The lossless fabric of a run: PFC attached to every link end, the pause agent,
 and the counters in the run's results (dataplane.lossless.pfc has the mechanism)."""
 
+import json
+import os
+import select
 import struct
+import subprocess
+import sys
 
 from emulator.dataplane import bpf
+from emulator.dataplane.links.ifaces import ns_sockets
+from emulator.dataplane.lossless import pfc
+from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.lossless.ecnq import Attached
 from emulator.dataplane.lossless.pfc import (
-    E_ING_DROPS, E_LATE, E_LIMIT, E_MARKS, E_WD_DROPS, E_XOFF, ENTRY_SIZE, WORDS, programs)
+    E_ING_DROPS,
+    E_LATE,
+    E_LIMIT,
+    E_MARKS,
+    E_WD_DROPS,
+    E_XOFF,
+    ENTRY_SIZE,
+    HOST_QUEUE,
+    SWITCH_QUEUE,
+    WORDS,
+    add_lossless_class,
+    programs,
+)
+from emulator.dataplane.ovs.controller_proc import REPO
 from emulator.errors import RunFailed
 from emulator.fabric import lossless
+from emulator.fabric.lossless import deadlock_plan
 from lab.modes import EcnAt, FlowControl
+from traffic.roce.frames import frame_len_for_mtu
 
 
 class Pfc(Attached):
@@ -38,7 +61,6 @@ class Pfc(Attached):
 
     @classmethod
     def for_session(cls, session, cfg=lossless.PfcConfig()):
-        from traffic.roce.frames import frame_len_for_mtu
         classes = lossless.routing_classes(session.fabric, session.routing)
         phases = lossless.phase_ports(session.topo) if classes > 1 else set()
         ends, host_ends, key_of = [], [], {}
@@ -95,8 +117,6 @@ class Pfc(Attached):
                 f"({self.cfg.wd_action})" if rates else "no switch ports")
 
     def install(self):
-        from emulator.dataplane.links.ifaces import ns_sockets
-        from emulator.dataplane.lossless.pfc import HOST_QUEUE, SWITCH_QUEUE, add_lossless_class
         n = len(self.ends)
         self.map = bpf.Map(ENTRY_SIZE, n * self.classes, flags=bpf.F_MMAPABLE)
         self.chain = bpf.prog_array(n)
@@ -137,12 +157,6 @@ class Pfc(Attached):
         return self
 
     def _start_agent(self):
-        import json
-        import os
-        import select
-        import subprocess
-        import sys
-        from emulator.dataplane.ovs.controller_proc import REPO
         path = os.path.join(self.workdir, "pfc-agent.json")
         cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends) * self.classes,
                "frame": self.frame, "ports": self.class_ends(),
@@ -194,12 +208,9 @@ class Pfc(Attached):
 
     def stop_agent(self):
         """The agent's counters (dict), the agent stopped."""
-        import json
-        import os
         if self.agent is None:
             return None
         path = os.path.join(self.workdir, "pfc-counters.json")
-        import subprocess
         try:
             self._command(f"exit {path}")
             self.agent.wait(timeout=10)
@@ -246,7 +257,6 @@ class Pfc(Attached):
         """[(end name, buffer bytes, pauses it sent, s its queue was paused, ingress drops,
         watchdog drops)] now, for telemetry (pauses count when they begin, paused time
         when they end)."""
-        from emulator.dataplane.lossless import pfc
         self.check()
         out = []
         for e in self.ends:
@@ -268,7 +278,6 @@ class Pfc(Attached):
         try:
             counters = self.stop_agent()
             if self.ecn is not None:
-                from emulator.dataplane.lossless.ecn import record_marks
                 record_marks(session, self)
             session.results["lossless"] = summarize(counters, self)
         except Exception as e:              # teardown goes on: the fabric must go
@@ -329,8 +338,6 @@ def misroute(injector, on):
     """Install (or remove) fabric.lossless.deadlock_plan's routes on the running
     fabric: OpenFlow flows above the controller's (priority 1200), under a
     cookie of their own; logged as a fault event."""
-    import subprocess
-    from emulator.fabric.lossless import deadlock_plan
     s, t = injector.s, injector.clock()
     routes, _ = deadlock_plan(s.topo)
     by_name = {sw["name"]: sw for sw in s.topo["switches"]}

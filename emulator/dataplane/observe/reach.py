@@ -28,9 +28,9 @@ import socket
 import struct
 import time
 
+from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
 from emulator.errors import RunFailed
-from emulator.dataplane.links.nlmsg import (NLMSG, NLMSG_DONE, NLMSG_ERROR,  # noqa: F401
-                                            attrs, error_of, messages)
+from emulator.fabric.addressing import home_leaf
 from traffic.nic.netns import entered
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
@@ -126,7 +126,6 @@ def ping_round(net, pairs, wait_s=0.5, timeout=60):
 
 def check_pairs(topo, all_pairs_up_to=ALL_PAIRS_UP_TO):
     """(the ordered host pairs to check, how they were chosen); see the module doc."""
-    from emulator.fabric.addressing import home_leaf
     names = [h["name"] for h in topo["hosts"]]
     if len(names) <= all_pairs_up_to:
         return [(a, b) for a in names for b in names if a != b], "every host pair"

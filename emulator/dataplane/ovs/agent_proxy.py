@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+from emulator.dataplane.ovs.controller_proc import REPO, free_port, listening, wait_until
+from emulator.errors import RunFailed
 from emulator.fabric import switch_agent as model
 
 # OpenFlow 1.3-1.5 message types (the header's second byte)
@@ -306,7 +308,6 @@ class AgentProxy:
 
     def __init__(self, params, upstream, log_path, env=None, unix=None, kinds=None):
         """``params``: a switch_agent.Fleet (or one Params); ``kinds``: {dpid: kind}."""
-        from emulator.dataplane.ovs.controller_proc import free_port
         self.params, self.unix, self.log_path = model.fleet(params), unix, log_path
         self.kinds = kinds or {}
         self.port = free_port()
@@ -324,8 +325,6 @@ class AgentProxy:
         return f"tcp:127.0.0.1:{self.port}"
 
     def start(self, timeout=30):
-        from emulator.dataplane.ovs.controller_proc import REPO, listening, wait_until
-        from emulator.errors import RunFailed
         self.out = open(self.log_path + ".stdout", "a")
         self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.out, env=self.env,
                                      stderr=subprocess.STDOUT, start_new_session=True)
@@ -344,7 +343,6 @@ class AgentProxy:
             json.dump(params.for_dpids(self.kinds), f)
         n = len(self.records())
         self.proc.send_signal(signal.SIGUSR1)
-        from emulator.dataplane.ovs.controller_proc import wait_until
         wait_until(lambda: any(r["d"] == "params" for r in self.records()[n:]), 10,
                    "the switch-agent proxy to take its new parameters")
         self.params = params

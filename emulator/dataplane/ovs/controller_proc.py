@@ -8,12 +8,12 @@ reads what went wrong in its logs.
 
 import json
 import os
-from pathlib import Path
 import re
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from emulator.errors import RunFailed
 

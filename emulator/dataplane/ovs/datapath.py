@@ -8,6 +8,7 @@ ovs-vswitchd thread, and hosts must turn TX checksum offload off.
 
 import functools
 import os
+import re
 
 from emulator.dataplane import proc
 from emulator.errors import EnvironmentProblem, RunFailed
@@ -52,7 +53,6 @@ MIN_SEND_BUFFER = 8 << 20
 
 def ovs_send_buffer():
     """(bytes, where) of the buffer ovs-vswitchd sends with, or of the one it will get."""
-    import re
     try:
         out = proc.run(["ss", "-0", "-m", "-p"], timeout=10)
     except RunFailed:

@@ -22,15 +22,17 @@ reachable from every namespace and from nothing outside the machine.
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
 
-from emulator.dataplane.ovs import datapath
 from emulator.dataplane import proc
-from emulator.dataplane.ovs.controller_proc import wait_until
 from emulator.dataplane.links.ifaces import in_netns, write_sysctl
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.ovs.controller_proc import wait_until
+from emulator.dataplane.runstate import processes_of
 from emulator.errors import EnvironmentProblem, RunFailed
 from traffic.nic.netns import entered
 
@@ -280,7 +282,6 @@ def stop_all(instances, grace=5.0):
 def pidfile_daemons(state_dir, tag):
     """PIDs named by the pid files of run ``tag``'s instances that are alive and still
     carry the tag in their environment (a recycled pid is never ours)."""
-    from emulator.dataplane.runstate import processes_of
     ours = processes_of(tag)
     pids = []
     try:
@@ -346,7 +347,6 @@ class Watch:
 def keep_logs(instances, results_dir):
     """Copy each instance's daemon logs to ``results_dir``/ovs-<name>/ (the state
     directory they live in goes with the run)."""
-    import shutil
     for inst in instances:
         dest = os.path.join(results_dir, f"ovs-{inst.name}")
         os.makedirs(dest, exist_ok=True)

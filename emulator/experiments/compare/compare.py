@@ -48,21 +48,38 @@ from emulator.experiments import calibrate
 from emulator.experiments.compare import lossless as lossless_cmp
 from emulator.experiments.compare import stream as stream_cmp
 from emulator.experiments.compare import training as training_cmp
+from emulator.experiments.compare.stream import during
 from emulator.experiments.measure import budget
 from emulator.experiments.measure.uplinks import (
-    RINGS, SAMPLE_S, ecmp_expectation, load_bound, ring_connections, ring_indices, spread,
-    uplink_series, uplinks)
+    RINGS,
+    SAMPLE_S,
+    ecmp_expectation,
+    load_bound,
+    ring_connections,
+    ring_indices,
+    spread,
+    uplink_series,
+    uplinks,
+)
 from emulator.experiments.measure.watch import CounterSampler
 from emulator.experiments.repeat import Mode, each_mode
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.experiments.spec.options import (
-    add_adaptive_args, add_capture_arg, add_cc_param_arg, add_ecn_at_arg, add_fidelity_args,
-    add_job_seed_arg, add_training_args, compare_defaults, nic_lb, workload_choice)
+    add_adaptive_args,
+    add_capture_arg,
+    add_cc_param_arg,
+    add_ecn_at_arg,
+    add_fidelity_args,
+    add_job_seed_arg,
+    add_training_args,
+    compare_defaults,
+    nic_lb,
+    workload_choice,
+)
 from emulator.experiments.ui.live import attached
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
-from emulator.experiments.compare.stream import during
 from emulator.fabric import addressing
 from lab.modes import LB, Failover
 from traffic.roce.frames import frame_len_for_mtu
@@ -182,7 +199,7 @@ def repetitions(spec, plan, sizes, args, out, **kw):
 def plot(runs, path):
     """Per-uplink utilisation over time, one panel per mode (first repetition)."""
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
+    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
     firsts = {}
     for r in runs:
         firsts.setdefault((r["mode"], str(r["ring"]), r["qps"]), r)

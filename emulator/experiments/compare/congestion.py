@@ -26,20 +26,19 @@ transport's go-back-N repairs the drops, at a price the table shows).
 
 import os
 
-from emulator.errors import ConfigError
-from emulator.experiments.measure.stats import jain, percentile
-from emulator.experiments.spec.options import compare_defaults
-from lab.modes import CC, LB
-from emulator.experiments.measure.queues import QueueSampler
-from emulator.dataplane.session import Session, make_results_dir, write_json
-from emulator.experiments.spec import ccparams
-from emulator.experiments.workloads import collective
-from emulator.experiments.spec.build import command_doc
 from emulator.dataplane.lossless import ecn as ecn_mod
 from emulator.dataplane.lossless.ecn import default_ecn
-from emulator.experiments.workloads.collective import parse_sizes
 from emulator.dataplane.observe import run_yaml
-from lab.modes import Transport
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.errors import ConfigError
+from emulator.experiments.measure.queues import QueueSampler
+from emulator.experiments.measure.stats import jain, percentile
+from emulator.experiments.spec import ccparams
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import compare_defaults
+from emulator.experiments.workloads import collective
+from emulator.experiments.workloads.collective import parse_sizes
+from lab.modes import CC, LB, Transport
 
 CC_MODES = CC.names()
 def cell(v, spec):

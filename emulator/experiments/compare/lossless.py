@@ -21,23 +21,26 @@ and last end, over that time), each with its fidelity verdict.
 
 import dataclasses
 import os
+import time
 
-from emulator.errors import ConfigError
-from emulator.experiments.measure.stats import median
-from emulator.experiments.spec.options import compare_defaults
-from lab.modes import CC, LB
-from emulator.experiments.workloads.mix import EngineProcess, child_env
-from emulator.experiments.measure.queues import QueueSampler
-from emulator.dataplane.session import Session, make_results_dir, write_json
-from emulator.fabric import addressing
-from emulator.experiments.compare.congestion import analyse
+from emulator.dataplane.faults import Injector
 from emulator.dataplane.lossless.ecn import default_ecn
-from emulator.experiments.workloads import collective
-from emulator.experiments.spec.build import command_doc
-from traffic.roce.frames import frame_len_for_mtu
-from emulator.experiments.workloads.collective import parse_sizes
+from emulator.dataplane.lossless.pfc_run import misroute
 from emulator.dataplane.observe import run_yaml
-from lab.modes import FlowControl, Transport
+from emulator.dataplane.session import Session, make_results_dir, write_json
+from emulator.errors import ConfigError
+from emulator.experiments.compare.congestion import analyse
+from emulator.experiments.compare.congestion import cell as f
+from emulator.experiments.measure.queues import QueueSampler
+from emulator.experiments.measure.stats import median
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import compare_defaults
+from emulator.experiments.workloads import collective
+from emulator.experiments.workloads.collective import parse_sizes
+from emulator.experiments.workloads.mix import EngineProcess, child_env, netns_of
+from emulator.fabric import addressing, lossless
+from lab.modes import CC, LB, FlowControl, Transport
+from traffic.roce.frames import frame_len_for_mtu
 
 SETTINGS = {"on": FlowControl.PFC, "off": FlowControl.NONE,
             **{str(m): m for m in FlowControl}}        # --lossless words
@@ -95,7 +98,6 @@ def roles(topo, workload, victim=None, senders=8):
 def streams_plan(net, topo, pairs, duration, frame_len, share=0.5, timeline_ms=10.0):
     """An engine plan: one RoCE stream per (source, destination) of ``pairs`` at
     ``share`` of its source's link rate, in frames of ``frame_len``."""
-    from emulator.experiments.workloads.mix import netns_of
     hosts = {h["name"]: h for h in topo["hosts"]}
     streams, receivers = [], {}
     for i, (src, dst) in enumerate(pairs):
@@ -118,11 +120,6 @@ def drive_deadlock(s, workdir, hold_s, until=lambda: False):
     fabric.lossless.deadlock_plan at line rate, its route change for at most
     ``hold_s`` (or until ``until()``), then the routes taken back and 1.5 s
     more.  Returns (the injector's clock at the change, the engine's result)."""
-    import time
-    from emulator.dataplane.faults import Injector
-    from emulator.dataplane.lossless.pfc_run import misroute
-    from emulator.experiments.workloads.mix import EngineProcess, child_env
-    from emulator.fabric import lossless
     _, pairs = lossless.deadlock_plan(s.topo)
     eng = EngineProcess(streams_plan(s.net, s.topo, pairs, 60, 4170, share=1.0,
                                      timeline_ms=100.0), workdir, env=child_env(s),
@@ -241,7 +238,6 @@ def table(rows):
     head = (f"{'fabric':9s} {'cc':6s} {'time_s':>7s} {'busbw':>7s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'PFC frames':>10s} {'paused_s':>8s} {'q_p99':>8s} "
             f"{'victim':>7s} {'#wrong':>6s} {'died':>4s} faithful")
-    from emulator.experiments.compare.congestion import cell as f
     lines = [head]
     for r in rows:
         lines.append(f"{NAMES[r['flow_control']]:9s} "

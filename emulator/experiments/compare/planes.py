@@ -60,21 +60,32 @@ import os
 
 import matplotlib
 
+from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import Session, make_results_dir, write_json
 from emulator.errors import ConfigError
 from emulator.experiments.compare.planes_stats import (
-    FABRICS, SEEDINGS, TIERS, PRESET, fabric_params, build_fabrics, draw_seeds, reseed,
-    nic_seeds, shaped_ports, analyse, worst_series, summarize, table)
+    FABRICS,
+    PRESET,
+    SEEDINGS,
+    TIERS,
+    analyse,
+    build_fabrics,
+    draw_seeds,
+    fabric_params,
+    nic_seeds,
+    reseed,
+    shaped_ports,
+    summarize,
+    table,
+    worst_series,
+)
 from emulator.experiments.measure.queues import QueueSampler, ovs_drops
-from emulator.experiments.spec.options import compare_defaults
-from lab.modes import LB
-from emulator.dataplane.session import Session, make_results_dir, write_json
-from emulator.experiments.workloads import collective
 from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import compare_defaults
+from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import presets
-from emulator.dataplane.observe import run_yaml
-from lab.modes import Entropy
-
+from lab.modes import LB, Entropy
 
 
 def disturbed(run):
@@ -164,7 +175,7 @@ def plot(runs, path):
     """Worst backlog per tier over time (first repetition of each fabric x seeding),
     and the spine->ToR bytes per link of the first shared-seed pair."""
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
+    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
     firsts = {}
     for r in runs:
         firsts.setdefault((r["seeding"], r["fabric"]), r)

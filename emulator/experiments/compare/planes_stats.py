@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from emulator.errors import ConfigError
 from emulator.experiments.measure.stats import busy_window, median, queue_stats, spread
+from emulator.fabric import addressing, presets
 
 FABRICS = ("dual-plane", "single-plane")
 SEEDINGS = ("shared", "per-switch")
@@ -46,7 +47,6 @@ def fabric_params(given):
 
 def build_fabrics(given):
     """{'dual-plane': Fabric, 'single-plane': Fabric} from the user's parameters."""
-    from emulator.fabric import presets
     params = fabric_params(given)
     return {"dual-plane": presets.build(PRESET, dict(params, planes="2")),
             "single-plane": presets.build(PRESET, dict(params, planes="1"))}
@@ -66,7 +66,6 @@ def reseed(fabric, switch_seeds):
 
 def nic_seeds(fabric):
     """{NIC switch: seed} of the hosts' bonds (the addressing plan's own seeds)."""
-    from emulator.fabric import addressing
     return {sw["name"]: sw["hash_seed"] for sw in addressing.plan(fabric)["switches"]
             if sw["kind"] == "nic"}
 

@@ -27,16 +27,19 @@ import os
 import statistics
 import time
 
-from emulator.errors import ConfigError, RunFailed
-from emulator.errors import FabricError
+from emulator.dataplane.links import hb
+from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session, make_results_dir, write_json
-from emulator.fabric import addressing
-from emulator.experiments.workloads import collective
+from emulator.errors import ConfigError, FabricError, RunFailed
+from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.options import compare_defaults
-from emulator.fabric.presets import parse_assignments
-from emulator.dataplane.observe import run_yaml
 from emulator.experiments.training import rails
+from emulator.experiments.training.launch import job_fidelity, run_engine
+from emulator.experiments.workloads import collective
+from emulator.experiments.workloads.collective import default_timeout_exp
+from emulator.fabric import addressing, presets
+from emulator.fabric.presets import parse_assignments
 from lab.modes import Transport
 
 FABRICS = ("rail-optimized", "rail-only")
@@ -63,7 +66,6 @@ def parse_fabrics(text):
 
 def build(name, params):
     """Preset ``name`` from rail-only's ``params`` (name -> value strings)."""
-    from emulator.fabric import presets
     given = dict(params)
     if name == "rail-optimized":
         given.pop("hb_rate", None)
@@ -74,11 +76,6 @@ def build(name, params):
 
 def run_one(fabric, workload, session, args, job_seed, progress):
     """One workload on ``session``: its row."""
-    from emulator.dataplane.links import hb
-    from emulator.experiments.measure.watch import Watch
-    from emulator.experiments.training import rails
-    from emulator.experiments.workloads.collective import default_timeout_exp
-    from emulator.experiments.training.launch import job_fidelity, run_engine
     topo = session.topo
     size = args.rail_size
     out_dir = os.path.join(session.dir, workload)

@@ -25,14 +25,14 @@ is held to the optimum: its paths are the minimal and the Valiant ones.
 import os
 import statistics
 
+from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
-from lab.modes import LB, Routing
 from emulator.experiments.repeat import Mode, each_mode
-from emulator.experiments.workloads import collective, patterns
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.options import compare_defaults, rank_transport
-from emulator.dataplane.session import make_results_dir, write_json
-from emulator.dataplane.observe import run_yaml
+from emulator.experiments.workloads import collective, patterns
+from lab.modes import LB, Routing
 
 ROUTINGS = Routing.names()
 DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops

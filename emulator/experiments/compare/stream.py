@@ -16,13 +16,16 @@ import contextlib
 import os
 import statistics
 
-from emulator.errors import ConfigError
-from emulator.fabric import addressing
-from emulator.experiments.spec.build import command_doc
-from emulator.dataplane.session import make_results_dir, write_json
-from emulator.experiments.workloads.stream import parse
 from emulator.dataplane.faults import parse_link
 from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import make_results_dir, write_json
+from emulator.errors import ConfigError
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.workloads import collective
+from emulator.experiments.workloads.cut import Cut
+from emulator.experiments.workloads.stream import Stream, parse
+from emulator.fabric import addressing
+from traffic.roce.frames import frame_len_for_mtu
 
 
 @contextlib.contextmanager
@@ -33,19 +36,15 @@ def during(s, disturb, workload, sizes, hosts):
     if not disturb:
         yield None
         return
-    from emulator.experiments.workloads import collective
     by = {h["name"]: h for h in s.topo["hosts"]}
     hosts = hosts or list(by)
     rate = min(by[h]["ports"][0]["rate_bps"] for h in hosts)
     main = collective.expected_seconds(workload, len(hosts), list(sizes), rate)
     kind, what = disturb
     if kind == "cut":
-        from emulator.experiments.workloads.cut import Cut
         with Cut(s, what, start_s=main / 4, duration_s=main / 2) as c:
             yield c
         return
-    from emulator.experiments.workloads.stream import Stream
-    from traffic.roce.frames import frame_len_for_mtu
     with Stream(s, *what, start_s=main / 4, duration_s=main / 2,
                 frame_len=frame_len_for_mtu(s.mtu)) as st:
         yield st

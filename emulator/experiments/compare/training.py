@@ -15,21 +15,21 @@ hop crosses the spines), ``naive`` keeps the fabric's host order.
 import os
 import statistics
 
-from emulator.errors import ConfigError
-from emulator.experiments.training import launch as training
-from emulator.experiments.repeat import Mode, each_mode
-from emulator.fabric import addressing
-from emulator.experiments.spec.build import command_doc
-from emulator.experiments.workloads.collective import default_timeout_exp
-from emulator.experiments.compare.congestion import exit_status
-from emulator.dataplane.session import make_results_dir, write_json
-from emulator.experiments.spec.options import nic_lb, rank_transport
 from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import make_results_dir, write_json
+from emulator.errors import ConfigError
+from emulator.experiments.compare.congestion import exit_status
+from emulator.experiments.repeat import Mode, each_mode
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.options import nic_lb, rank_transport
+from emulator.experiments.training import launch as training
+from emulator.experiments.workloads.collective import default_timeout_exp
+from emulator.fabric import addressing
+from emulator.fabric.addressing import home_leaf
 
 
 def ordered_topo(topo, ring):
     """``topo`` with its hosts in the order ``ring`` places ranks on them."""
-    from emulator.fabric.addressing import home_leaf
     hosts = list(topo["hosts"])
     if ring == "topology":
         leaves = list(dict.fromkeys(home_leaf(h) for h in hosts))

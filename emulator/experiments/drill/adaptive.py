@@ -21,8 +21,9 @@ uplink.
 
 from emulator.experiments.measure.paths import crosses, link_ends, trace_path
 from emulator.experiments.measure.stats import stats
-from lab.modes import LB
 from emulator.experiments.spec import scenario
+from lab.modes import LB
+from traffic.roce.frames import udp_sport
 
 
 class Watch:
@@ -30,7 +31,6 @@ class Watch:
     ``pairs`` (as ``path_pairs``) with their ECMP ``paths``."""
 
     def __init__(self, s, pairs, paths):
-        from traffic.roce.frames import udp_sport
         self.s = s
         self.stage = s.adaptive
         self.base = dict(paths)

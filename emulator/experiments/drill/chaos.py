@@ -51,19 +51,26 @@ import os
 import random
 import time
 
-from emulator.errors import ConfigError
-from emulator.experiments.spec import scenario
-from emulator.dataplane.faults import Injector
-from emulator.dataplane.session import Session
-from emulator.fabric import addressing, switch_agent
-from emulator.experiments import calibrate
 from emulator.dataplane import cleanup
-from emulator.experiments.spec.build import command_doc
-from emulator.dataplane.ovs import datapath
+from emulator.dataplane.faults import Injector, fault_links
 from emulator.dataplane.links.detect import parse_detect
+from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.observe.counters import FaultWindows, link_names
+from emulator.dataplane.ovs import datapath
+from emulator.dataplane.session import Session
+from emulator.dataplane.signals import Interrupted
+from emulator.errors import ConfigError
+from emulator.experiments import calibrate
+from emulator.experiments.drill.chaos_job import JobLoop
 from emulator.experiments.drill.drill import holddown_for, parse_modes
 from emulator.experiments.drill.probes import path_pairs, planned_flows, probe_rate
-from emulator.dataplane.observe import run_yaml
+from emulator.experiments.drill.traffic import faulted_links, probe_plan
+from emulator.experiments.measure.paths import crosses, ecmp_span, path_links
+from emulator.experiments.measure.watch import Watch
+from emulator.experiments.spec import scenario
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
+from emulator.fabric import addressing, switch_agent
 
 KINDS = ("cut", "flap", "loss", "crash", "kill")
 MIN_REPAIR_S = 0.3
@@ -96,7 +103,6 @@ def prepare(args):
 
 def fault_targets(topo):
     """(inter-switch link names, switch names) a fault may hit."""
-    from emulator.dataplane.faults import fault_links
     switches = sorted(s["name"] for s in topo["switches"])
     kinds = {s["name"]: s["kind"] for s in topo["switches"]}
     links = sorted(name for name, ((sw, _), other) in fault_links(topo)
@@ -240,12 +246,6 @@ def soak(s, inj, pairs, faults, args, work, out):
     """Run the probes and the reliable jobs for the soak and inject ``faults`` in turn;
     returns (sent, recv, fidelity, [t_ns the fault started], interrupted, job summary).
     On Ctrl-C the active fault is repaired and what ran so far returned."""
-    from emulator.dataplane.signals import Interrupted
-    from emulator.dataplane.observe.counters import FaultWindows, link_names
-    from emulator.experiments.drill.chaos_job import JobLoop
-    from emulator.experiments.drill.traffic import faulted_links, probe_plan
-    from emulator.experiments.measure.watch import Watch
-    from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
     os.makedirs(work, exist_ok=True)
     duration = args.chaos_duration + args.post + 2.0
     plan = probe_plan(s.net, pairs, args, duration)
@@ -319,7 +319,6 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
     """drill.json's ``chaos``: per-fault rows, totals, invariants (leftovers added later).
     ``drops``: {link: queue drops} per fault window (``window_drops``); ``in_flight_ms``:
     the probes' p99.9 one-way latency (``lead_ns``)."""
-    from emulator.experiments.measure.paths import crosses, ecmp_span, path_links
     ends = starts[1:] + [float("inf")]
     drops = list(drops) + [None] * (len(starts) - len(drops))
     span = {k: ecmp_span(p, topo) for k, p in paths.items()}

@@ -29,6 +29,14 @@ import sys
 import threading
 import time
 
+from emulator.dataplane.session import REPO
+from emulator.experiments.workloads.collective import (
+    default_timeout_exp,
+    expected_seconds,
+    rank_configs,
+)
+from emulator.fabric.addressing import home_leaf
+
 INSTANCE_S = 10.0        # one job instance's ideal length
 SIZE = 256 << 10         # bytes per call
 SHARE = 0.1              # of the host link rate
@@ -79,7 +87,6 @@ def reliable_check(instances):
 
 def pick_hosts(topo):
     """The first host of every leaf (at least two hosts), in topology order."""
-    from emulator.fabric.addressing import home_leaf
     seen, out = set(), []
     for h in topo["hosts"]:
         leaf = home_leaf(h)
@@ -95,8 +102,6 @@ class JobLoop:
     """Job instances one after another in a thread, from ``start`` until ``stop``."""
 
     def __init__(self, session, work, out=print):
-        from emulator.experiments.workloads.collective import (default_timeout_exp,
-                                                               expected_seconds, rank_configs)
         self.s, self.work, self.out = session, work, out
         self.hosts = pick_hosts(session.topo)
         link = min(h["ports"][0]["rate_bps"] for h in session.topo["hosts"]
@@ -146,7 +151,6 @@ class JobLoop:
             self.instances.append(self._instance(len(self.instances)))
 
     def _instance(self, k):
-        from emulator.dataplane.session import REPO
         d = os.path.join(self.work, f"job{k}")
         os.makedirs(d, exist_ok=True)
         configs = self.rank_configs(self.s.topo, "allreduce", [SIZE] * self.calls,

@@ -51,20 +51,36 @@ from emulator.experiments.drill import adaptive as drill_adaptive
 from emulator.experiments.drill import agent as drill_agent
 from emulator.experiments.drill import traffic as drill_traffic
 from emulator.experiments.drill.probes import (
-    PROBE_SETS, parse_rails, path_pairs, planned_flows, probe_pairs, probe_rate)
+    PROBE_SETS,
+    parse_rails,
+    path_pairs,
+    planned_flows,
+    probe_pairs,
+    probe_rate,
+)
 from emulator.experiments.drill.stats import flow_result, summarise, summary_line, table
 from emulator.experiments.measure import budget, fidelity
 from emulator.experiments.measure.convergence import (
-    controller_convergence, ports_down, wait_for, wait_restored)
-from emulator.experiments.measure.paths import (
-    crosses, fault_ports, flow_paths, unexpected_downs)
+    controller_convergence,
+    ports_down,
+    wait_for,
+    wait_restored,
+)
+from emulator.experiments.measure.paths import crosses, fault_ports, flow_paths, unexpected_downs
 from emulator.experiments.repeat import Mode, each_mode
 from emulator.experiments.spec import scenario
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.experiments.spec.options import (
-    LB_MODES, add_adaptive_args, add_capture_arg, add_switch_agent_arg, add_training_args,
-    add_transport_args, parse_holddown, parse_seed)
+    LB_MODES,
+    add_adaptive_args,
+    add_capture_arg,
+    add_switch_agent_arg,
+    add_training_args,
+    add_transport_args,
+    parse_holddown,
+    parse_seed,
+)
 from emulator.experiments.spec.scenario import default_fault
 from emulator.fabric import addressing, layout, switch_agent
 from emulator.fabric.units import parse_duration
@@ -336,7 +352,7 @@ class ProbeDrill(Mode):
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     """Throughput per flow around the fault (Agg PNG)."""
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt     # after use("Agg"): no display on a lab machine
+    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
     fig, ax = plt.subplots(figsize=(10, 5))
     for key, (t0, tl) in sorted(timelines.items()):
         xs, ys = [], []

@@ -16,7 +16,11 @@ the port each node is left by, then the host reached.
 
 
 from emulator.errors import ConfigError, RunFailed
-from emulator.experiments.measure.paths import trace_path
+from emulator.experiments.measure import budget
+from emulator.experiments.measure.paths import choose, ecmp_width, trace_path
+from emulator.experiments.workloads.workload import rail_pairs
+from traffic.roce.frames import udp_sport
+
 
 def parse_rails(text):
     """``all`` or a comma list of rail numbers (from 1) -> None or a set."""
@@ -46,7 +50,6 @@ def probe_pairs(topo, qps, rails=None, per_leaf=False):
     only the first host of every leaf (per rail).  ``qpns``: ``qps``
     consecutive QP numbers, one flow (UDP source port) each.
     """
-    from emulator.experiments.workloads.workload import rail_pairs
     n_rails = max(len(h["ports"]) for h in topo["hosts"])
     if rails is not None and max(rails) > n_rails:
         raise ConfigError("--rails", f"rail {max(rails)}: the hosts have {n_rails} port(s)")
@@ -66,7 +69,6 @@ def probe_pairs(topo, qps, rails=None, per_leaf=False):
 def planned_flows(topo, probes, qps, rails=None):
     """[(src, dst, flows)] the drill will probe, before anything is built: with
     ``paths``, one flow per equal-cost path of each pair (at most ``qps``)."""
-    from emulator.experiments.measure.paths import ecmp_width
     if probes == "hosts":
         return [(s, d, len(q)) for s, d, _, q in probe_pairs(topo, qps or 4, rails)]
     out = []
@@ -79,7 +81,6 @@ def planned_flows(topo, probes, qps, rails=None):
 def probe_rate(topo, planned, frame_len, resolution_ms, budget_doc, pps=None):
     """(pps per flow, note or None): one packet per ``resolution_ms``, lowered so the
     probes offer at most half of ``budget_doc``'s switch-hop packets/s; ``pps`` as given."""
-    from emulator.experiments.measure import budget
     if pps is not None:
         return pps, None
     want = 1e3 / resolution_ms
@@ -101,8 +102,6 @@ def path_pairs(s, planned):
     """Pairs (as ``probe_pairs``) whose QPNs take distinct paths, and {flow key: path}:
     candidate QPNs are traced (``ofproto/trace``, hop by hop) until each pair has its
     planned number of distinct complete paths (or the candidates run out)."""
-    from emulator.experiments.measure.paths import choose
-    from traffic.roce.frames import udp_sport
     pairs, paths, flow = [], {}, 0
     for i, (src, dst, want) in enumerate(planned):
         hp, dp = src["ports"][0], dst["ports"][0]

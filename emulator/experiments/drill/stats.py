@@ -12,6 +12,7 @@ flow's gap too.
 """
 
 import statistics
+
 from emulator.experiments.measure.stats import stats
 
 

@@ -13,9 +13,9 @@ emulator's.
 import os
 import time
 
+from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec import scenario
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
-from emulator.experiments.measure.watch import Watch
 
 
 def faulted_links(events, topo):

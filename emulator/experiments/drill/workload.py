@@ -39,8 +39,7 @@ from emulator.dataplane.links.detect import parse_detect
 from emulator.dataplane.observe import run_yaml
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.drill.drill import parse_modes, restore_event, schedule_from
-from emulator.experiments.drill.stats import (collective_verdict, training_verdict,
-                                              workload_summary)
+from emulator.experiments.drill.stats import collective_verdict, training_verdict, workload_summary
 from emulator.experiments.drill.traffic import faulted_links
 from emulator.experiments.measure.convergence import wait_restored
 from emulator.experiments.measure.paths import crosses, flow_paths

@@ -11,6 +11,7 @@ Before a run, ``check`` compares the load a run will offer, in the same
 unit, with the cached budget and says whether it fits.
 """
 
+import os
 import platform
 
 # Offered loads above this share of the measured budget get a warning: the
@@ -138,7 +139,6 @@ def check(streams, budget):
 
 def machine_key(ovs_version, datapath, frame_len, cpu_model=None, ncpu=None):
     """What a calibration is valid for: this machine, its OVS, datapath, frame size."""
-    import os
     if cpu_model is None:
         cpu_model = "unknown"
         try:

@@ -4,6 +4,7 @@ how long the controller took to converge after a fault (its CONVERGED log lines)
 
 import time
 
+from emulator.dataplane.session import converged_events
 from emulator.errors import RunFailed
 from lab.modes import Failover
 
@@ -55,7 +56,6 @@ def controller_convergence(log_text, t_fault, t_restore):
     t0 = t_fault / 1e9
     end = t_restore / 1e9 if t_restore is not None else float("inf")
     done, first, last = [], [], None
-    from emulator.dataplane.session import converged_events
     for ev in converged_events(log_text):
         if ev.get("event") == "port" and not ev.get("up") and t0 <= ev["t_event"] < end:
             done.append(ev["t_done"])

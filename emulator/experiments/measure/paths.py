@@ -12,8 +12,11 @@ queues a path meets, as the counters name them), ``unexpected_downs``.
 
 import re
 
+from emulator.dataplane.faults import parse_link
 from emulator.dataplane.ovs.instances import SYSTEM
 from emulator.experiments.spec import scenario
+from emulator.fabric.lossless import paused_hop
+from traffic.roce.frames import udp_sport
 
 
 def hop(node, port):
@@ -58,7 +61,6 @@ def flow_paths(s, pairs, qps=None):
     flow leaves it by (a bonded host's NIC switch included), and the host it
     reaches (missing if the trace ends in a drop).
     """
-    from traffic.roce.frames import udp_sport
     out = {}
     for src, dst, first, qpns in pairs:
         hp, dp = src["ports"][0], dst["ports"][0]
@@ -70,7 +72,6 @@ def flow_paths(s, pairs, qps=None):
 
 def link_ends(target, topo):
     """{(node, port name)}: both ends of the link a fault names (``faults.parse_link``)."""
-    from emulator.dataplane.faults import parse_link
     (a, port), b = parse_link(target, topo) if isinstance(target, str) else target
     peer = port["peer_port"]
     return {(a, port["name"]), (b, peer if port["peer_kind"] == "host" else f"eth{peer}")}
@@ -85,7 +86,6 @@ def crosses(path, events, topo):
         if ev.action in ("deadlock", "deadlock_stop"):
             return True                         # a deadlock may stop any flow
         if ev.action in ("pfc_storm", "pfc_storm_stop"):
-            from emulator.fabric.lossless import paused_hop
             if paused_hop(ev.target, topo) in hops:
                 return True
         elif ev.action in ("crash", "recover"):

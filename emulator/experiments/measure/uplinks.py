@@ -15,7 +15,6 @@ from emulator.experiments.measure.stats import jain
 from emulator.fabric.addressing import home_leaf
 from traffic.ranks.collectives import ring_order
 
-
 SAMPLE_S = 0.1            # the interface counters' sampling period (s)
 
 

@@ -35,20 +35,23 @@ import json
 import os
 import time
 
-from emulator.errors import ConfigError, RunFailed
-from emulator.experiments.probe import prober as pr
-from emulator.experiments.measure.paths import link_ends, trace_path
-from emulator.experiments.measure.convergence import wait_for, wait_restored
-from emulator.experiments.measure.stats import percentile
-from emulator.experiments.measure.paths import choose, ecmp_width
+from emulator.dataplane.faults import Injector, link_nodes, nic_of, parse_link
 from emulator.dataplane.links.detect import Detector
-from lab.modes import Failover
-from emulator.dataplane.faults import Injector
-from emulator.dataplane.session import Session
-from emulator.experiments.spec.fabric import add_fabric_args
-from emulator.fabric import addressing
-from emulator.experiments.spec.build import command_doc
 from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.session import Session
+from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.measure.convergence import wait_for, wait_restored
+from emulator.experiments.measure.paths import choose, ecmp_width, link_ends, trace_path
+from emulator.experiments.measure.stats import percentile
+from emulator.experiments.measure.watch import Watch
+from emulator.experiments.probe import prober as pr
+from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.scenario import default_fault
+from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
+from emulator.fabric import addressing
+from lab.modes import Failover
+from traffic.roce.frames import udp_sport
 
 QPN_BASE = 0x4000           # probe QPNs: 32 candidates per host pair from here
 CANDIDATES = 32
@@ -85,8 +88,6 @@ def add_arguments(p):
 def parse_fault(text, topo):
     """``LINK:loss:P`` / ``LINK:corrupt:P`` -> (link, kind, percent); default the first
     leaf uplink, loss 5 %."""
-    from emulator.dataplane.faults import link_nodes, parse_link
-    from emulator.experiments.spec.scenario import default_fault
     if text is None:
         return default_fault(topo), "loss", 5.0
     link, _, rest = text.replace(":loss:", "|loss|").replace(":corrupt:", "|corrupt|") \
@@ -111,7 +112,6 @@ def parse_fault(text, topo):
 def fault_hop(link, topo):
     """The hop (``node:port``) of the directed link a fault on ``link`` hits: the
     first-named node's end."""
-    from emulator.dataplane.faults import link_nodes, nic_of
     first = link_nodes(link)[0]
     first = nic_of(topo).get(first, first)
     return next(f"{node}:{port}" for node, port in link_ends(link, topo) if node == first)
@@ -120,7 +120,6 @@ def fault_hop(link, topo):
 def select_paths(topo, net=None):
     """{flow key: (src view, dst view, qpn, path)}: one probe per distinct path of
     every ``prober.probe_pairs`` pair, checked against the installed groups."""
-    from traffic.roce.frames import udp_sport
     chosen, flow = {}, 0
     for i, (src, dst) in enumerate(pr.probe_pairs(topo)):
         hp, dp = src["ports"][0], dst["ports"][0]
@@ -138,7 +137,6 @@ def select_paths(topo, net=None):
 
 
 def engine_plan(net, chosen, args, duration):
-    from emulator.experiments.workloads.mix import netns_of
     streams, receivers, seen = [], [], set()
     for i, (key, (src, dst, qpn, _)) in enumerate(chosen.items()):
         sp, dp = src["ports"][0], dst["ports"][0]
@@ -194,8 +192,6 @@ class Watcher:
 
 def repeat(s, inj, isolator, chosen, fault, args, work, hop_names):
     """One repeat (see the module doc); returns its result document."""
-    from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
-    from emulator.experiments.measure.watch import Watch
     link, kind, percent = fault
     true_hop = fault_hop(link, s.topo)
     paths = {k: v[3] for k, v in chosen.items()}

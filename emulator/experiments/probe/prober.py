@@ -43,6 +43,8 @@ is 100 % lossy).
 
 import math
 
+from emulator.experiments.workloads.workload import rail_view
+
 MIN_FLOOR = 1e-3
 NONE = (0, 0, 0, 0)          # a flow's (span, unique, next, sent) before it has any
 
@@ -50,7 +52,6 @@ NONE = (0, 0, 0, 0)          # a flow's (span, unique, next, sent) before it has
 def probe_pairs(topo):
     """[(src view, dst view)]: on every rail, every host to one host on every other
     leaf (the host at its own position there, modulo the leaf's hosts)."""
-    from emulator.experiments.workloads.workload import rail_view
     pairs = []
     for r in range(max(len(h["ports"]) for h in topo["hosts"])):
         views = [rail_view(h, r) for h in topo["hosts"] if len(h["ports"]) > r]

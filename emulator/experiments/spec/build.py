@@ -17,8 +17,11 @@ parameters, captures, telemetry port, switch agents, the page): one
 import argparse
 import copy
 import secrets
+import socket
 
 from emulator.dataplane.lossless import ecn
+from emulator.dataplane.lossless.ecn import default_ecn
+from emulator.dataplane.observe import capture
 from emulator.errors import ConfigError, FabricError
 from emulator.experiments.spec import ccparams
 from emulator.fabric import addressing, switch_agent
@@ -78,7 +81,6 @@ def complete(spec):
     """``spec`` with its implied ECN thresholds and a drawn job seed, checked."""
     changes = {}
     if spec.cc == CC.DCQCN and spec.ecn is None:
-        from emulator.dataplane.lossless.ecn import default_ecn
         changes["ecn"] = default_ecn(spec.fabric, spec.queue_ms, spec.ecn_at).spec()
     if spec.job_seed is None:
         changes["job_seed"] = secrets.randbelow(1 << 32)
@@ -96,7 +98,6 @@ def check(spec):
     ccparams.parse(list(spec.cc_params), spec.cc)
     ecn.parse(spec.ecn, at=spec.ecn_at)
     if spec.capture:
-        from emulator.dataplane.observe import capture
         capture.parse(spec.capture, addressing.plan(spec.fabric))
     check_telemetry(spec.telemetry)
     switch_agent.for_run(spec.switch_agent, spec.fabric, spec.controller)
@@ -111,7 +112,6 @@ def check_telemetry(port):
     """``--telemetry PORT``: a port number this machine can listen on."""
     if port is None:
         return
-    import socket
     if not 0 < port < 65536:
         raise ConfigError("--telemetry", f"{port}: a TCP port, 1-65535")
     with socket.socket() as s:

@@ -12,12 +12,13 @@ dataclass so a wrong name or value stops the run before anything is built.
 from dataclasses import fields
 
 from emulator.errors import ConfigError
+from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric.units import parse_duration, parse_rate
+from traffic.roce.dcqcn import DcqcnParams
+from traffic.roce.timely import TimelyParams
 
 
 def _classes():
-    from traffic.roce.dcqcn import DcqcnParams
-    from traffic.roce.timely import TimelyParams
     return {"dcqcn": DcqcnParams, "timely": TimelyParams}
 
 
@@ -41,7 +42,6 @@ def _value(field, text):
     if field.endswith("_bps"):
         return parse_rate(text)
     if field == "byte_counter":
-        from emulator.experiments.workloads.collective import parse_sizes
         (size,) = parse_sizes(text, "--cc-param")
         return size
     number = float(text)

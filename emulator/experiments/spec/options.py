@@ -2,6 +2,7 @@
 
 import argparse
 
+from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
 from lab.modes import CC, LB, EcnAt, Failover, Transport
 from traffic.roce.frames import ROCE_MTUS
@@ -116,7 +117,6 @@ def parse_seed(text):
 def parse_holddown(text):
     """``--bfd-holddown``: ``BASE:MAX`` seconds with 0 <= BASE <= MAX, or ``0`` (off);
     the text, passed on to the controller (controller/damping.py)."""
-    from emulator.errors import ConfigError
     parts = str(text).strip().split(":")
     try:
         vals = [float(x) for x in parts]
@@ -161,7 +161,6 @@ def parse_workload(text):
 
 def workload_choice(text):
     """``compare --workload``: a collective or a training job's file."""
-    import argparse
     if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast",
                 "adversarial", "permutation") or text.startswith("simai:"):
         return text       # adversarial, permutation: with --routing (a dragonfly's patterns)

@@ -36,8 +36,11 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from emulator.dataplane.faults import parse_link
+from emulator.dataplane.lossless.pfc_run import misroute
 from emulator.errors import ConfigError
 from emulator.fabric import units
+from emulator.fabric.lossless import deadlock_plan, storm_end
 from lab.modes import FlowControl
 
 CONTROLLER = "controller"     # the controller's fault: its action and target (controller:kill)
@@ -203,12 +206,9 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
 def check_targets(events, topo, flow_control=FlowControl.NONE):
     """Raise ConfigError if a link or switch of ``events`` is not in the topology,
     or a PFC storm is asked of a fabric without PFC."""
-    from emulator.dataplane.faults import parse_link
-    from emulator.fabric.lossless import storm_end
     switches = {s["name"] for s in topo["switches"]}
     for ev in events:
         if ev.action in ("deadlock", "deadlock_stop"):
-            from emulator.fabric.lossless import deadlock_plan
             deadlock_plan(topo)
         elif ev.action in ("pfc_storm", "pfc_storm_stop"):
             if flow_control != FlowControl.PFC:   # credits have no pause frames to storm
@@ -245,7 +245,6 @@ def execute(injector, ev):
     if ev.action in ("pfc_storm", "pfc_storm_stop"):
         return injector.pfc_storm(ev.target, ev.action == "pfc_storm")
     if ev.action in ("deadlock", "deadlock_stop"):
-        from emulator.dataplane.lossless.pfc_run import misroute
         return misroute(injector, ev.action == "deadlock")
     raise ValueError(ev.action)
 

@@ -85,7 +85,13 @@ from dataclasses import dataclass, field
 from emulator.errors import ConfigError
 from emulator.experiments.training import timing as job_time
 from emulator.experiments.training.ranks import (  # noqa: F401  (the job's vocabulary)
-    GROUP_KINDS, Nic, Placement, fabric_hosts, form_groups, place)
+    GROUP_KINDS,
+    Nic,
+    Placement,
+    fabric_hosts,
+    form_groups,
+    place,
+)
 from emulator.experiments.training.timing import fabric_size, local_bytes
 
 SUPPORTED = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD", "HYBRID_TRANSFORMER", "DATA", "MICRO")

@@ -32,9 +32,13 @@ import subprocess
 import sys
 import time
 
+from emulator.dataplane.links.impair import fault_names
+from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.measure.watch import Watch
 from emulator.experiments.training import job as jobs
 from emulator.experiments.training import simai
+from emulator.fabric.units import parse_rate
 
 PREFIX = "simai:"
 _IT = re.compile(r"^(?:it)(\d+)\.")
@@ -55,7 +59,6 @@ def workload_path(text):
 
 def prepare(path, topo, args, mtu):
     """Parse ``path`` and place it on ``topo`` (nothing is built yet): the ``Job``."""
-    from emulator.fabric.units import parse_rate
     wl = simai.parse(path)
     try:
         real = parse_rate(args.real_rate)
@@ -94,7 +97,6 @@ def run_engine(cfg_path, res_path, out_dir, timeout, what):
     """The job engine (``python -m traffic job``) on ``cfg_path``, writing
     ``res_path``, its log in ``out_dir``/job.log; returns its exit status.
     RunFailed (the engine killed) past ``timeout`` seconds; ``what`` names it."""
-    from emulator.dataplane.session import REPO
     with open(os.path.join(out_dir, "job.log"), "w") as log:
         p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
                               "--out", res_path], cwd=REPO, stdout=log,
@@ -113,7 +115,6 @@ def run_engine(cfg_path, res_path, out_dir, timeout, what):
 def run_job(session, job, extra, progress=print, faulted=()):
     """Run ``job`` on ``session``'s fabric; returns the ``training`` document.
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill)."""
-    from emulator.experiments.measure.watch import Watch
     out_dir = os.path.join(session.dir, "training")
     os.makedirs(out_dir, exist_ok=True)
     cfg = job_config(session, job, extra)
@@ -144,7 +145,6 @@ def run_job(session, job, extra, progress=print, faulted=()):
 
 def job_fidelity(watch, result, within, faulted=()):
     """The verdict: the job engine's drops and lateness, the switches', the CPU."""
-    from emulator.dataplane.links.impair import fault_names
     eps = result["endpoints"]
     sent = sum(e["data_frames_sent"] for e in eps)
     lost = max(0, sent - sum(e["data_frames_received"] for e in eps))

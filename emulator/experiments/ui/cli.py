@@ -9,7 +9,11 @@ report.html in the same directory is the same page, opened from disk.
 import os
 import threading
 
+from emulator.dataplane.signals import signals_as_exceptions
 from emulator.errors import ConfigError
+from emulator.experiments.ui.live import report_doc
+from emulator.experiments.ui.server import UiServer
+from emulator.report import page
 
 
 def add_arguments(p):
@@ -21,10 +25,6 @@ def add_arguments(p):
 
 def main(args, out=print, stop=None):
     """Serve until interrupted (or ``stop``, a threading.Event, is set)."""
-    from emulator.dataplane.signals import signals_as_exceptions
-    from emulator.experiments.ui.live import report_doc
-    from emulator.experiments.ui.server import UiServer
-    from emulator.report import page
     d = args.results_dir
     if not os.path.isfile(os.path.join(d, "topology.json")):
         raise ConfigError("RESULTS_DIR", f"{d}: no topology.json here: name a run's results "

@@ -21,6 +21,7 @@ from emulator.experiments.ui.model import view_model
 from emulator.experiments.ui.recorder import Recorder, marker
 from emulator.experiments.ui.server import UiServer
 from emulator.report import page
+from emulator.report.summary import summary
 
 FLOW_BIN_MS = 10
 
@@ -182,7 +183,6 @@ def _fault_log(d):
 
 def report_doc(d):
     """The page's data from results directory ``d``'s files."""
-    from emulator.report.summary import summary
     with open(os.path.join(d, "topology.json"), encoding="utf-8") as f:
         topo = json.load(f)
     series = {}

@@ -10,6 +10,7 @@ import threading
 
 from emulator.errors import ConfigError
 from emulator.fabric.units import parse_rate
+from traffic.iperf import Iperf3Server, run_client
 
 
 def parse_spec(text, hosts):
@@ -47,7 +48,6 @@ class Background:
         self._servers, self._threads = [], []
 
     def __enter__(self):
-        from traffic.iperf import Iperf3Server
         ip_of = {h["name"]: h["ip"] for h in self.session.topo["hosts"]}
         try:
             for i, spec in enumerate(self.specs):
@@ -66,7 +66,6 @@ class Background:
         return self
 
     def _client(self, result, server_ip):
-        from traffic.iperf import run_client
         host = self.session.net.hosts[result["src"]]
         try:
             result.update(run_client(host, server_ip, port=result["port"],

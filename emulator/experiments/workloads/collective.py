@@ -17,10 +17,14 @@ import subprocess
 import sys
 import time
 
-from emulator.fabric.addressing import home_leaf
+from emulator.dataplane.links.impair import fault_names
 from emulator.dataplane.session import REPO
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
+from emulator.fabric.addressing import home_leaf
+from traffic.ranks.collectives import BUSBW_FACTOR
+from traffic.ranks.report import combine, table
+from traffic.roce.transport import RcParams
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "incast")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -84,12 +88,10 @@ def default_timeout_exp(queue_ms):
     (four full queues): deep "lossless" queues need a long one, as
     NCCL_IB_TIMEOUT is set far above a PFC fabric's delays.
     """
-    from traffic.roce.transport import RcParams
     return RcParams.exp_for(4 * queue_ms / 1e3)
 
 
 def expected_seconds(collective, n, sizes, rate_bps):
-    from traffic.ranks.collectives import BUSBW_FACTOR
     factor = BUSBW_FACTOR[collective](n)
     return sum(s * factor * 8 / rate_bps for s in sizes)
 
@@ -103,7 +105,6 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare/compare.py);
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill).
     """
-    from traffic.ranks.report import combine, table
     if collective not in COLLECTIVES:
         raise ConfigError("--workload", f"unknown collective {collective!r}")
     out_dir = os.path.join(session.dir, "collective")
@@ -212,7 +213,6 @@ def collective_fidelity(watch, ranks, faulted=()):
         # every frame put on the wire minus every arrival (duplicates included)
         sent = sum(r["data_frames_sent"] for r in ranks)
         lost = max(0, sent - sum(t.get("received_packets", 0) for t in rx))
-    from emulator.dataplane.links.impair import fault_names
     calls = [row for r in ranks for row in r.get("results", ()) if "t_start_ns" in row]
     within = (min(c["t_start_ns"] for c in calls) / 1e9,          # the reported calls
               max(c["t_start_ns"] / 1e9 + c["time_s"] for c in calls)) if calls else None

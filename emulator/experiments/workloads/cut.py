@@ -12,6 +12,8 @@ the adaptive stage runs, how soon the first frame left by another uplink
 import threading
 import time
 
+from emulator.dataplane.faults import Injector
+
 START_BYTES = 1 << 16        # the collective has started: this much crossed the switches
                              # (the ranks' start barrier crosses them too, in small frames)
 
@@ -45,7 +47,6 @@ class Cut:
             self.error = f"{type(e).__name__}: {e}"
 
     def __enter__(self):
-        from emulator.dataplane.faults import Injector
         self.inj = Injector(self.s, detect=self.detect_s)
         self._thread = threading.Thread(target=self._run, daemon=True, name="cut")
         self._thread.start()

@@ -13,11 +13,13 @@ results are merged (``dataplane.cluster.cluster_net``).
 
 import os
 
-from emulator.dataplane.observe import counters
 from emulator.dataplane.engine_proc import EngineProcess  # noqa: F401 (re-exported)
+from emulator.dataplane.links.impair import fault_names
+from emulator.dataplane.observe import counters
 from emulator.experiments.measure import fidelity
+from emulator.experiments.workloads import workload
+from emulator.fabric.units import format_rate
 from traffic.roce.frames import frame_len_for_mtu
-
 
 
 def netns_of(net, host):
@@ -74,7 +76,6 @@ def measure(session, plan, name="engine"):
     e = dict(res["engine"], cpu_share=round(res["engine"]["cpu_s"] / max(res["window_s"], 1e-9),
                                             3))
     lost = lost_frames(res)
-    from emulator.dataplane.links.impair import fault_names
     doc = fidelity.verdict(e["sent_packets"], delta, engine=e, latency=res["latency_ms"],
                            lost=lost,
                            bound_ms=fidelity.queue_bound_ms(topo, session.queue_ms),
@@ -100,7 +101,6 @@ def child_env(session):
 
 def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
     """Run the mix for ``duration`` s at ``load`` x host link rate; return results."""
-    from emulator.experiments.workloads import workload
     net, topo = session.net, session.topo
     pairs = workload.mix_pairs(topo, load)
     if not pairs:
@@ -134,7 +134,6 @@ def default_mix(session, duration=5.0, qps=4, load=0.5, mtu=4096):
                       "longest_disruption_ms": got.get("longest_disruption_ms", 0),
                       "latency_us": got.get("latency_us"),
                       "cross_plane": key in cross})
-    from emulator.fabric.units import format_rate
     per_conn = f"{format_rate(int(pairs[0][1]['rate_bps'] * pairs[0][4]))} each"
     offered = sum(s["rate_bps"] for s in plan["streams"])
     return {

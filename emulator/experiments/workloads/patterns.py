@@ -19,9 +19,14 @@ local and the global links.  Beside it the fluid ceilings of the pattern
 (emulator.fabric.analysis.fluid) for each routing mode.
 """
 
+import json
 import os
+import re
+import time
 
-from emulator.errors import ConfigError
+from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.measure.watch import Watch
+from emulator.experiments.training.launch import job_fidelity, run_engine
 from emulator.fabric.analysis import fluid
 from lab.modes import LB, Entropy, Routing
 
@@ -118,7 +123,6 @@ STAMP = "set_field:02:df:00:"           # a bucket stamping an intermediate grou
 def bucket_bytes(groups_text, stats_text):
     """(stamped, all) bytes sent through the Valiant groups of one switch, from
     ``ovs-ofctl dump-groups`` (which buckets stamp) and ``dump-group-stats``."""
-    import re
     stamped = set()
     for line in groups_text.splitlines():
         m = re.search(r"group_id=(\d+)", line)
@@ -141,7 +145,6 @@ def bucket_bytes(groups_text, stats_text):
 def nonminimal_share(session):
     """Share of the bytes hosts sent that went through an intermediate group (None
     where no switch has Valiant groups: minimal routing sends nothing so)."""
-    from emulator.errors import RunFailed
     mine = every = 0
     for sw in session.topo["switches"]:
         try:
@@ -173,11 +176,6 @@ def summary(per_host):
 def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     """Run ``pattern`` on the session's fabric (one job-engine process for every host);
     return its report (results.json ``pattern``)."""
-    import json
-    import time
-    from emulator.errors import RunFailed
-    from emulator.experiments.measure.watch import Watch
-    from emulator.experiments.training.launch import job_fidelity, run_engine
     topo, net = session.topo, session.net
     pairs = pairs_for(session.fabric, pattern, seed)
     link = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])

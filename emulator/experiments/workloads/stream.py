@@ -16,13 +16,19 @@ after it started: a placed flow's entry is in by then) and that uplink's
 queue percentiles.
 """
 
+import socket
 import subprocess
 import sys
 import threading
 import time
 
+from emulator.dataplane.links.shaping import QdiscReader
 from emulator.errors import ConfigError
+from emulator.experiments.measure.paths import trace_path
+from emulator.experiments.measure.stats import percentile
 from emulator.experiments.workloads.collective import REPO
+from traffic.nic.netns import entered
+from traffic.roce.frames import udp_sport
 
 SAMPLE_S = 0.005
 TRACE_AFTER_S = 0.2          # its uplink, traced once a controller has placed it
@@ -76,8 +82,6 @@ class Stream:
         return sum((c.get(intf) or (0,))[0] for _, intf, _ in self.ups)
 
     def _trace(self):
-        from emulator.experiments.measure.paths import trace_path
-        from traffic.roce.frames import udp_sport
         path = trace_path(self.s.topo, self.src["name"], self.src["ports"][0],
                           self.dst["ports"][0], udp_sport(STREAM_QPN, STREAM_QPN), self.s.net)
         hop = path[1] if len(path) > 1 else ""
@@ -85,8 +89,6 @@ class Stream:
         return names.get(hop)
 
     def _run(self):
-        from emulator.dataplane.links.shaping import QdiscReader
-        from traffic.nic.netns import entered
         try:
             base = self._counters()
             deadline = time.monotonic() + 120
@@ -125,7 +127,6 @@ class Stream:
             self.error = f"{type(e).__name__}: {e}"
 
     def _indexes(self):
-        import socket
         return {p: socket.if_nametoindex(intf) for p, intf, _ in self.ups}
 
     def __enter__(self):
@@ -153,7 +154,6 @@ class Stream:
 
     def result(self):
         """The stream as it ran: when, where, and its uplink's queue."""
-        from emulator.experiments.measure.stats import percentile
         q = [sample.get(self.port, 0) for _, sample in self.samples] if self.port else []
         byte_ms = self.rate / 8 / 1e3
         out = {"src": self.src["name"], "dst": self.dst["name"], "rate_bps": self.rate,

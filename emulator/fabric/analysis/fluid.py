@@ -32,8 +32,10 @@ each increment goes on the flow's least-loaded option, a lower bound.
 Everything works on the ``Fabric`` model; a switch's group is its ``pod``.
 """
 
+import math
 import random
 from collections import deque
+
 from lab.modes import Routing
 
 EPS = 1e-9
@@ -222,7 +224,6 @@ def concurrent(cap, options, eps=0.1):
     splits freely over its ``options`` (Garg-Koenemann / Fleischer, within a
     factor (1 - 3 eps) of the optimum; the routing found, scaled to fit, is
     feasible, so the value returned is achievable)."""
-    import math
     links = [k for k in cap if cap[k] > 0]
     m = len(links)
     delta = (1 + eps) / ((1 + eps) * m) ** (1 / eps)

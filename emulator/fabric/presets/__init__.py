@@ -15,13 +15,15 @@ in ``clos``, the dragonflies in ``dragonfly``, the typed parameters in
 May import: ``emulator.errors`` and ``emulator.fabric``'s model.
 """
 
+import dataclasses
+
+from emulator.errors import ConfigError
+from emulator.fabric.lossless import parse_flow_control, parse_settings
+from emulator.fabric.model import Endpoint, Fabric, Link, Node
 from emulator.fabric.presets import clos as presets_clos
 from emulator.fabric.presets import dragonfly as presets_dragonfly
-from emulator.errors import ConfigError
-from emulator.fabric.model import Endpoint, Fabric, Link, Node
 from emulator.fabric.presets.params import Param, rate_for_ratio, resolve_params
 from emulator.fabric.units import format_rate
-
 
 LEAF_SPINE = (
     Param("spines", "int", 4, 1, 32, "spine switches"),
@@ -63,8 +65,6 @@ PFC_PARAMS = ("pfc_watchdog", "pfc_detection", "pfc_restoration", "pfc_xoff_fram
 
 def build(name, params=None):
     """Build preset ``name`` with ``params`` (name -> value strings)."""
-    import dataclasses
-    from emulator.fabric.lossless import parse_flow_control, parse_settings
     if name not in PRESETS:
         raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
     params = dict(params or {})
