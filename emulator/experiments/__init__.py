@@ -1,16 +1,15 @@
-"""What runs on a built fabric, and what its measurements mean.
+"""What runs on a built fabric, and what its measurements mean, in rooms by stage.
 
-Commands: ``run`` (the default mix or a collective), ``drill`` (faults under
-probe traffic), ``compare`` and ``planes`` (load-balancing modes, dual- vs
-single-plane), ``check`` (a controller app held to checks), ``calibrate``
-(the machine's faithful budget).  Traffic: ``mix`` and ``drill_traffic``
-drive the traffic engine, ``collective`` the ranks, ``background`` iperf3.
-Pure parts, unit-tested without root: ``workload`` (who sends to whom),
-``fidelity`` (the verdict), ``budget`` (the machine's budget arithmetic),
-``scenario`` (fault schedules), and the statistics of ``compare`` and
-``drill``.
+``commands`` (the registry of fabric commands and sub-commands) runs a
+command: ``spec`` builds its RunSpec (options, fault schedules, congestion
+parameters), ``workloads`` and ``training`` say what traffic it offers,
+``measure`` says what the figures mean (statistics, traced paths, queues,
+convergence, fidelity, the machine's budget), ``repeat`` runs modes side by
+side with repeats, and the commands themselves are ``run``, ``check``,
+``calibrate``, ``cli`` (``run --cli``), ``drill``, ``compare``, ``probe``;
+``ui`` serves the live page and writes report.html.
 
 May import: ``emulator.errors``, ``emulator.fabric``, ``emulator.dataplane``,
-``emulator.report``, the ``traffic`` package.  Only ``emulator.__main__``
+``emulator.report``, ``lab`` and ``traffic``.  Only ``emulator.__main__``
 imports this package.
 """

@@ -216,8 +216,8 @@ def test_a_room_holds_few_modules_and_the_rest_in_sub_packages(room):
 
 
 def sub_packages():
-    for room in ROOMS:
-        for init in sorted((ROOT / room).glob("*/__init__.py")):
+    for top in ("emulator", "traffic", "lab"):
+        for init in sorted((ROOT / top).rglob("*/__init__.py")):
             yield str(init.parent.relative_to(ROOT)), init
 
 
@@ -233,3 +233,172 @@ def test_no_sub_package_is_left_without_its_init():
         for d in (ROOT / room).iterdir():
             if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py")):
                 assert (d / "__init__.py").is_file(), f"{d.relative_to(ROOT)}"
+
+
+# ---- one run specification, mode names once, rooms by stage ---------------------
+
+MODE_KEYWORDS = {"lb", "failover", "routing", "transport", "cc", "flow_control", "mode", "at",
+                 "ecn_at", "entropy", "default", "choices"}
+
+
+def mode_names():
+    from lab.modes import ENUMS
+    return {m.value for e in ENUMS for m in e}
+
+
+def mode_literals(tree, names):
+    """(line, name) of mode names written as string literals where code decides on a
+    mode: compared, a parameter's default, a mode keyword's value (``lb="dlb"``,
+    ``choices=(...)``), a mode key's value in a dict (``{"cc": "none"}``), returned
+    or chosen by a conditional, an annotated default, or one of two or more mode
+    names in a collection.  A name used as something else (the ``controller``
+    package, a BPF object, a YAML key) is not a mode there."""
+    def lit(n):
+        return isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+    found = []
+    for node in ast.walk(tree):
+        cands = []
+        if isinstance(node, ast.Compare):
+            member = all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+            cands = [] if member else [node.left, *node.comparators]
+            for c in node.comparators:
+                if isinstance(c, (ast.Tuple, ast.List, ast.Set)):
+                    cands += c.elts
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            cands = list(node.args.defaults) + [d for d in node.args.kw_defaults if d]
+        elif isinstance(node, ast.keyword) and node.arg in MODE_KEYWORDS:
+            v = node.value
+            cands = [v] + (list(v.elts) if isinstance(v, (ast.Tuple, ast.List, ast.Set)) else [])
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            if sum(map(lit, node.elts)) >= 2:
+                cands = node.elts
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            cands = [node.value]
+        elif isinstance(node, ast.IfExp):
+            cands = [node.body, node.orelse]
+        elif isinstance(node, ast.Return) and node.value is not None:
+            cands = [node.value]
+        elif isinstance(node, ast.Dict):
+            cands = [v for k, v in zip(node.keys, node.values)
+                     if isinstance(k, ast.Constant) and k.value in MODE_KEYWORDS]
+        found += [(c.lineno, c.value) for c in cands if lit(c)]
+    return sorted(set(found))
+
+
+def test_the_mode_scan_finds_what_it_looks_for():
+    names = {"ecmp", "dlb", "none"}
+    tree = ast.parse("def f(lb='ecmp'):\n    if lb == 'dlb': pass\n    g(cc='none')\n"
+                     "    x = {'transport': 'none'}\n    return 'dlb'\n"
+                     "import controller\nbpf.load('ecmp')\nif 'dlb' in doc: pass\n")
+    assert mode_literals(tree, names) == [(1, "ecmp"), (2, "dlb"), (3, "none"), (4, "none"),
+                                          (5, "dlb")]
+
+
+def test_mode_names_are_written_once_in_lab_modes():
+    names = mode_names()
+    bad = [f"{path.relative_to(ROOT)}:{line}: {value!r}"
+           for name, path in modules() if not name.startswith("lab")
+           for line, value in mode_literals(ast.parse(path.read_text()), names)]
+    assert bad == [], "mode names outside lab.modes (use its enums): " + ", ".join(bad)
+
+
+def session_calls(tree):
+    """Lines of ``Session(...)`` calls that pass anything but one spec (and ``progress``)."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "Session":
+            kws = {k.arg for k in node.keywords}
+            if len(node.args) != 1 or kws - {"progress"}:
+                bad.append(node.lineno)
+    return bad
+
+
+def test_the_session_checker_finds_the_keyword_form():
+    tree = ast.parse("Session(spec, progress=p)\nSession(fabric, lb='dlb')\nx.Session(f, seed=1)")
+    assert session_calls(tree) == [2, 3]
+
+
+def test_sessions_are_built_from_a_run_spec_only():
+    bad = [f"{path.relative_to(ROOT)}:{line}" for name, path in modules()
+           if name.startswith("emulator") for line in session_calls(ast.parse(path.read_text()))]
+    assert bad == [], "Session built from keywords, not a RunSpec: " + ", ".join(bad)
+
+
+def test_drills_and_the_prober_do_not_import_each_other():
+    g = graph()
+    pairs = [(a, b) for a, deps in g.items() for b in deps
+             for x, y in (("drill", "probe"), ("probe", "drill"))
+             if a.startswith(f"emulator.experiments.{x}") and b.startswith(
+                 f"emulator.experiments.{y}")]
+    assert pairs == []
+
+
+MAX_MODULES_PER_FOLDER = 10
+
+
+def crowded_folders(root_dirs):
+    """Folders (under ``root_dirs``) holding more than MAX_MODULES_PER_FOLDER modules."""
+    out = []
+    for top in root_dirs:
+        for d in [top, *sorted(p for p in top.rglob("*") if p.is_dir())]:
+            n = len(list(d.glob("*.py")))
+            if n > MAX_MODULES_PER_FOLDER:
+                out.append(f"{d.relative_to(ROOT)}: {n}")
+    return out
+
+
+def test_the_folder_checker_counts_modules(tmp_path):
+    for i in range(MAX_MODULES_PER_FOLDER + 1):
+        (tmp_path / f"m{i}.py").write_text("")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert crowded_folders([tmp_path]) == [f".: {MAX_MODULES_PER_FOLDER + 1}"]
+    finally:
+        ROOT = saved
+
+
+def test_no_folder_of_the_emulator_or_the_traffic_engine_holds_more_than_ten_modules():
+    assert crowded_folders([ROOT / "emulator", ROOT / "traffic"]) == []
+
+
+MAX_LATE_IMPORTS = 60
+
+
+def late_imports(tree):
+    """Lines of project imports (and importlib/__import__ calls) made inside functions."""
+    out = []
+
+    def walk(node, in_func):
+        for ch in ast.iter_child_nodes(node):
+            inner = in_func or isinstance(ch, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                               ast.Lambda))
+            if in_func and isinstance(ch, ast.ImportFrom) and (
+                    ch.level or (ch.module or "").split(".")[0] in PACKAGES):
+                out.append(ch.lineno)
+            elif in_func and isinstance(ch, ast.Import) and any(
+                    a.name.split(".")[0] in PACKAGES for a in ch.names):
+                out.append(ch.lineno)
+            elif in_func and isinstance(ch, ast.Call) and ast.unparse(ch.func) in (
+                    "importlib.import_module", "import_module", "__import__"):
+                out.append(ch.lineno)
+            walk(ch, inner)
+    walk(tree, False)
+    return out
+
+
+def test_the_late_import_counter_counts_what_it_should():
+    tree = ast.parse("import emulator\ndef f():\n    from emulator import x\n    import json\n"
+                     "    from . import y\n    importlib.import_module('m')\n")
+    assert late_imports(tree) == [3, 5, 6]
+
+
+def test_imports_are_made_at_the_top_of_a_module():
+    late = {str(path.relative_to(ROOT)): lines for _, path in modules()
+            if (lines := late_imports(ast.parse(path.read_text())))}
+    n = sum(len(v) for v in late.values())
+    assert n <= MAX_LATE_IMPORTS, f"{n} imports inside functions: {late}"
+    text = {str(p.relative_to(ROOT)): p.read_text().splitlines() for _, p in modules()}
+    uncommented = [f"{f}:{i}" for f, lines in late.items() for i in lines
+                   if "#" not in text[f][i - 1]]
+    assert uncommented == [], "each late import says why on its line"

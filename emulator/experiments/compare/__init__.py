@@ -1,10 +1,15 @@
 """Side-by-side comparisons (``emulator compare``) on one fabric and one workload.
 
-``compare`` (load-balancing modes) with ``lb_table`` (its table),
-``congestion`` (``--cc``), ``lossless_cmp`` (``--lossless on,off``),
-``planes`` with ``planes_stats`` (HPN dual-plane vs single-plane).
+``compare`` (load-balancing modes on a collective, its repetitions and table),
+``stream`` (each mode with a competing stream or a cut), ``training`` (the
+modes under a training job), ``routing`` (``compare routing``: a dragonfly's
+routing modes), ``rails`` (``compare fabrics``: rail-only vs rail-optimized),
+``planes`` with ``planes_stats`` (``compare planes``: HPN dual-plane vs
+single-plane, and its pure arithmetic), ``congestion`` (``compare cc``),
+``lossless`` (``compare lossless``: PFC against the lossy fabric).
 
-May import: the shared modules of ``experiments``, ``experiments.workloads``,
-``emulator.dataplane``, ``emulator.report``, ``emulator.fabric``,
-``emulator.errors``, ``traffic``.
+May import: ``experiments.measure``, ``experiments.spec``,
+``experiments.workloads``, ``experiments.training``, ``experiments.repeat``,
+``experiments.ui``, ``emulator.dataplane``, ``emulator.report``,
+``emulator.fabric``, ``emulator.errors``, ``lab``, ``traffic``.
 """

@@ -3,7 +3,7 @@
 ``probe`` (the command on a running fabric) and ``prober`` (the pure
 logic: paths, suspects, verdicts).
 
-May import: the shared modules of ``experiments``, ``experiments.drill``'s
-helpers, ``experiments.workloads``, ``emulator.dataplane``,
-``emulator.fabric``, ``emulator.errors``, ``traffic``.
+May import: ``experiments.measure``, ``experiments.spec``,
+``experiments.workloads``, ``emulator.dataplane``, ``emulator.fabric``,
+``emulator.errors``, ``lab``, ``traffic``; never ``experiments.drill``.
 """
