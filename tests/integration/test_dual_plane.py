@@ -21,20 +21,22 @@ import pytest
 
 from emulator.experiments.compare import planes
 from emulator.experiments.compare import planes_stats
+from emulator.fabric.runspec import RunSpec
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    args = argparse.Namespace(results=str(tmp_path_factory.mktemp("planes")), queue_ms=2000.0,
-                              sample_ms=20.0, workload="alltoall", size_list=[2 << 20], qps=8)
+    args = argparse.Namespace(sample_ms=20.0, size_list=[2 << 20], qps=8)
     fabrics = planes_stats.build_fabrics({})
+    spec = RunSpec(fabrics["dual-plane"], queue_ms=2000.0, workload="alltoall",
+                   results=str(tmp_path_factory.mktemp("planes")))
     out = {}
     for label, fabric, seeding, seed in planes.plan_runs(fabrics, ["shared"], 1, SEED):
         # a run that lost packets outside the switch queues (a starved datapath on a
         # busy machine) is repeated
-        out[label] = planes.run_measured(fabric, label, seeding, seed, args, retries=2,
+        out[label] = planes.run_measured(spec, fabric, label, seeding, seed, args, retries=2,
                                          progress=lambda m: None)
     return out
 

@@ -19,6 +19,7 @@ import pytest
 
 from emulator.experiments.compare import compare
 from emulator.fabric import presets
+from emulator.fabric.runspec import RunSpec
 
 SEED = 1
 RATE = "5Mbps"
@@ -30,19 +31,17 @@ def fabric():
                                         "host_rate": RATE, "uplink_rate": RATE})
 
 
-def args(tmp):
-    return argparse.Namespace(results=str(tmp), queue_ms=2000.0, flowlet_gap_ms=25.0,
-                              workload="allreduce")
+ARGS = argparse.Namespace(flowlet_gap_ms=25.0, reps=1, retries=0)
 
 
 @pytest.fixture(scope="module")
 def runs(fabric, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lb")
-    out = {}
-    for mode in ("ecmp", "controller-dlb", "dlb", "packet", "spray"):
-        out[mode] = compare.run_one(fabric, mode, SEED, "strided", 1, [512 << 10], args(tmp),
-                                    progress=lambda m: None)
-    return out
+    spec = RunSpec(fabric, hash_seed=SEED, queue_ms=2000.0, workload="allreduce",
+                   results=str(tmp_path_factory.mktemp("lb")))
+    modes = ("ecmp", "controller-dlb", "dlb", "packet", "spray")
+    got = compare.repetitions(spec, [(m, "strided", 1) for m in modes], [512 << 10], ARGS,
+                              lambda m: None)
+    return {r["mode"]: r for r in got}
 
 
 def test_no_controller_problems_and_no_loss(runs):

@@ -71,3 +71,22 @@ def test_the_controller_argument_keeps_its_forms(text):
 def test_a_controller_argument_of_no_known_form_is_refused():
     with pytest.raises(argparse.ArgumentTypeError):
         parse_controller("ryu:app.py")
+
+
+def test_the_session_keyword_form_users_tests_write_builds_a_run_spec(tmp_path):
+    """docs/controller-apps.md: ``Session(fabric, controller="app:...", results_base=...)``
+    in a user's own tests; it builds the RunSpec Session takes."""
+    from emulator.dataplane.session import Session
+    from emulator.fabric import presets
+    from emulator.fabric.runspec import RunSpec
+    fabric = presets.build("leaf-spine", {"leaves": "2"})
+    s = Session(fabric, controller="app:examples/ryu_static_routes.py",
+                results_base=str(tmp_path), failover="controller", lb="ecmp", seed=7,
+                queue_ms=10, mtu=1024)
+    assert isinstance(s.spec, RunSpec) and s.spec.fabric == fabric
+    assert (s.spec.controller, s.spec.results, s.spec.failover, s.spec.hash_seed,
+            s.spec.queue_ms, s.spec.mtu) == ("app:examples/ryu_static_routes.py",
+                                             str(tmp_path), "controller", 7, 10, 1024)
+    assert Session(s.spec).spec == s.spec
+    with pytest.raises(TypeError):
+        Session(s.spec, lb="dlb")            # a spec is whole: no settings beside it

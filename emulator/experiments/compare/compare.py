@@ -171,6 +171,12 @@ class Repetition(Mode):
         return verdicts
 
 
+def seeds(spec, r):
+    """Repetition ``r``'s seeds: another draw of ECMP's hash and of the job's QPs."""
+    return {"hash_seed": None if spec.hash_seed is None else spec.hash_seed + r,
+            "job_seed": None if spec.job_seed is None else spec.job_seed + r}
+
+
 def repetitions(spec, plan, sizes, args, out, **kw):
     """Every (mode, ring, qps[, disturbance]) of ``plan``, ``args.reps`` repetitions
     each (hash seed ``spec.hash_seed + r``, job seed ``spec.job_seed + r``): their
@@ -180,8 +186,7 @@ def repetitions(spec, plan, sizes, args, out, **kw):
         extra = dict(kw, disturb=disturb[0]) if disturb else kw
         return Repetition(s, mode, spec, ring, qps, sizes, args, out, **extra)
     docs = each_mode(spec, lambda key: {"lb": key[0]}, plan, args.reps, make, out,
-                     per_repeat=lambda r: {"hash_seed": spec.hash_seed + r,
-                                           "job_seed": spec.job_seed + r},
+                     per_repeat=lambda r: seeds(spec, r),
                      label=lambda key: key[0])
     return [r for doc in docs for r in doc]
 
