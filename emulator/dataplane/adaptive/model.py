@@ -39,7 +39,7 @@ MODES = {LB.DLB: 1, LB.PACKET: 2}           # --lb values -> the program's mode
 MARK_BASE = 32                            # a port's mark: DSCP MARK_BASE + port
 MAX_MARKED_PORT = 63 - MARK_BASE
 MAX_CAND = 8                              # ar.bpf.c's MAX_CAND
-FLOWSETS = 1024                           # ar.bpf.c's flowlet slots per switch
+FLOWSETS = 1024                           # ar_common.h: flowlet slots per switch
 HOT_BAND = 3                              # ar.bpf.c: a queue of 4+ frames is building
 MOVE_BAND = 5                             # a live flowlet whose port's queue reaches 16
                                           # frames moves to a port whose queue is 3 bands
@@ -79,7 +79,7 @@ def route_key(sw_index, ip):
 
 
 def flow_hash(src, dst, sport, dport=4791):
-    """ar.bpf.c's ``flow_hash`` of a RoCEv2 frame (u32 arithmetic, the header
+    """ar_common.h's ``flow_hash`` of a RoCEv2 frame (u32 arithmetic, the header
     fields as the program loads them)."""
     m = 0xFFFFFFFF
     s = struct.unpack("<I", socket.inet_aton(src))[0]
