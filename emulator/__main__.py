@@ -419,7 +419,7 @@ def main(argv=None):
         print("interrupted (the run's teardown above says what it removed)", file=sys.stderr)
         return 130
     except BaseException as e:
-        from emulator.dataplane.signals import Interrupted
+        from emulator.dataplane.system.signals import Interrupted
         if isinstance(e, Interrupted):
             print(f"stopped by {e} (the run's teardown above says what it removed)",
                   file=sys.stderr)

@@ -16,7 +16,6 @@ orderly exit and masked during teardown):
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -28,7 +27,8 @@ from emulator.fabric import spec
 from emulator.dataplane.links.shaping import DEFAULT_QUEUE_MS, ROCE_MTU
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.dataplane.runstate import RunState, child_env, processes_of
-from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
+from emulator.dataplane.system import ovs as ovs_tools
+from emulator.dataplane.system.signals import Interrupted, signals_as_exceptions, signals_masked
 from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     REPO, Controller, controller_problems, converged_events, free_port, listening, wait_until)
 
@@ -53,9 +53,7 @@ def check_dependencies():
     except ImportError:
         raise EnvironmentProblem("Python cannot import mininet: run with the project's venv "
                                  "(.venv/bin/python, made by ./setup.sh)")
-    probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
-                           timeout=10)
-    if probe.returncode != 0:
+    if not ovs_tools.reachable(timeout=10):
         raise EnvironmentProblem("Open vSwitch is not running (ovs-vsctl cannot reach "
                                  "ovsdb-server): run sudo ./setup.sh, which starts it")
 

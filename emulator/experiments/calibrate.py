@@ -50,7 +50,7 @@ def calibration_fabric():
 
 
 def ovs_version():
-    from emulator.dataplane import proc
+    from emulator.dataplane.system import proc
     first = proc.run(["ovs-vswitchd", "--version"], timeout=10).splitlines()[0]
     return first.split()[-1]
 

@@ -10,7 +10,7 @@ import os
 
 from emulator.dataplane.session import (Session, check_dependencies, require_root,
                                         write_json)
-from emulator.dataplane.signals import signals_as_exceptions
+from emulator.dataplane.system.signals import signals_as_exceptions
 from emulator.fabric import addressing
 
 

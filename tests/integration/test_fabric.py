@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from emulator.fabric import presets
-from emulator.dataplane import proc
+from emulator.dataplane.system import ovs as ovs_tools
 from emulator.dataplane import runstate
 from emulator.dataplane.session import Session
 from tests.conftest import REPO, emulator, unless_stolen, verdict_of
@@ -137,12 +137,12 @@ def test_malformed_file_exits_2_and_creates_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntopology:\n  nodes: {h1: {kind: host}, leaf1: {kind: leaf}}\n"
                    "  links: [{endpoints: ['h1:eth0', 'leaf9:eth1'], rate: 10Mbps}]\n")
-    before_br = proc.ovs_vsctl("list-br")
+    before_br = ovs_tools.vsctl("list-br")
     before = leftovers()
     p = emulator("run", "-f", str(bad), "--results", str(tmp_path / "res"))
     assert p.returncode == 2
     assert "topology.links[0].endpoints[1]: unknown node 'leaf9'" in p.stderr
-    assert proc.ovs_vsctl("list-br") == before_br
+    assert ovs_tools.vsctl("list-br") == before_br
     assert leftovers() == before
     assert not (tmp_path / "res").exists()
 

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from emulator.dataplane import cleanup, proc, runstate
+from emulator.dataplane import cleanup, runstate
+from emulator.dataplane.system import ovs
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs.instances import Instance, stop_all
 from emulator.dataplane.session import Session
@@ -44,7 +45,7 @@ def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
                       "ovs1": ["leaf3", "leaf4", "spine3", "spine4"]}}
     # nothing of the run in the machine's own Open vSwitch or root namespace
     tag = two.state.tag
-    assert not [b for b in proc.ovs_vsctl("list-br").split() if tag in b]
+    assert not [b for b in ovs.vsctl("list-br").split() if tag in b]
     assert not [i for i, t in cleanup.our_interfaces().items() if t == tag]
     for inst in two.net.instances:
         assert sorted(inst.vsctl("list-br").split()) == sorted(

@@ -9,7 +9,7 @@ import re
 import sys
 
 from emulator.fabric import presets
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.dataplane.session import Session
 from tests.integration.test_fabric import SENDER
 

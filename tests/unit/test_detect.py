@@ -295,7 +295,7 @@ def test_a_ctrl_c_during_a_link_change_lands_once_every_end_is_set(tmp_path):
     is raised as KeyboardInterrupt once the change is whole."""
     import os
     import signal
-    from emulator.dataplane.signals import signals_as_exceptions
+    from emulator.dataplane.system.signals import signals_as_exceptions
     topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
                                                         "hosts_per_leaf": "1"}))
     inj = injector(topo, tmp_path)

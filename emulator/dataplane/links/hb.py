@@ -60,9 +60,8 @@ def add(ipr, topo, host, queue_ms, frame, shape=True):
 
 def sent_bytes(pid):
     """Bytes ``hb0`` sent (the HB hop's forward direction) in the namespace of ``pid``."""
-    from pyroute2 import IPRoute
-    from traffic.nic.netns import entered
-    with entered(f"/proc/{pid}/ns/net"), IPRoute() as ipr:
+    from emulator.dataplane.system.netlink import Netlink, netns_of
+    with Netlink(netns_of(pid)) as ipr:
         link = ipr.get_links(ipr.link_lookup(ifname=ENDS[0])[0])[0]
         return link.get_attr("IFLA_STATS64")["tx_bytes"]
 

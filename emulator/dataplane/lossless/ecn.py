@@ -35,12 +35,10 @@ leave minus those that arrived CE (counters at the chain's start and end).
 Host NICs are not marked: their queue is the sender's own.
 """
 
-import json
 import re
 from dataclasses import dataclass
 
-from emulator.dataplane import proc
-from emulator.dataplane.links.ifaces import in_netns
+from emulator.dataplane.system import nft
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 
 STEPS = 4                         # virtual queues between Kmin and Kmax
@@ -146,9 +144,6 @@ class Marker:
         self.netns_of = dict(netns_of or {})
         self.spaces = sorted({self.netns_of.get(i) or "" for i, _ in self.ports})
 
-    def _nft(self, netns, *args):
-        return in_netns(netns, ["nft", *args])
-
     @classmethod
     def for_session(cls, session):
         """Mark on every switch port of ``session``'s fabric; noted in its results."""
@@ -189,7 +184,7 @@ class Marker:
             lines.append("  }")
         lines.append("}")
         try:
-            proc.run(self._nft(ns, "-f", "-"), input="\n".join(lines) + "\n", timeout=30)
+            nft.apply(ns, "\n".join(lines) + "\n", timeout=30)
         except RunFailed as e:
             raise EnvironmentProblem(f"nftables refused the ECN marker ({e}): marking needs "
                                      "nftables netdev egress hooks (Linux 5.16+, nft 1.0.1+)")
@@ -199,8 +194,7 @@ class Marker:
         """{ifname: packets this port marked CE} since install."""
         items = []
         for ns in self.spaces:
-            doc = json.loads(proc.run(self._nft(ns, "-j", "list", "table", "netdev",
-                                                self.table), timeout=20))
+            doc = nft.table(ns, self.table, timeout=20)
             items += doc.get("nftables", [])
         seen = {}
         for item in items:
@@ -215,5 +209,4 @@ class Marker:
 
     def remove(self):
         for ns in self.spaces:
-            proc.run(self._nft(ns, "delete", "table", "netdev", self.table), timeout=20,
-                     check=False)
+            nft.delete_table(ns, self.table, timeout=20, check=False)

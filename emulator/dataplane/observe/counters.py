@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.dataplane.ovs.instances import SYSTEM
 from emulator.dataplane.links.shaping import QdiscReader
 from traffic.nic.netns import entered

@@ -9,7 +9,7 @@ ovs-vswitchd thread, and hosts must turn TX checksum offload off.
 import functools
 import os
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.errors import EnvironmentProblem, RunFailed
 
 

@@ -222,7 +222,7 @@ def soak(s, inj, pairs, faults, args, work, out):
     """Run the probes and the reliable jobs for the soak and inject ``faults`` in turn;
     returns (sent, recv, fidelity, [t_ns the fault started], interrupted, job summary).
     On Ctrl-C the active fault is repaired and what ran so far returned."""
-    from emulator.dataplane.signals import Interrupted
+    from emulator.dataplane.system.signals import Interrupted
     from emulator.dataplane.observe.counters import FaultWindows, link_names
     from emulator.experiments.drill.drill_chaos_job import JobLoop
     from emulator.experiments.drill.drill_traffic import faulted_links, probe_plan

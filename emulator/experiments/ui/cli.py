@@ -21,7 +21,7 @@ def add_arguments(p):
 
 def main(args, out=print, stop=None):
     """Serve until interrupted (or ``stop``, a threading.Event, is set)."""
-    from emulator.dataplane.signals import signals_as_exceptions
+    from emulator.dataplane.system.signals import signals_as_exceptions
     from emulator.experiments.ui.live import report_doc
     from emulator.experiments.ui.server import UiServer
     from emulator.report import page

@@ -28,10 +28,10 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
+from emulator.dataplane.system.proc import STDOUT, Child, TimedOut
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.workloads import job as jobs
 from emulator.experiments.workloads import simai
@@ -96,12 +96,12 @@ def run_engine(cfg_path, res_path, out_dir, timeout, what):
     RunFailed (the engine killed) past ``timeout`` seconds; ``what`` names it."""
     from emulator.dataplane.session import REPO
     with open(os.path.join(out_dir, "job.log"), "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
-                              "--out", res_path], cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT)
+        p = Child.start([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
+                         "--out", res_path], f"the {what}", cwd=REPO, stdout=log,
+                        stderr=STDOUT)
         try:
             p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except TimedOut:
             raise RunFailed(f"the {what} did not finish within {timeout:.0f}s "
                             f"(log: {out_dir}/job.log)")
         finally:
