@@ -195,6 +195,7 @@ class Session:
             "datapath": {"type": dp_type, "reason": dp_reason},
             "mtu": {"roce": self.mtu, "interfaces": None},
             "command": sys.argv, "python": sys.version.split()[0],
+            "versions": {"openvswitch": ovs_tools.version()},   # the report adds the rest
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")
