@@ -11,6 +11,7 @@ there is no ``mn -c`` here.
 import json
 import os
 import re
+import shutil
 import signal
 import time
 
