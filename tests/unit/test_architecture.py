@@ -193,6 +193,14 @@ def test_only_the_system_layer_starts_processes_and_speaks_netlink():
     assert outside_the_system_layer(sources) == []
 
 
+def test_the_system_layer_stands_on_nothing_else_of_the_emulator():
+    allowed = {"emulator.errors", "traffic.nic.netns"}
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items()
+           if mod == SYSTEM_LAYER or mod.startswith(SYSTEM_LAYER + ".")
+           for dep in deps if dep not in allowed and not dep.startswith(SYSTEM_LAYER)]
+    assert bad == []
+
+
 def test_no_import_cycles():
     assert cycles(graph()) == []
 
