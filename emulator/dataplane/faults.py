@@ -4,7 +4,7 @@ Model.  A *link* is named by its two nodes, ``leaf1-spine1`` or
 ``leaf1:spine1`` (the first link between them in the plan).  Its *ends* are interfaces: a switch end is the bridge port's
 veth in the root namespace (``fl<tag>l1-e3``), a host end the host's ``eth0``
 in its namespace (reached as ``/proc/<pid>/ns/net``).  Every change is a
-netlink verb (pyroute2), never ``ip``:
+netlink verb (``system.netlink``), never ``ip``:
 
 * link down/up on side ``a``, ``b`` or ``both``.  Setting one veth end down
   takes the carrier of the other away too, so both switches see the link go;
@@ -31,21 +31,16 @@ with, into ``self.events`` and one JSON line each in ``faults.jsonl``.
 
 import json
 import os
-import shutil
-import signal
 import time
 
-from pyroute2 import IPRoute
-
-from emulator.dataplane import proc
-from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
 from emulator.dataplane.runstate import tag_of_name
-from emulator.dataplane.signals import signals_masked
+from emulator.dataplane.system import nft
+from emulator.dataplane.system.netlink import Netlink
+from emulator.dataplane.system.signals import signals_masked
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.analysis.survival import surviving_pairs  # noqa: F401 (re-exported)
 from emulator.fabric.lossless import storm_end
-from traffic.nic.netns import entered
 
 
 def nic_of(topo):
@@ -132,7 +127,7 @@ class Injector:
         self.clock = clock
         self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
         self.events = []
-        self._ipr = {}                 # netns path or None -> IPRoute
+        self._ipr = {}                 # netns path or None -> its Netlink
         self._nft_table = None
         self._ifindex = {}
         self.detector = None
@@ -145,8 +140,7 @@ class Injector:
         """A netlink socket made inside ``netns`` (a thread enters it: no helper
         process, whose every call a cut would wait on)."""
         if netns not in self._ipr:
-            with entered(netns):
-                self._ipr[netns] = IPRoute()
+            self._ipr[netns] = Netlink(netns)
         return self._ipr[netns]
 
     def close(self):
@@ -210,7 +204,7 @@ class Injector:
         on several servers the ends themselves (their servers look them up)."""
         if self._remote():
             return [("remote", end) for end in ends]
-        with signals_masked():      # pyroute2's event loop would swallow a Ctrl-C
+        with signals_masked():      # the netlink event loop would swallow a Ctrl-C
             return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
 
     def _set(self, targets, state):
@@ -221,7 +215,7 @@ class Injector:
             return self.clock()
         t_first = None
         with signals_masked():      # a Ctrl-C lands once every end is set, not inside
-            for ipr, index in targets:      # pyroute2's event loop (which swallows it)
+            for ipr, index in targets:      # the netlink event loop (which swallows it)
                 ipr.link("set", index=index, state=state)
                 if t_first is None:
                     t_first = self.clock()
@@ -357,8 +351,7 @@ class Injector:
         if ctl is None or not ctl.alive():
             raise RunFailed("no running controller of this session to kill")
         t = self.clock()
-        ctl.proc.send_signal(signal.SIGKILL)
-        ctl.proc.wait(timeout=10)
+        ctl.proc.kill()
         return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
 
     def controller_restart(self, timeout=30):
@@ -394,7 +387,7 @@ class Injector:
                                       "with --servers")
         if not 0 < percent <= 100:
             raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
-        if shutil.which("nft") is None:
+        if not nft.available():
             raise RunFailed("random loss needs nftables (nft) or netem; neither is here")
         ends = self.ends(link, side)
         if any(tag_of_name(ifname) is None for _, ifname in ends):
@@ -419,8 +412,7 @@ class Injector:
                           f"    {rule}",
                           "  }"]
             lines.append("}")
-            proc.run(in_netns(netns, ["nft", "-f", "-"]), input="\n".join(lines) + "\n",
-                     timeout=10)
+            nft.apply(netns, "\n".join(lines) + "\n", timeout=10)
         return self._log("corrupt_start" if corrupt else "loss_start", link, t,
                          percent=percent, side=side)
 
@@ -432,5 +424,5 @@ class Injector:
         spaces = sorted({ns for ns, _ in self._losses})
         self._losses.clear()
         for netns in spaces:
-            proc.run(in_netns(netns, ["nft", "delete", "table", "netdev", table]), timeout=10)
+            nft.delete_table(netns, table, timeout=10)
         return self._log("loss_stop", table, t)

@@ -4,8 +4,9 @@ Model.  ``write(session)`` is called once at the end of a run, before
 ``results.json`` is written; it adds to ``session.results``
 
 * ``command``: the exact command line (``shlex``-quoted, the interpreter first)
-  and ``versions``: python, Open vSwitch (``ovs-vsctl --version``), os-ken,
-  scapy, Mininet and the kernel;
+  and ``versions``: python, Open vSwitch (as the session recorded it in
+  ``versions``, from ``ovs-vsctl --version``), os-ken, scapy, Mininet and the
+  kernel;
 
 and writes into the run's results directory
 
@@ -24,7 +25,6 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from importlib import metadata
 
@@ -34,16 +34,11 @@ from emulator.report.training import training_lines
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
 
-def versions():
-    """Versions of everything a result depends on (``None`` where unknown)."""
-    out = {"python": platform.python_version(), "kernel": platform.release()}
-    try:
-        p = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True,
-                           timeout=10)
-        out["openvswitch"] = p.stdout.splitlines()[0].split()[-1] if p.returncode == 0 \
-            else None
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        out["openvswitch"] = None
+def versions(recorded=None):
+    """Versions of everything a result depends on (``None`` where unknown);
+    ``recorded``: what the run recorded (``results["versions"]``: Open vSwitch's)."""
+    out = {"python": platform.python_version(), "kernel": platform.release(),
+           "openvswitch": (recorded or {}).get("openvswitch")}
     for dist in ("os-ken", "scapy", "mininet", "networkx", "matplotlib"):
         try:
             out[dist] = metadata.version(dist)
@@ -261,7 +256,7 @@ def write(session):
     """Add command/versions to ``session.results``; write pictures and report.md."""
     r, topo, d = session.results, session.topo, session.dir
     r["command_line"] = command_line()
-    r["versions"] = versions()
+    r["versions"] = versions(r.get("versions"))
     pictures, errors = [], []
     jobs = [("fabric.png", lambda p: fabric_png(topo, p))]
     if r.get("traffic") and r["traffic"].get("uplinks"):

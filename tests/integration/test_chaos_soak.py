@@ -15,9 +15,9 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import REPO, assert_contract, emulator
 from emulator.experiments.drill import chaos as drill_chaos
 from emulator.fabric import addressing, presets
+from tests.conftest import REPO, assert_contract, emulator
 
 SMALL = ["-p", "leaf-spine", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
 PARAMS = {"spines": 2, "leaves": 2, "hosts_per_leaf": 1}

@@ -9,8 +9,8 @@ the lossy fabric, without congestion control on the lossless one.
 
 import pytest
 
-from emulator.dataplane.session import Session
 from emulator.dataplane.lossless.ecn import default_ecn
+from emulator.dataplane.session import Session
 from emulator.experiments.workloads import collective, patterns
 from emulator.fabric import presets
 

@@ -15,11 +15,11 @@ proxy, timed as the model says (emulator/dataplane/ovs/agent_proxy.py).
 import json
 import os
 
-from tests.conftest import REPO, assert_contract, emulator
+from emulator.dataplane.session import Session
+from emulator.experiments import check
 from emulator.fabric import presets
 from emulator.fabric.switch_agent import Fleet, Params
-from emulator.experiments import check
-from emulator.dataplane.session import Session
+from tests.conftest import REPO, assert_contract, emulator
 
 SMALL = ["-p", "leaf-spine", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
 

@@ -4,8 +4,7 @@ simai:FILE``): every rank in one job process, the training results, EndToEnd.csv
 import csv
 import json
 
-from tests.conftest import (REPO, assert_contract, emulator, results_of, unless_stolen,
-                            verdict_of)
+from tests.conftest import REPO, assert_contract, emulator, results_of, unless_stolen, verdict_of
 
 MICRO = f"{REPO}/tests/data/simai/microAllReduce.txt"
 

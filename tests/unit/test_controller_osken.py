@@ -10,14 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from controller import ofcodec as oa
 from controller import policy, topology
 from controller.messages import Bucket, GroupMod, Output, Selection
-from emulator.fabric import addressing
-from emulator.fabric import presets
-from os_ken.ofproto import ofproto_v1_5 as ofp
-from os_ken.ofproto import ofproto_v1_5_parser as parser
+from emulator.fabric import addressing, presets
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -191,6 +191,7 @@ def test_barrier_overheads_split_the_chain_into_switch_and_controller_time():
 
 def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):
     import threading
+
     from emulator.dataplane.ovs import agent_proxy as ap
     proxy = ap.Proxy((P, {}), ("127.0.0.1", 1), str(tmp_path / "agent.jsonl"))
 

@@ -2,7 +2,6 @@
 (emulator/fabric/switch_agent.py ``Fleet``), the command line over it, the
 proxy's model per datapath id and the drill's prediction per switch."""
 
-import argparse
 
 import pytest
 

@@ -3,8 +3,8 @@
 import pytest
 
 from traffic.engine import percentiles
-from traffic.plan import PlanError, load_plan
 from traffic.nic.pacing import Schedule
+from traffic.plan import PlanError, load_plan
 
 MS = 1_000_000
 
@@ -119,6 +119,7 @@ def drain_setup(frames):
     import socket
     import types
     from array import array
+
     from traffic.engine import LAT_BINS, Engine
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     b.setblocking(False)

@@ -7,11 +7,9 @@ import os
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.training import job
-from emulator.experiments.training import simai
+from emulator.experiments.training import job, simai
 from emulator.experiments.training.job import JobOptions, Nic
-from emulator.experiments.training.timing import (edge_bytes, fabric_size, local_bytes,
-                                                     simulate)
+from emulator.experiments.training.timing import edge_bytes, fabric_size, local_bytes, simulate
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO
 from traffic.ranks.collectives import BUSBW_FACTOR

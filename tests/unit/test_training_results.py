@@ -6,10 +6,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from emulator.experiments.training import launch as training
 from emulator.errors import ConfigError
+from emulator.experiments.training import launch as training
 from emulator.report.training import training_lines
-
 
 T = 10 ** 8                     # one unit of the example: 0.1 s
 

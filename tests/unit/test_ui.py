@@ -10,16 +10,15 @@ import urllib.request
 
 import pytest
 
-from emulator.experiments.spec import build
-from emulator.fabric.runspec import RunSpec
-
 from emulator.dataplane.faults import fault_links
 from emulator.errors import ConfigError
+from emulator.experiments.spec import build
 from emulator.experiments.ui import live
 from emulator.experiments.ui.model import view_model
 from emulator.experiments.ui.recorder import Recorder
 from emulator.experiments.ui.server import UiServer
 from emulator.fabric import addressing, presets
+from emulator.fabric.runspec import RunSpec
 from emulator.report import page
 
 

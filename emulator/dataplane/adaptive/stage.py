@@ -13,14 +13,12 @@ program tail-calls it; a second tc filter).
 import struct
 import time
 
-from pyroute2 import NetlinkError
-
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model
 from emulator.dataplane.adaptive.repair import RepairFollower
 from emulator.dataplane.links import shaping
-from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.dataplane.lossless.ecnq import XDP_FLAGS_SKB_MODE, detach
+from emulator.dataplane.system.netlink import NetlinkError, ns_sockets
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric.addressing import switch_intf
 from lab.modes import LB, Failover

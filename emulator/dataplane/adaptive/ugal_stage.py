@@ -12,12 +12,11 @@ per router go into results.json ``ugal``.
 
 import time
 
-from pyroute2 import NetlinkError
-
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, ugal
 from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
 from emulator.dataplane.links import shaping
+from emulator.dataplane.system.netlink import NetlinkError
 from emulator.errors import ConfigError, EnvironmentProblem
 
 CONFIG = bpf.Layout("ugal_cfg", ugal.CONFIG_FIELDS)

@@ -38,7 +38,7 @@ array map (``Map``, F_MMAPABLE for the pause agent) and ``BPF_PROG_TEST_RUN``
 Needs the Debian packages ``clang`` and ``libbpf-dev`` (``./setup.sh``
 installs them); without them a load raises ``EnvironmentProblem`` saying so.
 
-May import: ``emulator.errors`` only.
+May import: ``emulator.errors`` and ``dataplane.system`` (clang runs through it).
 """
 
 from emulator.dataplane.bpf import build

@@ -14,9 +14,9 @@ import glob
 import hashlib
 import os
 import shutil
-import subprocess
 import sysconfig
 
+from emulator.dataplane.system.proc import attempt
 from emulator.errors import EnvironmentProblem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,7 +61,7 @@ def _clang():
 
 
 def clang_version(clang):
-    r = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=30)
+    r = attempt([clang, "--version"], timeout=30)
     if r.returncode != 0:
         raise EnvironmentProblem(f"{clang} --version failed: {r.stderr.strip()}")
     return r.stdout.splitlines()[0].strip()
@@ -109,7 +109,7 @@ def compile_one(source, clang, version, build_dir=BUILD):
     obj = object_of(source, build_dir)
     tmp = f"{obj}.{os.getpid()}.tmp"
     cmd = [clang, *FLAGS, *_include_flags(), "-c", source, "-o", tmp]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = attempt(cmd, timeout=120)
     if r.returncode != 0:
         if os.path.exists(tmp):
             os.unlink(tmp)

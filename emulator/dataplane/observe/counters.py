@@ -27,9 +27,9 @@ import socket
 import threading
 import time
 
-from emulator.dataplane import proc
 from emulator.dataplane.links.shaping import QdiscReader
 from emulator.dataplane.ovs.instances import SYSTEM
+from emulator.dataplane.system import proc
 from traffic.nic.netns import entered
 
 _SS_PORT = re.compile(r"\*:(\S+)\s")

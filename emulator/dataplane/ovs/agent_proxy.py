@@ -33,13 +33,12 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
 from emulator.dataplane.ovs.controller_proc import REPO, free_port, listening, wait_until
-from emulator.errors import RunFailed
+from emulator.dataplane.system.proc import STDOUT, Child
 from emulator.fabric import switch_agent as model
 
 # OpenFlow 1.3-1.5 message types (the header's second byte)
@@ -326,15 +325,12 @@ class AgentProxy:
 
     def start(self, timeout=30):
         self.out = open(self.log_path + ".stdout", "a")
-        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.out, env=self.env,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RunFailed(f"the switch-agent proxy exited with status "
-                                f"{self.proc.returncode} at start; see {self.log_path}.stdout")
-            return listening(self.port) and (self.unix is None or os.path.exists(self.unix))
-        wait_until(ready, timeout, f"the switch-agent proxy to listen on port {self.port}")
+        self.proc = Child.start(self.argv, "the switch-agent proxy",
+                                log=f"{self.log_path}.stdout", cwd=REPO, stdout=self.out,
+                                stderr=STDOUT, env=self.env, new_session=True)
+        self.proc.wait_ready(
+            lambda: listening(self.port) and (self.unix is None or os.path.exists(self.unix)),
+            timeout, f"the switch-agent proxy to listen on port {self.port}")
 
     def set_params(self, params):
         """Every switch's model from now on (the proxy reads them on SIGUSR1)."""
@@ -358,15 +354,9 @@ class AgentProxy:
     def stop(self, timeout=10):
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+        status = self.proc.stop(timeout)
         self.out.close()
-        return self.proc.returncode
+        return status
 
 
 def start_for(session, url, unix):

@@ -58,7 +58,7 @@ from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.observe.counters import FaultWindows, link_names
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.session import Session
-from emulator.dataplane.signals import Interrupted
+from emulator.dataplane.system.signals import Interrupted
 from emulator.errors import ConfigError
 from emulator.experiments import calibrate
 from emulator.experiments.drill.chaos_job import JobLoop

@@ -24,12 +24,12 @@ an instance's ranks left no result (their packets are not accounted for).
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 
 from emulator.dataplane.session import REPO
+from emulator.dataplane.system.proc import STDOUT, TimedOut
 from emulator.experiments.workloads.collective import (
     default_timeout_exp,
     expected_seconds,
@@ -170,12 +170,12 @@ class JobLoop:
                 name = cfg["ranks"][cfg["rank"]]["name"]
                 self.procs.append((self.s.net.popen_in(
                     name, [sys.executable, "-m", "traffic", "rank", "--config", path],
-                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
+                    cwd=REPO, stdout=log, stderr=STDOUT), log))
             end = time.monotonic() + self.timeout
             for p, _ in self.procs:
                 try:
                     p.wait(timeout=max(1.0, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                except TimedOut:
                     return {"docs": None, "problem": f"ranks still running after "
                                                      f"{self.timeout:.0f} s"}
             if self.killed.is_set():

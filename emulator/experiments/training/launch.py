@@ -28,12 +28,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 
 from emulator.dataplane.links.impair import fault_names
 from emulator.dataplane.session import REPO
+from emulator.dataplane.system.proc import STDOUT, Child, TimedOut
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.training import job as jobs
@@ -98,12 +98,12 @@ def run_engine(cfg_path, res_path, out_dir, timeout, what):
     ``res_path``, its log in ``out_dir``/job.log; returns its exit status.
     RunFailed (the engine killed) past ``timeout`` seconds; ``what`` names it."""
     with open(os.path.join(out_dir, "job.log"), "w") as log:
-        p = subprocess.Popen([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
-                              "--out", res_path], cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT)
+        p = Child.start([sys.executable, "-m", "traffic", "job", "--config", cfg_path,
+                         "--out", res_path], f"the {what}", cwd=REPO, stdout=log,
+                        stderr=STDOUT)
         try:
             p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except TimedOut:
             raise RunFailed(f"the {what} did not finish within {timeout:.0f}s "
                             f"(log: {out_dir}/job.log)")
         finally:
