@@ -20,6 +20,7 @@ import argparse
 import pytest
 
 from emulator.experiments.compare import planes, planes_stats
+from emulator.experiments.measure import stats
 from emulator.fabric.runspec import RunSpec
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
