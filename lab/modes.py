@@ -12,7 +12,9 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``Entropy``     -- a sending NIC's path entropy (traffic.nic.entropy);
 * ``Failover``    -- repair after a link or switch fails, docs/failover.md;
 * ``Routing``     -- a dragonfly's routing, docs/dragonfly.md;
-* ``Transport``   -- the collectives' transport, docs/transport.md;
+* ``Transport``   -- the collectives' transport, docs/transport.md and docs/uet.md;
+* ``Delivery``    -- an Ultra Ethernet PDC's delivery mode (RUD, ROD), docs/uet.md;
+* ``EvPolicy``    -- how an Ultra Ethernet sender picks each packet's entropy value;
 * ``CC``          -- congestion control at the sending NICs;
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
 * ``EcnAt``       -- where a switch port judges its queue for ECN marks.
@@ -112,16 +114,46 @@ Routing._default = Routing.MINIMAL
 
 class Transport(Mode):
     RC = "rc"               # RoCE reliable connection: ACK/NAK, go-back-N, timer
+    UET = "uet"             # Ultra Ethernet Transport: PDS over UDP 4793, SACK, spraying
     NONE = "none"           # every packet once; a loss is a wrong chunk
+
+    @property
+    def reliable(self):
+        """Lost packets are sent again (the run ends on acknowledgements)."""
+        return self != Transport.NONE
 
 
 Transport._default = Transport.RC
+
+
+class Delivery(Mode):
+    RUD = "rud"             # reliable, unordered delivery: a PSN per packet, SACK
+    ROD = "rod"             # reliable, ordered delivery: one entropy value, go-back-N
+
+
+Delivery._default = Delivery.RUD
+
+
+class EvPolicy(Mode):
+    OBLIVIOUS = "oblivious"  # the next entropy value of the set every packet
+    REPS = "reps"            # reuse the values whose packets came back unmarked (REPS)
+
+
+EvPolicy._default = EvPolicy.REPS
 
 
 class CC(Mode):
     NONE = "none"
     DCQCN = "dcqcn"         # reacts to CNPs for ECN-marked packets
     TIMELY = "timely"       # reacts to ACK round-trip times
+    NSCC = "nscc"           # UET: a window from delay over the base RTT and ECN marks
+    RCCC = "rccc"           # UET: the receiver grants credits at its link rate
+
+    @property
+    def transport(self):
+        """The transport whose frames this congestion control rides (None: any)."""
+        return {CC.DCQCN: Transport.RC, CC.TIMELY: Transport.RC,
+                CC.NSCC: Transport.UET, CC.RCCC: Transport.UET}.get(self)
 
 
 CC._default = CC.NONE
@@ -143,4 +175,4 @@ class EcnAt(Mode):
 
 EcnAt._default = EcnAt.DEQUEUE
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt)
+ENUMS = (LB, Entropy, Failover, Routing, Transport, Delivery, EvPolicy, CC, FlowControl, EcnAt)

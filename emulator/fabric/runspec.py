@@ -25,7 +25,7 @@ from typing import Optional
 from emulator.errors import FabricError
 from emulator.fabric import spec as fabric_spec
 from emulator.fabric.model import Fabric
-from lab.modes import CC, LB, EcnAt, Failover, Routing, Transport
+from lab.modes import CC, LB, Delivery, EcnAt, EvPolicy, Failover, Routing, Transport
 
 DEFAULT_QUEUE_MS = 30.0       # egress queue of every link, ms at the link rate
 DEFAULT_MTU = 4096            # RoCE path MTU, as AI fabrics run
@@ -35,8 +35,9 @@ DEFAULT_RC_RETRY = 7          # NCCL_IB_RETRY_CNT
 SECTIONS = {
     "control": ("controller", "lb", "failover", "routing", "hash_seed", "flowlet_frames",
                 "bfd_holddown", "switch_agent"),
-    "dataplane": ("datapath", "queue_ms", "mtu", "shape", "ecn", "ecn_at"),
-    "transport": ("transport", "cc", "cc_params", "rc_timeout", "rc_retry", "job_seed"),
+    "dataplane": ("datapath", "queue_ms", "mtu", "shape", "ecn", "ecn_at", "trim", "trim_at"),
+    "transport": ("transport", "cc", "cc_params", "rc_timeout", "rc_retry", "job_seed", "pds",
+                  "ev_policy", "ev_set"),
     "workload": ("workload", "duration", "sizes", "qps", "ring", "hosts", "seed",
                  "background", "gpus_per_host", "iterations", "real_rate", "nvlink_rate",
                  "size_scale"),
@@ -44,7 +45,7 @@ SECTIONS = {
     "run": ("results", "reach_timeout"),
 }
 ENUMS = {"lb": LB, "failover": Failover, "routing": Routing, "transport": Transport,
-         "cc": CC, "ecn_at": EcnAt}
+         "cc": CC, "ecn_at": EcnAt, "pds": Delivery, "ev_policy": EvPolicy}
 TUPLES = ("cc_params", "hosts", "background")
 
 
@@ -71,6 +72,8 @@ class RunSpec:
     shape: bool = True
     ecn: Optional[str] = None              # K or KMIN:KMAX:PMAX; None: no marking
     ecn_at: EcnAt = EcnAt.default()
+    trim: Optional[int] = None             # trim UET frames to this many bytes; None: drop
+    trim_at: Optional[int] = None          # ... past this many bytes queued; None: one BDP
     # the collectives' transport
     transport: Transport = Transport.default()
     cc: CC = CC.default()
@@ -78,6 +81,9 @@ class RunSpec:
     rc_timeout: Optional[int] = None       # 4.096 us x 2^EXP; None: from the queues
     rc_retry: int = DEFAULT_RC_RETRY
     job_seed: Optional[int] = None         # the job's QP numbers; drawn when built
+    pds: Delivery = Delivery.default()     # UET: RUD or ROD
+    ev_policy: EvPolicy = EvPolicy.default()   # UET: oblivious spraying or REPS
+    ev_set: int = 256                      # UET: entropy values a PDC sprays over
     # workload
     workload: str = "mix"
     duration: float = 5.0
@@ -123,6 +129,12 @@ class RunSpec:
             raise FabricError(f"rc_timeout: {self.rc_timeout}: an exponent 0..31")
         if not 0 <= self.rc_retry <= 7:
             raise FabricError(f"rc_retry: {self.rc_retry}: 0..7")
+        if not 1 <= self.ev_set <= 16384:
+            raise FabricError(f"ev_set: {self.ev_set}: 1..16384 entropy values")
+        for name in ("trim", "trim_at"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise FabricError(f"{name}: {v}: bytes, at least 1")
         for name in ("hash_seed", "job_seed"):
             v = getattr(self, name)
             if v is not None and not 0 <= v < 2 ** 32:

@@ -38,7 +38,7 @@ def test_the_rank_builds_its_reaction_point_from_them():
     (["cnp_interval=20"], "dcqcn", "duration needs a unit"),
     (["rai=fast"], "dcqcn", "rate"),
     (["t_low=30ms"], "timely", "t_low"),         # above t_high: the dataclass refuses
-    (["g=0.1"], "none", "dcqcn or timely"),
+    (["g=0.1"], "none", "dcqcn, timely or nscc"),
 ])
 def test_bad_parameters_are_refused_by_name(items, cc, what):
     with pytest.raises(ConfigError) as e:

@@ -99,12 +99,14 @@ class JobEngine:
         nic_cfg = self.job.nic
         for a, b in sorted(self.pairs):
             self.nics[a].out.prepare(b)
-            rc = self.nics[b].rc
-            if rc is not None:        # the responder of each incoming QP, and its frames
+            stack = self.nics[b].stack
+            if stack:                 # the responder of each incoming QP or PDC, its frames
                 ip = self.job.endpoints[a]["ip"]
+                mac = self.nics[b].peer_mac[a]
+                stack.uet.prepare(socket.inet_aton(ip), mac, ip)
                 for q in range(nic_cfg["qps"]):
-                    rc.prepare(socket.inet_aton(ip), self.nics[b].peer_mac[a], ip,
-                               qpn(a, b, q, nic_cfg["qpn_seed"]))
+                    stack.rc.prepare(socket.inet_aton(ip), mac, ip,
+                                     qpn(a, b, q, nic_cfg["qpn_seed"]))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()
@@ -152,7 +154,7 @@ class JobEngine:
         tick = job.tick_ns
         prog = JobProgram(job.programs, job.instances)
         runs, ended, late_start = {}, {}, {}
-        rc = job.nic["transport"] == Transport.RC
+        rc = Transport(job.nic["transport"]).reliable
         sel = selectors.DefaultSelector()
         for nic in nics:
             sel.register(nic.rx, selectors.EVENT_READ, nic)
@@ -239,6 +241,9 @@ class JobEngine:
                     late[0] += 1
                     late[1] += d
                     late[2] = max(late[2], d)
+        if rc:                         # the job's end closes its PDCs (UET)
+            for nic in nics:
+                nic.stack.uet.close_all(clock())
         cpu = _cpu() - cpu0
         wall = clock() - t0
         sel.close()

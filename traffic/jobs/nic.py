@@ -42,10 +42,10 @@ from traffic.nic.receiver import (
 )
 from traffic.nic.sender import _DOWN, _FULL, MSG_DONTWAIT, ROOM_WAIT_NS, Sender, open_raw
 from traffic.nic.sendq import SendQueues
-from traffic.ranks.config import cc_params, out_of_order
 from traffic.ranks.outbound import Outbound, qp_key
+from traffic.ranks.stack import Stack, is_uet, uet_summary
+from traffic.ranks.uet_outbound import UetOutbound
 from traffic.roce.frames import ETH_LEN, FastParser, frame_len_for_mtu
-from traffic.roce.qps import RankQPs
 from traffic.roce.rcframes import parse_control
 
 SO_TIMESTAMPNS = 35
@@ -101,14 +101,20 @@ class JobNic:
         self.peer_of_ip = {socket.inet_aton(p["ip"]): j for j, p in peers.items()}
         self.peer_name = {j: p["name"] for j, p in peers.items()}
         self.peer_mac = {}                     # filled once resolved (``job``)
-        self.rc = None
-        if nic["transport"] == Transport.RC:
-            self.rc = RankQPs(nic["rc_params"], self.send_control, self.mac, self.ip,
-                              nic["dscp"], ooo=out_of_order(nic), rate_slack_ns=2 * tick_ns,
-                              **cc_params(dict(nic, rate_bps=self.rate)))
-        self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
-                            nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
-                            nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc)
+        # the transport it sends with (``rc``: RC's QPs or UET's PDCs), and both it answers
+        self.stack = Stack(dict(nic, rate_bps=self.rate), self.send_control, self.mac,
+                           self.ip, self.peer_ip, self.peer_mac, rate_slack_ns=2 * tick_ns,
+                           seed=(nic["qpn_seed"] or 0) * 1000 + index)
+        self.rc = self.stack.send
+        self.uet = nic["transport"] == Transport.UET
+        if self.uet:
+            self.out = UetOutbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
+                                   nic["mtu"], nic["qps"], self.rc, nic["dscp"],
+                                   nic["qpn_seed"])
+        else:
+            self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
+                                nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
+                                nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc)
         self.queue = SendQueues(qp_key)
         self.ring = deque()                    # (packet, resent?) the interface refused
         self.ctl_wait = deque()                # control frames the interface refused
@@ -130,7 +136,7 @@ class JobNic:
         # when the transport's timers need a look (``poll_rc``): None while none runs
         self.rc_due = None
         if self.rc is not None:
-            self.ack_delay, self.rto = nic["rc_params"].ack_delay_ns, nic["rc_params"].timeout_ns
+            self.rto = self.rc.p.pds.rto_min_ns if self.uet else nic["rc_params"].timeout_ns
         self.data_sent = self.data_received = self.control_sent = 0
         self.control_received = self.control_dropped = self.other_frames = 0
 
@@ -150,7 +156,8 @@ class JobNic:
         if t is None:   # 4x the chunk's time at the paced rate, at least 1 s
             t = max(1.0, 4 * nbytes * 8 * 1.1 / self.rate)
             if self.rc:   # and never before the transport would have given up
-                t += self.cfg["rc_params"].give_up_ns() / 1e9
+                t += (self.rc.p.pds.give_up_ns() if self.uet else
+                      self.cfg["rc_params"].give_up_ns()) / 1e9
         return int(t * 1e9)
 
     # -- the collectives' side ---------------------------------------------------------
@@ -165,10 +172,10 @@ class JobNic:
     def poll_rc(self, now):
         """Run the transport's timers if one may be due (a DCQCN rate limiter's
         timers every pass); keeps ``rc_due`` for the engine's wake-up."""
-        rc = self.rc
-        if rc.rp or (self.rc_due is not None and now >= self.rc_due):
-            self.rc_due = rc.poll(now)
-            if rc.rp:
+        rp = self.stack.rc.rp
+        if rp or (self.rc_due is not None and now >= self.rc_due):
+            self.rc_due = self.stack.poll(now)
+            if rp:
                 self.rc_due = now if self.rc_due is None else min(self.rc_due, now)
 
     def busy(self):
@@ -224,7 +231,7 @@ class JobNic:
                     return max(rc.next_send_ns(now), 20_000) if rc is not None else None
                 batch += more
                 again += a
-            k = self.sender.post(self.out.wire(batch, now), now)
+            k = self.sender.post(self.out.wire(batch, now, again), now)
             self._sent(batch[:k], again[:k], now)
             if k < len(batch):
                 ring.extendleft(reversed(list(zip(batch[k:], again[k:]))))
@@ -255,7 +262,8 @@ class JobNic:
     def drain(self, limit=256):
         """Read what the socket holds (at most ``limit`` frames); returns frames read."""
         sock, bufs, mv, rdma = self.rx, self.bufs, self.mv, self.parse.rdma
-        rc, acct, chunks, my_ip = self.rc, self.acct, self.chunks, self.my_ip
+        rc, acct, chunks, my_ip = self.stack.rc, self.acct, self.chunks, self.my_ip
+        buf = self.buf
         off, got, first = self.rt_offset, 0, None
         for _ in range(limit):
             try:
@@ -272,6 +280,10 @@ class JobNic:
                 ts = sec * 1_000_000_000 + nsec - off
             else:
                 ts = self.clock()
+            if rc is not None and is_uet(buf):
+                if self._drain_uet(n, ts):
+                    first = ts if first is None else first
+                continue
             f = rdma(mv, n)
             if f is None:
                 c = parse_control(mv[:n]) if rc is not None else None
@@ -308,10 +320,44 @@ class JobNic:
             if first is None:
                 first = ts
         if first is not None and rc is not None:   # a coalesced ACK may be due from then
-            due = first + self.ack_delay
-            if self.rc_due is None or due < self.rc_due:
+            due = self.stack.next_deadline()
+            if due is not None and (self.rc_due is None or due < self.rc_due):
                 self.rc_due = due
         return got
+
+    def _drain_uet(self, n, ts):
+        """A UET frame: data placed (a trimmed one NACKed), acknowledgements taken;
+        True if data arrived."""
+        got = self.stack.uet.receive(self.mv[:n], n, ts, self._peer_of)
+        if got is None:
+            self.control_received += 1
+            self.last_ack = ts
+            return False
+        d, placed = got
+        if d.dst != self.my_ip:
+            self.other_frames += 1
+            return False
+        if not d.ok and not d.trimmed:
+            self.corrupt[(d.tag, d.chunk)] = self.corrupt.get((d.tag, d.chunk), 0) + 1
+            return False
+        self.data_received += 1
+        self.acct.add(d.flow, d.psn, ts, n, d.tx_ns)
+        if placed:
+            key = (d.tag, d.chunk, self.peer_of_ip.get(d.src))
+            entry = self.chunks.get(key)
+            if entry is None:
+                entry = self.chunks[key] = [d.count, set()]
+            entry[1].add(d.index)
+            if len(entry[1]) == entry[0]:
+                self.done.setdefault(d.tag, []).append((d.chunk, key[2]))
+            self.rx_bytes[d.tag] = self.rx_bytes.get(d.tag, 0) + n
+            self.last_rx[d.tag] = ts
+        return True
+
+    def _peer_of(self, ip):
+        """(next-hop MAC, IP text) of the peer endpoint at ``ip`` (bytes)."""
+        j = self.peer_of_ip.get(ip)
+        return self.peer_mac.get(j), self.peer_ip.get(j)
 
     def forget(self, tag):
         """Drop what was kept of a finished instance's chunks (late copies are ignored)."""
@@ -336,10 +382,12 @@ class JobNic:
                "entropy_changes": self.out.entropy.changes,
                "rx_flows": flows["total"]}
         if self.rc is not None:
-            doc["transport"] = self.rc.counters()
+            doc["transport"] = self.stack.counters()
             # (ms since the job began, peer, rate after the cut) of the first CNPs
             doc["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), r)
-                                 for t, p, r in self.rc.trace]
+                                 for t, p, r in self.stack.rc.trace]
+            if self.uet:
+                doc["uet"] = uet_summary(self.rc, t0)
             doc["failed_qps"] = [{"peer": self.peer_name.get(p, p), "qp": q}
                                  for p, q in self.rc.failed()]
         return doc

@@ -7,13 +7,17 @@
 import json
 import zlib
 
-from lab.modes import CC, Entropy, Transport
+from lab.modes import CC, Delivery, Entropy, EvPolicy, Transport
 from traffic.nic.entropy import MODES as ENTROPY_MODES
 from traffic.ranks.collectives import COLLECTIVES, ring_order
 from traffic.roce.dcqcn import DcqcnParams
 from traffic.roce.frames import PROBE, PSN_MASK
 from traffic.roce.timely import TimelyParams
 from traffic.roce.transport import RcParams
+from traffic.uet.layout import frame_len_for_mtu as uet_frame_len
+from traffic.uet.nscc import NsccParams
+from traffic.uet.pdcs import UetConfig
+from traffic.uet.pds import PdsParams
 
 TRANSPORTS = Transport.names()
 CC_MODES = CC.names()
@@ -37,8 +41,14 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             # RC transport (traffic.roce.transport): NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT
             "transport": Transport.RC, "timeout_exp": RcParams.timeout_exp,
             "retry_cnt": RcParams.retry_cnt,
-            # congestion control at the sending NIC (traffic.roce.dcqcn); needs transport rc
+            # congestion control at the sending NIC: dcqcn, timely (transport rc); nscc,
+            # rccc (transport uet: traffic.uet)
             "cc": CC.NONE, "cc_params": {},
+            # Ultra Ethernet (transport uet): the PDC's delivery, its EV policy and set,
+            # the network's RTT its timers and NSCC scale to (null: 4 frame times of the
+            # rate plus 2 ms), whether the switches trim, how long an idle PDC stays open
+            "pds": Delivery.RUD, "ev_policy": EvPolicy.REPS, "ev_set": 256,
+            "uet_rtt_ms": None, "trim": False, "close_idle_ms": 2000.0,
             # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
             # them as a NIC gives every job new ones (hence new UDP source ports)
             "qpn_seed": None}
@@ -84,9 +94,17 @@ def load_config(doc):
         raise ConfigError(f"entropy: one of {ENTROPY_MODES}; flowlet_gap_ms > 0")
     if cfg["transport"] not in TRANSPORTS:
         raise ConfigError(f"transport: one of {TRANSPORTS}")
-    if cfg["cc"] not in CC_MODES or (cfg["cc"] != CC.NONE and cfg["transport"] != Transport.RC):
+    if cfg["cc"] not in CC_MODES or (CC(cfg["cc"]).transport not in (None, cfg["transport"])):
         raise ConfigError(f"cc: one of {CC_MODES}; dcqcn and timely need transport rc "
-                          "(CNPs and ACKs are the RC transport's frames)")
+                          "(CNPs and ACKs are the RC transport's frames), nscc and rccc "
+                          "transport uet")
+    if cfg["pds"] not in Delivery.names() or cfg["ev_policy"] not in EvPolicy.names() \
+            or not isinstance(cfg["ev_set"], int) or not 1 <= cfg["ev_set"] <= 16384:
+        raise ConfigError(f"pds: one of {Delivery.names()}; ev_policy: one of "
+                          f"{EvPolicy.names()}; ev_set: 1..16384")
+    if cfg["uet_rtt_ms"] is not None and not cfg["uet_rtt_ms"] > 0 \
+            or not cfg["close_idle_ms"] > 0:
+        raise ConfigError("uet_rtt_ms: null or > 0; close_idle_ms > 0")
     try:
         cc_params(cfg)
     except (TypeError, ValueError) as e:
@@ -97,6 +115,11 @@ def load_config(doc):
                                     **({"ack_every": 1} if cfg["cc"] == CC.TIMELY else {}))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"timeout_exp/retry_cnt: {e}")
+    if cfg["transport"] == Transport.UET:
+        try:
+            uet_config(cfg)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"cc_params (nscc): {e}")
     ring = cfg["ring"]
     if ring == "naive":
         cfg["ring_order"] = list(range(len(ranks)))
@@ -137,8 +160,37 @@ def shuffle24(x, seed):
     return x ^ k[3]
 
 
+def network_rtt_ns(cfg):
+    """The RTT a UET PDC's timers and NSCC scale to: the config's, else four full
+    frames at the rate (host -> leaf -> spine -> leaf -> host) and 2 ms of the
+    engines' own (an ACK waits for the receiver's next pass)."""
+    if cfg.get("uet_rtt_ms"):
+        return int(cfg["uet_rtt_ms"] * 1e6)
+    return int(4 * uet_frame_len(cfg["mtu"]) * 8e9 / cfg["rate_bps"] + 2e6)
+
+
+def uet_config(cfg):
+    """The ``uet.pdcs.UetConfig`` of a rank (or job NIC) config."""
+    rtt = network_rtt_ns(cfg)
+    cc = CC(cfg["cc"]) if CC(cfg["cc"]).transport == Transport.UET else \
+        CC.NSCC if cfg["transport"] != Transport.UET else CC.NONE
+    rto = RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
+    pds = PdsParams(rto_ns=max(rto, 4 * rtt), rto_min_ns=4 * rtt, retry_cnt=cfg["retry_cnt"],
+                    ack_bytes=4 * cfg["mtu"], ack_delay_ns=rtt,
+                    rod=cfg["pds"] == Delivery.ROD)
+    nscc = NsccParams(cfg["rate_bps"], cfg["mtu"], rtt, trimming=bool(cfg["trim"]),
+                      **(cfg["cc_params"] if cc == CC.NSCC else {}))
+    return UetConfig(line_bps=cfg["rate_bps"], mtu=cfg["mtu"],
+                     frame_len=uet_frame_len(cfg["mtu"], cc == CC.RCCC), pds=pds,
+                     ev_policy=EvPolicy(cfg["ev_policy"]), ev_set=cfg["ev_set"], cc=cc,
+                     nscc=nscc, initial_credit=int(nscc.bdp),
+                     freeze_ns=500 * rtt, hold_ns=2500 * rtt,
+                     close_idle_ns=int(cfg["close_idle_ms"] * 1e6))
+
+
 def cc_params(cfg):
-    """``RankQPs`` keyword for the config's congestion control ({} for none)."""
+    """``RankQPs`` keyword for the config's congestion control ({} for none, and for
+    UET's: ``uet_config`` holds them)."""
     if cfg["cc"] == CC.DCQCN:
         return {"dcqcn": DcqcnParams(cfg["rate_bps"], **cfg["cc_params"])}
     if cfg["cc"] == CC.TIMELY:

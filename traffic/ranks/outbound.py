@@ -99,8 +99,9 @@ class Outbound:
             v = self.variants[key] = t.with_sport(entropy_sport(t.sport, idx))
         return (v,) + packet[1:]
 
-    def wire(self, batch, now):
-        """The packets as they leave: with their entropy's source ports."""
+    def wire(self, batch, now, again=None):
+        """The packets as they leave: with their entropy's source ports (``again``:
+        which are resent; RoCE's frames do not say)."""
         if not self.entropy.active:
             return batch
         return [self.with_entropy(p, now) for p in batch]

@@ -72,8 +72,9 @@ from traffic.ranks.config import (  # noqa: F401
     qpn,
 )
 from traffic.ranks.outbound import Outbound, qp_key
+from traffic.ranks.stack import Stack, is_uet, uet_summary
+from traffic.ranks.uet_outbound import UetOutbound
 from traffic.roce.frames import parse
-from traffic.roce.qps import RankQPs
 from traffic.roce.rcframes import parse_control
 
 
@@ -102,19 +103,25 @@ class Rank:
         # send buffer counts a frame until it leaves), the rest wait in the QPs
         self.sender = Sender(self.intf, batch=max(1, cfg["burst"]),
                              sndbuf=4 * (cfg["mtu"] + 100))
-        self.qps = None
         self.retx_bytes = 0
         self.packets_sent = 0  # data frames put on the wire, every (re)transmission
-        if cfg["transport"] == Transport.RC:
-            self.qps = RankQPs(cfg["rc_params"], self.sender.send_one, self.mac, mine["ip"],
-                               cfg["dscp"], ooo=out_of_order(cfg), **cc_params(cfg))
+        self.peer_mac = {}     # filled by ``barrier``
+        # the transport it sends with (``qps``: RC's QPs or UET's PDCs), and both it answers
+        self.stack = Stack(cfg, self.sender.send_one, self.mac, mine["ip"],
+                           dict(enumerate(self.ips)), self.peer_mac,
+                           seed=(cfg["qpn_seed"] or 0) * 1000 + self.me)
+        self.qps = self.stack.send
         self.acct = Accounting(gap_threshold_ns=int(cfg["gap_threshold_ms"] * 1e6))
         self.chunks = {}       # (tag, step, peer) -> [packets expected, set of indices]
         self.corrupt = {}      # (tag, step) -> corrupted packets
-        self.peer_mac = {}     # filled by ``barrier``
-        self.out = Outbound(self.me, mine["ip"], self.mac, self.ips, self.peer_mac,
-                            cfg["mtu"], cfg["qps"], cfg["dscp"], cfg["qpn_seed"],
-                            cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6), self.qps)
+        if cfg["transport"] == Transport.UET:
+            self.out = UetOutbound(self.me, mine["ip"], self.mac, self.ips, self.peer_mac,
+                                   cfg["mtu"], cfg["qps"], self.qps, cfg["dscp"],
+                                   cfg["qpn_seed"])
+        else:
+            self.out = Outbound(self.me, mine["ip"], self.mac, self.ips, self.peer_mac,
+                                cfg["mtu"], cfg["qps"], cfg["dscp"], cfg["qpn_seed"],
+                                cfg["entropy"], int(cfg["flowlet_gap_ms"] * 1e6), self.qps)
         self.bytes_rx = {}
         self.last_rx = {}      # tag -> last arrival of that call's packets
         import scapy.contrib.roce  # noqa: F401  (0.5 s: paid now, not in a timed call)
@@ -141,7 +148,7 @@ class Rank:
 
     # -- data path ----------------------------------------------------------
     def _drain(self, buf, mv):
-        qps = self.qps
+        qps = self.stack.rc
         for _ in range(256):
             try:
                 n, addr = self.rx.recvfrom_into(buf)
@@ -150,6 +157,9 @@ class Rank:
                     return
                 raise
             if addr[2] == PACKET_OUTGOING:
+                continue
+            if self.stack and is_uet(buf):
+                self._drain_uet(mv, n)
                 continue
             p = parse(mv[:n])
             if p is None:
@@ -172,13 +182,37 @@ class Rank:
                         p.src_ip, self.peer_mac.get(peer) or self.ranks[peer].get("mac"),
                         self.ranks[peer]["ip"], p.dqpn, p.psn, p.ackreq, now, p.ecn == 3):
                     continue          # out of sequence or a duplicate: not placed
-            whole = (p.tag, p.chunk, self.peer_of_ip.get(p.src_ip))
-            entry = self.chunks.get(whole)
-            if entry is None:
-                entry = self.chunks[whole] = [p.count, set()]
-            entry[1].add(p.index)
-            self.bytes_rx[p.tag] = self.bytes_rx.get(p.tag, 0) + n
-            self.last_rx[p.tag] = now
+            self._place(p.tag, p.chunk, p.src_ip, p.index, p.count, n, now)
+
+    def _place(self, tag, chunk, src_ip, index, count, n, now):
+        whole = (tag, chunk, self.peer_of_ip.get(src_ip))
+        entry = self.chunks.get(whole)
+        if entry is None:
+            entry = self.chunks[whole] = [count, set()]
+        entry[1].add(index)
+        self.bytes_rx[tag] = self.bytes_rx.get(tag, 0) + n
+        self.last_rx[tag] = now
+
+    def _drain_uet(self, mv, n):
+        """A UET frame: data placed (or a trimmed one NACKed), acknowledgements taken."""
+        now = self.clock()
+        got = self.stack.uet.receive(mv[:n], n, now, self._peer_of)
+        if got is None:
+            return
+        d, placed = got
+        if not d.ok and not d.trimmed:
+            key = (d.tag, d.chunk)
+            self.corrupt[key] = self.corrupt.get(key, 0) + 1
+            return
+        self.acct.add(d.flow, d.psn, now, n, d.tx_ns)
+        if placed:
+            self._place(d.tag, d.chunk, d.src, d.index, d.count, n, now)
+
+    def _peer_of(self, ip):
+        """(next-hop MAC, IP text) of the peer at ``ip`` (bytes)."""
+        peer = self.peer_of_ip.get(ip)
+        r = self.ranks[peer]
+        return self.peer_mac.get(peer) or r.get("mac"), r["ip"]
 
     def _aborted(self):
         """A QP of ours ran out of retries (then tell the peers), or a peer said so."""
@@ -201,11 +235,13 @@ class Rank:
 
     def _emit(self, batch, again, now):
         """Send ``batch`` (entropy applied per packet); returns the bytes sent."""
-        wire = self.out.wire(batch, now)
+        wire = self.out.wire(batch, now, again)
         sent = self.sender.emit(wire, self.clock)
         self.packets_sent += len(wire)
         if self.qps:
-            now = self.clock()
+            # RC's timers run from when the send returned; UET's RTT samples from when
+            # the NIC took the frames (a frame waits in its transmit ring meanwhile)
+            now = now if self.cfg["transport"] == Transport.UET else self.clock()
             for pkt, a in zip(batch, again):
                 self.qps.sent(qp_key(pkt), pkt[1], pkt, now, a)
                 if a:
@@ -233,7 +269,7 @@ class Rank:
         queue, released = SendQueues(qp_key), 0
         deadline, unblocked, ok = {}, set(), set()
         sent_bytes = 0
-        before = qps.counters() if qps else {}
+        before = self.stack.counters() if qps else {}
         retx0 = self.retx_bytes
         start = self.clock()
         last_event = start
@@ -244,7 +280,7 @@ class Rank:
             self._drain(buf, mv)
             now = self.clock()
             if qps:
-                qps.poll(now)
+                self.stack.poll(now)
                 if self._aborted():
                     last_event = now
                     break
@@ -260,7 +296,7 @@ class Rank:
             while released < len(steps) and all(d in unblocked for d in steps[released].after):
                 st = steps[released]
                 for t in st.sends:
-                    queue.extend(self.out.packets(tag, released, t.peer, t.nbytes))
+                    queue.extend(self.out.packets(tag, released, t.peer, t.nbytes, now))
                 deadline[released] = now + self._step_timeout_ns(
                     max((t.nbytes for t in st.recvs), default=0))
                 released += 1
@@ -295,7 +331,7 @@ class Rank:
             else:
                 wait = None
             pending = [deadline[k] - now for k in range(released) if k not in unblocked]
-            timer = qps.next_deadline() if qps else None
+            timer = self.stack.next_deadline() if qps else None
             waits = [w for w in [wait, None if timer is None else timer - now] + pending
                      if w is not None]
             timeout = max(min(waits), 0) / 1e9 if waits else 0.05
@@ -311,7 +347,7 @@ class Rank:
                "steps": len(steps), "chunks_missing": missing,
                "chunks_corrupted": corrupted}
         if qps:
-            after = qps.counters()
+            after = self.stack.counters()
             row["transport"] = {k: after[k] - before.get(k, 0) for k in after}
             row["retransmitted_bytes"] = self.retx_bytes - retx0
         return row
@@ -329,9 +365,11 @@ class Rank:
                 self.out.prepare(t.peer)
             for t in st.recvs if self.qps else ():
                 peer = self.ranks[t.peer]
+                ip = socket.inet_aton(peer["ip"])
+                self.stack.uet.prepare(ip, self.peer_mac[t.peer], peer["ip"])
                 for q in range(self.cfg["qps"]):
-                    self.qps.prepare(socket.inet_aton(peer["ip"]), self.peer_mac[t.peer],
-                                     peer["ip"], qpn(t.peer, self.me, q, self.cfg["qpn_seed"]))
+                    self.stack.rc.prepare(ip, self.peer_mac[t.peer], peer["ip"],
+                                          qpn(t.peer, self.me, q, self.cfg["qpn_seed"]))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
         gc.collect()
         gc.freeze()
@@ -354,11 +392,16 @@ class Rank:
                 results[-1]["aborted"] = True
                 break                    # the job is over: the calls left never run
         results = results[self.cfg["warmup"]:]
+        if self.stack:
+            self.stack.uet.close_all(self.clock())    # the job's end closes its PDCs
         self._linger()
         flows = self.acct.summary(timeline=False)
         extra = {}
         if self.qps:   # totals; first DCQCN cuts (ms from the first reported call, peer, rate)
-            extra["transport"] = self.qps.counters()
+            extra["transport"] = self.stack.counters()
+            if self.cfg["transport"] == Transport.UET:
+                t0 = results[0]["t_start_ns"] if results else 0
+                extra["uet"] = uet_summary(self.qps, t0)
             extra["rc"] = {"timeout_exp": self.cfg["timeout_exp"],
                            "retry_cnt": self.cfg["retry_cnt"]}
             t0 = results[0]["t_start_ns"] if results else (
@@ -386,7 +429,7 @@ class Rank:
         def tick():
             self._drain(buf, mv)
             if self.qps:
-                self.qps.poll(self.clock())
+                self.stack.poll(self.clock())
         return tick
 
     def _linger(self):

@@ -71,7 +71,7 @@ _PSN = struct.Struct("!I")
 _ICRC = struct.Struct("<I")
 
 
-class _TailCrc:
+class TailCrc:
     """CRC-32 of ``A || tail`` from CRC-32 of ``A``, for one constant ``tail``.
 
     zlib's ``crc32_combine(c1, c2, len2) = M(len2) c1 xor c2`` where the
@@ -106,6 +106,9 @@ class _TailCrc:
             return zlib.crc32(self.tail, crc_a)
         return (t[0][crc_a & 0xFF] ^ t[1][(crc_a >> 8) & 0xFF] ^ t[2][(crc_a >> 16) & 0xFF]
                 ^ t[3][crc_a >> 24] ^ self.crc)
+
+
+_TailCrc = TailCrc          # the name other modules knew it by
 
 
 def _libz_combine():
@@ -208,7 +211,7 @@ class FrameTemplate:
         # rewrites only the bytes before it and combines the CRC with the tail's.
         self.head = self.probe_off + PROBE.size
         self.tail_sig = (self.len, self.head)
-        self._tail = _TailCrc.of(self.raw[self.head:self.len - ICRC_LEN])
+        self._tail = TailCrc.of(self.raw[self.head:self.len - ICRC_LEN])
 
     def fill(self, buf, psn, tx_ns, flow=0, tag=0, chunk=0, index=0, count=0):
         """Write this template into writable ``buf`` with per-packet fields.
@@ -231,7 +234,7 @@ class FrameTemplate:
         A sendmmsg slot that last held a frame with the same ``tail_sig``
         already holds this frame's padding, so only the first ``head`` bytes
         change, and the ICRC is the CRC of those bytes combined with the
-        tail's precomputed CRC (``_TailCrc``): no pass over 4 KiB per frame.
+        tail's precomputed CRC (``TailCrc``): no pass over 4 KiB per frame.
         """
         n, head = self.len, self.head
         if whole:
@@ -282,7 +285,7 @@ class FrameTemplate:
         t._crc_prefix = zlib.crc32(_masked_prefix(t.raw))
         t._buf = bytearray(t.raw)
         t.tail_sig = (n, head)
-        t._tail = _TailCrc.of(t.raw[head:n - ICRC_LEN])
+        t._tail = TailCrc.of(t.raw[head:n - ICRC_LEN])
         return t
 
     def with_sport(self, sport):

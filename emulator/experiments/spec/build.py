@@ -5,8 +5,11 @@ what a workload implies is resolved here, so the spec says what ran:
 
 * ``--cc`` left out: ``dcqcn`` for a training job and a dragonfly pattern
   over RC (RoCE NICs ship with it), ``none`` otherwise;
+* ``--cc`` left out with ``--transport uet``: ``nscc``;
 * ``--ecn`` left out under DCQCN: the default thresholds scaled to the
-  fabric's queues (``dataplane.lossless.ecn.default_ecn``);
+  fabric's queues (``dataplane.lossless.ecn.default_ecn``); under NSCC 0.2 to 0.8
+  BDP (``spec.uet``);
+* ``--trim-at`` left out with ``--trim``: one BDP (``spec.uet``);
 * ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs.
 
 Then the spec is checked against the fabric (transport, congestion-control
@@ -24,9 +27,10 @@ from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.dataplane.observe import capture
 from emulator.errors import ConfigError, FabricError
 from emulator.experiments.spec import ccparams
+from emulator.experiments.spec import uet as uet_spec
 from emulator.fabric import addressing, switch_agent
 from emulator.fabric.runspec import RunSpec
-from lab.modes import CC, Transport
+from lab.modes import CC, Entropy, FlowControl, Transport
 
 # command-line destinations whose field has another name, or another form
 RENAMED = {"cc_param": "cc_params"}
@@ -55,6 +59,8 @@ def implied_cc(workload, transport, cc):
     """``--cc`` as the workload implies it (see the module docstring)."""
     if cc is not None:
         return cc
+    if transport == Transport.UET:
+        return CC.NSCC
     trains = str(workload).startswith("simai:") or workload in ("adversarial", "permutation")
     return CC.DCQCN if trains and transport == Transport.RC else CC.NONE
 
@@ -78,10 +84,15 @@ def _with_cc(values, out):
 
 
 def complete(spec):
-    """``spec`` with its implied ECN thresholds and a drawn job seed, checked."""
+    """``spec`` with its implied ECN thresholds, trimming threshold and a drawn job
+    seed, checked."""
     changes = {}
     if spec.cc == CC.DCQCN and spec.ecn is None:
         changes["ecn"] = default_ecn(spec.fabric, spec.queue_ms, spec.ecn_at).spec()
+    if spec.cc == CC.NSCC and spec.ecn is None:
+        changes["ecn"] = uet_spec.default_ecn(spec.fabric, spec.mtu, spec.ecn_at).spec()
+    if spec.trim is not None and spec.trim_at is None:
+        changes["trim_at"] = uet_spec.default_trim_at(spec.fabric, spec.mtu)
     if spec.job_seed is None:
         changes["job_seed"] = secrets.randbelow(1 << 32)
     if changes:
@@ -92,9 +103,20 @@ def complete(spec):
 
 def check(spec):
     """Everything about ``spec`` that can be known before a fabric is built (exit 2)."""
-    if spec.cc != CC.NONE and spec.transport != Transport.RC:
-        raise ConfigError("--cc", f"{spec.cc} needs --transport rc (it reacts to the RC "
-                                  "transport's CNPs or ACKs)")
+    if spec.cc.transport not in (None, spec.transport):
+        raise ConfigError("--cc", f"{spec.cc} needs --transport {spec.cc.transport} (it reacts "
+                                  f"to that transport's frames)")
+    if spec.transport == Transport.UET and spec.lb.entropy != Entropy.QP:
+        raise ConfigError("--lb", f"{spec.lb} sets RoCE NICs' entropy; --transport uet picks "
+                                  "every packet's entropy itself (--ev-policy, --ev-set): "
+                                  "use --lb ecmp (or dlb, packet) with it")
+    if spec.trim is not None:
+        if spec.trim < uet_spec.MIN_TRIM:
+            raise ConfigError("--trim", f"{spec.trim}: at least {uet_spec.MIN_TRIM} bytes")
+        if spec.fabric.flow_control != FlowControl.NONE:
+            raise ConfigError("--trim", f"the fabric is lossless ({spec.fabric.flow_control}): "
+                                        "its lossless class pauses instead of trimming; "
+                                        "trimming needs lossy links (flow_control: none)")
     ccparams.parse(list(spec.cc_params), spec.cc)
     ecn.parse(spec.ecn, at=spec.ecn_at)
     if spec.capture:

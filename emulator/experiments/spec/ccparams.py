@@ -1,7 +1,8 @@
 """``--cc-param NAME=VALUE``: a congestion-control parameter of the sending NICs.
 
-The names are those of ``traffic.roce.dcqcn.DcqcnParams`` and
-``traffic.roce.timely.TimelyParams`` without their unit suffix; a value takes the
+The names are those of ``traffic.roce.dcqcn.DcqcnParams``,
+``traffic.roce.timely.TimelyParams`` and ``traffic.uet.nscc.NsccParams`` without
+their unit suffix; a value takes the
 unit its field has: a duration for ``*_ns`` fields (``cnp_interval=20ms``),
 a rate for ``*_bps`` ones (``rai=500Kbps``), bytes for ``byte_counter``
 (``256K``), a plain number otherwise (``g=0.0625``).  The result is the rank
@@ -16,10 +17,11 @@ from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric.units import parse_duration, parse_rate
 from traffic.roce.dcqcn import DcqcnParams
 from traffic.roce.timely import TimelyParams
+from traffic.uet.nscc import NsccParams
 
 
 def _classes():
-    return {"dcqcn": DcqcnParams, "timely": TimelyParams}
+    return {"dcqcn": DcqcnParams, "timely": TimelyParams, "nscc": NsccParams}
 
 
 def names(cc):
@@ -53,7 +55,8 @@ def parse(items, cc, line_bps=40e6):
     if not items:
         return {}
     if cc not in _classes():
-        raise ConfigError("--cc-param", f"parameters are for --cc dcqcn or timely, not {cc}")
+        raise ConfigError("--cc-param", f"parameters are for --cc dcqcn, timely or nscc, "
+                                        f"not {cc}")
     known, out = names(cc), {}
     for item in items:
         name, sep, text = item.partition("=")

@@ -4,8 +4,10 @@ import argparse
 
 from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
-from lab.modes import CC, LB, EcnAt, Failover, Transport
+from emulator.experiments.spec import uet as uet_spec
+from lab.modes import CC, LB, Delivery, EcnAt, EvPolicy, Failover, Transport
 from traffic.roce.frames import ROCE_MTUS
+from traffic.uet.layout import TRIM_BYTES
 
 LB_MODES = LB.names()               # --lb, compare --modes (lab.modes.LB)
 FAILOVER_MODES = Failover.names()   # --failover
@@ -48,9 +50,10 @@ def add_transport_args(p):
     """``--transport``, ``--rc-timeout``, ``--rc-retry``, ``--cc`` and ``--ecn``: how the
     collectives' RoCE behaves (traffic.roce.transport, traffic.roce.dcqcn, dataplane.lossless.ecn)."""
     p.add_argument("--transport", choices=Transport.names(), default=Transport.default(),
-                   help="collectives: rc (default) = RoCE reliable connection (ACK/NAK, "
-                        "go-back-N, retransmission timer); none = every packet once, "
-                        "a loss is a wrong chunk")
+                   help="collectives and jobs: rc (default) = RoCE reliable connection "
+                        "(ACK/NAK, go-back-N, retransmission timer); uet = Ultra Ethernet "
+                        "Transport (UDP 4793: per-packet entropy, RUD with SACK, NSCC; "
+                        "docs/uet.md); none = every packet once, a loss is a wrong chunk")
     p.add_argument("--rc-timeout", type=int, default=None, metavar="EXP",
                    help="local ACK timeout 4.096 us x 2^EXP, as NCCL_IB_TIMEOUT (default: "
                         "the first above 4 full queues, --queue-ms 30 -> 15: 134 ms)")
@@ -58,16 +61,58 @@ def add_transport_args(p):
                    help="retries before a QP fails, as NCCL_IB_RETRY_CNT (default 7)")
     p.add_argument("--cc", choices=CC.names(), default=None,
                    help="congestion control at the sending NICs (collectives; default none, "
-                        "and dcqcn for a training job, as RoCE NICs ship): DCQCN "
-                        "reacts to CNPs for ECN-marked packets (marking at --ecn, by "
+                        "dcqcn for a training job, as RoCE NICs ship, and nscc with --transport "
+                        "uet): DCQCN reacts to CNPs for ECN-marked packets (marking at --ecn, by "
                         "default 100KB:400KB:1 scaled to the queues); TIMELY "
-                        "to the round-trip times of its ACKs (no switch support)")
+                        "to the round-trip times of its ACKs (no switch support); NSCC (uet) to "
+                        "delay and ECN marks (default marking 0.2:0.8 BDP); RCCC (uet) waits "
+                        "for the receiver's credits")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
                    help="ECN marking at every switch port's egress: a step at K bytes "
                         "(30KB) or DCQCN/RED-like Kmin:Kmax:Pmax (100KB:400KB:1)")
     add_ecn_at_arg(p)
     add_cc_param_arg(p)
     add_job_seed_arg(p)
+    add_uet_args(p)
+
+
+def add_uet_args(p):
+    """The Ultra Ethernet transport's options (traffic.uet; docs/uet.md)."""
+    p.add_argument("--pds", choices=Delivery.names(), default=None,
+                   help="--transport uet: reliable unordered delivery with SACK (rud, default) "
+                        "or reliable ordered delivery, one entropy value per PDC, go-back-N "
+                        "(rod)")
+    p.add_argument("--ev-set", type=int, default=None, metavar="N",
+                   help="--transport uet: entropy values (UDP source ports) a PDC sprays over "
+                        "(default 256; 1: one path)")
+    p.add_argument("--ev-policy", choices=EvPolicy.names(), default=None,
+                   help="--transport uet: each packet's entropy value: reps (default; reuse "
+                        "values that came back unmarked, retire lost ones) or oblivious (the "
+                        "next of the set)")
+    add_trim_args(p)
+
+
+def add_trim_args(p):
+    """``--trim [BYTES]`` and ``--trim-at BYTES``: the switches' packet trimming."""
+    p.add_argument("--trim", type=parse_trim, nargs="?", const=TRIM_BYTES, default=None,
+                   metavar="BYTES",
+                   help="the switches trim a UET data frame that finds more than --trim-at "
+                        f"bytes queued to BYTES (default {TRIM_BYTES}: its headers) and send "
+                        "it ahead of data; lossy links get two classes (docs/uet.md)")
+    p.add_argument("--trim-at", type=int, default=None, metavar="BYTES",
+                   help="--trim: the queue (bytes) past which a port trims (default one BDP "
+                        "of the network's RTT)")
+
+
+def parse_trim(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: bytes to trim a frame to")
+    if value < TRIM_BYTES:
+        raise argparse.ArgumentTypeError(f"{value}: at least {TRIM_BYTES} bytes (a UET frame's "
+                                         "headers and the probe its receiver reads)")
+    return value
 
 
 def add_cc_param_arg(p):
@@ -99,7 +144,8 @@ def rank_transport(spec):
     """The rank config keys of a RunSpec's transport and congestion control."""
     return {"transport": str(spec.transport), "timeout_exp": spec.rc_timeout,
             "retry_cnt": spec.rc_retry, "cc": str(spec.cc),
-            "cc_params": ccparams.parse(list(spec.cc_params), spec.cc)}
+            "cc_params": ccparams.parse(list(spec.cc_params), spec.cc),
+            **uet_spec.rank_keys(spec)}
 
 
 def parse_seed(text):
