@@ -26,6 +26,7 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from emulator.dataplane.links import hb, shaping
+from emulator.dataplane.lossless import trim as trimming
 from emulator.dataplane.links.detect import Detector
 from emulator.dataplane.links.ifaces import (
     delete_interfaces,
@@ -90,7 +91,7 @@ class FabricNet:
                  queue_ms=shaping.DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
                  flow_control=FlowControl.NONE, tunnels=(), ssl=None, instance_netns=True,
-                 mtu=None, rmem_may_stay=False):
+                 mtu=None, rmem_may_stay=False, trim=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path.  On one server of
@@ -117,6 +118,7 @@ class FabricNet:
         self.placement = [(name, list(group)) for name, group in placement]
         self.controller_unix = controller_unix
         self.flow_control = flow_control           # none | pfc: classes and a pause gate
+        self.trim = trim                           # switch ports: two classes (lossless.trim)
         self.pfc = None                            # its running PFC (dataplane.lossless.pfc_run)
         self.tunnels = list(tunnels)
         self.ssl = ssl
@@ -340,8 +342,13 @@ class FabricNet:
                 self._shape(ipr, idx, p["rate_bps"], switch=True)
 
     def _shape(self, ipr, idx, rate_bps, switch):
-        """A TBF at the link rate; with PFC, classes and the lossless gate under it."""
+        """A TBF at the link rate; with PFC, classes and the lossless gate under it;
+        with trimming, a switch port's strict-priority class ahead of data."""
         if self.flow_control == FlowControl.NONE:
+            if switch and self.trim:
+                trimming.apply_tree(ipr, idx, rate_bps, shaping.tbf_params(
+                    rate_bps, self.queue_ms, self.frame)["limit"], self.frame)
+                return
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
             return
         pfc.apply_tree(ipr, idx, rate_bps,

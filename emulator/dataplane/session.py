@@ -31,6 +31,7 @@ from emulator.dataplane.lossless import ecn
 from emulator.dataplane.lossless.ecn import Marker
 from emulator.dataplane.lossless.ecnq import DequeueMarker
 from emulator.dataplane.lossless.pfc_run import Pfc
+from emulator.dataplane.lossless.trim import Trim
 from emulator.dataplane.net import FabricNet
 from emulator.dataplane.observe import capture, logs, run_yaml
 from emulator.dataplane.observe.reach import check_pairs, wait_all_pairs
@@ -175,6 +176,8 @@ class Session:
         self.telemetry = None
         self.impairer = None              # the fabric file's loss:/state: (dataplane.links.impair)
         self.ecn = ecn.parse(spec.ecn, at=spec.ecn_at)   # marking thresholds (Ecn) or None
+        # UET frames trimmed at the switch ports past a queue (dataplane.lossless.trim)
+        self.trim = None if spec.trim is None else Trim(size=spec.trim, at=spec.trim_at or 0)
         self.marker = None
         self.reach_timeout = spec.reach_timeout
         self.progress = progress or (lambda msg: None)
@@ -257,7 +260,8 @@ class Session:
                                  placement=placement,
                                  controller_unix=self.agent.unix if self.agent
                                  else self.controller and self.controller.unix,
-                                 flow_control=self.fabric.flow_control)
+                                 flow_control=self.fabric.flow_control,
+                                 trim=self.trim is not None)
         self.watch = ovs_instances.Watch(self.net.instances,
                                          interrupt=self._signals is not None)
         self.net.build()
@@ -270,9 +274,11 @@ class Session:
         if self.ecn is not None and self.pfc is not None and self.ecn.at == EcnAt.DEQUEUE:
             self.results["ecn"] = {"marking": self.ecn.text(), "ports": "lossless queues"}
             self.progress(f"ECN marking at dequeue of the lossless queues: {self.ecn.text()}")
-        elif self.ecn is not None:
+        elif self.ecn is not None and (self.ecn.at == EcnAt.DEQUEUE or self.trim is None):
             self.marker = (Marker if self.ecn.at == EcnAt.ENQUEUE else DequeueMarker) \
                 .for_session(self)
+        elif self.trim is not None:     # the queues counted for trimming, nothing marked
+            self.marker = DequeueMarker.for_session(self)
         if self.spec.adaptive:
             self.adaptive = stage_for(self)
         t1 = time.monotonic()

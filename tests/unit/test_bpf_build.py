@@ -123,7 +123,8 @@ def test_without_libbpf_so_the_error_names_the_packages(monkeypatch):
 
 def test_layouts_pack_by_name_with_c_offsets():
     from emulator.dataplane.lossless import ecnq, pfc
-    assert ecnq.CONFIG.offsets["red.kmin"] == 16 and ecnq.CONFIG.size == 48
+    assert ecnq.CONFIG.offsets["red.kmin"] == 16 and ecnq.CONFIG.offsets["trim.at"] == 48
+    assert ecnq.CONFIG.size == 88
     assert pfc.ENTRY.size == pfc.ENTRY_SIZE == 136 and pfc.E_LATE == 128
     assert pfc.CONFIG.offsets["red.min_len"] == 96
     with pytest.raises(ValueError, match="missing"):

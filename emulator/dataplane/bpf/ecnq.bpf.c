@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /* ECN marking at dequeue (dataplane.lossless.ecnq has the model): a switch
  * port's TBF queue is counted from both sides of it, and the frame that leaves
- * is marked by the queue it leaves behind.
+ * is marked by the queue it leaves behind.  With trimming (trim.h), the same
+ * count decides which UET data frame is trimmed.
  *
- * ecnq_in   tc clsact egress of the switch port, before its TBF: counts the
- *           frame in, unless the TBF's byte limit will drop it.
+ * ecnq_in   tc clsact egress of the switch port, before its TBF: trims a UET
+ *           data frame past the trimming threshold, then counts the frame in,
+ *           unless the TBF's byte limit will drop it.
  * ecnq_out  XDP (generic mode) on the link's far end: counts the frame out and
  *           marks it (ecn_mark.h).
  *
@@ -15,13 +17,14 @@
 #include <bpf/bpf_helpers.h>
 #include "chain.h"
 #include "ecn_mark.h"
+#include "trim.h"
 
 /* an entry per switch port; user space reads it (ecnq.ENTRY) */
 struct ecnq_entry {
 	__u64 in_bytes;         /* counted into the TBF */
 	__u64 out_bytes;        /* counted out at the far end */
 	__u64 marks;            /* frames marked CE */
-	__u64 spare;
+	__u64 trims;            /* UET frames trimmed */
 };
 
 struct {
@@ -36,6 +39,7 @@ struct ecnq_cfg {
 	__u64 index;            /* this port's entry */
 	__s64 limit;            /* the TBF's byte limit */
 	struct red red;
+	struct trim trim;
 };
 
 const volatile struct ecnq_cfg cfg = {};
@@ -51,6 +55,9 @@ int ecnq_in(struct __sk_buff *skb)
 
 	if (!e)
 		return TC_ACT_OK;
+	len = trim_step(skb, len, e->in_bytes - e->out_bytes, &cfg.trim, &e->trims);
+	if (!len)
+		len = skb->len;
 	/* the TBF drops it: it never leaves */
 	if ((__s64)(e->in_bytes - e->out_bytes + len) > cfg.limit)
 		return TC_ACT_OK;

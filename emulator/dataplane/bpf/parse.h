@@ -19,6 +19,8 @@
 #include <bpf/bpf_endian.h>
 
 #define ROCE_PORT 4791          /* RoCEv2's UDP destination port */
+#define UET_PORT 4793           /* Ultra Ethernet Transport's (traffic/uet/layout.py) */
+#define UET_PDS_OFF BTH_OFF     /* the PDS header follows the UDP header */
 #define DSCP_SHIFT 2            /* the TOS byte: DSCP << 2 | ECN */
 #define ECN_MASK 3
 #define BTH_OFF (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr))
@@ -80,6 +82,26 @@ static __always_inline int parse_roce(void *data, void *data_end, __u32 bth_len,
 		return 0;
 	return f->eth->h_proto == bpf_htons(ETH_P_IP) && *(__u8 *)f->ip == 0x45 &&
 	       f->ip->protocol == IPPROTO_UDP && f->udp->dest == bpf_htons(ROCE_PORT);
+}
+
+/* Whether the frame is a UET data packet (IPv4 without options, UDP to UET_PORT,
+ * a PDS RUD/ROD request: types 2, 3, 13, 14 in the prologue's top five bits)
+ * with its headers up to the PDS prologue in line. */
+static __always_inline int parse_uet_request(void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	struct udphdr *udp = (void *)(ip + 1);
+	__u8 *pds = data + UET_PDS_OFF;
+	__u8 type;
+
+	if ((void *)(pds + 2) > data_end)
+		return 0;
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
+	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(UET_PORT))
+		return 0;
+	type = pds[0] >> 3;
+	return type == 2 || type == 3 || type == 13 || type == 14;
 }
 
 #endif

@@ -35,6 +35,7 @@ Python packs them.
 
 from emulator.dataplane import bpf
 from emulator.dataplane.links import shaping
+from emulator.dataplane.lossless import trim as trimming
 from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.system.netlink import NetlinkError, ns_sockets
 from emulator.errors import EnvironmentProblem, RunFailed
@@ -42,10 +43,13 @@ from emulator.fabric.addressing import switch_intf
 from traffic.roce.frames import frame_len_for_mtu
 
 ENTRY = bpf.Layout("ecnq_entry", [("in_bytes", "Q"), ("out_bytes", "Q"), ("marks", "Q"),
-                                   ("spare", "Q")])
-# the per-port constants of ecnq.bpf.c (its const volatile ``cfg``)
+                                   ("trims", "Q")])
+# the per-port constants of ecnq.bpf.c (its const volatile ``cfg``; trim.h's ``trim``)
 CONFIG = bpf.Layout("ecnq_cfg", [("index", "Q"), ("limit", "q"), ("red.kmin", "q"),
-                                 ("red.kmax", "q"), ("red.pmul", "Q"), ("red.min_len", "Q")])
+                                 ("red.kmax", "q"), ("red.pmul", "Q"), ("red.min_len", "Q"),
+                                 ("trim.at", "q"), ("trim.size", "Q"), ("trim.dscp", "Q"),
+                                 ("trim.high", "Q"), ("trim.small", "Q")])
+NEVER = 2 ** 62                       # a threshold no queue reaches: no marking
 MAP = "ecnq_queues"
 XDP_PASS, TC_ACT_OK = 2, 0
 XDP_FLAGS_SKB_MODE = 2
@@ -61,16 +65,19 @@ def red(kmin, kmax, pmax, min_len):
             "red.min_len": min_len}
 
 
-def programs(queues, index, limit, kmin, kmax, pmax, min_len, chain=None):
+def programs(queues, index, limit, kmin, kmax, pmax, min_len, chain=None, trim=None):
     """The two programs of port ``index`` on map ``queues`` (a ``bpf.Map`` of
     ENTRY values): ``ecnq_in`` (tc egress) counts a frame into the queue unless
     the TBF's ``limit`` bytes would drop it, ``ecnq_out`` (XDP on the far end)
     counts it out and marks it by the queue it leaves behind (see the module
     doc); a frame ``ecnq_out`` passes goes on to slot ``index`` of ``chain`` (a
-    program array: the next stage, if any).  Returns their fds (``bpf.Programs``)."""
+    program array: the next stage, if any).  ``trim`` (lossless.trim.Trim):
+    ``ecnq_in`` first trims a UET data frame past its threshold.  Returns their
+    fds (``bpf.Programs``)."""
     # the limit as a 32-bit signed immediate held it before the programs were C
     config = CONFIG.pack_fields(index=index, limit=min(limit, 2 ** 31 - 1),
-                                **red(kmin, kmax, pmax, min_len))
+                                **red(kmin, kmax, pmax, min_len),
+                                **(trim.config() if trim else trimming.NO_TRIM))
     maps = {MAP: queues, **({bpf.CHAIN_MAP: chain} if chain is not None else {})}
     return bpf.load("ecnq", config, CONFIG, maps, value_layouts=[ENTRY])
 
@@ -120,12 +127,14 @@ class DequeueMarker(Attached):
     """The run's dequeue marking over ``ports``: [(ifname, peer netns path or None,
     peer ifname, rate_bps)], queues limited as the TBFs of ``queue_ms``/``frame``;
     ``own_ns``: {ifname: namespace path} of ports outside this namespace (a datapath
-    instance's)."""
+    instance's).  ``ecn`` None: the queues are counted, nothing marked (trimming
+    alone); ``trim``: lossless.trim.Trim, or None."""
 
-    def __init__(self, ecn, ports, frame_len, queue_ms, frame, own_ns=None):
+    def __init__(self, ecn, ports, frame_len, queue_ms, frame, own_ns=None, trim=None):
         super().__init__()
         self.own_ns = dict(own_ns or {})
         self.ecn = ecn
+        self.trim = trim
         self.ports = sorted(ports)
         self.frame_len = frame_len
         self.limits = [shaping.tbf_params(rate, queue_ms, frame)["limit"]
@@ -147,22 +156,28 @@ class DequeueMarker(Attached):
                 ports.append((p["intf"], ns, peer, p["rate_bps"]))
                 own_ns[p["intf"]] = session.net.switch_netns(sw["name"])
         marker = cls(session.ecn, ports, frame_len_for_mtu(session.mtu),
-                     session.net.queue_ms, session.net.frame, own_ns).install()
-        session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
-        session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
+                     session.net.queue_ms, session.net.frame, own_ns, session.trim).install()
+        if session.ecn is not None:
+            session.results["ecn"] = {"marking": session.ecn.text(), "ports": len(ports)}
+            session.progress(f"ECN marking on {len(ports)} switch ports: {session.ecn.text()}")
+        if session.trim is not None:
+            session.results["trim"] = {"size": session.trim.size, "at": session.trim.at,
+                                       "dscp": session.trim.dscp, "ports": len(ports)}
+            session.progress(f"trimming on {len(ports)} switch ports: {session.trim.text()}")
         return marker
 
     def install(self):
         self.map = bpf.Map(ENTRY.size, max(1, len(self.ports)))
         self.chain = bpf.prog_array(len(self.ports))
         m = self.ecn
+        kmin, kmax, pmax = (m.kmin, m.kmax, m.pmax) if m is not None else (NEVER, NEVER, 1.0)
         try:
             with ns_sockets() as ipr_in:
                 for i, ((ifname, ns, peer, _), limit) in enumerate(zip(self.ports,
                                                                        self.limits)):
                     own = self.own_ns.get(ifname)
-                    with programs(self.map, i, limit, m.kmin, m.kmax, m.pmax,
-                                  self.frame_len // 2, self.chain) as fds:
+                    with programs(self.map, i, limit, kmin, kmax, pmax,
+                                  self.frame_len // 2, self.chain, self.trim) as fds:
                         ipr = ipr_in(own)
                         self.attach_tc(ipr, _index(ipr, ifname), own, ifname,
                                        fds["ecnq_in"], f"ecnq_in{i}")
@@ -180,8 +195,12 @@ class DequeueMarker(Attached):
         return self
 
     def entries(self):
-        """[(in, out, marks)] per port, in ``self.ports`` order."""
-        return [ENTRY.unpack(self.map.lookup(i))[:3] for i in range(len(self.ports))]
+        """[(in, out, marks, trims)] per port, in ``self.ports`` order."""
+        return [ENTRY.unpack(self.map.lookup(i)) for i in range(len(self.ports))]
+
+    def trims(self):
+        """{ifname: UET frames this port trimmed} since install."""
+        return {p[0]: e[3] for p, e in zip(self.ports, self.entries())}
 
     def marks(self):
         """{ifname: packets this port marked CE} since install."""
@@ -206,13 +225,16 @@ class DequeueMarker(Attached):
                 if idx is None:
                     continue
                 backlog = shaping.stats(ipr, idx)[0]
-                marks = ENTRY.unpack(self.map.lookup(i))[2]
-                self.map.update(i, ENTRY.pack(backlog, 0, marks, 0))
+                _, _, marks, trims = ENTRY.unpack(self.map.lookup(i))
+                self.map.update(i, ENTRY.pack(backlog, 0, marks, trims))
 
     def close(self, session):
-        """Record the marks per port in ``session``'s results, then detach."""
+        """Record the marks and trims per port in ``session``'s results, then detach."""
         try:
-            record_marks(session, self)
+            if self.ecn is not None:
+                record_marks(session, self)
+            if self.trim is not None:
+                trimming.record(session, self)
         finally:
             session.teardown_errors += [f"ECN marker: {e}" for e in self.remove()]
 

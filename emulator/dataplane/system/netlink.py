@@ -22,10 +22,16 @@ from contextlib import contextmanager
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import tcmsg
+
 
 from emulator.dataplane.system.proc import run
 from emulator.dataplane.system.signals import signals_masked
 from traffic.nic.netns import entered
+
+# bfifo, a byte-limited FIFO, takes pfifo's options (struct tc_fifo_qopt: a limit),
+# which this netlink library knows only under pfifo's name
+tcmsg.plugins.setdefault("bfifo", tcmsg.plugins["pfifo"])
 
 __all__ = ["Netlink", "NetlinkError", "netns_of", "ns_sockets", "delete_link",
            "route_get", "ENODEV"]

@@ -1,0 +1,92 @@
+"""Packet trimming at the switches' egress: a UET data frame that would not be admitted
+is cut to its headers and sent ahead of data, so its receiver can ask for it at once.
+
+Model.  A switch port of a lossy link trims instead of dropping (UE
+Specification 1.0.1's packet trimming, as SONiC's HLD implements it on
+hardware: a threshold, a trimmed size, a DSCP, a queue):
+
+- *admission*: eBPF cannot read a qdisc's backlog, so the port's queue is the
+  dequeue ECN marker's exact count (``ecnq``: bytes in at the tc egress hook,
+  bytes out at the far end's XDP), kept in its map.  A UET data frame (UDP 4793,
+  a PDS RUD/ROD request) arriving while the count plus itself exceeds ``at``
+  bytes is not admitted whole;
+- *trim*: ``bpf_skb_change_tail`` cuts it to ``size`` bytes (default 134: the
+  headers and the probe header its receiver reads), the IPv4 total length and
+  header checksum and the UDP length are fixed (UET's UDP checksum is 0), its
+  DSCP becomes ``TRIM_DSCP`` (the ECN bits stay), and it is counted per port;
+- *priority*: the port's shaper gets two classes under its TBF (which keeps the
+  link rate): a strict-priority HTB class 10:10 for trimmed frames and frames
+  of at most 256 bytes (acknowledgements), and 10:20 for the rest, a byte FIFO
+  of the link's ``--queue-ms``.  The tc program sets each frame's class
+  (``skb->priority``).  Host NICs keep one FIFO (their queue is the sender's own).
+
+Trimming is for lossy links: a lossless class (PFC) pauses before its queue
+fills, so ``--trim`` is refused on a lossless fabric.  The C is ``bpf/trim.h``,
+a step of ``ecnq.bpf.c``'s egress program; ``CONFIG`` is its part of that
+program's constants.
+"""
+
+from dataclasses import dataclass
+
+from emulator.errors import RunFailed
+from traffic.uet.layout import TRIM_BYTES, TRIM_DSCP
+
+HTB_HANDLE = 0x100000
+CLASS_HIGH, CLASS_DATA = 0x100010, 0x100020     # 10:10 strict priority, 10:20 data
+FIFO_HIGH, FIFO_DATA = 0x300000, 0x200000
+HIGH_LIMIT = 256 << 10                           # the priority class's byte FIFO
+SMALL = 256                                      # frames up to this ride the priority class
+
+
+@dataclass(frozen=True)
+class Trim:
+    """One run's trimming: frames past ``at`` bytes queued cut to ``size`` bytes."""
+
+    size: int = TRIM_BYTES
+    at: int = 0
+    dscp: int = TRIM_DSCP
+
+    def config(self):
+        """The programs' ``trim.*`` constants (ecnq.CONFIG)."""
+        return {"trim.at": self.at, "trim.size": self.size, "trim.dscp": self.dscp,
+                "trim.high": CLASS_HIGH, "trim.small": SMALL}
+
+    def text(self):
+        return (f"UET data frames trimmed to {self.size} B past {self.at} B queued "
+                f"(DSCP {self.dscp}, ahead of data)")
+
+
+NO_TRIM = {"trim.at": 0, "trim.size": 0, "trim.dscp": 0, "trim.high": 0, "trim.small": 0}
+
+
+def apply_tree(ipr, index, rate_bps, queue_limit, frame):
+    """A switch port's shaper with trimming: TBF 1: at ``rate_bps`` (its bucket as
+    ``shaping.tbf_params``) -> HTB 10: (strict priority only) -> 10:10 (trimmed
+    frames and acknowledgements, a byte FIFO of HIGH_LIMIT) and 10:20 (the rest, a
+    byte FIFO of ``queue_limit``, the link's queue)."""
+    rate = rate_bps // 8
+    burst = max(2 * frame, rate // 1000)
+    ipr.tc("add", "tbf", index=index, handle=0x10000, rate=rate, burst=burst,
+           limit=queue_limit)
+    ipr.tc("add", "htb", index=index, handle=HTB_HANDLE, parent=0x10001,
+           default=CLASS_DATA & 0xFFFF)
+    ipr.tc("add-class", "htb", index=index, handle=HTB_HANDLE | 1, parent=HTB_HANDLE,
+           rate="10gbit", ceil="10gbit", quantum=frame)
+    for classid, prio, fifo, limit in ((CLASS_HIGH, 0, FIFO_HIGH, HIGH_LIMIT),
+                                       (CLASS_DATA, 1, FIFO_DATA, queue_limit)):
+        ipr.tc("add-class", "htb", index=index, handle=classid, parent=HTB_HANDLE | 1,
+               rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
+        ipr.tc("add", "bfifo", index=index, handle=fifo, parent=classid, limit=limit)
+
+
+def record(session, marker):
+    """The trims per port into ``session``'s results (a failed read is a teardown
+    error)."""
+    doc = session.results.setdefault("trim", {})
+    try:
+        trims = marker.trims()
+    except (RunFailed, OSError) as e:
+        session.teardown_errors.append(f"trim counters: {e}")
+        return
+    doc["trimmed_packets"] = {k: v for k, v in trims.items() if v}
+    doc["trimmed_total"] = sum(trims.values())
