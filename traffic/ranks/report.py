@@ -49,20 +49,43 @@ def combine(rank_results):
                "ranks_reporting": len(per)}
         row.update(bandwidths(coll, n, r0["size"], t, link))
         if all("transport" in p for p in per):
-            row["transport"] = {k: sum(p["transport"][k] for p in per)
-                                for k in per[0]["transport"]}
+            row["transport"] = _sum_counts(p["transport"] for p in per)
             # the share of what the NICs sent that went again: goodput lost to the transport
             row["retransmitted_share"] = (sum(p.get("retransmitted_bytes", 0) for p in per)
                                           / max(1, sum(p["bytes_sent"] for p in per)))
         rows.append(row)
     out = {"collective": coll, "nranks": n, "link_bps": link, "rows": rows}
     if all("transport" in r for r in rank_results):
-        out["transport"] = {k: sum(r["transport"][k] for r in rank_results)
-                            for k in first["transport"]}
+        out["transport"] = _sum_counts(r["transport"] for r in rank_results)
         out["rc"] = first.get("rc")
         out["failed_qps"] = [dict(q, rank=r.get("name") or r["rank"])
                              for r in rank_results for q in r.get("failed_qps", [])]
     return out
+
+
+def _sum_counts(docs):
+    """{key: sum} over counter documents (a key missing from one counts 0 there)."""
+    out = {}
+    for d in docs:
+        for k, v in d.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def transport_line(tr, failed="-"):
+    """The nccl-tests table's transport line: RC's retransmissions, NAKs, timeouts; UET's
+    by cause, its out-of-order placements and the EVs its senders retired."""
+    if "retransmitted_by_trim" in tr and tr.get("pdcs_opened"):
+        return (f"# transport uet: {tr['retransmitted_packets']} packets retransmitted "
+                f"({tr['retransmitted_by_nack']} by NACK, {tr['retransmitted_by_trim']} by "
+                f"trim, {tr['retransmitted_by_timeout']} by timeout), "
+                f"{tr.get('placed_out_of_order', 0)} placed out of order, "
+                f"{tr.get('trimmed_received', 0)} trimmed received, {tr.get('evs_retired', 0)} "
+                f"EVs retired (all calls, warm-up included); PDCs failed: {failed}")
+    return (f"# transport rc: {tr['retransmitted_packets']} packets "
+            f"retransmitted, {tr['naks_sent']} NAKs, {tr['timeouts']} timeouts "
+            f"(all calls, warm-up included); QPs out of retries: {failed}")
 
 
 def table(report):
@@ -80,9 +103,7 @@ def table(report):
     if tr:
         failed = ", ".join(f"{q['rank']}->{q['peer']} qp{q['qp']}"
                            for q in report.get("failed_qps", [])) or "none"
-        lines.append(f"# transport rc: {tr['retransmitted_packets']} packets "
-                     f"retransmitted, {tr['naks_sent']} NAKs, {tr['timeouts']} timeouts "
-                     f"(all calls, warm-up included); QPs out of retries: {failed}")
+        lines.append(transport_line(tr, failed))
     return "\n".join(lines)
 
 

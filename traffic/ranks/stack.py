@@ -70,8 +70,7 @@ def uet_summary(pdcs, t0, points=400):
         windows[f"{peer}:{q}"] = [(round((t - t0) / 1e6, 3), w) for t, w in trace[::step]]
     c = pdcs.counters()
     last = pdcs.last_retired_ns()
-    dbg = {f"{k}": (i.sender.debug, i.sender.srtt, i.sender.rto(), i.sender.debug_acks) for k, i in pdcs.init.items() if i.sender}
-    return {"debug": dbg, "windows": windows, "evs_retired": c["evs_retired"],
+    return {"windows": windows, "evs_retired": c["evs_retired"],
             "last_retired_ms": None if last is None else round((last - t0) / 1e6, 3),
             "ev_freezes": c["ev_freezes"], "ev_set": pdcs.p.ev_set,
             "ev_policy": str(pdcs.p.ev_policy), "cc": str(pdcs.p.cc),

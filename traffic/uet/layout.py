@@ -90,7 +90,7 @@ CC_NSCC, CC_CREDIT = 0, 1
 # the lab's choices
 DATA_DSCP = 26                 # the data class (RoCE's in this lab)
 TRIM_DSCP = 46                 # a frame a switch trimmed carries this DSCP
-TRIM_BYTES = PDS_OFF + REQ_LEN + SES_STD_LEN + PROBE.size   # 134: up to the probe's end
+TRIM_BYTES = PDS_OFF + REQ_LEN + CC_STATE_LEN + SES_STD_LEN + PROBE.size   # 134: the probe, kept
 PSN_BITS = 32
 PSN_MASK = (1 << PSN_BITS) - 1
 PSN_OFFSET_MASK = 0x0FFF       # a SYN's PSN offset from the start PSN (12 bits)

@@ -111,8 +111,6 @@ class Sender:
         self.retx_nack = self.retx_trim = self.retx_timeout = 0
         self.timeouts = self.nacks = self.acks = self.sent_first = 0
         self.last_progress_ns = None
-        self.debug = []
-        self.debug_acks = []
 
     # -- sending ----------------------------------------------------------------------
     def assign(self):
@@ -162,9 +160,6 @@ class Sender:
         PSNs of its SACK bitmap (``sacked``)."""
         r = AckResult()
         self.acks += 1
-        if not self.debug:
-            self.debug_acks.append((now // 1000, cack, ack_psn, list(sacked), sorted(self.out)))
-            del self.debug_acks[:-20]
         o = self.out.get(ack_psn)
         if o is not None and o.sends == 1 and not o.waiting:
             r.rtt_ns = now - o.sent_ns
@@ -262,8 +257,6 @@ class Sender:
             if now < t + rto:
                 break
             self.order.popleft()
-            if len(self.debug) < 30:
-                self.debug.append((psn, (now - t) / 1e6, o.sends, len(self.out), now // 1000))
             self.timeouts += 1
             self.retx_timeout += 1
             self._queue(psn, o)

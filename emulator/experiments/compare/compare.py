@@ -63,7 +63,12 @@ from emulator.experiments.measure.uplinks import (
 )
 from emulator.experiments.measure.watch import CounterSampler
 from emulator.experiments.repeat import Mode, each_mode
-from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.build import (
+    command_doc,
+    parse_variant,
+    transport_changes,
+    variant_label,
+)
 from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.experiments.spec.options import (
     add_adaptive_args,
@@ -73,15 +78,17 @@ from emulator.experiments.spec.options import (
     add_fidelity_args,
     add_job_seed_arg,
     add_training_args,
+    add_uet_args,
     compare_defaults,
     nic_lb,
+    rank_transport,
     workload_choice,
 )
 from emulator.experiments.ui.live import attached
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import addressing
-from lab.modes import LB, Failover
+from lab.modes import LB, Entropy, Failover, Transport
 from traffic.roce.frames import frame_len_for_mtu
 
 MODES = LB.names()
@@ -105,8 +112,8 @@ class Repetition(Mode):
         ranks = dict(s.topo, hosts=[h for h in s.topo["hosts"] if hosts is None
                                     or h["name"] in hosts])
         order = ring_indices(ranks, self.ring)
-        extra = {**nic_lb(spec.lb), "flowlet_gap_ms": args.flowlet_gap_ms,
-                 "qpn_seed": spec.job_seed}
+        extra = {**rank_transport(spec), **nic_lb(spec.lb),
+                 "flowlet_gap_ms": args.flowlet_gap_ms, "qpn_seed": spec.job_seed}
         sampler = CounterSampler(s.net, SAMPLE_S)
         sampler.start()
         try:
@@ -119,7 +126,8 @@ class Repetition(Mode):
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)
         row = rep["rows"][-1]
-        out = {"mode": str(spec.lb), "seed": spec.hash_seed, "job_seed": spec.job_seed,
+        out = {"mode": self.mode, "transport": str(spec.transport), "lb": str(spec.lb),
+               "seed": spec.hash_seed, "job_seed": spec.job_seed,
                "ring": self.ring, "qps": self.qps, "dir": s.dir,
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                "time_s": row["time_s"], "wrong": sum(r["wrong"] for r in rep["rows"]),
@@ -129,7 +137,10 @@ class Repetition(Mode):
             {self.disturb[0]: competing.result()} if competing else {}))
         out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
         spines = len({p[3] for p in uplinks(s.topo)})
-        if spec.lb == LB.ECMP:
+        out["transport_counts"] = rep.get("transport")
+        if rep.get("uet"):
+            out["uet"] = rep["uet"]
+        if spec.lb == LB.ECMP and spec.transport != Transport.UET:
             out["expected"] = round(ecmp_expectation(
                 ring_connections(ranks, order), spines, self.qps)["efficiency"], 3)
         return out
@@ -185,7 +196,10 @@ def repetitions(spec, plan, sizes, args, out, **kw):
         mode, ring, qps, *disturb = key
         extra = dict(kw, disturb=disturb[0]) if disturb else kw
         return Repetition(s, mode, spec, ring, qps, sizes, args, out, **extra)
-    docs = each_mode(spec, lambda key: {"lb": key[0]}, plan, args.reps, make, out,
+    def vary(key):
+        transport, mode = parse_variant(key[0])
+        return {"lb": mode, **transport_changes(spec, transport)}
+    docs = each_mode(spec, vary, plan, args.reps, make, out,
                      per_repeat=lambda r: seeds(spec, r),
                      label=lambda key: key[0])
     return [r for doc in docs for r in doc]
@@ -245,6 +259,12 @@ def add_arguments(p):
     p.add_argument("--modes", default=",".join(DEFAULT_MODES),
                    help="comma list of " + "|".join(MODES) + " (default "
                         + ",".join(DEFAULT_MODES) + ")")
+    p.add_argument("--transport", dest="transports", default=None, metavar="rc,uet",
+                   help="transports side by side: every mode of --modes over each (uet "
+                        "sprays by itself: with it the NICs' spray and flowlet modes are "
+                        "left out); with --lossless, rc+uet shares one fabric between them "
+                        "(docs/uet.md)")
+    add_uet_args(p)
     add_adaptive_args(p)
     p.add_argument("--stream", default=None, metavar="SRC:DST",
                    help="each mode with and without a competing best-effort stream from "
@@ -310,6 +330,7 @@ def main(spec, args, out=print):
         raise ConfigError("--modes", f"unknown mode {bad[0]!r}" if bad else "no mode given")
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
+    modes = variants(parse_transports(args.transports, spec), modes)
     if spec.workload.startswith("simai:"):
         return training_cmp.main(spec, args, modes, out)
     if spec.workload == "alltoall":
@@ -353,6 +374,25 @@ def main(spec, args, out=print):
     return 0
 
 
+def parse_transports(text, spec):
+    """``--transport rc,uet``: the transports compared (default: the spec's)."""
+    if not text:
+        return [spec.transport]
+    out = []
+    for t in (x.strip() for x in text.split(",") if x.strip()):
+        if t not in Transport.names() or Transport(t) == Transport.NONE:
+            raise ConfigError("--transport", f"{t!r}: a comma list of rc, uet")
+        out.append(Transport(t))
+    return list(dict.fromkeys(out)) or [spec.transport]
+
+
+def variants(transports, modes):
+    """Every mode over every transport (``uet/ecmp``; RC's alone as before), less what
+    the NICs of UET decide by themselves (their spraying, their flowlets)."""
+    return [variant_label(t, m) for t in transports for m in modes
+            if t != Transport.UET or LB(m).entropy == Entropy.QP]
+
+
 def summarize(runs):
     """One table row per (mode, ring, qps) from the repetitions' run dicts."""
     groups = {}
@@ -377,9 +417,36 @@ def summarize(runs):
                      "reordered": sum(r["reordered"] for r in rs),
                      "wrong": sum(r["wrong"] for r in rs),
                      "repeated": sum(1 for r in rs if r.get("disturbed_attempts")),
+                     "transport": rs[0].get("transport", "rc"),
+                     "transport_counts": _sum_counts(r.get("transport_counts") for r in rs),
                      "emulator_bound": sum(1 for r in rs if r.get("fidelity", {})
                                            .get("verdict", "faithful") != "faithful")})
     return rows
+
+
+def _sum_counts(docs):
+    out = {}
+    for d in docs:
+        for k, v in (d or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def transport_lines(rows):
+    """Under the table, per UET row: its retransmissions by cause, its packets placed
+    out of order, the EVs its senders retired (summed over the repetitions)."""
+    lines = []
+    for r in rows:
+        c = r.get("transport_counts") or {}
+        if r.get("transport") == Transport.UET and c:
+            lines.append(f"{r['mode']}: {c.get('retransmitted_packets', 0)} retransmitted "
+                         f"({c.get('retransmitted_by_nack', 0)} by NACK, "
+                         f"{c.get('retransmitted_by_trim', 0)} by trim, "
+                         f"{c.get('retransmitted_by_timeout', 0)} by timeout), "
+                         f"{c.get('placed_out_of_order', 0)} placed out of order, "
+                         f"{c.get('evs_retired', 0)} EVs retired, over {r['reps']} repetitions")
+    return lines
 
 
 def fidelity_cell(row):
@@ -409,6 +476,7 @@ def table(rows):
             f"{r['lb_min']:5.3f}..{r['lb_max']:5.3f} "
             f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
             f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d} " + fidelity_cell(r))
+    lines += transport_lines(rows)
     if any(r.get("emulator_bound") for r in rows):
         lines.append("EMULATOR-BOUND rows measured this machine's CPU, not load balancing: "
                      "see each run's fidelity in compare.json")

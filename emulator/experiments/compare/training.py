@@ -20,7 +20,7 @@ from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
 from emulator.experiments.compare.congestion import exit_status
 from emulator.experiments.repeat import Mode, each_mode
-from emulator.experiments.spec.build import command_doc
+from emulator.experiments.spec.build import command_doc, parse_variant, transport_changes
 from emulator.experiments.spec.options import nic_lb, rank_transport
 from emulator.experiments.training import launch as training
 from emulator.experiments.workloads.collective import default_timeout_exp
@@ -60,13 +60,14 @@ class JobRepetition(Mode):
                      timeout_exp=spec.rc_timeout or default_timeout_exp(s.queue_ms))
         t = training.run_job(s, self.job, extra,
                              progress=lambda m: self.progress(f"... {self.mode}: {m}"))
-        return {"mode": str(spec.lb), "seed": spec.hash_seed, "dir": s.dir,
+        return {"mode": self.mode, "transport": str(spec.transport), "seed": spec.hash_seed,
+                "dir": s.dir,
                 "iteration_s": t["iteration_s"], "exposed_comm_s": t["exposed_comm_s"],
                 "compute_s": t["compute_s"], "real_iteration_s": t["real_iteration_s"],
                 "wrong": t["wrong"], "aborted": t["aborted"],
                 "busbw_Mbps": {k: g["busbw_Mbps"] for k, g in t["groups"].items()},
                 "retransmitted": t["transport"].get("retransmitted_packets", 0),
-                "fidelity": t["fidelity"]}
+                "transport_counts": t["transport"], "fidelity": t["fidelity"]}
 
     def line(self, row):
         return (f"iteration {row['iteration_s']:.3f}s, exposed {row['exposed_comm_s']:.3f}s, "
@@ -96,11 +97,11 @@ def summarize(runs, modes):
 
 
 def table(rows):
-    lines = [f"{'mode':8s} {'iteration s':>11s} {'min..max':>15s} {'exposed s':>9s} "
+    lines = [f"{'mode':10s} {'iteration s':>11s} {'min..max':>15s} {'exposed s':>9s} "
              f"{'real ms':>9s} {'busbw Mb/s by group':24s} {'#wrong':>6s} faithful"]
     for r in rows:
         bw = " ".join(f"{k}:{v:.1f}" for k, v in r["busbw_Mbps"].items() if v) or "-"
-        lines.append(f"{r['mode']:8s} {r['iteration_s']:11.3f} "
+        lines.append(f"{r['mode']:10s} {r['iteration_s']:11.3f} "
                      f"{r['iteration_min_s']:7.3f}..{r['iteration_max_s']:<7.3f} "
                      f"{r['exposed_comm_s']:9.3f} {r['real_iteration_s'] * 1e3:9.2f} "
                      f"{bw:24s} {r['wrong']:6d} {r['faithful']}/{r['reps']}")
@@ -117,7 +118,10 @@ def main(spec, args, modes, out=print):
     spec = spec.replace(results=base)
     job0 = spec.job_seed
     out(f"... job seeds {job0}..{job0 + args.reps - 1}; ring {args.ring}")
-    docs = each_mode(spec, "lb", modes, args.reps, lambda s, m: JobRepetition(s, m, job, args,
+    def vary(label):
+        transport, mode = parse_variant(label)
+        return {"lb": mode, **transport_changes(spec, transport)}
+    docs = each_mode(spec, vary, modes, args.reps, lambda s, m: JobRepetition(s, m, job, args,
                                                                              out),
                      out, per_repeat=lambda r: {"hash_seed": spec.hash_seed + r,
                                                 "job_seed": job0 + r})

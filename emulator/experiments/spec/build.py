@@ -30,7 +30,7 @@ from emulator.experiments.spec import ccparams
 from emulator.experiments.spec import uet as uet_spec
 from emulator.fabric import addressing, switch_agent
 from emulator.fabric.runspec import RunSpec
-from lab.modes import CC, Entropy, FlowControl, Transport
+from lab.modes import CC, EcnAt, Entropy, FlowControl, Transport
 
 # command-line destinations whose field has another name, or another form
 RENAMED = {"cc_param": "cc_params"}
@@ -83,6 +83,35 @@ def _with_cc(values, out):
     return values
 
 
+def variant_label(transport, mode):
+    """A compared variant's name: ``uet/ecmp`` (the mode alone for RC, as before)."""
+    return str(mode) if Transport(transport) == Transport.RC else f"{transport}/{mode}"
+
+
+def parse_variant(label):
+    """(transport, load-balancing mode) of ``variant_label``'s name."""
+    transport, sep, mode = str(label).rpartition("/")
+    return (Transport(transport) if sep else Transport.RC), mode
+
+
+def transport_changes(spec, transport):
+    """What ``spec`` becomes with ``transport`` (a comparison's variant): its
+    congestion control and ECN marking as ``--transport`` would have implied them
+    (NSCC and its marking for UET unless given), trimming only for UET."""
+    t = Transport(transport)
+    if t == spec.transport:
+        return {}
+    changes = {"transport": t}
+    if spec.cc.transport not in (None, t) or (t == Transport.UET and spec.cc == CC.NONE):
+        changes["cc"] = CC.NSCC if t == Transport.UET else CC.NONE
+    cc = changes.get("cc", spec.cc)
+    if cc == CC.NSCC and (spec.ecn is None or spec.cc == CC.DCQCN):
+        changes["ecn"] = uet_spec.default_ecn(spec.fabric, spec.mtu, spec.ecn_at).spec()
+    if t != Transport.UET:
+        changes["trim"] = changes["trim_at"] = None
+    return changes
+
+
 def complete(spec):
     """``spec`` with its implied ECN thresholds, trimming threshold and a drawn job
     seed, checked."""
@@ -117,6 +146,9 @@ def check(spec):
             raise ConfigError("--trim", f"the fabric is lossless ({spec.fabric.flow_control}): "
                                         "its lossless class pauses instead of trimming; "
                                         "trimming needs lossy links (flow_control: none)")
+        if spec.ecn is not None and spec.ecn_at == EcnAt.ENQUEUE:
+            raise ConfigError("--trim", "trimming counts the queues at dequeue (eBPF): "
+                                        "use it with --ecn-at dequeue")
     ccparams.parse(list(spec.cc_params), spec.cc)
     ecn.parse(spec.ecn, at=spec.ecn_at)
     if spec.capture:
