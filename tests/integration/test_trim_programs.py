@@ -6,18 +6,24 @@ cut to its headers, with a valid IPv4 header (total length, checksum), the UDP
 length fixed, the trimmed DSCP (its ECN bits kept), the priority class ahead of
 data, and counted as a trim; the scapy layer and the traffic engine's parser
 read what is left (PDS type, PSN, the probe).  Under the threshold, a RoCE frame,
-a UET acknowledgement or a port without trimming: nothing cut.
+a UET acknowledgement or a port without trimming: nothing cut.  Then on a veth
+shaped as a trimming switch port (TBF, strict-priority class, size table): a
+burst is trimmed past the threshold, the counted queue comes back to 0, and the
+shaper charged every trimmed frame its trimmed length, not its whole one.
 """
 
 # no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): no fabric
 LAYOUT_INDEPENDENT = True
 
+import socket
 import struct
+import time
 from contextlib import contextmanager
 
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from traffic_fixtures import checksum_ok
+from traffic_fixtures import ECN_RATE, checksum_ok, run, wait_until
+from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless import ecnq, trim
@@ -112,3 +118,41 @@ def test_a_trimmed_frame_is_nacked_by_its_receiver():
     assert got is not None and got[1] is False           # not placed
     c = control.parse_control(sent[0])
     assert c.ptype == layout.NACK and c.code == layout.NACK_TRIMMED and c.psn == 0x1234567
+
+
+def test_a_trimming_port_charges_a_trimmed_frame_its_trimmed_length(lab):
+    """40 whole UET frames back to back into a 40 Mbit/s trimming port with a
+    threshold of 5 frames: the shaper's bytes sent are the frames as they left
+    (whole ones and 134-byte ones), the kernel having taken each length after the
+    trim (the port's size table); the counted queue drains to 0."""
+    from pyroute2 import IPRoute
+
+    from emulator.dataplane.links import shaping
+    whole = layout.frame_len_for_mtu(4096)
+    b = lab.ns("b")
+    ia, ib = lab.veth(None, "a", b, "b")
+    for ns, i in ((None, ia), (b, ib)):
+        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
+        run("sysctl", "-qw", f"net.ipv6.conf.{i}.disable_ipv6=1", ns=ns)
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=ia)[0]
+        trim.apply_tree(ipr, idx, ECN_RATE,
+                        shaping.tbf_params(ECN_RATE, 30.0, whole)["limit"], whole)
+    marker = ecnq.DequeueMarker(None, [(ia, f"/run/netns/{b}", ib, ECN_RATE)], whole, 30.0,
+                                whole, trim=trim.Trim(at=5 * whole)).install()
+    try:
+        t = frames.DataTemplate(*MACS, "10.9.0.1", "10.9.0.2", 4096)
+        assert t.len == whole
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind((ia, 0))
+            for i in range(40):
+                s.send(t.frame(i, index=i, count=40))
+        wait_until(lambda: marker.backlog()[ia] == 0, 5, what="the counted queue drained")
+        time.sleep(0.05)
+        trims = marker.trims()[ia]
+        with IPRoute() as ipr:
+            sent = shaping.stats(ipr, idx)[2]
+    finally:
+        assert marker.remove() == []
+    assert 20 <= trims <= 36, trims            # about 5 whole frames queued at a time
+    assert sent == (40 - trims) * whole + trims * layout.TRIM_BYTES, (sent, trims)

@@ -46,9 +46,10 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "cc": CC.NONE, "cc_params": {},
             # Ultra Ethernet (transport uet): the PDC's delivery, its EV policy and set,
             # the network's RTT its timers and NSCC scale to (null: 4 frame times of the
-            # rate plus 2 ms), whether the switches trim, how long an idle PDC stays open
+            # rate plus 2 ms), the retransmission timer's floor (null: 4 RTTs), whether
+            # the switches trim, how long an idle PDC stays open
             "pds": Delivery.RUD, "ev_policy": EvPolicy.REPS, "ev_set": 256,
-            "uet_rtt_ms": None, "trim": False, "close_idle_ms": 2000.0,
+            "uet_rtt_ms": None, "uet_rto_min_ms": None, "trim": False, "close_idle_ms": 2000.0,
             # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
             # them as a NIC gives every job new ones (hence new UDP source ports)
             "qpn_seed": None}
@@ -102,9 +103,9 @@ def load_config(doc):
             or not isinstance(cfg["ev_set"], int) or not 1 <= cfg["ev_set"] <= 16384:
         raise ConfigError(f"pds: one of {Delivery.names()}; ev_policy: one of "
                           f"{EvPolicy.names()}; ev_set: 1..16384")
-    if cfg["uet_rtt_ms"] is not None and not cfg["uet_rtt_ms"] > 0 \
+    if any(cfg[k] is not None and not cfg[k] > 0 for k in ("uet_rtt_ms", "uet_rto_min_ms")) \
             or not cfg["close_idle_ms"] > 0:
-        raise ConfigError("uet_rtt_ms: null or > 0; close_idle_ms > 0")
+        raise ConfigError("uet_rtt_ms, uet_rto_min_ms: null or > 0; close_idle_ms > 0")
     try:
         cc_params(cfg)
     except (TypeError, ValueError) as e:
@@ -175,7 +176,8 @@ def uet_config(cfg):
     cc = CC(cfg["cc"]) if CC(cfg["cc"]).transport == Transport.UET else \
         CC.NSCC if cfg["transport"] != Transport.UET else CC.NONE
     rto = RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
-    pds = PdsParams(rto_ns=max(rto, 4 * rtt), rto_min_ns=4 * rtt, retry_cnt=cfg["retry_cnt"],
+    floor = int(cfg["uet_rto_min_ms"] * 1e6) if cfg.get("uet_rto_min_ms") else 4 * rtt
+    pds = PdsParams(rto_ns=max(rto, floor), rto_min_ns=floor, retry_cnt=cfg["retry_cnt"],
                     ack_bytes=4 * cfg["mtu"], ack_delay_ns=rtt,
                     rod=cfg["pds"] == Delivery.ROD)
     nscc = NsccParams(cfg["rate_bps"], cfg["mtu"], rtt, trimming=bool(cfg["trim"]),

@@ -14,6 +14,11 @@ hardware: a threshold, a trimmed size, a DSCP, a queue):
   headers and the probe header its receiver reads), the IPv4 total length and
   header checksum and the UDP length are fixed (UET's UDP checksum is 0), its
   DSCP becomes ``TRIM_DSCP`` (the ECN bits stay), and it is counted per port;
+- *its length on the link*: the kernel takes a frame's length for its qdiscs
+  before the tc egress hook runs, so a frame trimmed there would still cost the
+  shaper its whole length; the port's TBF gets a size table (``STAB``: no
+  overhead, no table) that makes the kernel take the length again at enqueue,
+  after the trim, and a trimmed frame costs the link its 134 bytes;
 - *priority*: the port's shaper gets two classes under its TBF (which keeps the
   link rate): a strict-priority HTB class 10:10 for trimmed frames and frames
   of at most 256 bytes (acknowledgements), and 10:20 for the rest, a byte FIFO
@@ -26,6 +31,7 @@ a step of ``ecnq.bpf.c``'s egress program; ``CONFIG`` is its part of that
 program's constants.
 """
 
+import struct
 from dataclasses import dataclass
 
 from emulator.errors import RunFailed
@@ -36,6 +42,11 @@ CLASS_HIGH, CLASS_DATA = 0x100010, 0x100020     # 10:10 strict priority, 10:20 d
 FIFO_HIGH, FIFO_DATA = 0x300000, 0x200000
 HIGH_LIMIT = 256 << 10                           # the priority class's byte FIFO
 SMALL = 256                                      # frames up to this ride the priority class
+# TCA_STAB: one TCA_STAB_BASE (struct tc_sizespec: cell_log, size_log, cell_align,
+# overhead, linklayer 1 = ethernet, mpu, mtu, tsize 0: no table), as ``tc qdisc add
+# ... stab overhead 0 linklayer ethernet`` sends it: qdisc_pkt_len = skb->len at enqueue
+_SIZESPEC = struct.pack("=BBhiIIII", 0, 0, 0, 0, 1, 0, 0, 0)
+STAB = struct.pack("=HH", 4 + len(_SIZESPEC), 1) + _SIZESPEC
 
 
 @dataclass(frozen=True)
@@ -63,11 +74,12 @@ def apply_tree(ipr, index, rate_bps, queue_limit, frame):
     """A switch port's shaper with trimming: TBF 1: at ``rate_bps`` (its bucket as
     ``shaping.tbf_params``) -> HTB 10: (strict priority only) -> 10:10 (trimmed
     frames and acknowledgements, a byte FIFO of HIGH_LIMIT) and 10:20 (the rest, a
-    byte FIFO of ``queue_limit``, the link's queue)."""
+    byte FIFO of ``queue_limit``, the link's queue); the TBF's size table (``STAB``)
+    charges a trimmed frame its trimmed length."""
     rate = rate_bps // 8
     burst = max(2 * frame, rate // 1000)
     ipr.tc("add", "tbf", index=index, handle=0x10000, rate=rate, burst=burst,
-           limit=queue_limit)
+           limit=queue_limit, stab=STAB)
     ipr.tc("add", "htb", index=index, handle=HTB_HANDLE, parent=0x10001,
            default=CLASS_DATA & 0xFFFF)
     ipr.tc("add-class", "htb", index=index, handle=HTB_HANDLE | 1, parent=HTB_HANDLE,

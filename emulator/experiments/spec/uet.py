@@ -9,6 +9,9 @@ traffic engines' own passes.  From it, as htsim's ``main_uec`` sets its fabric:
   at 0.8 (``KMIN:KMAX:1``);
 - the trimming threshold (``--trim-at``, when ``--trim`` is on and it is left
   out): one BDP queued at a port (htsim's queue with trimming is 1 BDP);
+- the retransmission timer's floor: the RTT plus six drains of the deepest
+  queue a packet meets (htsim's minimum RTO): the trimming threshold's with
+  ``--trim``, else a link's whole queue (``--queue-ms``);
 - the rank config keys of the UET transport (``rank_keys``).
 """
 
@@ -49,11 +52,27 @@ def default_trim_at(fabric, mtu):
     return max(2 * frame_len_for_mtu(mtu), bdp_bytes(fabric, mtu))
 
 
+RTO_DRAINS = 6         # htsim's minimum RTO: six queue drains past the RTT
+
+
+def rto_min_ms(spec):
+    """The PDCs' retransmission timer floor (ms): the RTT and ``RTO_DRAINS`` drains of
+    the trimming threshold (``--trim``) or of a link's queue."""
+    rtt = network_rtt_ms(spec.fabric, spec.mtu)
+    if spec.trim is not None:
+        at = spec.trim_at or default_trim_at(spec.fabric, spec.mtu)
+        drain = at * 8 / hosts_rate(spec.fabric) * 1e3
+    else:
+        drain = spec.queue_ms
+    return rtt + RTO_DRAINS * drain
+
+
 def rank_keys(spec):
     """The rank (and job NIC) config keys of ``spec``'s UET transport."""
     return {"pds": str(spec.pds), "ev_policy": str(spec.ev_policy), "ev_set": spec.ev_set,
             "trim": spec.trim is not None,
-            "uet_rtt_ms": round(network_rtt_ms(spec.fabric, spec.mtu), 3)}
+            "uet_rtt_ms": round(network_rtt_ms(spec.fabric, spec.mtu), 3),
+            "uet_rto_min_ms": round(rto_min_ms(spec), 3)}
 
 
 MIN_TRIM = TRIM_BYTES
