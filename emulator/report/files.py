@@ -14,6 +14,8 @@ and writes into the run's results directory
   spines, superspines), one edge per link;
 * ``uplinks.png`` when the default mix ran: Mbit/s per leaf uplink (the ECMP
   spread); ``busbw.png`` when a collective ran: busbw against message size;
+  ``window.png`` when it ran over UET with NSCC: each PDC's congestion window
+  against time (the traces the collective report kept);
 * ``report.md``: the tables and pictures together, readable on GitHub.
 
 Plotting uses matplotlib's Agg backend (no display).  A failure to draw is
@@ -177,6 +179,25 @@ def busbw_png(coll, path):
     plt.close(fig)
 
 
+def window_png(uet, path):
+    """The NSCC windows of a UET collective (``report.uet_totals``' traces) in KB
+    against ms from the first reported call."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, trace in sorted(uet["windows"].items()):
+        if trace:
+            ax.step([t for t, _ in trace], [w / 1024 for _, w in trace], where="post",
+                    label=name, linewidth=0.8)
+    ax.set_xlabel("ms from the first reported call")
+    ax.set_ylabel("window (KB)")
+    ax.set_title(f"NSCC windows (network RTT {uet.get('network_rtt_ms') or 0:.1f} ms)")
+    if len(uet["windows"]) <= 8:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _md_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -233,6 +254,8 @@ def markdown(results, topo, pictures, summary_text=None):
         if "busbw.png" in pictures:
             out += ["![busbw](busbw.png)", ""]
         out += ["```", coll["table"], "```"]
+        if "window.png" in pictures:
+            out += ["", "![NSCC windows](window.png)", ""]
     if r.get("training"):
         out += ["", "## Training job", "", "```", *training_lines(r["training"]), "```"]
     checks = r.get("checks")
@@ -263,6 +286,8 @@ def write(session):
         jobs.append(("uplinks.png", lambda p: uplinks_png(r["traffic"], p)))
     if r.get("collective") and r["collective"].get("rows"):
         jobs.append(("busbw.png", lambda p: busbw_png(r["collective"], p)))
+    if r.get("collective") and (r["collective"].get("uet") or {}).get("windows"):
+        jobs.append(("window.png", lambda p: window_png(r["collective"]["uet"], p)))
     for name, draw in jobs:
         try:
             draw(os.path.join(d, name))

@@ -60,6 +60,18 @@ def test_collective_gets_a_busbw_plot_and_checks_a_table(tmp_path):
     assert "| cut leaf1-spine1 | FAIL | 3000 ms |" in md and "```\nsize ...\n```" in md
 
 
+def test_a_uet_collective_gets_its_window_plot(tmp_path):
+    coll = {"collective": "allreduce", "nranks": 2, "table": "size ...",
+            "rows": [{"size": 1 << 20, "busbw_Mbps": 20.0}],
+            "uet": {"windows": {"h1->h2 pdc0": [(0.0, 40000), (5.0, 20000), (9.0, 30000)]},
+                    "network_rtt_ms": 5.4}}
+    s = fake_session(tmp_path, collective=coll)
+    reports.write(s)
+    assert s.results["report"]["pictures"] == ["fabric.png", "busbw.png", "window.png"]
+    assert (tmp_path / "window.png").read_bytes()[:8] == PNG
+    assert "![NSCC windows](window.png)" in (tmp_path / "report.md").read_text()
+
+
 def test_a_picture_that_fails_is_reported_not_raised(tmp_path):
     s = fake_session(tmp_path, traffic={"uplinks": [{"leaf": "leaf1", "loads": "broken"}],
                                         "description": "x", "sent_packets": 0,

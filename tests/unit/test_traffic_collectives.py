@@ -161,3 +161,29 @@ def test_busbw_formula(coll, n, factor):
     assert bw["busbw_GBps"] == pytest.approx(0.5 * factor)
     assert bw["algbw_Mbps"] == pytest.approx(4000)
     assert bw["busbw_Mbps"] == pytest.approx(4000 * factor)
+
+
+def test_uet_ranks_add_up_to_one_report_with_its_lines():
+    from traffic.ranks.report import combine, table
+
+    def rank(i, retired, last, windows):
+        tr = {"pdcs_opened": 1, "retransmitted_packets": 3, "retransmitted_by_nack": 0,
+              "retransmitted_by_trim": 2, "retransmitted_by_timeout": 1,
+              "placed_out_of_order": 5, "trimmed_received": 2, "evs_retired": retired}
+        return {"rank": i, "name": f"h{i + 1}", "collective": "allreduce", "nranks": 2,
+                "link_bps": 40e6, "transport": tr, "rc": {}, "failed_qps": [],
+                "results": [{"size": 1 << 20, "time_s": 1.0, "bytes_sent": 1 << 20,
+                             "bytes_received": 1 << 20, "chunks_missing": 0,
+                             "chunks_corrupted": 0, "transport": tr}],
+                "uet": {"evs_retired": retired, "last_retired_ms": last, "ev_freezes": 1,
+                        "ev_policy": "reps", "ev_set": 256, "cc": "nscc",
+                        "network_rtt_ms": 5.4, "windows": windows}}
+    rep = combine([rank(0, 2, 812.5, {"1:0": [(0.0, 40000), (1.0, 30000)]}),
+                   rank(1, 0, None, {"0:0": [(0.0, 40000)]})])
+    u = rep["uet"]
+    assert u["evs_retired"] == 2 and u["last_retired_ms"] == 812.5 and u["ev_freezes"] == 2
+    assert set(u["windows"]) == {"h1->h2 pdc0", "h2->h1 pdc0"}
+    text = table(rep)
+    assert "# transport uet: 6 packets retransmitted (0 by NACK, 4 by trim, 2 by timeout), " \
+           "10 placed out of order, 4 trimmed received, 2 EVs retired" in text
+    assert "# uet: nscc, EV policy reps over 256 values; 2 EVs retired, the last 812 ms" in text

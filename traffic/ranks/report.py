@@ -60,7 +60,35 @@ def combine(rank_results):
         out["rc"] = first.get("rc")
         out["failed_qps"] = [dict(q, rank=r.get("name") or r["rank"])
                              for r in rank_results for q in r.get("failed_qps", [])]
+    if all("uet" in r for r in rank_results):
+        out["uet"] = uet_totals(rank_results)
     return out
+
+
+WINDOWS_KEPT = 16      # NSCC window traces a report keeps (every one is in the rank files)
+
+
+def uet_totals(docs):
+    """What the ranks' UET summaries (``stack.uet_summary``) add up to: EVs retired,
+    the last retirement (ms from the first reported call), freezes, the settings, and
+    up to ``WINDOWS_KEPT`` window traces named ``"h1->h2 pdc0"`` (the PDCs that
+    changed their window most often first)."""
+    names = {d["rank"]: d.get("name") or str(d["rank"]) for d in docs}
+    u0 = docs[0]["uet"]
+    last = [d["uet"]["last_retired_ms"] for d in docs if d["uet"].get("last_retired_ms")
+            is not None]
+    traces = []
+    for d in docs:
+        for key, trace in d["uet"].get("windows", {}).items():
+            peer, _, q = key.partition(":")
+            peer = names.get(int(peer), peer) if peer.isdigit() else peer
+            traces.append((f"{names[d['rank']]}->{peer} pdc{q}", trace))
+    traces.sort(key=lambda kv: -len(kv[1]))
+    return {"evs_retired": sum(d["uet"].get("evs_retired", 0) for d in docs),
+            "last_retired_ms": max(last, default=None),
+            "ev_freezes": sum(d["uet"].get("ev_freezes", 0) for d in docs),
+            **{k: u0.get(k) for k in ("ev_policy", "ev_set", "cc", "network_rtt_ms")},
+            "windows": dict(sorted(traces[:WINDOWS_KEPT]))}
 
 
 def _sum_counts(docs):
@@ -104,6 +132,12 @@ def table(report):
         failed = ", ".join(f"{q['rank']}->{q['peer']} qp{q['qp']}"
                            for q in report.get("failed_qps", [])) or "none"
         lines.append(transport_line(tr, failed))
+    u = report.get("uet")
+    if u:
+        last = "" if u["last_retired_ms"] is None else \
+            f", the last {u['last_retired_ms']:.0f} ms after the first reported call began"
+        lines.append(f"# uet: {u['cc']}, EV policy {u['ev_policy']} over {u['ev_set']} values; "
+                     f"{u['evs_retired']} EVs retired{last}, {u['ev_freezes']} freezes")
     return "\n".join(lines)
 
 

@@ -34,6 +34,7 @@ program's constants.
 import struct
 from dataclasses import dataclass
 
+from emulator.dataplane.observe.counters import link_names
 from emulator.errors import RunFailed
 from traffic.uet.layout import TRIM_BYTES, TRIM_DSCP
 
@@ -92,13 +93,18 @@ def apply_tree(ipr, index, rate_bps, queue_limit, frame):
 
 
 def record(session, marker):
-    """The trims per port into ``session``'s results (a failed read is a teardown
-    error)."""
+    """The trims per port (by link direction, ``leaf1->h1``) into ``session``'s
+    results, and a line of them in the printout (a failed read is a teardown error)."""
     doc = session.results.setdefault("trim", {})
     try:
         trims = marker.trims()
     except (RunFailed, OSError) as e:
         session.teardown_errors.append(f"trim counters: {e}")
         return
-    doc["trimmed_packets"] = {k: v for k, v in trims.items() if v}
+    names = link_names(session.topo)
+    by_link = {names.get(k, k): v for k, v in sorted(trims.items()) if v}
+    doc["trimmed_packets"] = by_link
     doc["trimmed_total"] = sum(trims.values())
+    top = ", ".join(f"{k} {v}" for k, v in sorted(by_link.items(), key=lambda kv: -kv[1])[:4])
+    session.progress(f"trimmed {doc['trimmed_total']} UET frames on {len(by_link)} switch "
+                     f"ports{': ' + top if top else ''}")

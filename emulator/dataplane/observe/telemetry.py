@@ -15,6 +15,8 @@ vSwitch afresh (nothing is sampled in between):
   first are switchovers to a backup;
 * with ``--ecn``: ``fabric_link_ecn_marked_packets_total`` per switch end,
   the frames its queue marked CE (``dataplane.lossless.ecn``);
+* with ``--trim``: ``fabric_link_trimmed_packets_total`` per switch end, the
+  UET frames its queue trimmed (``dataplane.lossless.trim``);
 * on a lossless fabric, per interface end (``port="leaf1:eth1"``):
   ``fabric_pfc_buffer_bytes`` (its ingress buffer now),
   ``fabric_pfc_pauses_sent_total``, ``fabric_pfc_paused_seconds_total`` (its
@@ -131,7 +133,7 @@ class FabricCollector:
                 except OSError:
                     continue
         yield pkts
-        if s.marker is not None:            # --ecn: CE marks each switch port added
+        if s.marker is not None and s.ecn is not None:   # --ecn: CE marks per switch port
             marks = CounterMetricFamily("fabric_link_ecn_marked_packets",
                                         "ECN-capable frames this link's queue marked CE",
                                         labels=["link"])
@@ -139,6 +141,14 @@ class FabricCollector:
                 if intf in self.links:
                     marks.add_metric([self.links[intf]], n)
             yield marks
+        if s.marker is not None and getattr(s, "trim", None) is not None:   # --trim
+            trims = CounterMetricFamily("fabric_link_trimmed_packets",
+                                        "UET data frames this link's queue trimmed",
+                                        labels=["link"])
+            for intf, n in sorted(s.marker.trims().items()):
+                if intf in self.links:
+                    trims.add_metric([self.links[intf]], n)
+            yield trims
         if s.pfc is not None:
             yield from pfc_metrics(s.pfc.live())
         if getattr(s, "adaptive", None) is not None:     # --lb dlb|packet
