@@ -1,9 +1,13 @@
 """UET frames: the patched templates, their parsers and the scapy dissector agree."""
 
+import shutil
+import subprocess
+
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from tests.conftest import REPO
 from traffic.uet import layout, scapy_layer
 from traffic.uet.control import ControlTemplate, crc_ok, parse_control
 from traffic.uet.frames import DataTemplate, Wire, is_uet, parse_data
@@ -145,3 +149,24 @@ def test_data_is_not_taken_for_control_nor_the_reverse():
     assert parse_control(t.frame(1)) is None
     assert parse_data(c.ack(1, 2, 3, 3, 4, 0)) is None
     assert parse_data(b"\x00" * 200) is None
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="no tshark")
+def test_the_wireshark_dissector_reads_the_same_fields(tmp_path):
+    """examples/wireshark/uet.lua in tshark: each frame's summary line."""
+    from scapy.utils import wrpcap
+    t = DataTemplate(*A, payload=4096, ar=True)
+    c = ControlTemplate(*A)
+    frames = [t.frame(1000, spdcid=9, dpdcid=3, flags=F_SYN), trimmed(t.frame(1002)),
+              c.ack(17, 9, 1000, 1003, 1002, 0b101, ecn=True),
+              c.nack(17, 9, 1002, NACK_TRIMMED, high=1004),
+              c.control(9, 17, CTRL_CLOSE_CMD, 1004)]
+    pcap = tmp_path / "uet.pcap"
+    wrpcap(str(pcap), [Ether(f) for f in frames])
+    out = subprocess.run(["tshark", "-X", f"lua_script:{REPO}/examples/wireshark/uet.lua",
+                          "-r", str(pcap), "-T", "fields", "-e", "_ws.col.Info",
+                          "-e", "uet.sacked"],
+                         capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert out == ["RUD_REQ PSN 1000 SYN AR\t", "RUD_REQ PSN 1002 AR [TRIMMED]\t",
+                   "ACK_CC cack 1000 ack 1003 ECN\t1002 1004", "NACK TRIMMED PSN 1002\t",
+                   "CONTROL CLOSE_CMD PSN 1004\t"]

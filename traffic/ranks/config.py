@@ -177,8 +177,11 @@ def uet_config(cfg):
         CC.NSCC if cfg["transport"] != Transport.UET else CC.NONE
     rto = RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
     floor = int(cfg["uet_rto_min_ms"] * 1e6) if cfg.get("uet_rto_min_ms") else 4 * rtt
+    # ACK coalescing by the same share of a BDP as htsim's 16 KB of its 150 KB: a
+    # quarter BDP here (two 4 KB packets at 40 Mbit/s), one MTU at least, 16 KB at most
+    bdp = cfg["rate_bps"] / 8 * rtt / 1e9
     pds = PdsParams(rto_ns=max(rto, floor), rto_min_ns=floor, retry_cnt=cfg["retry_cnt"],
-                    ack_bytes=4 * cfg["mtu"], ack_delay_ns=rtt,
+                    ack_bytes=int(min(16384, max(cfg["mtu"], bdp / 4))), ack_delay_ns=rtt,
                     rod=cfg["pds"] == Delivery.ROD)
     nscc = NsccParams(cfg["rate_bps"], cfg["mtu"], rtt, trimming=bool(cfg["trim"]),
                       **(cfg["cc_params"] if cc == CC.NSCC else {}))

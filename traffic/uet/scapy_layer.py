@@ -150,7 +150,7 @@ class UETNack(UET):
                    BitField("rsvd2", 0, 3), ByteField("nack_code", 0),
                    ByteField("vendor_code", 0), IntField("nack_psn", 0),
                    ShortField("spdcid", 0), ShortField("dpdcid", 0),
-                   IntField("payload", 0)]
+                   IntField("nack_payload", 0)]     # the highest PSN received + 1
 
 
 class UETControl(UET):
@@ -160,7 +160,8 @@ class UETControl(UET):
                    BitField("rsvd1", 0, 2), BitField("retx", 0, 1), BitField("ar", 0, 1),
                    BitField("syn", 0, 1), BitField("rsvd2", 0, 2),
                    XShortField("probe_opaque", 0), IntField("psn", 0),
-                   ShortField("spdcid", 0), ShortField("dpdcid", 0), IntField("payload", 0)]
+                   ShortField("spdcid", 0), ShortField("dpdcid", 0),
+                   IntField("control_payload", 0)]
 
 
 class UETSes(Packet):
