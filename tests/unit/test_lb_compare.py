@@ -115,3 +115,22 @@ def test_bad_mode_is_a_config_error():
         modes, reps, sizes = "ecmp,wcmp", 1, "1M"
     with pytest.raises(ConfigError, match="wcmp"):
         compare.main(RunSpec(presets.build("leaf-spine", {})), A())
+
+
+def test_the_cut_table_sets_completion_times_and_retired_evs_side_by_side():
+    from emulator.experiments.compare.stream import cut_rows, cut_table
+
+    def run(mode, time_s, cut=None, uet=None, timeouts=0, failed=0):
+        return {"mode": mode, "time_s": time_s, "cut": cut or {}, "uet": uet,
+                "transport_counts": {"timeouts": timeouts}, "failed_qps": failed}
+    cut = {"happened": True, "cut_at_ms": 400.0, "restored_at_ms": 2400.0}
+    runs = [run("ecmp", 1.6), run("ecmp", 4.1, cut, timeouts=9),
+            run("uet/ecmp", 1.5), run("uet/ecmp", 1.9, cut, {"evs_retired": 12,
+                                                             "last_retired_ms": 612.0}, 3)]
+    rows = cut_rows(runs, ["ecmp", "uet/ecmp"])
+    assert rows[0]["time_cut_s"] == 4.1 and rows[0]["last_retired_ms"] is None
+    assert rows[1]["evs_retired"] == 12 and rows[1]["last_retired_ms"] == 612.0
+    text = cut_table(rows)
+    assert text.splitlines()[1].split() == ["ecmp", "1.600", "4.100", "400", "2400", "-", "-",
+                                            "9", "0"]
+    assert "uet/ecmp" in text and "612" in text

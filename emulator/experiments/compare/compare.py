@@ -48,7 +48,7 @@ from emulator.experiments import calibrate
 from emulator.experiments.compare import lossless as lossless_cmp
 from emulator.experiments.compare import stream as stream_cmp
 from emulator.experiments.compare import training as training_cmp
-from emulator.experiments.compare.stream import during
+from emulator.experiments.compare.stream import cut_times, during
 from emulator.experiments.measure import budget
 from emulator.experiments.measure.uplinks import (
     RINGS,
@@ -117,7 +117,8 @@ class Repetition(Mode):
         sampler = CounterSampler(s.net, SAMPLE_S)
         sampler.start()
         try:
-            with during(s, self.disturb, spec.workload, self.sizes, hosts) as competing:
+            with during(s, self.disturb, spec.workload, self.sizes, hosts,
+                        getattr(args, "cut_for", None)) as competing:
                 rep = collective.run_collective(
                     s, spec.workload, self.sizes, qps=self.qps, ring=order, rank_extra=extra,
                     warmup=self.warmup, hosts=hosts,
@@ -135,9 +136,12 @@ class Repetition(Mode):
                "series": series, "table": rep["table"], "fidelity": rep["fidelity"]}
         out.update({k: v for k, v in spread(series).items()}, **(
             {self.disturb[0]: competing.result()} if competing else {}))
+        if out.get("cut", {}).get("happened"):
+            out["cut"].update(cut_times(competing, s.dir))
         out["load_bound_eff"] = load_bound(out["efficiency"], out.get("per_uplink"))
         spines = len({p[3] for p in uplinks(s.topo)})
         out["transport_counts"] = rep.get("transport")
+        out["failed_qps"] = len(rep.get("failed_qps") or ())
         if rep.get("uet"):
             out["uet"] = rep["uet"]
         if spec.lb == LB.ECMP and spec.transport != Transport.UET:
@@ -273,6 +277,9 @@ def add_arguments(p):
     p.add_argument("--cut", default=None, metavar="LINK",
                    help="each mode with and without LINK cut from a quarter into the "
                         "collective for half of it (1 ms modelled detection)")
+    p.add_argument("--cut-for", type=float, default=None, metavar="S",
+                   help="--cut: how long the link stays down (default half the "
+                        "collective's ideal time), then it is restored")
     p.add_argument("--workload", default=None, type=workload_choice,
                    metavar="{allreduce,allgather,reducescatter,alltoall,incast,simai:FILE}",
                    help="collective (default allreduce; alltoall with --planes; incast "

@@ -29,10 +29,11 @@ from traffic.roce.frames import frame_len_for_mtu
 
 
 @contextlib.contextmanager
-def during(s, disturb, workload, sizes, hosts):
+def during(s, disturb, workload, sizes, hosts, cut_for=None):
     """``disturb`` on session ``s`` around a collective of ``sizes`` over
     ``hosts`` (run without a warm-up, so the quarter is the measured size's):
-    ("stream", (src, dst)) or ("cut", link); None: nothing."""
+    ("stream", (src, dst)) or ("cut", link), the cut lasting ``cut_for`` s (default
+    half the collective); None: nothing."""
     if not disturb:
         yield None
         return
@@ -42,12 +43,27 @@ def during(s, disturb, workload, sizes, hosts):
     main = collective.expected_seconds(workload, len(hosts), list(sizes), rate)
     kind, what = disturb
     if kind == "cut":
-        with Cut(s, what, start_s=main / 4, duration_s=main / 2) as c:
+        with Cut(s, what, start_s=main / 4, duration_s=cut_for or main / 2) as c:
             yield c
         return
     with Stream(s, *what, start_s=main / 4, duration_s=main / 2,
                 frame_len=frame_len_for_mtu(s.mtu)) as st:
         yield st
+
+
+def cut_times(cut, coll_dir):
+    """The cut's times from the collective's start (the ranks' first reported call,
+    same monotonic clock): when it went down and came back up (ms)."""
+    starts = [row["t_start_ns"] for r in collective.rank_results(os.path.join(coll_dir,
+                                                                               "collective"))
+              for row in r.get("results", ()) if "t_start_ns" in row]
+    if not starts or cut.down is None:
+        return {}
+    t0 = min(starts)
+    out = {"cut_at_ms": round((cut.down["t_cut_ns"] - t0) / 1e6, 1)}
+    if cut.up is not None:
+        out["restored_at_ms"] = round((cut.up["t_ns"] - t0) / 1e6, 1)
+    return out
 
 
 def reaction(run):
@@ -122,6 +138,53 @@ def table(rows, kind="stream"):
     return "\n".join(lines)
 
 
+def cut_rows(runs, modes):
+    """Per mode, the completion times alone and with the cut (medians), the cut's
+    times, what the transport did: retransmission timeouts, QPs or PDCs out of
+    retries, and for UET the EVs retired and the last retirement (ms from the
+    collective's start)."""
+    out = []
+    med = statistics.median
+    for mode in modes:
+        quiet = [r for r in runs if r["mode"] == mode and not disturbed(r)]
+        busy = [r for r in runs if r["mode"] == mode and r.get("cut", {}).get("happened")]
+        if not quiet or not busy:
+            continue
+
+        def m(vals, nd=1):
+            vals = [v for v in vals if v is not None]
+            return round(med(vals), nd) if vals else None
+        tc = [r.get("transport_counts") or {} for r in busy]
+        out.append({
+            "mode": mode, "time_alone_s": m([r["time_s"] for r in quiet], 3),
+            "time_cut_s": m([r["time_s"] for r in busy], 3),
+            "cut_at_ms": m([r["cut"].get("cut_at_ms") for r in busy]),
+            "restored_at_ms": m([r["cut"].get("restored_at_ms") for r in busy]),
+            "last_retired_ms": m([(r.get("uet") or {}).get("last_retired_ms") for r in busy]),
+            "evs_retired": m([(r.get("uet") or {}).get("evs_retired") for r in busy], 0),
+            "timeouts": sum(t.get("timeouts", 0) for t in tc),
+            "failed": sum(r.get("failed_qps", 0) for r in busy)})
+    return out
+
+
+def cut_table(rows):
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    lines = [f"{'mode':<16}{'time alone s':>13}{'with cut s':>12}{'cut at ms':>11}"
+             f"{'restored ms':>13}{'EVs retired':>13}{'last retired ms':>17}{'timeouts':>10}"
+             f"{'failed':>8}"]
+    for r in rows:
+        lines.append(f"{r['mode']:<16}{f(r['time_alone_s'], '.3f'):>13}"
+                     f"{f(r['time_cut_s'], '.3f'):>12}{f(r['cut_at_ms'], '.0f'):>11}"
+                     f"{f(r['restored_at_ms'], '.0f'):>13}{f(r['evs_retired'], '.0f'):>13}"
+                     f"{f(r['last_retired_ms'], '.0f'):>17}{r['timeouts']:>10}{r['failed']:>8}")
+    lines.append("times from the collective's start (medians over repetitions); timeouts: "
+                 "retransmissions by timer in the cut runs (all of them); failed: QPs or PDCs "
+                 "out of retries; EVs retired: UET's senders stopped using a lost packet's "
+                 "entropy value")
+    return "\n".join(lines)
+
+
 def main(spec, args, modes, sizes, repetitions, out=print):
     """The comparison; ``repetitions``: compare's runner of (mode, ring, QPs,
     disturbance) repetitions (compare.repetitions)."""
@@ -154,13 +217,17 @@ def main(spec, args, modes, sizes, repetitions, out=print):
         if err:
             out(f"... {r['mode']}: the {disturb[0]} failed: {err}")
     table_rows = rows(runs, modes)
-    write_json(os.path.join(base, "compare.json"),
-               {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
-                disturb[0]: disturb[1], "queue_ms": spec.queue_ms,
-                "flowlet_gap_ms": args.flowlet_gap_ms, "rows": table_rows, "runs": runs})
+    doc = {"fabric": fabric.name, "workload": spec.workload, "sizes": sizes,
+           disturb[0]: disturb[1], "queue_ms": spec.queue_ms,
+           "flowlet_gap_ms": args.flowlet_gap_ms, "rows": table_rows, "runs": runs}
+    if disturb[0] == "cut":
+        doc["cut_rows"] = cut_rows(runs, modes)
+    write_json(os.path.join(base, "compare.json"), doc)
     out(f"# {spec.workload} {args.sizes or '2M'} on {fabric.name} with a {disturb[0]}; "
         f"results in {base}")
     out(table(table_rows, disturb[0]))
+    if disturb[0] == "cut":
+        out(cut_table(doc["cut_rows"]))
     if any(r["wrong"] for r in table_rows):
         return 1
     if spec.strict and any(r["emulator_bound"] for r in table_rows):
