@@ -38,8 +38,6 @@ import json
 import os
 import time
 
-import matplotlib
-
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.links import bfd
 from emulator.dataplane.links.detect import parse_detect
@@ -84,6 +82,7 @@ from emulator.experiments.spec.options import (
 from emulator.experiments.spec.scenario import default_fault
 from emulator.fabric import addressing, layout, switch_agent
 from emulator.fabric.units import parse_duration
+from emulator.report.files import pyplot
 from emulator.report.summary import pfc_text
 from lab.modes import LB, Failover
 from traffic.roce.frames import ROCE_MTUS
@@ -351,8 +350,7 @@ class ProbeDrill(Mode):
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     """Throughput per flow around the fault (Agg PNG)."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     for key, (t0, tl) in sorted(timelines.items()):
         xs, ys = [], []
