@@ -295,8 +295,7 @@ def add_arguments(p):
 def prepare(args):
     """What a comparison of modes implies before its spec is built (spec.options): an
     AllReduce unless a workload is named."""
-    compare_defaults(args)
-    args.workload = args.workload or "allreduce"
+    compare_defaults(args, workload="allreduce")
 
 
 def main(spec, args, out=print):

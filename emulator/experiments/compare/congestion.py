@@ -271,5 +271,4 @@ def exit_status(rows, args, out):
 
 def prepare(args):
     """What this comparison implies before its spec is built (spec.options): an incast."""
-    compare_defaults(args)
-    args.workload = args.workload or "incast"
+    compare_defaults(args, workload="incast")

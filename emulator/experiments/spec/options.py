@@ -180,11 +180,12 @@ def add_switch_agent_arg(p):
                         "default: ideal) (docs/failover.md, 'Switch agents')")
 
 
-def compare_defaults(args, queue_ms=None):
+def compare_defaults(args, queue_ms=None, workload=None):
     """What ``compare`` implies before its spec is built: deep queues (2000 ms, a
     stand-in for PFC: collisions slow flows, not drop them; 30 ms against the lossless
     fabric, or ``queue_ms``), and the first repetition's hash seed (1; 101 for the
-    planes, above the hosts' bond seeds); the planes' workload, sizes and QPs."""
+    planes, above the hosts' bond seeds); the planes' workload, sizes and QPs; the
+    comparison's ``workload`` unless one is named."""
     planes = getattr(args, "planes", False)
     if args.queue_ms is None:
         args.queue_ms = queue_ms or (30.0 if getattr(args, "lossless", None) else 2000.0)
@@ -194,3 +195,5 @@ def compare_defaults(args, queue_ms=None):
         args.qps = args.qps or 8
     if args.hash_seed is None:
         args.hash_seed = 101 if planes else 1
+    if workload is not None:
+        args.workload = args.workload or workload
