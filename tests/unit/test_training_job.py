@@ -460,3 +460,20 @@ def test_simulate_reports_a_deadlock():
     prog = [[{"op": "recv", "id": "x", "peer": 1, "bytes": 1}], []]
     with pytest.raises(RuntimeError, match="deadlock"):
         simulate(prog, [1e9, 1e9], ["a", "b"])
+
+
+def test_the_hop_calibration_runs_over_one_rank_per_host_then_a_barrier_of_all():
+    from emulator.experiments.training import hops
+    j = job.build_job(workload(*TWO_ROWS), hosts(3, nics=2),
+                      JobOptions(gpus_per_host=2, scale=1, real_rate_bps=20e6))
+    cal = hops.calibration(j.placement, 4096)
+    firsts = [0, 2, 4]                               # each host's GPU 0, on its NIC 0
+    for r, ops in enumerate(cal):
+        assert ops[-1]["id"] == "cal.barrier" and ops[-1]["members"] == list(range(6))
+        assert not ops[-1]["fabric"]
+        assert len(ops) == (1 + hops.REPEATS if r in firsts else 1)
+    hop = cal[0][0]
+    assert hop["members"] == firsts and hop["bytes"] == 3 * 4096 and hop["blocking"]
+    assert hops.calibration(j.placement[:2], 4096) == [[], []]     # one host: nothing
+    doc = job.job_document(j)
+    assert all(not op.get("id", "").startswith("cal.") for p in doc["programs"] for op in p)

@@ -90,6 +90,7 @@ from dataclasses import dataclass, field
 from emulator.errors import ConfigError
 from emulator.experiments.training import simai
 from emulator.experiments.training import timing as job_time
+from emulator.experiments.training.hops import REAL_HOP_S
 from emulator.experiments.training.ranks import (  # noqa: F401  (the job's vocabulary)
     GROUP_KINDS,
     Nic,
@@ -116,6 +117,7 @@ class JobOptions:
     scale: float | None = None          # sizes divided by it; None: choose_scale
     mtu: int = 4096                     # RoCE MTU: a frame's payload
     target_s: float = 30.0              # emulated seconds per iteration choose_scale aims at
+    real_hop_s: float = REAL_HOP_S      # a real ring step's latency (``hops``)
 
 
 @dataclass(frozen=True)
