@@ -9,6 +9,6 @@ real-equivalent iteration's bandwidth and latency parts, pure), ``accounts``
 (the critical rank's time per row and phase, for EndToEnd.csv, pure),
 ``launch`` (a job on a running fabric: the job engine, its results).
 
-May import: emulator.errors, emulator.fabric, emulator.dataplane, lab,
+May import: emulator.errors, emulator.fabric, emulator.dataplane, emulator.report, lab,
 traffic, and experiments' measure, spec and workloads rooms.
 """
