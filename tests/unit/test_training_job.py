@@ -14,6 +14,7 @@ from emulator.experiments.training.timing import (edge_bytes, fabric_size, local
                                                      simulate)
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO
+from traffic.jobs.config import load_job
 from traffic.ranks.collectives import BUSBW_FACTOR
 
 DATA = os.path.join(REPO, "tests", "data", "simai")
@@ -477,3 +478,10 @@ def test_the_hop_calibration_runs_over_one_rank_per_host_then_a_barrier_of_all()
     assert hops.calibration(j.placement[:2], 4096) == [[], []]     # one host: nothing
     doc = job.job_document(j)
     assert all(not op.get("id", "").startswith("cal.") for p in doc["programs"] for op in p)
+    # the job engine takes the calibration ahead of the programs (launch.job_config)
+    eps = [{"intf": f"eth{i}", "ip": f"10.0.0.{i + 1}", "rate_bps": 40e6}
+           for i in range(len(doc["endpoints"]))]
+    cfg = load_job({"endpoints": eps, "ranks": doc["ranks"],
+                    "programs": [c + p for c, p in zip(cal, doc["programs"])]})
+    assert cfg.instances["cal.hop0"].endpoints == (0, 2, 4)     # one NIC per host
+    assert not cfg.instances["cal.barrier"].network

@@ -42,7 +42,7 @@ from lab.modes import CC, Entropy, Transport
 from traffic.ranks.config import ConfigError, load_config
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
-GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
+GROUPS = ("TP", "DP", "EP", "DP_EP", "PP", "CAL")   # CAL: a measurement before the job
 # the NIC's keys, as a rank config has them (validated by ``rank_config.load_config``)
 SHARED = ("mtu", "qps", "dscp", "burst", "transport", "timeout_exp", "retry_cnt", "cc",
           "cc_params", "qpn_seed", "entropy", "flowlet_gap_ms", "step_timeout_s",
