@@ -242,3 +242,25 @@ def test_a_training_jobs_nics_run_dcqcn_unless_told_otherwise():
     assert implied_cc("allreduce", "rc", None) == "none"
     for cc, transport in (("none", "rc"), ("timely", "rc"), (None, "none")):
         assert implied_cc("simai:x.txt", transport, cc) == (cc or "none")
+
+def test_ring_steps_count_only_network_ops_that_held_the_rank():
+    rank = {"ops": [
+        rec("recv", 0, 0, id="it0.mb0.act.0>4"),           # arrived before: no wait
+        rec("recv", 0, 1, id="it0.mb1.act.0>4"),           # waited: one hop
+        coll("it0.L1.fwd.TP0", 1, 2, 2),                   # over 4 NICs: 2(4-1)
+        coll("it0.L2.fwd.TP0", 2, 3, 3),                   # NVLink only: no hop
+        coll("it0.L2.wg.DP0", 3, 3, 5, blocking=False),    # overlapped: no hop
+        rec("compute", 3, 6, label="it0.L2.ig"),
+        rec("send", 6, 7, id="it0.mb1.grad.4>0"),          # held until delivered: one hop
+        coll("it1.L1.fwd.TP0", 7, 8, 8)]}                  # the next iteration
+    eps4 = ["h1", "h2", "h3", "h4"]
+    result = {"collectives": [
+        dict(id="it0.mb0.act.0>4", kind="p2p", endpoints=["h1", "h5"], network=True),
+        dict(id="it0.mb1.act.0>4", kind="p2p", endpoints=["h1", "h5"], network=True),
+        dict(id="it0.L1.fwd.TP0", kind="allreduce", endpoints=eps4, network=True),
+        dict(id="it0.L2.fwd.TP0", kind="allreduce", endpoints=["h5"], network=False),
+        dict(id="it0.L2.wg.DP0", kind="allgather", endpoints=eps4, network=True),
+        dict(id="it0.mb1.grad.4>0", kind="p2p", endpoints=["h5", "h1"], network=True),
+        dict(id="it1.L1.fwd.TP0", kind="allreduce", endpoints=eps4, network=True)]}
+    assert hops.ring_steps(result, rank, 0) == 1 + 6 + 1
+    assert hops.ring_steps(result, rank, 1) == 6

@@ -201,8 +201,11 @@ def document(job, result, est):
     exposed = [t - c for t, c in zip(times, compute)]
     busbw = {}
     for c in result["collectives"]:
-        if c.get("busbw_Mbps"):
-            busbw.setdefault(c["group"], []).append(c["busbw_Mbps"])
+        bw = c.get("busbw_Mbps")
+        if c["kind"] == "p2p" and c.get("network") and c.get("network_s"):
+            bw = c["bytes"] * 8 / c["network_s"] / 1e6     # a transfer: its rate
+        if bw:
+            busbw.setdefault(c["group"], []).append(bw)
     table = {}
     for kind in jobs.GROUP_KINDS:
         g = job.summary.get(kind) or {}
