@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from emulator.errors import ConfigError
-from emulator.experiments.training import hops, simai
+from emulator.experiments.training import accounts, hops, simai
 from emulator.experiments.training import launch as training
 from emulator.report.training import training_lines
 
@@ -264,3 +264,25 @@ def test_ring_steps_count_only_network_ops_that_held_the_rank():
         dict(id="it1.L1.fwd.TP0", kind="allreduce", endpoints=eps4, network=True)]}
     assert hops.ring_steps(result, rank, 0) == 1 + 6 + 1
     assert hops.ring_steps(result, rank, 1) == 6
+
+
+def test_pipeline_transfers_go_to_a_pipeline_row_and_an_early_receive_costs_nothing():
+    w = simai.parse_text("HYBRID_TRANSFORMER pp: 2 pp_comm: 1000000\n1\n"
+                         "l0 -1 1 NONE 0 1 NONE 0 1 NONE 0 0\n", "w.txt")
+    ops = [rec("recv", 0, 0, id="it0.mb0.act.0>1", done_ns=-5 * T),   # arrived earlier
+           rec("compute", 0, 10, label="it0.L0.fwd"),
+           rec("recv", 10, 12, id="it0.mb0.grad.0>1", done_ns=12 * T),
+           rec("send", 12, 15, id="it0.mb0.grad.1>0", done_ns=15 * T)]
+    result = {"ranks": [{"rank": 1, "end_ns": 15 * T, "ops": ops}], "collectives": [
+        dict(id=i, kind="p2p", group="PP", members=[0, 1], endpoints=["h1", "h2"],
+             network=True, bytes=500, end_ns=e * T, time_s=d * T / 1e9)
+        for i, e, d in (("it0.mb0.act.0>1", -5, 1), ("it0.mb0.grad.0>1", 12, 2),
+                        ("it0.mb0.grad.1>0", 15, 3))]}
+    j = NS(workload=w, options=NS(iterations=1))
+    acc = accounts.account(j, result)
+    tot = accounts.totals(acc)
+    fwd, ig = tot[(accounts.PIPELINE, "fwd")], tot[(accounts.PIPELINE, "ig")]
+    assert (fwd.exposed, fwd.total, fwd.bytes) == (0, 0, 1000000)
+    assert (ig.exposed, ig.total, ig.bytes) == (5 * T, 5 * T, 2000000)
+    assert tot[(0, "fwd")].compute == 10 * T and acc.other_ns == 0
+    assert acc.rows(["l0"]) == [0, accounts.PIPELINE]

@@ -103,8 +103,8 @@ def account(job, result):
         if rec["op"] == "wait":
             continue
         inst = coll.get(cid, {})
-        if rec.get("done_ns") is not None:
-            c.total += rec["done_ns"] - rec["start_ns"]
+        if rec.get("done_ns") is not None:     # a receive whose transfer ended before
+            c.total += max(0, rec["done_ns"] - rec["start_ns"])     # it: 0
         real = _real_bytes(job, where)
         c.bytes += real
         if inst.get("time_s"):
