@@ -73,6 +73,7 @@ def test_an_aicb_pp2_job_runs_its_layout_and_end_to_end_csv_adds_up(tmp_path):
     rows = list(csv.reader(open(run / "EndToEnd.csv")))
     names = [r[0] for r in rows[1:]]
     assert names == [x.name for x in w.layers] + ["pipeline", "SUM", "total exposed comm"]
+    assert all(float(x) >= 0 for r in rows[1:-1] for x in r[2:] if x != "NONE")
     sum_row, totals = rows[-2], rows[-1]
     compute = sum(float(x) for x in sum_row[2:5])
     exposed = sum(float(x) for x in sum_row[5:8])
