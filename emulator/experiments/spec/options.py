@@ -145,6 +145,10 @@ def add_training_args(p, iterations=True):
     p.add_argument("--size-scale", type=float, default=None, metavar="S",
                    help="divide every size by S (default: chosen so an iteration takes about "
                         "30 s, and every ring chunk stays at least 8 frames)")
+    p.add_argument("--real-hop-latency", default="14us", metavar="TIME",
+                   help="a real ring step's latency, for the real-equivalent iteration "
+                        "(default 14us: NCCL 2.20's per-hop figure for a ring over the "
+                        "network, hwLat[NET][Ring][Simple] in src/graph/tuning.cc)")
 
 
 WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
