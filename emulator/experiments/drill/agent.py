@@ -128,7 +128,7 @@ def calibration_of(repeats):
         return None
 
     def med(f):
-        return median([f(c) for c in convs])
+        return round(median([f(c) for c in convs]), 3)
     return predict.Calibration(
         detection_ms=med(lambda c: c["first_port_status_ms"]),
         compute_ms=med(lambda c: c.get("compute_ms", 0.0)),
