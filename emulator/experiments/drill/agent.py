@@ -154,7 +154,8 @@ def calibrations(spec, args, events, modes, dp_type, base, run, out):
     keys = {m: calibration_key(spec, args, events, m, dp_type) for m in modes
             if Failover(m) != Failover.NONE}
     cache = {} if getattr(args, "agent_calibration", "cached") == "fresh" else load_cache()
-    out_of = {m: (predict.Calibration(**cache[k]["calibration"]), cache[k]["date"])
+    out_of = {m: (predict.Calibration(**cache[k]["calibration"]),
+                  f"cached, measured {cache[k]['date']}")
               for m, k in keys.items() if k in cache}
     todo = [m for m in keys if m not in out_of]
     if todo:
