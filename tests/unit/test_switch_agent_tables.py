@@ -1,6 +1,9 @@
 """The switch-agent model's table (priority and occupancy), its data-plane lag, the
 proxy's reading of real FLOW_MOD and GROUP_MOD bytes, and the profiles' sources."""
 
+import subprocess
+import sys
+
 import pytest
 
 from controller.messages import Bucket, FlowMod, GroupMod, Output, match
@@ -10,6 +13,7 @@ from emulator.fabric import switch_agent as sa
 from emulator.fabric.agents import profiles
 from emulator.fabric.switch_agent import (ADD, BARRIER, CHANGE, DELETE, MODIFY, Agent, Change,
                                           Params, Table)
+from tests.conftest import REPO
 
 
 def ins(prio, i=0, table=0):
@@ -112,3 +116,15 @@ def test_every_profile_parses_by_name_and_as_a_base(tmp_path):
         assert sa.parse(str(f)).event_ms == 3
     assert sa.parse_fabric({"default": "kuzniar-pica8", "leaf": "ideal"}).default == \
         profiles.PRESETS["kuzniar-pica8"]
+
+
+def test_the_command_line_lists_the_profiles_and_refuses_an_unknown_one():
+    listed = subprocess.run([sys.executable, "-m", "emulator", "drill", "--switch-agent",
+                             "list"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert all(name in listed.stdout for name in profiles.PRESETS)
+    bad = subprocess.run([sys.executable, "-m", "emulator", "run", "--switch-agent",
+                          "hp9000"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    (line,) = [x for x in (bad.stdout + bad.stderr).splitlines() if x.startswith("error:")]
+    assert "hp9000" in line and all(name in line for name in profiles.PRESETS), line
