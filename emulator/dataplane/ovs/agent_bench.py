@@ -13,13 +13,13 @@ barrier reply need not match (``dp_lag_ms``).
 
 ``Bench.run(op, n, priority)`` (once per Bench: the agent's table starts
 empty) sends ``n`` changes of one priority (inserts into the empty table, or
-modifications of ``n`` rules inserted first), then a barrier, and returns the times from the first change sent: to the barrier
-reply (the control plane's view) and to the table holding them all (the data
-plane's, for insertions).  The published figures each profile reproduces are
+modifications of ``n`` rules inserted first), then a barrier, and returns
+the times from the first change sent: to the barrier reply (the control
+plane's view) and to the table holding them all (the data plane's, for
+insertions).  The published figures each profile reproduces are
 ``emulator.fabric.agents.profiles.BENCH`` (bench/bench_switch_agents.py).
 """
 
-import os
 import socket
 import struct
 import threading

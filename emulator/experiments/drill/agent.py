@@ -52,6 +52,13 @@ DRILL_KEYS = ("probes", "qps", "pps", "frame_len", "rails", "detect", "bfd", "at
               "post", "resolution", "datapath", "lb", "hash_seed", "queue_ms", "mtu")
 
 
+def add_arguments(p):
+    """``drill``'s option for the prediction's calibration."""
+    p.add_argument("--agent-calibration", choices=("cached", "fresh"), default="cached",
+                   help="the ideal agent's calibration a switch agent's prediction uses: "
+                        "cached (default) or measured again (docs/switch-agents.md)")
+
+
 # ---- the repair, offline --------------------------------------------------------
 
 def to_changes(entries):
@@ -199,8 +206,8 @@ def prediction(fleet, topo_doc, events, spec, mode, cal):
 
 def predictions(spec, args, events, modes, topo, fleet, dp_type, base, out, drill):
     """{mode: the predicted convergence}, printed before the first repeat (after the
-    ideal agent's calibration, when it is not cached); ``drill(where, args)`` makes
-    the drill's Mode for each_mode (``drill.ProbeDrill``)."""
+    ideal agent's calibration, when it is not cached); ``drill``: the drill's Mode
+    class (``drill.ProbeDrill``), for the calibration's run."""
     if fleet is None:
         return {}
     if spec.controller != "builtin":
@@ -210,7 +217,8 @@ def predictions(spec, args, events, modes, topo, fleet, dp_type, base, out, dril
     quiet = argparse.Namespace(**dict(vars(args), ui=False, ui_view=None))
 
     def run(cal_spec, ms, repeats, where):
-        return each_mode(cal_spec, "failover", ms, repeats, drill(where, quiet), out)
+        return each_mode(cal_spec, "failover", ms, repeats,
+                         lambda s, m: drill(s, m, quiet, events, where, out), out)
     cals = calibrations(spec, args, events, modes, dp_type, base, run, out)
     out_of = {m: prediction(fleet, topo, events, spec, m, cals.get(m)) for m in modes}
     for m in modes:
@@ -271,6 +279,12 @@ def summary(repeats, predicted):
         err = measured / p - 1
         out.update(predicted_ms=p, error=round(err, 4), within=abs(err) <= TOLERANCE)
     return out
+
+
+def mode_entries(repeats, predicted):
+    """A mode's drill.json entries: the prediction and the summary against it."""
+    return {"switch_agent_prediction": predicted,
+            "switch_agent_summary": summary(repeats, predicted)}
 
 
 def text(params, results):
