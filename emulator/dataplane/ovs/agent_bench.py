@@ -198,22 +198,25 @@ class Bench:
                 raise RunFailed(f"no barrier reply within {timeout} s")
             return self.replies[xid]
 
-    def _send_all(self, n, priority, command):
-        data = b"".join(flow_mod(i, priority, command, self._next()) for i in range(n))
+    def _send_all(self, n, priority, command, step=0):
+        data = b"".join(flow_mod(i, priority + step * i, command, self._next())
+                        for i in range(n))
         t0 = time.monotonic()
         self.ctl.send(data)
         return t0
 
-    def run(self, op, n, priority=100, timeout=120.0):
+    def run(self, op, n, priority=100, timeout=120.0, step=0):
         """{"barrier_ms", "per_rule_ms", and for insertions "table_ms", "lag_ms"}: see
-        the module docstring.  Once per Bench: the agent's table starts empty."""
+        the module docstring.  Once per Bench: the agent's table starts empty.
+        ``step``: each rule's priority this much above the one before (1: increasing
+        order, the priority dependence's slow order under ``shift_order: lower``)."""
         if self.flows()[1]:
             raise RunFailed("a Bench measures once: its table is not empty")
         if op == MODIFY:
             self._send_all(n, priority, OFPFC[ADD])
             self._barrier(timeout)
             wait_until(lambda: self.flows()[1] >= n, timeout, "the rules to modify")
-        t0 = self._send_all(n, priority, OFPFC[op])
+        t0 = self._send_all(n, priority, OFPFC[op], step)
         t_b = self._barrier(timeout)
         out = {"barrier_ms": (t_b - t0) * 1e3, "per_rule_ms": (t_b - t0) * 1e3 / n}
         if op == ADD:
@@ -322,22 +325,25 @@ class Bench:
                 raise RunFailed(f"no barrier reply within {timeout} s")
             return self.replies[xid]
 
-    def _send_all(self, n, priority, command):
-        data = b"".join(flow_mod(i, priority, command, self._next()) for i in range(n))
+    def _send_all(self, n, priority, command, step=0):
+        data = b"".join(flow_mod(i, priority + step * i, command, self._next())
+                        for i in range(n))
         t0 = time.monotonic()
         self.ctl.send(data)
         return t0
 
-    def run(self, op, n, priority=100, timeout=120.0):
+    def run(self, op, n, priority=100, timeout=120.0, step=0):
         """{"barrier_ms", "per_rule_ms", and for insertions "table_ms", "lag_ms"}: see
-        the module docstring.  Once per Bench: the agent's table starts empty."""
+        the module docstring.  Once per Bench: the agent's table starts empty.
+        ``step``: each rule's priority this much above the one before (1: increasing
+        order, the priority dependence's slow order under ``shift_order: lower``)."""
         if self.flows()[1]:
             raise RunFailed("a Bench measures once: its table is not empty")
         if op == MODIFY:
             self._send_all(n, priority, OFPFC[ADD])
             self._barrier(timeout)
             wait_until(lambda: self.flows()[1] >= n, timeout, "the rules to modify")
-        t0 = self._send_all(n, priority, OFPFC[op])
+        t0 = self._send_all(n, priority, OFPFC[op], step)
         t_b = self._barrier(timeout)
         out = {"barrier_ms": (t_b - t0) * 1e3, "per_rule_ms": (t_b - t0) * 1e3 / n}
         if op == ADD:
