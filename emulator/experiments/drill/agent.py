@@ -9,8 +9,9 @@ uses only:
 
 * the model's parameters, per switch (its kind's);
 * the repair the controller's pure policy computes offline for the fault
-  (``controller.state.repair``: the messages per switch, in the
-  controller's order) and the table each switch holds before it (the
+  (``controller.state.repair``, run as ``python -m controller.state``: the
+  controller is a program of its own): the messages per switch, in the
+  controller's order, and the table each switch holds before it (the
   installation of the healthy fabric), for the priority dependence;
 * a calibration of what is not the switch agent's, measured once on the
   ideal agent (every switch through the proxy, every delay 0) in a separate
