@@ -117,7 +117,9 @@ class Bench:
 
     def __init__(self, params, connect_timeout=20):
         self.state = RunState.create()
-        self.bridge = f"fl{self.state.tag}bench"
+        # a run's bridge name (``runstate.NAME_RE``), so ``emulator clean`` finds a
+        # leftover: no fabric numbers a switch 0
+        self.bridge = f"fl{self.state.tag}s0"
         self.ovs = Ovs()
         self.ctl = self.mon = self.proxy = None
         self.replies, self.counts = {}, []
@@ -244,7 +246,9 @@ class Bench:
 
     def __init__(self, params, connect_timeout=20):
         self.state = RunState.create()
-        self.bridge = f"fl{self.state.tag}bench"
+        # a run's bridge name (``runstate.NAME_RE``), so ``emulator clean`` finds a
+        # leftover: no fabric numbers a switch 0
+        self.bridge = f"fl{self.state.tag}s0"
         self.ovs = Ovs()
         self.ctl = self.mon = self.proxy = None
         self.replies, self.counts = {}, []
