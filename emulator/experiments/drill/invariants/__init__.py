@@ -8,5 +8,5 @@ that excuses packets from an invariant, named, with how many it excused).
 Each is pure over what it is given, so a test can feed it a violation.
 
 May import: ``experiments.measure``, ``experiments.spec``,
-``emulator.dataplane``, ``emulator.errors``, ``lab``.
+``emulator.dataplane``, ``emulator.errors``, ``lab``, ``traffic``.
 """

@@ -14,6 +14,7 @@ are added by the soak (``chaos.main``).
 from emulator.experiments.drill.invariants import allowances
 from emulator.experiments.measure.paths import crosses, ecmp_span, path_links
 from emulator.experiments.spec import scenario
+from traffic.nic.pacing import DEFAULT_LAG_NS
 
 JITTER_NS = int(allowances.JITTER_MS * 1e6)
 
@@ -129,7 +130,8 @@ def report(faults, ran, converged, paths, topo, pps=1000.0, lossless=False):
     catch_up = ran.get("catch_up_ms")
     values = {"in_flight": round((lead - 1e9 / pps) / 1e6, 3),
               "lossy_path": None if lossless else True,
-              "sender_catch_up": catch_up if catch_up and catch_up > 20 else None,
+              "sender_catch_up": catch_up if catch_up and catch_up * 1e6 > DEFAULT_LAG_NS
+              else None,
               "ovsdb_stats_lag": allowances.OVSDB_STATS_S if lag is not None else None,
               "faulted_links": True, "aborted_job": True if job else None}
     excused = {"in_flight": strict - no_lossy, "lossy_path": no_lossy - actual,
