@@ -5,16 +5,23 @@
  * ar_ingress  XDP (generic mode) on an interface end.  As the far end of a
  *             tracked switch port (``cfg.up_key``): counts the frame out of
  *             that port's queue.  As a deciding switch port (``cfg.decide``):
+ *             drops a frame whose source address is a group address (invalid,
+ *             as a bridge drops it: the stage's marks carry that bit), and
  *             picks the egress of a RoCEv2 frame of the decided class among
  *             its route's live candidates (``ar_routes``) by their quality,
- *             per flowlet (``ar_flowlets``) or per packet, and writes the
- *             choice into the IPv4 DSCP bits (the port's ``mark``), which an
+ *             per flowlet (``ar_flowlets``) or per packet, and marks the frame:
+ *             the choice in the IPv4 DSCP bits (the port's ``mark``) and the
+ *             group bit of the source address (``STAGE_BIT``), which an
  *             OpenFlow flow matches to output there.  ECN bits are kept and
- *             the header checksum fixed; the ICRC masks the TOS byte.
+ *             the header checksum fixed; the ICRC masks the TOS byte and does
+ *             not cover the Ethernet header.
  * ar_egress   tc clsact egress of a tracked switch port: counts the frame into
  *             the port's queue (unless the TBF's limit drops it) and its recent
- *             load; a frame carrying this port's mark is restored to the class's
- *             DSCP and counted as arrived (no longer pending).  Once the port is
+ *             load; a frame the stage marked (``STAGE_BIT``) is restored to the
+ *             class's DSCP and its source address, and, if it carries this
+ *             port's mark, counted as arrived (no longer pending).  Only the
+ *             stage's frames are touched: a host's own DSCP, even one equal to
+ *             a mark, leaves as it came.  Once the port is
  *             down (from the modelled detection on), a frame carrying its mark
  *             is rescued: decided again among its route's live candidates and
  *             redirected to the best one's egress.  Such a frame was decided
@@ -45,6 +52,7 @@
 #define MODE_PACKET 2
 #define DSCP_SHIFT 2
 #define MOVE_GAP 3              /* a live flowlet moves to a port 3+ bands better */
+#define STAGE_BIT 0x01          /* source address byte 0: the group bit (I/G) */
 
 struct ar_route {
 	__u32 n;
@@ -242,7 +250,9 @@ static __always_inline int is_candidate(struct ar_route *r, __u32 key)
 	return 0;
 }
 
-static __always_inline void decide(struct xdp_md *ctx, __u64 len)
+/* XDP_DROP for a frame with a group source address, else XDP_PASS (decided or
+ * left to its route). */
+static __always_inline int decide(struct xdp_md *ctx, __u64 len)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -258,23 +268,27 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 	__s64 choice = -1;
 	__u32 slot;
 
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (eth->h_source[0] & STAGE_BIT)
+		return XDP_DROP;        /* no valid frame has it: only the stage's may */
 	if ((void *)(udp + 1) > data_end)
-		return;
+		return XDP_PASS;
 	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
 	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT) ||
 	    (ip->tos >> DSCP_SHIFT) != cfg.dscp)
-		return;
+		return XDP_PASS;
 	rk.sw = cfg.sw;
 	rk.dst = ip->daddr;
 	r = bpf_map_lookup_elem(&ar_routes, &rk);
 	if (!r)
-		return;
+		return XDP_PASS;
 	now = bpf_ktime_get_ns();
 	if (cfg.mode == MODE_FLOWLET) {
 		slot = cfg.sw * FLOWSETS + (flow_hash(ip, udp) & (FLOWSETS - 1));
 		fl = bpf_map_lookup_elem(&ar_flowlets, &slot);
 		if (!fl)
-			return;
+			return XDP_PASS;
 		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key) &&
 		    !is_down(fl->key, now)) {
 			choice = fl->key;
@@ -282,7 +296,7 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 				goto send;
 			p = port(choice);
 			if (!p)
-				return;
+				return XDP_PASS;
 			/* its own load never moves it (a flow at line rate would chase
 			 * itself round the uplinks): its port's queue does */
 			cur = queue_band(backlog(p, choice, now), p->frame);
@@ -299,11 +313,11 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 	if (choice < 0)
 		choice = best(r, now, &bq);
 	if (choice < 0)
-		return;                 /* every candidate down: the route's own choice */
+		return XDP_PASS;        /* every candidate down: the route's own choice */
 	if (fl) {
 		p = port(choice);
 		if (!p)
-			return;
+			return XDP_PASS;
 		__sync_fetch_and_add(&p->flowlets, 1);
 		if (fl->valid && fl->key != choice && is_candidate(r, fl->key)) {
 			old = port(fl->key);
@@ -320,7 +334,7 @@ send:
 		fl->last_ns = now;
 	p = port(choice);
 	if (!p)
-		return;
+		return XDP_PASS;
 	__sync_fetch_and_add(&p->sent, len);
 	__sync_fetch_and_add(&p->frames, 1);
 	p->sent_ns = now;
@@ -328,8 +342,10 @@ send:
 	if (c && c->down)               /* cut, not yet detected */
 		__sync_fetch_and_add(&c->late, len);
 	if ((void *)&ip->check + sizeof(ip->check) > data_end)
-		return;
+		return XDP_PASS;
 	set_dscp(ip, p->mark);
+	eth->h_source[0] |= STAGE_BIT;
+	return XDP_PASS;
 }
 
 SEC("xdp")
@@ -344,11 +360,12 @@ int ar_ingress(struct xdp_md *ctx)
 			__sync_fetch_and_add(&up->out, len);
 	}
 	if (cfg.decide)
-		decide(ctx, len);
+		return decide(ctx, len);
 	return XDP_PASS;
 }
 
 #define TOS_OFF (sizeof(struct ethhdr) + 1)
+#define SRC_OFF 6               /* the source address's first byte */
 #define IP_END (sizeof(struct ethhdr) + sizeof(struct iphdr))
 
 /* Rewrite the TOS byte of ``skb``'s IPv4 header from ``tos`` to ``new_tos``. */
@@ -405,22 +422,29 @@ int ar_egress(struct __sk_buff *skb)
 	/* the restore first: a frame the TBF drops was still decided */
 	if (len >= IP_END && !bpf_skb_pull_data(skb, IP_END)) {
 		void *data = (void *)(long)skb->data;
+		struct ethhdr *eth = data;
 
 		if (data + IP_END <= (void *)(long)skb->data_end &&
-		    ((struct ethhdr *)data)->h_proto == bpf_htons(ETH_P_IP)) {
+		    eth->h_proto == bpf_htons(ETH_P_IP) && (eth->h_source[0] & STAGE_BIT)) {
+			__u8 src0 = eth->h_source[0] & ~STAGE_BIT;
+
 			ip = data + sizeof(struct ethhdr);
 			tos = ip->tos;
-			if ((tos >> DSCP_SHIFT) == p->mark) {
-				if (is_down(cfg.key, now)) {
-					int ret = rescue(skb, p, ip->daddr, tos, now);
+			if ((tos >> DSCP_SHIFT) == p->mark && is_down(cfg.key, now)) {
+				/* (the rescued frame keeps the stage's marks: the
+				 * new port's egress restores it) */
+				int ret = rescue(skb, p, ip->daddr, tos, now);
 
-					if (ret >= 0)
-						return ret;
-				}
-				new_tos = (cfg.dscp << DSCP_SHIFT) | (tos & ECN_MASK);
-				store_tos(skb, tos, new_tos);
-				__sync_fetch_and_add(&p->sent_in, len);
+				if (ret >= 0)
+					return ret;
 			}
+			if ((tos >> DSCP_SHIFT) == p->mark)
+				__sync_fetch_and_add(&p->sent_in, len);
+			/* any mark leaves as the class: one decided towards another
+			 * port (its flow gone) took the route's way out */
+			new_tos = (cfg.dscp << DSCP_SHIFT) | (tos & ECN_MASK);
+			store_tos(skb, tos, new_tos);
+			bpf_skb_store_bytes(skb, SRC_OFF, &src0, 1, 0);
 		}
 	}
 	before = queued(p, cfg.key);
