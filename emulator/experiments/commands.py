@@ -127,6 +127,8 @@ def resolve(args):
 def execute(args, out=print):
     """Run the fabric command ``args`` ask for; its exit status."""
     cmd = resolve(args)
+    if getattr(args, "ui", False):
+        live.check_command(cmd.name)          # before anything is read further
     mod = module(cmd)
     if hasattr(mod, "prepare"):
         mod.prepare(args)

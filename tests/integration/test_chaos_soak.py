@@ -73,6 +73,10 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
         if row["kind"] in ("cut", "flap"):
             assert row["detection_ms"] is not None, row     # the controller heard of it
     assert "invariant nothing_left_behind: true" in p.stdout
+    # the fabric's page: the soak's printout as its summary, its faults on the axis
+    (mode,) = doc["modes"]
+    page = (doc_path.parent / mode["results_dir"].rsplit("/", 1)[-1] / "report.html")
+    assert "invariant untouched_flows_lost_nothing: true" in page.read_text()
 
 
 def test_a_leftover_interface_breaks_nothing_left_behind():

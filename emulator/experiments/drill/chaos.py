@@ -74,6 +74,7 @@ from emulator.experiments.drill.traffic import faulted_links, probe_plan
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec import scenario
 from emulator.experiments.spec.build import command_doc
+from emulator.experiments.ui import live
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
 from emulator.fabric import addressing, switch_agent
 
@@ -329,11 +330,11 @@ def main(spec, args, out=print):
     run_yaml.write(base, spec, command=command)
     doc = {"modes": [], "seed": seed, "args": command["options"],
            "switch_agent": agent.as_dict() if agent else "ideal"}
-    chaos, tag, log_path, problem = None, None, None, None
+    chaos, tag, log_path, problem, s_dir = None, None, None, None, None
     try:
         with Session(spec.replace(failover=mode, results=base),
                      progress=lambda m: out(f"... [{mode}] {m}")) as s:
-            tag = s.state.tag
+            tag, s_dir = s.state.tag, s.dir
             pairs, paths = path_pairs(s, planned)
             inj = Injector(s, detect=detect)
             log_path = inj.log_path
@@ -350,6 +351,8 @@ def main(spec, args, out=print):
         check_log(chaos, log_path)
         if tag is not None:
             chaos["invariants"]["nothing_left_behind"], chaos["left_behind"] = left_behind(tag)
+        if s_dir is not None:           # the fabric, its faults and this printout
+            live.write_report(s_dir, summary=table(chaos).splitlines(), out=out)
         written = files.complete(base, skip=("drill.json",))
         chaos["invariants"]["results_complete"] = written["holds"]
         chaos["results_files"] = written
