@@ -131,6 +131,8 @@ def execute(args, out=print):
         out(switch_agent.listing())          # --switch-agent list: the profiles, nothing built
         return 0
     cmd = resolve(args)
+    if getattr(args, "ui", False):
+        live.check_command(cmd.name)          # before anything is read further
     mod = module(cmd)
     if hasattr(mod, "prepare"):
         mod.prepare(args)
