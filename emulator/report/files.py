@@ -184,7 +184,7 @@ def busbw_png(coll, path):
 def window_png(uet, path):
     """The NSCC windows of a UET collective (``report.uet_totals``' traces) in KB
     against ms from the first reported call."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, trace in sorted(uet["windows"].items()):
         if trace:
