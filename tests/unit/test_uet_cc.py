@@ -1,11 +1,10 @@
-"""UET congestion management (traffic.uet.nscc, traffic.uet.rccc) and entropy (traffic.uet.ev)."""
+"""UET congestion management (traffic.uet.cc, traffic.uet.cc) and entropy (traffic.uet.ev)."""
 
 import pytest
 
 from lab.modes import EvPolicy
 from traffic.uet import ev as evs
-from traffic.uet.nscc import REF_BDP, Nscc, NsccParams
-from traffic.uet.rccc import Credit, Scheduler
+from traffic.uet.cc import REF_BDP, Credit, Nscc, NsccParams, Scheduler
 
 MS = 1_000_000
 RATE = 40e6

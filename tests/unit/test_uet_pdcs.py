@@ -10,8 +10,8 @@ from lab.modes import CC, EvPolicy
 from traffic.nic.sendq import SendQueues
 from traffic.ranks.uet_outbound import UetOutbound
 from traffic.uet import layout
+from traffic.uet.cc import NsccParams
 from traffic.uet.control import parse_control
-from traffic.uet.nscc import NsccParams
 from traffic.uet.pdcs import UetConfig, UetPdcs, packet_key
 from traffic.uet.pds import PdsParams
 

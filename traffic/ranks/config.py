@@ -14,8 +14,8 @@ from traffic.roce.dcqcn import DcqcnParams
 from traffic.roce.frames import PROBE, PSN_MASK
 from traffic.roce.timely import TimelyParams
 from traffic.roce.transport import RcParams
+from traffic.uet.cc import NsccParams
 from traffic.uet.layout import frame_len_for_mtu as uet_frame_len
-from traffic.uet.nscc import NsccParams
 from traffic.uet.pdcs import UetConfig
 from traffic.uet.pds import PdsParams
 

@@ -49,7 +49,7 @@ class ControlTemplate:
     them: the PDC ids are each frame's)."""
 
     def __init__(self, src_mac, dst_mac, src_ip, dst_ip, dscp=26):
-        from traffic.uet import scapy_layer     # only template construction needs scapy
+        from traffic.uet import scapy_layer  # only template construction needs scapy
         self.raw = {kind: scapy_layer.control_frame(src_mac, dst_mac, src_ip, dst_ip, kind,
                                                     dscp)
                     for kind in (ACK_CC, NACK, CTRL)}

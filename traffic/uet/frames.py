@@ -15,7 +15,6 @@ import zlib
 
 from traffic.roce.frames import PROBE, PROBE_MAGIC, TailCrc
 from traffic.uet.layout import (  # noqa: F401  (integrity: the trailer's rule)
-    integrity,
     CC_REQUESTS,
     CC_STATE,
     DATA_DSCP,
@@ -28,9 +27,9 @@ from traffic.uet.layout import (  # noqa: F401  (integrity: the trailer's rule)
     PDS_OFF,
     PID_ON_FEP,
     PSN_MASK,
+    REQ_LEN,
     REQUEST,
     REQUESTS,
-    REQ_LEN,
     RESOURCE_INDEX,
     ROD_CC_REQ,
     ROD_REQ,
@@ -47,6 +46,7 @@ from traffic.uet.layout import (  # noqa: F401  (integrity: the trailer's rule)
     TRIM_DSCP,
     UDP_LEN,
     UET_PORT,
+    integrity,
     prologue,
     ses_offset,
 )
@@ -69,7 +69,7 @@ class DataTemplate:
 
     def __init__(self, src_mac, dst_mac, src_ip, dst_ip, payload, dscp=DATA_DSCP,
                  ecn=2, ar=False, rod=False, cc_state=False, mtu=4096):
-        from traffic.uet import scapy_layer     # only template construction needs scapy
+        from traffic.uet import scapy_layer  # only template construction needs scapy
         self.ptype = (ROD_CC_REQ if cc_state else ROD_REQ) if rod else \
             (RUD_CC_REQ if cc_state else RUD_REQ)
         self.ar, self.mtu, self.payload = ar, mtu, max(payload, PROBE.size)

@@ -1,7 +1,7 @@
 """``--cc-param NAME=VALUE``: a congestion-control parameter of the sending NICs.
 
 The names are those of ``traffic.roce.dcqcn.DcqcnParams``,
-``traffic.roce.timely.TimelyParams`` and ``traffic.uet.nscc.NsccParams`` without
+``traffic.roce.timely.TimelyParams`` and ``traffic.uet.cc.NsccParams`` without
 their unit suffix; a value takes the
 unit its field has: a duration for ``*_ns`` fields (``cnp_interval=20ms``),
 a rate for ``*_bps`` ones (``rai=500Kbps``), bytes for ``byte_counter``
@@ -17,7 +17,7 @@ from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric.units import parse_duration, parse_rate
 from traffic.roce.dcqcn import DcqcnParams
 from traffic.roce.timely import TimelyParams
-from traffic.uet.nscc import NsccParams
+from traffic.uet.cc import NsccParams
 
 
 def _classes():

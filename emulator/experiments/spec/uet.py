@@ -1,7 +1,7 @@
 """What ``--transport uet`` implies from the fabric: its RTT, ECN marking and trimming.
 
 NSCC and the PDCs' timers scale to the emulated network's own round trip
-(``traffic.uet.nscc``): here, ``hops`` full UET frames at the hosts' rate (host ->
+(``traffic.uet.cc``): here, ``hops`` full UET frames at the hosts' rate (host ->
 leaf -> spine -> leaf -> host: 2 x the deepest switch tier) plus 2 ms for the
 traffic engines' own passes.  From it, as htsim's ``main_uec`` sets its fabric:
 
