@@ -9,6 +9,10 @@ belong (RUD with selective acknowledgement).  Every byte arrives: #wrong 0, each
 packet of every call placed once, the receiver's bytes those of the senders.  The
 receiver's capture decodes with the scapy layer: requests with their PSNs, trimmed
 ones among them, ACK_CCs with a SACK bitmap, NACKs for trimmed packets.
+
+It asserts what arrives and what is counted, not how fast: the fidelity verdict
+says whether a time could be trusted, and a run whose pace the machine set must
+deliver every byte all the same.
 """
 
 import json
@@ -16,7 +20,7 @@ import json
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from tests.conftest import emulator, results_of, unless_stolen
+from tests.conftest import emulator, results_of
 from traffic.uet import layout, scapy_layer
 
 SIZE = 256 * 1024
@@ -24,16 +28,13 @@ HOSTS = ("h1", "h4", "h7", "h10")        # one host a leaf: every packet crosses
 
 
 def test_a_uet_incast_is_delivered_whole_out_of_order_and_trimmed(tmp_path):
-    def measure(attempt):
-        base = tmp_path / f"try{attempt}"
-        p = emulator("run", "--workload", "incast", "--transport", "uet", "--trim",
-                     "--sizes", "256K", "-P", "hosts_per_leaf=3", "--hosts", ",".join(HOSTS),
-                     "--capture", HOSTS[0], "--results", str(base))
-        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-        return (p, *results_of(base))
-    p, doc, run = unless_stolen(measure, lambda m: m[1]["collective"]["fidelity"])
+    p = emulator("run", "--workload", "incast", "--transport", "uet", "--trim",
+                 "--sizes", "256K", "-P", "hosts_per_leaf=3", "--hosts", ",".join(HOSTS),
+                 "--capture", HOSTS[0], "--results", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    doc, run = results_of(tmp_path)
     coll = doc["collective"]
-    assert coll["fidelity"]["verdict"] == "faithful", coll["fidelity"]
+    assert coll["fidelity"]["verdict"]              # judged (not asserted: see above)
     (row,) = coll["rows"]
     assert row["size"] == SIZE and row["wrong"] == 0 and not row["aborted"], row
     assert row["ranks_reporting"] == len(HOSTS)

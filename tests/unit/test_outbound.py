@@ -1,10 +1,13 @@
 """A NIC's outgoing packets: chunks over QPs, the shorter last frame derived without
 scapy, every probe field patched in place, and the receive path's one-unpack parse."""
 
+import inspect
+
 import pytest
 
 from traffic.nic.sendq import SendQueues
 from traffic.ranks.outbound import Outbound, qp_key
+from traffic.ranks.uet_outbound import UetOutbound
 from traffic.roce.frames import HEADERS_LEN, RETH_LEN, FastParser, FrameTemplate, parse
 
 A, B = ("02:00:00:00:00:01", "10.0.0.1"), ("02:00:00:00:00:02", "10.0.0.2")
@@ -57,3 +60,12 @@ def test_outbound_spreads_a_chunk_over_qps_with_opcodes_and_psns():
     q.extend(pk)
     batch, again = out.next_batch(q, 4, 0)
     assert [qp_key(p) for p in batch] == [(1, 0), (1, 1), (1, 0), (1, 1)] and not any(again)
+
+
+def test_either_transports_outbound_takes_the_rank_engines_call():
+    # traffic.ranks.rank asks for a chunk's packets with the time (UET's PDCs open then)
+    for cls in (Outbound, UetOutbound):
+        inspect.signature(cls.packets).bind(None, 3, 1, 1, 5000, 0)
+    out = Outbound(0, A[1], A[0], {1: B[1]}, {1: B[0]}, mtu=1024, qps=2)
+    out.prepare(1)
+    assert len(out.packets(3, 1, 1, 5000, 123)) == 5

@@ -69,8 +69,9 @@ class Outbound:
             for op in OPCODES:
                 self.template(peer, q, op, self.mtu)
 
-    def packets(self, tag, step, peer, nbytes):
-        """The packet tuples of one chunk of ``nbytes`` to ``peer``, spread over the QPs."""
+    def packets(self, tag, step, peer, nbytes, now=0):
+        """The packet tuples of one chunk of ``nbytes`` to ``peer``, spread over the QPs
+        (``now``: as UET's, whose PDCs open when a packet is assigned; RC's QPs are open)."""
         mtu, qps = self.mtu, self.qps
         count = max(1, -(-nbytes // mtu))
         out = []
