@@ -15,7 +15,9 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``Transport``   -- the collectives' transport, docs/transport.md;
 * ``CC``          -- congestion control at the sending NICs;
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
-* ``EcnAt``       -- where a switch port judges its queue for ECN marks.
+* ``EcnAt``       -- where a switch port judges its queue for ECN marks;
+* ``PathSet``     -- the paths a throughput bound lets flows split over
+  (emulator.fabric.analysis.bounds): a routing mode's ``path_set``.
 """
 
 from enum import StrEnum
@@ -106,6 +108,12 @@ class Routing(Mode):
         """Decided per flowlet by the routers' data plane (dataplane.adaptive)."""
         return self in (Routing.UGAL, Routing.UGAL_L)
 
+    @property
+    def path_set(self):
+        """The paths this routing may take (UGAL's: minimal or through a third group)."""
+        return {Routing.MINIMAL: PathSet.MINIMAL,
+                Routing.VALIANT: PathSet.VALIANT}.get(self, PathSet.BOTH)
+
 
 Routing._default = Routing.MINIMAL
 
@@ -143,4 +151,14 @@ class EcnAt(Mode):
 
 EcnAt._default = EcnAt.DEQUEUE
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt)
+
+
+class PathSet(Mode):
+    MINIMAL = "minimal"     # one global hop (a dragonfly's), else the shortest paths
+    VALIANT = "valiant"     # through an intermediate group drawn from all groups
+    BOTH = "minimal+valiant"   # minimal or through a third group (UGAL's)
+
+
+PathSet._default = PathSet.MINIMAL
+
+ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, PathSet)
