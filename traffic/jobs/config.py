@@ -59,7 +59,11 @@ JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Tran
                 # next-hop MACs from the neighbour tables, ARP given this long (s)
                 "resolve_timeout_s": 10.0,
                 # the whole job ends (aborted) after this many seconds (null: no limit)
-                "deadline_s": None}
+                "deadline_s": None,
+                # per instance, the bytes its receiver accepted over time and when its
+                # sender sent its last new packet; every DCQCN cut and go-back traced
+                # (a throughput pattern's window, experiments.workloads.goodput)
+                "timelines": False}
 ENDPOINT_KEYS = {"netns", "intf", "ip", "mac", "next_hop_mac", "name", "rate_bps"}
 OP_KEYS = {"compute": ({"ns"}, set()),
            "coll": ({"id", "kind", "members", "bytes"}, {"group", "blocking", "local_ns",
@@ -111,6 +115,7 @@ class Job:
     tick_ns: int
     resolve_timeout_s: float
     deadline_s: float
+    timelines: bool = False
 
 
 def load_job(doc):
@@ -143,6 +148,8 @@ def load_job(doc):
         raise JobConfigError("0 < tick_ms <= 50, time_scale > 0, resolve_timeout_s > 0")
     if cfg["deadline_s"] is not None and not cfg["deadline_s"] > 0:
         raise JobConfigError("deadline_s: null or > 0")
+    if not isinstance(cfg["timelines"], bool):
+        raise JobConfigError("timelines: true or false")
     programs, seen = [], {}
     for r, prog in enumerate(progs):
         if not isinstance(prog, list):
@@ -151,7 +158,7 @@ def load_job(doc):
     instances = _instances(seen, ranks)
     return Job(tuple(eps), tuple(ranks), tuple(programs), instances, nic,
                float(cfg["time_scale"]), int(cfg["tick_ms"] * 1e6),
-               float(cfg["resolve_timeout_s"]), cfg["deadline_s"])
+               float(cfg["resolve_timeout_s"]), cfg["deadline_s"], cfg["timelines"])
 
 
 def _int(x):

@@ -83,7 +83,7 @@ class JobEngine:
             for i, spec in enumerate(eps):
                 self.nics.append(JobNic(i, spec, job.nic,
                                         {j: eps[j] for j in self.partners[i]}, clock,
-                                        job.tick_ns))
+                                        job.tick_ns, job.timelines))
         except BaseException:
             self.close()
             raise
@@ -248,6 +248,16 @@ class JobEngine:
                            stalls, aborted)
 
     # -- the result ----------------------------------------------------------------------
+    def timeline(self, inst, t0):
+        """A send/recv pair's timeline (ns since the job began): when the sender's
+        first new packet left and when its queue of new ones ran empty; the bytes the
+        receiver accepted, [[arrival ns, bytes so far], ...]."""
+        src, dst = (self.nics[e] for e in inst.endpoints)
+        first, drained = src.tx_first.get(inst.tag), src.tx_drained.get(inst.tag)
+        return {"tx_first_ns": None if first is None else first - t0,
+                "tx_drained_ns": None if drained is None else drained - t0,
+                "rx_timeline": [[t - t0, b] for t, b in dst.rx_line.get(inst.tag, ())]}
+
     def result(self, prog, ended, late_start, t0, wall, cpu, wakeups, hist, late, stalls,
                aborted):
         job, nics = self.job, self.nics
@@ -271,6 +281,8 @@ class JobEngine:
                             "bytes_received": sum(n.rx_bytes.get(inst.tag, 0) for n in parts),
                             "retransmitted_bytes": sum(n.retx_bytes.get(inst.tag, 0)
                                                        for n in parts)})
+                if inst.kind == "p2p" and job.timelines:
+                    row.update(self.timeline(inst, t0))
                 if net_end is not None and net_end > start and inst.kind != "p2p":
                     link = min(job.endpoints[e]["rate_bps"] for e in inst.endpoints)
                     bw = bandwidths(inst.kind, len(inst.endpoints), inst.nbytes,

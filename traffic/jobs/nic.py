@@ -52,6 +52,7 @@ SO_TIMESTAMPNS = 35
 TIMESPEC = struct.Struct("=qq")
 ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 CONTROL_BACKLOG = 4096            # control frames waiting for room, at most
+TRACE_LIMIT = 20_000              # DCQCN cuts and go-backs traced per NIC (``timelines``)
 SIOCGIFMTU = 0x8921
 
 
@@ -59,7 +60,8 @@ class JobNic:
     """Endpoint ``index`` of a job (``spec``: its ``endpoints`` entry; ``nic``: the
     validated NIC keys; ``peers``: endpoint index -> spec)."""
 
-    def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000):
+    def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000,
+                 timelines=False):
         self.index, self.spec, self.clock = index, spec, clock
         self.name, self.ip, self.rate = spec["name"], spec["ip"], spec["rate_bps"]
         self.cfg = nic
@@ -105,6 +107,7 @@ class JobNic:
         if nic["transport"] == Transport.RC:
             self.rc = RankQPs(nic["rc_params"], self.send_control, self.mac, self.ip,
                               nic["dscp"], ooo=out_of_order(nic), rate_slack_ns=2 * tick_ns,
+                              trace_limit=TRACE_LIMIT if timelines else 500,
                               **cc_params(dict(nic, rate_bps=self.rate)))
         self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                             nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
@@ -126,6 +129,10 @@ class JobNic:
         self.last_rx = {}      # tag -> last arrival of its data (ns)
         self.rx_bytes, self.tx_bytes, self.retx_bytes = {}, {}, {}    # per tag
         self.unsent = {}       # tag -> packets queued, never sent yet
+        # tag -> when its first new packet left, when its queue of new ones ran empty
+        self.tx_first, self.tx_drained = {}, {}
+        # tag -> [(arrival ns, bytes accepted so far)] (``timelines``), else None
+        self.rx_line = {} if timelines else None
         self.last_ack = None
         # when the transport's timers need a look (``poll_rc``): None while none runs
         self.rc_due = None
@@ -242,6 +249,10 @@ class JobNic:
                 retx[tag] = retx.get(tag, 0) + n
             else:
                 unsent[tag] -= 1
+                if tag not in self.tx_first:
+                    self.tx_first[tag] = now
+                if not unsent[tag]:
+                    self.tx_drained[tag] = now
             if rc is not None:
                 rc.sent(qp_key(pkt), pkt[1], pkt, now, a)
         self.bucket.consume(total * 8)
@@ -303,7 +314,9 @@ class JobNic:
             entry[1].add(index)
             if len(entry[1]) == entry[0]:
                 self.done.setdefault(tag, []).append((chunk, peer))
-            self.rx_bytes[tag] = self.rx_bytes.get(tag, 0) + n
+            got_bytes = self.rx_bytes[tag] = self.rx_bytes.get(tag, 0) + n
+            if self.rx_line is not None:
+                self.rx_line.setdefault(tag, []).append((ts, got_bytes))
             self.last_rx[tag] = ts
             if first is None:
                 first = ts
@@ -338,8 +351,12 @@ class JobNic:
         if self.rc is not None:
             doc["transport"] = self.rc.counters()
             # (ms since the job began, peer, rate after the cut) of the first CNPs
-            doc["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), r)
-                                 for t, p, r in self.rc.trace]
+            # (ms since the job began, peer, rate after the cut, alpha after it)
+            doc["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), r, a)
+                                 for t, p, r, a in self.rc.trace]
+            if self.rx_line is not None:   # (ms, peer, "nak"|"timeout") of the go-backs
+                doc["go_backs"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), k)
+                                   for t, p, k in self.rc.events]
             doc["failed_qps"] = [{"peer": self.peer_name.get(p, p), "qp": q}
                                  for p, q in self.rc.failed()]
         return doc
