@@ -92,7 +92,7 @@ class FabricNet:
                  queue_ms=shaping.DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
                  flow_control=FlowControl.NONE, tunnels=(), ssl=None, instance_netns=True,
-                 mtu=None, rmem_may_stay=False):
+                 mtu=None, rmem_may_stay=False, cnp_band=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path.  On one server of
@@ -101,7 +101,8 @@ class FabricNet:
         certificate paths) for an ``ssl:`` controller, and ``instance_netns`` False
         (the instance's daemon in this namespace, where the controller's address is
         routed), ``mtu`` for every interface when the tunnels carry less than
-        the RoCE MTU's (``fabric.cluster.check_mtu``)."""
+        the RoCE MTU's (``fabric.cluster.check_mtu``); ``cnp_band``: CNPs ahead of
+        the data at every lossy port (``links.shaping.add_cnp_band``, under DCQCN)."""
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type
@@ -119,6 +120,7 @@ class FabricNet:
         self.placement = [(name, list(group)) for name, group in placement]
         self.controller_unix = controller_unix
         self.flow_control = flow_control           # none | pfc: classes and a pause gate
+        self.cnp_band = cnp_band
         self.pfc = None                            # its running PFC (dataplane.lossless.pfc_run)
         self.tunnels = list(tunnels)
         self.ssl = ssl
@@ -344,7 +346,7 @@ class FabricNet:
     def _shape(self, ipr, idx, rate_bps, switch):
         """A TBF at the link rate; with PFC, classes and the lossless gate under it."""
         if self.flow_control == FlowControl.NONE:
-            shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
+            shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame, self.cnp_band)
             return
         pfc.apply_tree(ipr, idx, rate_bps,
                        shaping.tbf_params(rate_bps, self.queue_ms, self.frame)["limit"],
@@ -405,6 +407,17 @@ class FabricNet:
 
     def popen_in(self, host, argv, **kwargs):
         return self.hosts[host].popen(argv, **kwargs)
+
+    def cnp_band_packets(self):
+        """CNPs that went through the switch ports' CNP bands (0 without them)."""
+        if not self.cnp_band:
+            return 0
+        total = 0
+        with ns_sockets() as sock:
+            for sw, p in self._switch_ports():
+                ipr = sock(self.switch_netns(sw["name"]))
+                total += shaping.cnp_band_packets(ipr, ipr.link_lookup(ifname=p["intf"])[0])
+        return total
 
     def intf_counters(self):
         """{intf: (tx_bytes, rx_bytes, tx_packets)} for every switch interface."""

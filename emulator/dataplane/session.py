@@ -55,7 +55,7 @@ from emulator.fabric import addressing, spec, switch_agent
 from emulator.fabric import layout as layouts
 from emulator.fabric.lossless import PfcConfig
 from emulator.fabric.runspec import RunSpec
-from lab.modes import EcnAt, Failover, FlowControl
+from lab.modes import CC, EcnAt, Failover, FlowControl
 
 
 def require_root():
@@ -258,7 +258,8 @@ class Session:
                                  placement=placement,
                                  controller_unix=self.agent.unix if self.agent
                                  else self.controller and self.controller.unix,
-                                 flow_control=self.fabric.flow_control)
+                                 flow_control=self.fabric.flow_control,
+                                 cnp_band=self.spec.cc == CC.DCQCN)
         self.watch = ovs_instances.Watch(self.net.instances,
                                          interrupt=self._signals is not None)
         self.net.build()

@@ -252,6 +252,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
+    # CNPs the switch ports served ahead of the data (None: no CNP band, no DCQCN)
+    band = net.cnp_band_packets() if getattr(net, "cnp_band", False) else None
     routing = session.routing
     share = ugal_share(session) if Routing(routing).adaptive else \
         nonminimal_share(session) if routing != Routing.MINIMAL else 0.0
@@ -272,7 +274,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
             "completion": {"mean": mean, "min": lowest, "per_host": per_host},
             "utilisation": utilisation(topo, before, after, seconds),
             "nonminimal_share": share, "bounds": limits, "fair_share": fair,
-            "transport": transport(result), "wrong": result["job"]["wrong"],
+            "transport": dict(transport(result), cnp_band_frames=band),
+            "wrong": result["job"]["wrong"],
             "failed_qps": result["job"]["failed_qps"], "aborted": result["job"]["aborted"],
             "time_s": round(seconds, 3), "engine": result["engine"],
             "fidelity": job_fidelity(watch, result, (t0, t1))}
