@@ -29,7 +29,6 @@ import statistics
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
-from emulator.experiments.measure import goodput
 from emulator.experiments.repeat import Mode, each_mode
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.options import compare_defaults, rank_transport
@@ -38,6 +37,9 @@ from lab.modes import LB, Routing
 
 ROUTINGS = Routing.names()
 DEFAULT_QUEUE_MS = 200.0      # 100 KB at 4 Mbit/s: room for DCQCN's marks before drops
+# 3 MiB per host (756 frames of 4170 bytes): a flow alone on its link (a permutation's)
+# still has a steady window after the closed loop's warm-up of 600 frame times
+DEFAULT_SIZE = "3M"
 
 
 def add_arguments(p):
@@ -166,7 +168,7 @@ def main(spec, args, out=print):
     patterns.pairs_for(fabric, workload, 1)             # a fabric of groups, or exit 2
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
-    size = collective.parse_sizes(args.sizes or "1M")[0]
+    size = collective.parse_sizes(args.sizes or DEFAULT_SIZE)[0]
     base = make_results_dir(spec.results, "compare")
     run_yaml.write(base, spec, command=command_doc("compare routing", args))
     spec = spec.replace(results=base)
@@ -185,8 +187,9 @@ def main(spec, args, out=print):
                {"fabric": fabric.name, "workload": workload, "sizes": [size],
                 "queue_ms": spec.queue_ms, "cc": str(spec.cc), "rows": rows,
                 "medians": summary, "runs": runs})
+    warm = runs[0]["goodput"]["warmup_frames"]
     out(f"# {workload}, {size} bytes per host, on {fabric.name} ({rows[0]['regime']}); "
-        f"saturated goodput / injection after {goodput.WARMUP_FRAMES} frame times, "
+        f"saturated goodput / injection after a warm-up of {warm} frame times, "
         f"against the LP bounds of each mode's paths; results in {base}")
     out(table(rows))
     for m in summary:

@@ -3,13 +3,26 @@
 Model.  Every flow's sender queues its whole message at once; it is
 *backlogged* from its first new packet until its last new packet has left
 (``tx_first_ns`` .. ``tx_drained_ns``, the job engine's per-pair timeline,
-traffic.jobs).  The *window* opens ``warmup_frames`` frame times (a full frame
-at the injection rate) after the last sender started, once the queues had time
-to fill, and closes when the first sender has no new data left: inside it,
-every sender still has data queued, as a steady-state simulator's open-loop
-sources always do.  A window shorter than ``min_frames`` frame times, or none
-at all (a sender finished or died before it opened), gives no steady figure,
-and the reason is said.
+traffic.jobs).  The *window* opens a warm-up after the last sender started and
+closes when the first sender has no new data left: inside it, every sender
+still has data queued, as a steady-state simulator's open-loop sources always
+do.  The warm-up, in frame times (a full frame at the injection rate):
+
+* open loop (a lossless fabric without congestion control: the network's
+  credits pace the senders), ``WARMUP_FRAMES`` = 32: the queues fill within a
+  few frame times of a synchronized start;
+* closed loop (the transport's congestion control paces them),
+  ``CLOSED_LOOP_WARMUP_FRAMES`` = 600: a synchronized start overloads every
+  queue, DCQCN cuts the senders far below their share while the queues drain
+  (alpha is 1 at a QP's first CNP, so every cut halves), and climbs back in 25
+  of its rate-increase periods of 24 frame times (traffic.roce.dcqcn: 5 of
+  fast recovery, 20 of additive increase at line/40 to half the line rate).
+  Measured on the dragonfly, the goodput per second settles 3-5 s (360-600
+  frame times at 4 Mbit/s) after the start.
+
+A window shorter than ``min_frames`` frame times, or none at all (a sender
+finished or died before it opened), gives no steady figure, and the reason is
+said.
 
 Per flow, its goodput is the bytes its receiver accepted in order inside the
 window (``rx_timeline``: [arrival ns, bytes so far], whole frames as the
@@ -23,6 +36,7 @@ finish at different times (a flow alone at the end gets the whole link).
 """
 
 WARMUP_FRAMES = 32          # frame times after every sender started, before the window
+CLOSED_LOOP_WARMUP_FRAMES = 600     # ... when congestion control paces the senders
 MIN_WINDOW_FRAMES = 64      # the shortest window that gives a steady figure
 
 
@@ -84,5 +98,5 @@ def saturated(flows, frame_ns, warmup_frames=WARMUP_FRAMES, min_frames=MIN_WINDO
     return doc
 
 
-__all__ = ["WARMUP_FRAMES", "MIN_WINDOW_FRAMES", "frame_time_ns", "bytes_at", "window",
+__all__ = ["WARMUP_FRAMES", "CLOSED_LOOP_WARMUP_FRAMES", "MIN_WINDOW_FRAMES", "frame_time_ns", "bytes_at", "window",
            "saturated"]

@@ -109,13 +109,16 @@ def fractions(pairs, result, link_bps):
     return out
 
 
-def steady(pairs, result, rate_of, frame_bytes):
+def steady(pairs, result, rate_of, frame_bytes, open_loop):
     """The saturated goodput document (experiments.measure.goodput) of the pattern's
-    flows, from the job's per-pair timelines; ``rate_of``: host -> injection bps."""
+    flows, from the job's per-pair timelines; ``rate_of``: host -> injection bps;
+    ``open_loop``: the network paces the senders (the short warm-up), else their
+    congestion control (the long one)."""
     by_id = {c["id"]: c for c in result["collectives"]}
     flows = [dict(by_id.get(f"{s}>{d}", {}), rate_bps=rate_of[s]) for s, d in pairs]
     frame = goodput.frame_time_ns(frame_bytes, min(rate_of[s] for s, _ in pairs))
-    doc = goodput.saturated(flows, frame)
+    doc = goodput.saturated(flows, frame, goodput.WARMUP_FRAMES if open_loop
+                            else goodput.CLOSED_LOOP_WARMUP_FRAMES)
     if doc["per_flow"] is not None:
         doc["per_flow"] = dict(zip((s for s, _ in pairs), doc["per_flow"]))
     return doc
@@ -138,10 +141,15 @@ def transport(result):
             "dcqcn_cuts": sum(len(e.get("dcqcn_cuts", ())) for e in eps)}
 
 
+def open_loop(lossless, cc):
+    """The network's flow control alone paces the senders (no end-to-end control)."""
+    return lossless and cc == CC.NONE
+
+
 def regime(lossless, cc):
     """``lossless, open-loop`` (no end-to-end rate control: every sender backlogged,
     the network's credits decide) or ``... closed-loop (...)`` (the transport's)."""
-    if lossless and cc == CC.NONE:
+    if open_loop(lossless, cc):
         return "lossless, open-loop"
     return (f"{'lossless' if lossless else 'lossy'}, closed-loop "
             f"({'RC retransmission' if cc == CC.NONE else f'RC + {cc}'})")
@@ -270,7 +278,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     return {"pattern": pattern, "seed": seed if pattern == "permutation" else None,
             "size": size, "link_bps": link, "hosts": len(pairs),
             "regime": regime(lossless, cc),
-            "goodput": steady(pairs, result, rate_of, frame_len_for_mtu(doc["mtu"])),
+            "goodput": steady(pairs, result, rate_of, frame_len_for_mtu(doc["mtu"]),
+                              open_loop(lossless, cc)),
             "completion": {"mean": mean, "min": lowest, "per_host": per_host},
             "utilisation": utilisation(topo, before, after, seconds),
             "nonminimal_share": share, "bounds": limits, "fair_share": fair,
