@@ -14,7 +14,7 @@ import sys
 
 from emulator.dataplane import cleanup, session
 from emulator.dataplane.cluster import servers
-from emulator.dataplane.signals import Interrupted
+from emulator.dataplane.system.signals import Interrupted
 from emulator.errors import FabricError, RunFailed
 from emulator.experiments import calibrate, commands
 from emulator.experiments.spec.build import given_options

@@ -4,8 +4,10 @@
 namespaces, veths, shapers and bridges (``net``, ``shaping``, ``datapath``),
 reachability (``reach``), and their undo in ``finally`` (``runstate``,
 ``cleanup``).  ``faults`` injects failures; ``counters`` reads every drop
-counter and CPU clock a fidelity verdict needs; ``logs`` and ``proc`` are
-the checked subprocess and log plumbing.
+counter and CPU clock a fidelity verdict needs; ``logs`` reads what went
+wrong.  ``system`` is the one way into Linux and Open vSwitch: child
+processes, netlink, tc, ovs-vsctl/ofctl/appctl, nft, and the signals around
+them; no other module starts a process or opens a netlink socket itself.
 
 May import: ``emulator.errors``, ``emulator.fabric``, the ``traffic``
 package (sockets inside namespaces).  Never ``experiments`` or ``report``.

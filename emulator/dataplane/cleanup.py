@@ -15,15 +15,16 @@ import shutil
 import signal
 import time
 
-from emulator.dataplane import proc, runstate
+from emulator.dataplane import runstate
 from emulator.dataplane.links.ifaces import delete_interfaces
 from emulator.dataplane.ovs.instances import pidfile_daemons
+from emulator.dataplane.system import netlink, nft, ovs
 from emulator.errors import RunFailed
 
 
 def our_bridges():
     """{bridge: tag} for OVS bridges named like this project's."""
-    text = proc.ovs_vsctl("list-br", timeout=20)
+    text = ovs.vsctl("list-br", timeout=20)
     out = {}
     for br in text.split():
         tag = runstate.tag_of_name(br)
@@ -33,9 +34,8 @@ def our_bridges():
 
 
 def our_interfaces():
-    from pyroute2 import IPRoute
-    with IPRoute() as ipr:
-        names = [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()]
+    with netlink.Netlink() as nl:
+        names = [name for name, _, _ in nl.interfaces()]
     return {n: runstate.tag_of_name(n) for n in names if runstate.tag_of_name(n)}
 
 
@@ -44,10 +44,10 @@ NFT_TABLE_RE = re.compile(r"^table netdev (fl([0-9a-f]{4})(?:loss|impair|ecn))$"
 
 def our_nft_tables():
     """{table: tag} for nftables netdev tables named like this project's (random loss)."""
-    if shutil.which("nft") is None:
+    if not nft.available():
         return {}
     out = {}
-    for line in proc.run(["nft", "list", "tables", "netdev"], timeout=20).splitlines():
+    for line in nft.tables("netdev", timeout=20):
         m = NFT_TABLE_RE.match(line.strip())
         if m:
             out[m.group(1)] = m.group(2)
@@ -58,8 +58,6 @@ def journaled_devices(tag, errors):
     """Remove the interfaces without the run's name that dead run ``tag`` journaled as
     its own (a server's ``ovs-netdev``, which its instance's daemon made in that
     namespace: ``dataplane.cluster.worker``); returns those removed."""
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
     names = set()
     for directory in runstate.state_dirs(tag):
         try:
@@ -72,15 +70,12 @@ def journaled_devices(tag, errors):
         except (OSError, ValueError):
             continue
     gone = []
-    with IPRoute() as ipr:
-        for name in sorted(names):
-            idx = ipr.link_lookup(ifname=name)
-            if idx:
-                try:
-                    ipr.link("del", index=idx[0])
-                    gone.append(name)
-                except NetlinkError as e:
-                    errors.append(f"removing {name}: {e}")
+    for name in sorted(names):
+        try:
+            if netlink.delete_link(name):
+                gone.append(name)
+        except netlink.NetlinkError as e:
+            errors.append(f"removing {name}: {e}")
     return gone
 
 
@@ -133,7 +128,7 @@ def clean(force=False, log=print):
             for br in dead_bridges:
                 args += ["--", "--if-exists", "del-br", br]
             try:
-                proc.ovs_vsctl(*args[1:], timeout=120)
+                ovs.vsctl(*args[1:], timeout=120)
                 summary["bridges"] += dead_bridges
             except RunFailed as e:
                 summary["errors"].append(str(e))
@@ -149,7 +144,7 @@ def clean(force=False, log=print):
         summary["interfaces"] += journaled_devices(tag, summary["errors"])
         for table in sorted(t for t, owner in tables.items() if owner == tag):
             try:
-                proc.run(["nft", "delete", "table", "netdev", table], timeout=20)
+                nft.delete_table(None, table, timeout=20)
             except RunFailed as e:
                 summary["errors"].append(str(e))
         for directory in runstate.state_dirs(tag):

@@ -5,11 +5,11 @@ result.  Used by the traffic mix (``experiments.workloads.mix``) and by a server
 import json
 import os
 import select
-import subprocess
 import sys
 import time
 
 from emulator.dataplane.ovs.controller_proc import REPO
+from emulator.dataplane.system.proc import PIPE, Child, TimedOut
 from emulator.errors import RunFailed
 
 
@@ -29,9 +29,9 @@ class EngineProcess:
 
     def start(self, timeout=60):
         self._err = open(self.err_path, "w")
-        self.proc = subprocess.Popen(
+        self.proc = Child.start(
             [sys.executable, "-m", "traffic", "engine", "--plan", self.plan_path,
-             "--out", self.out], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+             "--out", self.out], "traffic engine", cwd=REPO, stdin=PIPE, stdout=PIPE,
             stderr=self._err, env=self.env, text=True)
         if self.next_line(timeout, "'ready'") != "ready":
             self.kill()
@@ -80,9 +80,9 @@ class EngineProcess:
         timeout = timeout or self.duration + 60
         try:
             self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except TimedOut:
             self.kill()
-            raise RunFailed(f"traffic engine did not finish within {timeout:.0f}s")
+            raise RunFailed(f"traffic engine did not finish within {timeout:.0f}s") from None
         finally:
             self._err.close()
         if self.proc.returncode != 0:
@@ -92,9 +92,8 @@ class EngineProcess:
             return json.load(f)
 
     def kill(self):
-        if self.proc and self.proc.poll() is None:
+        if self.proc:
             self.proc.kill()
-            self.proc.wait(timeout=10)
 
     def _stderr_tail(self):
         try:

@@ -4,7 +4,7 @@ Model.  A *link* is named by its two nodes, ``leaf1-spine1`` or
 ``leaf1:spine1`` (the first link between them in the plan).  Its *ends* are interfaces: a switch end is the bridge port's
 veth in the root namespace (``fl<tag>l1-e3``), a host end the host's ``eth0``
 in its namespace (reached as ``/proc/<pid>/ns/net``).  Every change is a
-netlink verb (pyroute2), never ``ip``:
+netlink verb (``system.netlink``), never ``ip``:
 
 * link down/up on side ``a``, ``b`` or ``both``.  Setting one veth end down
   takes the carrier of the other away too, so both switches see the link go;
@@ -26,26 +26,24 @@ netlink verb (pyroute2), never ``ip``:
 
 Every event is logged with CLOCK_MONOTONIC nanoseconds (``t_ns`` before the
 change, ``t_done_ns`` after), the clock the traffic engine stamps packets
-with, into ``self.events`` and one JSON line each in ``faults.jsonl``.
+with, into ``self.events`` and one JSON line each in ``faults.jsonl``.  A
+change and its line are made with Ctrl-C held (``signals_masked``): a change
+made is a change logged, so the log is the injector's own record of what it
+did (a chaos soak checks its report against it).
 """
 
 import json
 import os
-import shutil
-import signal
 import time
 
-from pyroute2 import IPRoute
-
-from emulator.dataplane import proc
-from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.nftrules import corrupt_rule, loss_rule
 from emulator.dataplane.runstate import tag_of_name
-from emulator.dataplane.signals import signals_masked
+from emulator.dataplane.system import nft
+from emulator.dataplane.system.netlink import Netlink
+from emulator.dataplane.system.signals import signals_masked
 from emulator.errors import ConfigError, RunFailed
 from emulator.fabric.analysis.survival import surviving_pairs  # noqa: F401 (re-exported)
 from emulator.fabric.lossless import storm_end
-from traffic.nic.netns import entered
 
 
 def nic_of(topo):
@@ -132,7 +130,7 @@ class Injector:
         self.clock = clock
         self.log_path = log_path or os.path.join(session.dir, "faults.jsonl")
         self.events = []
-        self._ipr = {}                 # netns path or None -> IPRoute
+        self._ipr = {}                 # netns path or None -> its Netlink
         self._nft_table = None
         self._ifindex = {}
         self.detector = None
@@ -145,8 +143,7 @@ class Injector:
         """A netlink socket made inside ``netns`` (a thread enters it: no helper
         process, whose every call a cut would wait on)."""
         if netns not in self._ipr:
-            with entered(netns):
-                self._ipr[netns] = IPRoute()
+            self._ipr[netns] = Netlink(netns)
         return self._ipr[netns]
 
     def close(self):
@@ -210,7 +207,7 @@ class Injector:
         on several servers the ends themselves (their servers look them up)."""
         if self._remote():
             return [("remote", end) for end in ends]
-        with signals_masked():      # pyroute2's event loop would swallow a Ctrl-C
+        with signals_masked():      # the netlink event loop would swallow a Ctrl-C
             return [(self._ipr_for(netns), self._index(netns, ifname)) for netns, ifname in ends]
 
     def _set(self, targets, state):
@@ -221,7 +218,7 @@ class Injector:
             return self.clock()
         t_first = None
         with signals_masked():      # a Ctrl-C lands once every end is set, not inside
-            for ipr, index in targets:      # pyroute2's event loop (which swallows it)
+            for ipr, index in targets:      # the netlink event loop (which swallows it)
                 ipr.link("set", index=index, state=state)
                 if t_first is None:
                     t_first = self.clock()
@@ -277,11 +274,13 @@ class Injector:
     def link_down(self, link, side="both"):
         ends, kept = self._cut_ends(link, side)
         targets = self._resolved(ends)
-        t = self.clock()
-        t_cut, signal, first = self._cut(targets, self.switch_ports(link))
-        if kept:
-            signal["kept_up"] = [ifname for _, ifname in kept]
-        return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut, **signal)
+        with signals_masked():          # a change made is a change logged, Ctrl-C or not
+            t = self.clock()
+            t_cut, signal, first = self._cut(targets, self.switch_ports(link))
+            if kept:
+                signal["kept_up"] = [ifname for _, ifname in kept]
+            return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut,
+                             **signal)
 
     def _requeue(self, ports):
         """The ECN marker counts the queues of switch ``ports`` afresh (ecnq.reset)."""
@@ -293,14 +292,15 @@ class Injector:
     def link_up(self, link, side="both"):
         t = self.clock()
         ends = self.ends(link, side)
-        self._set(self._resolved(ends), "up")
-        self._requeue(self.switch_ports(link))
-        for netns, ifname in ends:
-            if netns and netns.startswith("/proc/") and tag_of_name(ifname) is None:
-                # a host's end (on this machine)
-                self._restore_routes(netns, ifname)
-        return self._log("link_up", link, t, side=side,
-                         **self._signal(self.switch_ports(link), False, t))
+        with signals_masked():
+            self._set(self._resolved(ends), "up")
+            self._requeue(self.switch_ports(link))
+            for netns, ifname in ends:
+                if netns and netns.startswith("/proc/") and tag_of_name(ifname) is None:
+                    # a host's end (on this machine)
+                    self._restore_routes(netns, ifname)
+            return self._log("link_up", link, t, side=side,
+                             **self._signal(self.switch_ports(link), False, t))
 
     def _restore_routes(self, netns, ifname):
         """Put back the host routes through ``ifname`` that setting it down removed.
@@ -339,27 +339,29 @@ class Injector:
 
     def switch_crash(self, name):
         targets = self._resolved(self._switch_intfs(name))
-        t = self.clock()
-        t_cut, signal, first = self._cut(targets, self._neighbour_ports(name))
-        return self._log("switch_crash", name, first or t, t_cut_ns=t_cut, **signal)
+        with signals_masked():
+            t = self.clock()
+            t_cut, signal, first = self._cut(targets, self._neighbour_ports(name))
+            return self._log("switch_crash", name, first or t, t_cut_ns=t_cut, **signal)
 
     def switch_recover(self, name):
         t = self.clock()
-        self._set(self._resolved(self._switch_intfs(name)), "up")
-        self._requeue(self._neighbour_ports(name) +
-                      [(name, p["port"]) for sw in self.s.topo["switches"]
-                       if sw["name"] == name for p in sw["ports"]])
-        return self._log("switch_recover", name, t,
-                         **self._signal(self._neighbour_ports(name), False, t))
+        with signals_masked():
+            self._set(self._resolved(self._switch_intfs(name)), "up")
+            self._requeue(self._neighbour_ports(name) +
+                          [(name, p["port"]) for sw in self.s.topo["switches"]
+                           if sw["name"] == name for p in sw["ports"]])
+            return self._log("switch_recover", name, t,
+                             **self._signal(self._neighbour_ports(name), False, t))
 
     def controller_kill(self):
         ctl = self.s.controller
         if ctl is None or not ctl.alive():
             raise RunFailed("no running controller of this session to kill")
-        t = self.clock()
-        ctl.proc.send_signal(signal.SIGKILL)
-        ctl.proc.wait(timeout=10)
-        return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            ctl.proc.kill()
+            return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
 
     def controller_restart(self, timeout=30):
         ctl = self.s.controller
@@ -394,43 +396,45 @@ class Injector:
                                       "with --servers")
         if not 0 < percent <= 100:
             raise ConfigError("fault", f"loss {percent}% is not in (0, 100]")
-        if shutil.which("nft") is None:
+        if not nft.available():
             raise RunFailed("random loss needs nftables (nft) or netem; neither is here")
         ends = self.ends(link, side)
         if any(tag_of_name(ifname) is None for _, ifname in ends):
             raise ConfigError("fault", "loss is injected on switch ends only")
-        t = self.clock()
-        if not keep:
-            self.loss_stop()
-        for netns, ifname in ends:
-            self._losses[(netns or "", ifname)] = (corrupt_rule if corrupt else loss_rule)(percent)
-        table = f"fl{self.s.state.tag}{self.nft_name}"
-        self._nft_table = table
-        # one table per namespace (a datapath instance has its own), each replaced
-        # whole in one transaction, never half-written
-        for netns in sorted({ns for ns, _ in self._losses}):
-            lines = [f"table netdev {table}", f"delete table netdev {table}",
-                     f"table netdev {table} {{"]
-            for i, ((ns, ifname), rule) in enumerate(sorted(self._losses.items())):
-                if ns != netns:
-                    continue
-                lines += [f"  chain c{i} {{",
-                          f"    type filter hook egress device \"{ifname}\" priority 0;",
-                          f"    {rule}",
-                          "  }"]
-            lines.append("}")
-            proc.run(in_netns(netns, ["nft", "-f", "-"]), input="\n".join(lines) + "\n",
-                     timeout=10)
-        return self._log("corrupt_start" if corrupt else "loss_start", link, t,
-                         percent=percent, side=side)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            if not keep:
+                self.loss_stop()
+            rule = (corrupt_rule if corrupt else loss_rule)(percent)
+            for netns, ifname in ends:
+                self._losses[(netns or "", ifname)] = rule
+            table = f"fl{self.s.state.tag}{self.nft_name}"
+            self._nft_table = table
+            # one table per namespace (a datapath instance has its own), each replaced
+            # whole in one transaction, never half-written
+            for netns in sorted({ns for ns, _ in self._losses}):
+                lines = [f"table netdev {table}", f"delete table netdev {table}",
+                         f"table netdev {table} {{"]
+                for i, ((ns, ifname), rule) in enumerate(sorted(self._losses.items())):
+                    if ns != netns:
+                        continue
+                    lines += [f"  chain c{i} {{",
+                              f"    type filter hook egress device \"{ifname}\" priority 0;",
+                              f"    {rule}",
+                              "  }"]
+                lines.append("}")
+                nft.apply(netns, "\n".join(lines) + "\n", timeout=10)
+            return self._log("corrupt_start" if corrupt else "loss_start", link, t,
+                             percent=percent, side=side)
 
     def loss_stop(self):
         if self._nft_table is None:
             return None
-        t = self.clock()
-        table, self._nft_table = self._nft_table, None
-        spaces = sorted({ns for ns, _ in self._losses})
-        self._losses.clear()
-        for netns in spaces:
-            proc.run(in_netns(netns, ["nft", "delete", "table", "netdev", table]), timeout=10)
-        return self._log("loss_stop", table, t)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            table, self._nft_table = self._nft_table, None
+            spaces = sorted({ns for ns, _ in self._losses})
+            self._losses.clear()
+            for netns in spaces:
+                nft.delete_table(netns, table, timeout=10)
+            return self._log("loss_stop", table, t)

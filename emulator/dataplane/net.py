@@ -9,7 +9,7 @@ Model -> Linux:
     ONE ovs-vsctl transaction: the machine's own (layout ``shared``) or the
     run's datapath instances (``instances``, ``fabric.layout``), each in its
     own network namespace with its switches' veth ends;
-  * a link is a veth pair made over netlink (pyroute2), the host end created
+  * a link is a veth pair made over netlink (``system.netlink``), the host end created
     directly inside the host's namespace; both ends get a TBF shaper at the
     link rate (``shaping``): host ends when the host is configured, switch
     ends once their bridge exists (OVS replaces a port's qdisc when adding it).
@@ -24,16 +24,12 @@ from contextlib import contextmanager
 
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
-from emulator.dataplane import proc
 from emulator.dataplane.links import hb, shaping
 from emulator.dataplane.links.detect import Detector
 from emulator.dataplane.links.ifaces import (
     delete_interfaces,
     link_group,
-    ns_sockets,
     quiet_ipv6,
     terminate_nodes,
     tx_checksum_off,
@@ -43,6 +39,8 @@ from emulator.dataplane.lossless import pfc
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
 from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane.runstate import child_env
+from emulator.dataplane.system import proc
+from emulator.dataplane.system.netlink import Netlink, NetlinkError, netns_of, ns_sockets
 from emulator.errors import RunFailed
 from lab.modes import FlowControl
 from traffic.nic.netns import entered
@@ -223,7 +221,7 @@ class FabricNet:
         intf_of = {(sw["name"], p["port"]): p["intf"] for sw, p in self._switch_ports()}
         host_port = {(h["name"], p["port"]): p for h in self.topo["hosts"] for p in h["ports"]}
         group = link_group(self.state.tag)     # teardown deletes them all in one request
-        with IPRoute() as ipr, ns_sockets() as sock:
+        with Netlink() as ipr, ns_sockets() as sock:
             for link in self.topo["links"]:
                 ends = [link["a"].split(":"), link["b"].split(":")]
                 # Put the host end (if any) second: it is created in the host's netns.
@@ -364,7 +362,7 @@ class FabricNet:
         for h in self.topo["hosts"]:
             host = self.hosts[h["name"]]
             try:
-                with entered(f"/proc/{host.pid}/ns/net"), IPRoute() as ipr:
+                with entered(netns_of(host.pid)), Netlink() as ipr:
                     # no IPv6 in the host: its solicitations would only hit table-miss
                     for conf in ("all", "default"):
                         write_sysctl(f"net/ipv6/conf/{conf}/disable_ipv6", "1")
@@ -406,7 +404,9 @@ class FabricNet:
                         timeout=timeout, check=check)
 
     def popen_in(self, host, argv, **kwargs):
-        return self.hosts[host].popen(argv, **kwargs)
+        """``argv`` started in ``host``'s namespace (Mininet's ``popen``: stdout and
+        stderr piped unless given), as a ``system.proc.Child``."""
+        return proc.Child(self.hosts[host].popen(argv, **kwargs), f"{argv[0]} in {host}")
 
     def cnp_band_packets(self):
         """CNPs that went through the switch ports' CNP bands (0 without them)."""

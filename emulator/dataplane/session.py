@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -49,7 +48,8 @@ from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     wait_until,
 )
 from emulator.dataplane.runstate import RunState, child_env, processes_of
-from emulator.dataplane.signals import Interrupted, signals_as_exceptions, signals_masked
+from emulator.dataplane.system import ovs as ovs_tools
+from emulator.dataplane.system.signals import Interrupted, signals_as_exceptions, signals_masked
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from emulator.fabric import addressing, spec, switch_agent
 from emulator.fabric import layout as layouts
@@ -77,9 +77,7 @@ def check_dependencies():
     except ImportError:
         raise EnvironmentProblem("Python cannot import mininet: run with the project's venv "
                                  "(.venv/bin/python, made by ./setup.sh)")
-    probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
-                           timeout=10)
-    if probe.returncode != 0:
+    if not ovs_tools.reachable(timeout=10):
         raise EnvironmentProblem("Open vSwitch is not running (ovs-vsctl cannot reach "
                                  "ovsdb-server): run sudo ./setup.sh, which starts it")
 
@@ -100,6 +98,9 @@ def write_json(path, data):
 # (run tag, problems in its logs) of every Session closed in this process:
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
+# Results directories made by Sessions of this process, in order: a command writes
+# a page into each it left without one (experiments.ui.live.around).
+MADE = []
 
 
 # Session's keyword form (docs/controller-apps.md: a user's own tests) -> RunSpec fields
@@ -228,6 +229,7 @@ class Session:
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
+        MADE.append(self.dir)
         self.state.record("results", self.dir)
         self.topology_path = os.path.join(self.dir, "topology.json")
         self.topo["modes"] = self.modes()       # the controller's configuration
@@ -240,6 +242,7 @@ class Session:
             "datapath": {"type": dp_type, "reason": dp_reason},
             "mtu": {"roce": self.mtu, "interfaces": None},
             "command": sys.argv, "python": sys.version.split()[0],
+            "versions": {"openvswitch": ovs_tools.version()},   # the report adds the rest
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")

@@ -32,11 +32,11 @@ import json
 import os
 import time
 
-from emulator.dataplane import proc
 from emulator.dataplane.observe.counters import busy_share, machine_cpu
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import datapath as dp
 from emulator.dataplane.session import Session
+from emulator.dataplane.system import proc
 from emulator.experiments.measure import budget
 from emulator.experiments.measure.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of

@@ -23,15 +23,15 @@ and exits 1 if any failed).  Everything is measured on the real fabric:
 import json
 import os
 import select
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
 from emulator.dataplane.faults import nic_of
-from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.dataplane.observe.reach import ping_round
 from emulator.dataplane.session import REPO, Session, write_json
+from emulator.dataplane.system.netlink import ns_sockets
+from emulator.dataplane.system.proc import PIPE, Child, TimedOut, attempt
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec.fabric import add_fabric_args
@@ -126,20 +126,20 @@ def send_udp(session, src, dst, sports, packets, dport=ROCE_PORT, timeout=30):
     topo = session.topo
     src_ip, dst_ip = _host(topo, src)["ip"], _host(topo, dst)["ip"]
     want = packets * len(sports)
-    sink = subprocess.Popen(_in_ns(session, dst, SINK, dport, want, 1.0),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sink = Child.start(_in_ns(session, dst, SINK, dport, want, 1.0), f"UDP sink in {dst}",
+                       stdout=PIPE, stderr=PIPE, text=True)
     try:
         if not select.select([sink.stdout], [], [], 30)[0] or \
                 sink.stdout.readline().strip() != "ready":      # the sink is bound
             raise RunFailed(f"UDP sink in {dst} did not start: {sink.stderr.read().strip()}")
         before = session.net.intf_counters()
-        subprocess.run(_in_ns(session, src, SENDER, src_ip, dst_ip, dport, packets, *sports),
-                       check=True, capture_output=True, timeout=timeout)
+        r = attempt(_in_ns(session, src, SENDER, src_ip, dst_ip, dport, packets, *sports),
+                    timeout=timeout)
+        if r.returncode != 0:
+            raise RunFailed(f"UDP sender in {src} exited {r.returncode}: {r.stderr.strip()}")
         out, err = sink.communicate(timeout=timeout)
         after = session.net.intf_counters()
-    except subprocess.CalledProcessError as e:
-        raise RunFailed(f"UDP sender in {src} exited {e.returncode}: {e.stderr.strip()}")
-    except subprocess.TimeoutExpired:
+    except TimedOut:
         raise RunFailed(f"UDP probe {src}->{dst} did not finish in {timeout}s")
     finally:
         if sink.poll() is None:
@@ -253,7 +253,7 @@ def choose_probe(session, ends, qps, packets=40):
 def _finish(p, timeout, what):
     try:
         out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except TimedOut:
         p.kill()
         p.communicate(timeout=10)
         raise RunFailed(f"{what} did not finish within {timeout:.0f}s")

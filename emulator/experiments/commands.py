@@ -28,6 +28,7 @@ from emulator.errors import FabricError
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
 from emulator.experiments.ui import live
+from emulator.fabric import switch_agent
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,12 @@ def resolve(args):
 
 def execute(args, out=print):
     """Run the fabric command ``args`` ask for; its exit status."""
+    if getattr(args, "switch_agent", None) == switch_agent.LIST:
+        out(switch_agent.listing())          # --switch-agent list: the profiles, nothing built
+        return 0
     cmd = resolve(args)
+    if getattr(args, "ui", False):
+        live.check_command(cmd.name)          # before anything is read further
     mod = module(cmd)
     if hasattr(mod, "prepare"):
         mod.prepare(args)

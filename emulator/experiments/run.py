@@ -9,7 +9,7 @@ fabric is built; the workload is the default mix (``mix``) or a collective
 import os
 
 from emulator.dataplane.session import Session, check_dependencies, require_root, write_json
-from emulator.dataplane.signals import signals_as_exceptions
+from emulator.dataplane.system.signals import signals_as_exceptions
 from emulator.errors import ConfigError
 from emulator.experiments import calibrate
 from emulator.experiments.cli import FabricCLI

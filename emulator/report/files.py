@@ -4,8 +4,9 @@ Model.  ``write(session)`` is called once at the end of a run, before
 ``results.json`` is written; it adds to ``session.results``
 
 * ``command``: the exact command line (``shlex``-quoted, the interpreter first)
-  and ``versions``: python, Open vSwitch (``ovs-vsctl --version``), os-ken,
-  scapy, Mininet and the kernel;
+  and ``versions``: python, Open vSwitch (as the session recorded it in
+  ``versions``, from ``ovs-vsctl --version``), os-ken, scapy, Mininet and the
+  kernel;
 
 and writes into the run's results directory
 
@@ -24,7 +25,6 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from importlib import metadata
 
@@ -34,16 +34,11 @@ from emulator.report.training import training_lines
 TIER_ROW = {"host": 0, "nic": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
 
 
-def versions():
-    """Versions of everything a result depends on (``None`` where unknown)."""
-    out = {"python": platform.python_version(), "kernel": platform.release()}
-    try:
-        p = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True,
-                           timeout=10)
-        out["openvswitch"] = p.stdout.splitlines()[0].split()[-1] if p.returncode == 0 \
-            else None
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        out["openvswitch"] = None
+def versions(recorded=None):
+    """Versions of everything a result depends on (``None`` where unknown);
+    ``recorded``: what the run recorded (``results["versions"]``: Open vSwitch's)."""
+    out = {"python": platform.python_version(), "kernel": platform.release(),
+           "openvswitch": (recorded or {}).get("openvswitch")}
     for dist in ("os-ken", "scapy", "mininet", "networkx", "matplotlib"):
         try:
             out[dist] = metadata.version(dist)
@@ -59,8 +54,10 @@ def command_line(argv=None):
     return shlex.join(head + list(argv[1:]))
 
 
-def _pyplot():
-    import matplotlib
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a picture is drawn (not
+    at start: importing it writes a config directory, which a run need not have)."""
+    import matplotlib  # optional: only pictures need it
     matplotlib.use("Agg")              # no display on a lab machine or in CI
     import matplotlib.pyplot as plt
     return plt
@@ -121,7 +118,7 @@ def layout(topo):
 
 def fabric_png(topo, path):
     import networkx as nx
-    plt = _pyplot()
+    plt = pyplot()
     g = nx.Graph()
     g.add_nodes_from(h["name"] for h in topo["hosts"])
     g.add_nodes_from(sw["name"] for sw in topo["switches"])
@@ -149,7 +146,7 @@ def fabric_png(topo, path):
 
 
 def uplinks_png(traffic, path):
-    plt = _pyplot()
+    plt = pyplot()
     leaves = traffic["uplinks"]
     fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(leaves)), 3.5))
     n = max(len(leaf["loads"]) for leaf in leaves)
@@ -169,7 +166,7 @@ def uplinks_png(traffic, path):
 
 
 def busbw_png(coll, path):
-    plt = _pyplot()
+    plt = pyplot()
     rows = coll["rows"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["size"] for r in rows], [r["busbw_Mbps"] for r in rows], marker="o")
@@ -261,7 +258,7 @@ def write(session):
     """Add command/versions to ``session.results``; write pictures and report.md."""
     r, topo, d = session.results, session.topo, session.dir
     r["command_line"] = command_line()
-    r["versions"] = versions()
+    r["versions"] = versions(r.get("versions"))
     pictures, errors = [], []
     jobs = [("fabric.png", lambda p: fabric_png(topo, p))]
     if r.get("traffic") and r["traffic"].get("uplinks"):

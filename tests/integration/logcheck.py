@@ -11,9 +11,8 @@ a test injected on purpose; they are allowed explicitly, by pattern, below.
 
 import os
 
-from emulator.dataplane.session import controller_problems
-
 from emulator.dataplane.observe.logs import OVS_LOG, ovs_log_offset, ovs_problems  # noqa: F401
+from emulator.dataplane.session import controller_problems
 
 
 def problems(session, offset, allow=()):

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from emulator.experiments.measure import convergence
-from emulator.experiments import check
-from emulator.fabric import presets
 from emulator.dataplane.session import Session
+from emulator.experiments import check
+from emulator.experiments.measure import convergence
+from emulator.fabric import presets
 from tests.conftest import REPO, unless_stolen, verdict_of
 from tests.integration import logcheck
 

@@ -13,8 +13,8 @@ mode's mean and slowest flow stay within 3 % of their bounds.
 
 import pytest
 
-from emulator.dataplane.session import Session
 from emulator.dataplane.lossless.ecn import default_ecn
+from emulator.dataplane.session import Session
 from emulator.experiments.workloads import collective, patterns
 from emulator.fabric import presets
 

@@ -19,8 +19,8 @@ import argparse
 
 import pytest
 
-from emulator.experiments.compare import planes
-from emulator.experiments.compare import planes_stats
+from emulator.experiments.compare import planes, planes_stats
+from emulator.experiments.measure import stats
 from emulator.fabric.runspec import RunSpec
 
 SEED = 101         # the compare --planes default; the bonds hash with 1..4
@@ -55,7 +55,7 @@ def test_single_plane_polarizes_spine_downlinks(runs):
     r = runs["single-plane"]
     down = {k: v["bytes"] for k, v in r["per_link"].items() if v["tier"] == "spine_tor"}
     mean = sum(down.values()) / len(down)
-    idle = {k for k, b in down.items() if b < planes_stats.IDLE_FRACTION * mean}
+    idle = {k for k, b in down.items() if b < stats.IDLE_FRACTION * mean}
     assert len(down) == 16
     assert idle == {"spine1->leaf2", "spine1->leaf4", "spine2->leaf1", "spine2->leaf3"}
     assert r["links"]["spine_tor"]["idle"] == 4

@@ -16,8 +16,8 @@ import pytest
 from emulator.dataplane.session import Session
 from emulator.experiments.measure.uplinks import ring_indices
 from emulator.fabric import presets
-from traffic.roce.frames import udp_sport
 from traffic.ranks.config import qpn
+from traffic.roce.frames import udp_sport
 
 JOBS = 40
 

@@ -19,14 +19,21 @@ from contextlib import contextmanager
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
+from traffic_fixtures import ECN_FRAME as FRAME
+from traffic_fixtures import ECN_RATE as RATE
+from traffic_fixtures import (
+    checksum_ok,
+    ecn_burst,
+    lab,  # noqa: F401  (a fixture)
+    run,
+    send_ect_frames,
+    shaped_veth,
+    wait_until,
+)
 
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless import ecn, ecnq
 from traffic.roce.frames import PSN_OFF, icrc
-from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE
-from traffic_fixtures import (checksum_ok, ecn_burst, run, send_ect_frames, shaped_veth,
-                              wait_until)
-from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
 K = 30000
 LEN = 3042                    # test frames (BPF_PROG_TEST_RUN takes up to ~3.5 kB)

@@ -11,10 +11,16 @@ LAYOUT_INDEPENDENT = True
 
 import struct
 
+from traffic_fixtures import ECN_FRAME as FRAME
+from traffic_fixtures import ECN_RATE as RATE
+from traffic_fixtures import (
+    checksum_ok,
+    ecn_burst,
+    lab,  # noqa: F401  (a fixture)
+)
+
 from emulator.dataplane.lossless import ecn
 from traffic.roce.frames import PSN_OFF, icrc
-from traffic_fixtures import ECN_FRAME as FRAME, ECN_RATE as RATE, checksum_ok, ecn_burst
-from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
 K = 30000
 

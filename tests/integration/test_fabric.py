@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 
-from emulator.fabric import presets
-from emulator.dataplane import proc
 from emulator.dataplane import runstate
 from emulator.dataplane.session import Session
+from emulator.dataplane.system import ovs as ovs_tools
+from emulator.fabric import presets
 from tests.conftest import REPO, emulator, unless_stolen, verdict_of
 
 
@@ -137,12 +137,12 @@ def test_malformed_file_exits_2_and_creates_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntopology:\n  nodes: {h1: {kind: host}, leaf1: {kind: leaf}}\n"
                    "  links: [{endpoints: ['h1:eth0', 'leaf9:eth1'], rate: 10Mbps}]\n")
-    before_br = proc.ovs_vsctl("list-br")
+    before_br = ovs_tools.vsctl("list-br")
     before = leftovers()
     p = emulator("run", "-f", str(bad), "--results", str(tmp_path / "res"))
     assert p.returncode == 2
     assert "topology.links[0].endpoints[1]: unknown node 'leaf9'" in p.stderr
-    assert proc.ovs_vsctl("list-br") == before_br
+    assert ovs_tools.vsctl("list-br") == before_br
     assert leftovers() == before
     assert not (tmp_path / "res").exists()
 
@@ -188,8 +188,8 @@ def test_default_mix_loses_nothing_and_loads_every_leaf_uplink(fabric):
 def test_remote_controller_the_user_runs(tmp_path):
     """--controller remote:HOST:PORT: the user's controller (here ours, started by
     hand from `emulator show --json`) drives a fabric the emulator builds."""
-    from emulator.fabric import addressing
     from emulator.dataplane.session import free_port, listening, wait_until
+    from emulator.fabric import addressing
     f = presets.build("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"})
     topo_path = tmp_path / "topology.json"
     topo_path.write_text(json.dumps(addressing.plan(f)))

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from emulator.fabric import presets
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.session import Session
+from emulator.fabric import presets
 
 CASES = [
     ("three-tier", {}, "leaf1-spine1"),

@@ -13,16 +13,15 @@ import time
 
 import pytest
 
-from emulator.experiments.measure import paths as traced
-from emulator.experiments.measure import convergence
-from emulator.experiments.drill import drill
-from emulator.experiments.measure import fidelity
-from emulator.fabric import presets
-from emulator.experiments.spec import scenario
-from emulator.experiments.drill import traffic as drill_traffic
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.observe.reach import wait_all_pairs
 from emulator.dataplane.session import Session
+from emulator.experiments.drill import drill
+from emulator.experiments.drill import traffic as drill_traffic
+from emulator.experiments.measure import convergence, fidelity
+from emulator.experiments.measure import paths as traced
+from emulator.experiments.spec import scenario
+from emulator.fabric import presets
 from tests.conftest import only_shortfall, unless_stolen, verdict_of
 from tests.integration.test_survival import converged_on
 

@@ -14,15 +14,15 @@ import subprocess
 import time
 
 import pytest
+from test_fabric import NOTHING, leftovers
 
-from emulator.dataplane import cleanup, proc, runstate
+from emulator.dataplane import cleanup, runstate
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs.instances import Instance, stop_all
 from emulator.dataplane.session import Session
+from emulator.dataplane.system import ovs
 from emulator.errors import RunFailed
 from emulator.fabric import presets
-
-from test_fabric import NOTHING, leftovers
 from tests.conftest import emulator
 
 
@@ -44,7 +44,7 @@ def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
                       "ovs1": ["leaf3", "leaf4", "spine3", "spine4"]}}
     # nothing of the run in the machine's own Open vSwitch or root namespace
     tag = two.state.tag
-    assert not [b for b in proc.ovs_vsctl("list-br").split() if tag in b]
+    assert not [b for b in ovs.vsctl("list-br").split() if tag in b]
     assert not [i for i, t in cleanup.our_interfaces().items() if t == tag]
     for inst in two.net.instances:
         assert sorted(inst.vsctl("list-br").split()) == sorted(
@@ -128,7 +128,7 @@ def test_clean_stops_only_this_projects_instances(tmp_path):
 
 
 def test_sigkill_then_clean_removes_the_instances(tmp_path):
-    from test_interrupts import start_run, wait_for_text, run_tag
+    from test_interrupts import run_tag, start_run, wait_for_text
     p, log = start_run(tmp_path, "--layout", "2", "--duration", "30")
     tag = run_tag(wait_for_text(log, "traffic:", p))
     p.kill()

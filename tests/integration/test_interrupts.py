@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import ovs
 from tests.conftest import REPO, emulator
 from tests.integration.test_fabric import NOTHING, leftovers
 
@@ -59,7 +59,7 @@ def test_signal_at_any_moment_leaves_nothing(tmp_path, sig, moment):
 
 def test_clean_after_sigkill_removes_only_ours(tmp_path):
     foreign = f"notours{os.getpid() % 10000}"
-    proc.ovs_vsctl("add-br", foreign, "--", "set", "bridge", foreign, "datapath_type=netdev")
+    ovs.vsctl("add-br", foreign, "--", "set", "bridge", foreign, "datapath_type=netdev")
     bystander = subprocess.Popen(["sleep", "300"])
     try:
         p, log = start_run(tmp_path, "--duration", "30")
@@ -76,9 +76,9 @@ def test_clean_after_sigkill_removes_only_ours(tmp_path):
         c = emulator("clean", timeout=120)
         assert c.returncode == 0, c.stderr
         assert leftovers(tag) == NOTHING
-        assert foreign in proc.ovs_vsctl("list-br").split()
+        assert foreign in ovs.vsctl("list-br").split()
         assert bystander.poll() is None
     finally:
         bystander.kill()
         bystander.wait()
-        proc.ovs_vsctl("--if-exists", "del-br", foreign)
+        ovs.vsctl("--if-exists", "del-br", foreign)

@@ -10,7 +10,6 @@ import subprocess
 import tempfile
 
 import pytest
-
 from test_traffic_namespaces import drop_roce_ingress
 from traffic_fixtures import PYTHON, ROOT, bridge_lan, lab, needs_root  # noqa: F401
 

@@ -8,13 +8,13 @@ import subprocess
 
 import pytest
 
-from emulator.experiments.measure import paths as traced
+from emulator.dataplane.faults import Injector
 from emulator.dataplane.session import Session
-from emulator.experiments.workloads import collective
 from emulator.experiments.drill import drill
 from emulator.experiments.drill import traffic as drill_traffic
+from emulator.experiments.measure import paths as traced
 from emulator.experiments.spec import scenario
-from emulator.dataplane.faults import Injector
+from emulator.experiments.workloads import collective
 from emulator.fabric import presets
 from tests.conftest import emulator, stolen, unless_stolen, verdict_of
 
@@ -36,6 +36,7 @@ def tc(netns, *args):
 @pytest.mark.parametrize("mode", ["pfc", "credit"])
 def test_incast_is_lossless_and_the_pauses_are_counted(tmp_path, mode):
     import urllib.request
+
     from emulator.dataplane.session import free_port
 
     def measure(attempt):
@@ -180,7 +181,9 @@ def test_deadlock_is_detected_named_and_broken_by_the_watchdog(tmp_path):
 def test_cli_storms_and_shows_the_pauses(tmp_path):
     import io
     import logging
+
     from mininet.log import lg, setLogLevel
+
     from emulator.experiments.cli import FabricCLI
     script = tmp_path / "commands"
     script.write_text("storm h1\nh2 ping -c 3 -i 0.05 -W 1 h1\npfc\nstorm h1 off\n"

@@ -6,9 +6,9 @@ through the destination rail's NIC (the NVLink hop inside the host).  The
 rail-2 uplinks carry the cross-plane bytes; the counters show it.
 """
 
-from emulator.fabric import presets
-from emulator.experiments.workloads import mix
 from emulator.dataplane.session import Session
+from emulator.experiments.workloads import mix
+from emulator.fabric import presets
 
 
 def test_default_mix_counts_cross_plane_traffic(tmp_path):

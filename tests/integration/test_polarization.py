@@ -3,9 +3,9 @@ spine->super-spine uplinks of a three-tier fabric; per-switch seeds use them all
 
 import pytest
 
-from emulator.fabric import presets
 from emulator.dataplane.session import Session
 from emulator.experiments.workloads.mix import default_mix
+from emulator.fabric import presets
 from tests.conftest import unless_stolen, verdict_of
 
 FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_leaf": "1",

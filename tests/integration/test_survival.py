@@ -34,9 +34,9 @@ import time
 
 import pytest
 
-from emulator.fabric import presets
 from emulator.dataplane.faults import Injector, fault_links, surviving_pairs
 from emulator.dataplane.session import Session
+from emulator.fabric import presets
 
 CASES = [
     ("leaf-spine", {"spines": "2", "leaves": "2", "hosts_per_leaf": "1"}),

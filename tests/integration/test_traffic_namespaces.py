@@ -12,12 +12,21 @@ import pytest
 from scapy.contrib.roce import BTH
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
+from traffic_fixtures import (  # noqa: F401
+    PYTHON,
+    ROOT,
+    bridge_lan,
+    finish,
+    lab,
+    needs_root,
+    pair,
+    popen_in,
+    run,
+    wait_until,
+)
 
-from traffic.roce.frames import icrc
 from traffic.ranks.report import combine, table
-
-from traffic_fixtures import (PYTHON, ROOT, bridge_lan, finish, lab, pair,  # noqa: F401
-                              needs_root, popen_in, run, wait_until)
+from traffic.roce.frames import icrc
 
 pytestmark = [needs_root, pytest.mark.timeout(120)]
 
@@ -326,8 +335,8 @@ def test_a_sender_on_a_link_that_went_down_loses_its_frames_and_goes_on(lab):
     """A fault that sets a host's interface down makes its packet sockets fail with
     ENETDOWN: the frames are lost on the wire (counted), the sender does not die
     (the traffic engine and the ranks read through the same error)."""
-    from traffic.roce.frames import FrameTemplate
     from traffic.nic.sender import Sender
+    from traffic.roce.frames import FrameTemplate
     ia, _ = lab.veth(None, "a", lab.ns("b"), "b")
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=1000)
@@ -346,11 +355,13 @@ def _peak_backlog(ifname, frames, sndbuf):
     shaper; returns (its largest backlog seen meanwhile, its drops, seconds taken)."""
     import threading
     import time
+
     from pyroute2 import IPRoute
-    from emulator.dataplane.links import shaping
-    from traffic.roce.frames import FrameTemplate
-    from traffic.nic.sender import Sender
     from traffic_fixtures import ECN_FRAME
+
+    from emulator.dataplane.links import shaping
+    from traffic.nic.sender import Sender
+    from traffic.roce.frames import FrameTemplate
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME)
     peak, done = [0], threading.Event()

@@ -8,8 +8,8 @@ source ports, the RoCEv2 entropy) leave on the two uplinks about 2:1.
 import re
 import sys
 
-from emulator.fabric import presets
 from emulator.dataplane.session import Session
+from emulator.fabric import presets
 from tests.integration.test_fabric import SENDER
 
 

@@ -147,6 +147,7 @@ def shaped_veth(lab):
     """A veth from the root namespace to namespace ``b``, jumbo MTU, the root end
     shaped as a 40 Mbit/s switch port with 30 ms of queue: (root end, b end, b)."""
     from pyroute2 import IPRoute
+
     from emulator.dataplane.links import shaping
     b = lab.ns("b")
     ia, ib = lab.veth(None, "a", b, "b")
@@ -165,6 +166,7 @@ def send_ect_frames(ifname, count, gap_s=0):
     time at ECN_RATE after the one before (a preempted or stolen CPU): the link
     drained a frame meanwhile."""
     import socket
+
     from traffic.roce.frames import FrameTemplate
     t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.9.0.1", "10.9.0.2",
                       0x11, frame_len=ECN_FRAME, ecn=2)

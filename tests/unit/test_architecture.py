@@ -138,6 +138,72 @@ def test_the_checkers_catch_what_they_look_for():
     assert cycles({"x": {"y"}, "y": set()}) == []
 
 
+# The one way into processes and netlink (emulator/dataplane/system/): no other
+# module of the emulator imports these (the controller and traffic programs keep
+# their own few calls).
+SYSTEM_ONLY = ("subprocess", "pyroute2")
+SYSTEM_LAYER = "emulator.dataplane.system"
+
+
+def system_imports(tree):
+    """(line, module) of every import of ``SYSTEM_ONLY`` in ``tree`` (function-local
+    ones included)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [(node.lineno, n) for n in names if n.split(".")[0] in SYSTEM_ONLY]
+    return sorted(found)
+
+
+def outside_the_system_layer(sources):
+    """``sources``: {module name: source text}; ["module:line imports X"] for each
+    import of ``SYSTEM_ONLY`` outside the system layer."""
+    bad = []
+    for name, text in sorted(sources.items()):
+        if name == SYSTEM_LAYER or name.startswith(SYSTEM_LAYER + "."):
+            continue
+        bad += [f"{name}:{line} imports {mod}" for line, mod in system_imports(ast.parse(text))]
+    return bad
+
+
+def test_the_system_layer_checker_catches_a_planted_import():
+    planted = {
+        "emulator.dataplane.faults": "import json\nfrom pyroute2 import IPRoute\n",
+        "emulator.experiments.check": "def f():\n    import subprocess\n    return 1\n",
+        "emulator.report.files": "from subprocess import run as r\n",
+        "emulator.dataplane.links.ifaces": "import os, pyroute2.netlink\n",
+        "emulator.dataplane.system.proc": "import subprocess\n",     # its own: allowed
+        "emulator.dataplane.systemic": "import subprocess\n",       # not the layer
+        "emulator.fabric.model": "from . import subprocess\nimport subprocesses\n",
+    }
+    assert outside_the_system_layer(planted) == [
+        "emulator.dataplane.faults:2 imports pyroute2",
+        "emulator.dataplane.links.ifaces:1 imports pyroute2.netlink",
+        "emulator.dataplane.systemic:1 imports subprocess",
+        "emulator.experiments.check:2 imports subprocess",
+        "emulator.report.files:1 imports subprocess"]
+
+
+def test_only_the_system_layer_starts_processes_and_speaks_netlink():
+    sources = {name: path.read_text() for name, path in modules()
+               if name.split(".")[0] == "emulator"}
+    assert SYSTEM_LAYER in sources
+    assert outside_the_system_layer(sources) == []
+
+
+def test_the_system_layer_stands_on_nothing_else_of_the_emulator():
+    allowed = {"emulator.errors", "traffic.nic.netns"}
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items()
+           if mod == SYSTEM_LAYER or mod.startswith(SYSTEM_LAYER + ".")
+           for dep in deps if dep not in allowed and not dep.startswith(SYSTEM_LAYER)]
+    assert bad == []
+
+
 def test_no_import_cycles():
     assert cycles(graph()) == []
 

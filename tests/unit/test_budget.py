@@ -105,6 +105,7 @@ def test_calibration_waits_for_a_quiet_machine():
 
 def test_each_layout_has_its_own_budget_and_none_stands_in_for_another(tmp_path, monkeypatch):
     import json
+
     from emulator.experiments import calibrate
     monkeypatch.setattr(calibrate, "ovs_version", lambda: "3.1.0")
     base = budget.machine_key("3.1.0", "netdev", 4170)

@@ -4,8 +4,8 @@ import pytest
 
 from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
-from traffic.roce.dcqcn import MS, DcqcnParams
 from traffic.ranks.config import cc_params
+from traffic.roce.dcqcn import MS, DcqcnParams
 
 
 def test_names_drop_the_unit_suffix():

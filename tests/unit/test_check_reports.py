@@ -2,8 +2,7 @@
 
 import types
 
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from emulator.fabric import addressing, presets
 from emulator.report import files as reports
 
 PNG = b"\x89PNG\r\n\x1a\n"

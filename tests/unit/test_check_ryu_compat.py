@@ -7,8 +7,7 @@ import sys
 import textwrap
 
 from controller import ryu_compat
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from emulator.fabric import addressing, presets
 from tests.conftest import REPO
 
 EXAMPLE = os.path.join(REPO, "examples", "ryu_static_routes.py")
@@ -18,11 +17,11 @@ def test_ryu_modules_are_the_os_ken_modules():
     ryu_compat.install()
     ryu_compat.install()                        # idempotent
     assert sum(isinstance(f, ryu_compat.RyuAliasFinder) for f in sys.meta_path) == 1
+    import os_ken.controller.ofp_event
+    import os_ken.ofproto.ofproto_v1_3_parser
     from ryu.base import app_manager
     from ryu.controller import ofp_event
     from ryu.ofproto import ofproto_v1_3_parser
-    import os_ken.controller.ofp_event
-    import os_ken.ofproto.ofproto_v1_3_parser
     assert ofp_event is os_ken.controller.ofp_event       # same events os-ken dispatches
     assert ofproto_v1_3_parser is os_ken.ofproto.ofproto_v1_3_parser
     assert app_manager.RyuApp is app_manager.OSKenApp

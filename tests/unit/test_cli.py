@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.fabric import spec
 from emulator.__main__ import main
 from emulator.errors import ConfigError
+from emulator.fabric import spec
 from tests.conftest import REPO
 
 

@@ -267,6 +267,7 @@ def test_a_server_shell_leaves_no_mn_c_cleanup_behind(monkeypatch):
     mn -c` (every Mininet there) in mininet.clean's callbacks; a run's servers are
     cleaned by their workers, so a server shell takes its entry out again."""
     from mininet.examples.cluster import ClusterCleanup
+
     from emulator.dataplane.cluster import servers
     monkeypatch.setattr(servers.ServerShell, "startShell", lambda self, *a, **k: None)
     monkeypatch.setattr(ClusterCleanup, "serveruser", {"10.0.0.1": "root"})

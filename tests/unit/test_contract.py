@@ -12,11 +12,10 @@ import argparse
 
 import pytest
 
+import traffic.__main__ as traffic_main
 from emulator.__main__ import build_parser, parse_controller
 from emulator.fabric import spec
 from tests.conftest import CONTRACT
-
-import traffic.__main__ as traffic_main
 
 
 def surface(parser):

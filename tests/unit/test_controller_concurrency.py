@@ -12,18 +12,17 @@ holding exactly the policy's state for the final liveness, the app's
 
 import json
 import random
-
 import threading
 
 import pytest
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
+from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from controller import handlers, osken_app, policy
 from controller.fakeswitch import FakeSwitch
 from controller.messages import SwitchState
 from emulator.fabric import addressing, presets
-from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER
-from os_ken.lib import hub
-from os_ken.ofproto import ofproto_v1_5 as ofp
 
 
 class Dp:

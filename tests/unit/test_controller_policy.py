@@ -6,12 +6,17 @@ import networkx as nx
 import pytest
 
 from controller import policy, topology
-from controller.fakeswitch import live_hops
-from controller.fakeswitch import FakeFabric, FakeSwitch
-from controller.messages import (ARP_REPLY, ARP_REQUEST, ETH_TYPE_ARP, ETH_TYPE_IPV4,
-                                 GroupMod, Output, SwitchState)
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from controller.fakeswitch import FakeFabric, FakeSwitch, live_hops
+from controller.messages import (
+    ARP_REPLY,
+    ARP_REQUEST,
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    GroupMod,
+    Output,
+    SwitchState,
+)
+from emulator.fabric import addressing, presets
 
 
 @pytest.fixture(scope="module")

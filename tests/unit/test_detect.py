@@ -18,8 +18,8 @@ from os_ken.ofproto import ofproto_v1_5 as ofp15
 from os_ken.ofproto import ofproto_v1_5_parser as parser15
 
 from controller.ofcodec import port_is_live
-from emulator.dataplane.links import detect
 from emulator.dataplane.faults import Injector
+from emulator.dataplane.links import detect
 from emulator.errors import ConfigError
 from emulator.experiments.drill import stats as drill_stats
 from emulator.fabric import addressing, presets
@@ -295,7 +295,8 @@ def test_a_ctrl_c_during_a_link_change_lands_once_every_end_is_set(tmp_path):
     is raised as KeyboardInterrupt once the change is whole."""
     import os
     import signal
-    from emulator.dataplane.signals import signals_as_exceptions
+
+    from emulator.dataplane.system.signals import signals_as_exceptions
     topo = addressing.plan(presets.build("leaf-spine", {"spines": "2", "leaves": "2",
                                                         "hosts_per_leaf": "1"}))
     inj = injector(topo, tmp_path)

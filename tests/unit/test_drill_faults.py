@@ -8,13 +8,12 @@ fault can take and ``faults.surviving_pairs`` which host pairs keep a path.
 
 import pytest
 
-from emulator.experiments.measure import paths as traced
-from emulator.fabric import addressing
-from emulator.experiments.drill import drill
-from emulator.fabric import presets
-from emulator.experiments.spec import scenario
-from emulator.errors import ConfigError
 from emulator.dataplane.faults import fault_links, parse_link, surviving_pairs
+from emulator.errors import ConfigError
+from emulator.experiments.drill import drill
+from emulator.experiments.measure import paths as traced
+from emulator.experiments.spec import scenario
+from emulator.fabric import addressing, presets
 
 
 def plan(name, **params):
@@ -228,7 +227,9 @@ def test_a_fabric_without_leaf_uplinks_has_no_default_fault():
 
 
 def test_collective_drill_finds_the_disturbed_call_and_judges_the_job():
-    from emulator.experiments.drill.stats import disturbed, collective_verdict as judge, workload_summary as summarise
+    from emulator.experiments.drill.stats import collective_verdict as judge
+    from emulator.experiments.drill.stats import disturbed
+    from emulator.experiments.drill.stats import workload_summary as summarise
     calls = [{"t_start_ns": 0, "time_s": 1.0}, {"t_start_ns": 1_000_000_000, "time_s": 3.0},
              {"t_start_ns": 4_000_000_000, "time_s": 1.0}]
     assert disturbed(calls, 2_500_000_000) == 1

@@ -3,11 +3,11 @@ a rate within half the budget, and healthy links that go down during a repeat.""
 
 import pytest
 
-from emulator.experiments.measure import paths as traced
-from emulator.experiments.measure import convergence
 from emulator.experiments.drill import drill
-from emulator.experiments.spec import scenario
+from emulator.experiments.measure import convergence
+from emulator.experiments.measure import paths as traced
 from emulator.experiments.measure.budget import path_hops
+from emulator.experiments.spec import scenario
 from tests.unit.test_drill_faults import plan
 
 

@@ -9,12 +9,11 @@ import itertools
 import pytest
 
 from controller import policy, topology
-from controller.fakeswitch import live_hops
 from controller.fakeswitch import fabric_with_policy as fabric_for
+from controller.fakeswitch import live_hops
 from controller.fakeswitch import udp_packet as udp
 from controller.messages import DecNwTtl, Output
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from emulator.fabric import addressing, presets
 
 
 def leaf_spine(**params):

@@ -111,6 +111,7 @@ def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
 
 def test_saturated_cpu_windows_are_counted_and_noted():
     import time
+
     from emulator.dataplane.observe import counters as c
     shares = [(0.5, 0.0), (1.0, 0.0), (0.96, 0.1), (0.3, 0.0), (0.95, 0.02), (0.2, 0.0)]
     w = c.windows_summary(shares, 0.1)

@@ -3,10 +3,9 @@ balls-into-bins expectation, uplink series and the table (no root)."""
 
 import pytest
 
-from emulator.experiments.measure import stats, uplinks
-from emulator.fabric import addressing
 from emulator.experiments.compare import compare
-from emulator.fabric import presets
+from emulator.experiments.measure import stats, uplinks
+from emulator.fabric import addressing, presets
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +108,6 @@ def test_median_and_the_repetitions_run_again_after_a_disturbed_attempt():
 
 def test_bad_mode_is_a_config_error():
     from emulator.errors import ConfigError
-
     from emulator.fabric import presets
     from emulator.fabric.runspec import RunSpec
 

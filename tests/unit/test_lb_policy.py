@@ -6,8 +6,7 @@ import pytest
 from controller import lb, policy, topology
 from controller.fakeswitch import FakeFabric
 from controller.messages import ETH_TYPE_IPV4, Group, Output
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from emulator.fabric import addressing, presets
 from traffic.roce.frames import FrameTemplate
 
 

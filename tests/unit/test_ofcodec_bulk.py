@@ -7,13 +7,14 @@ must be exactly what os-ken would have sent, message by message.
 
 import struct
 
+from os_ken.ofproto import ofproto_parser as ofproto_parser_mod
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
+
 from controller import ofcodec as oc
 from controller import policy, topology
 from controller.messages import SwitchState
 from emulator.fabric import addressing, presets
-from os_ken.ofproto import ofproto_parser as ofproto_parser_mod
-from os_ken.ofproto import ofproto_v1_5 as ofp
-from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 
 class FakeDatapath:

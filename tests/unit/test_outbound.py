@@ -3,9 +3,9 @@ scapy, every probe field patched in place, and the receive path's one-unpack par
 
 import pytest
 
-from traffic.roce.frames import HEADERS_LEN, RETH_LEN, FastParser, FrameTemplate, parse
-from traffic.ranks.outbound import Outbound, qp_key
 from traffic.nic.sendq import SendQueues
+from traffic.ranks.outbound import Outbound, qp_key
+from traffic.roce.frames import HEADERS_LEN, RETH_LEN, FastParser, FrameTemplate, parse
 
 A, B = ("02:00:00:00:00:01", "10.0.0.1"), ("02:00:00:00:00:02", "10.0.0.2")
 

@@ -5,15 +5,13 @@ import struct
 
 import pytest
 
+from emulator.__main__ import build_parser
+from emulator.dataplane.links import shaping
+from emulator.errors import ConfigError
+from emulator.experiments.compare import planes, planes_stats
+from emulator.experiments.measure import stats
 from emulator.fabric import addressing, presets
 from emulator.fabric.runspec import RunSpec
-from emulator.experiments.compare import planes
-from emulator.experiments.compare import planes_stats
-from emulator.experiments.measure import stats
-from emulator.dataplane.links import shaping
-from emulator.__main__ import build_parser
-from emulator.errors import ConfigError
-
 
 # ---- the netlink decoder --------------------------------------------------------
 

@@ -19,9 +19,8 @@ import pytest
 from controller import policy, topology
 from controller.fakeswitch import FakeSwitch, udp_packet
 from controller.messages import Group, Output
-from emulator.fabric import addressing
-from emulator.fabric import presets
 from emulator.dataplane.faults import parse_link
+from emulator.fabric import addressing, presets
 
 
 def first_ports(group):

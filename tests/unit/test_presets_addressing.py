@@ -2,9 +2,8 @@
 
 import pytest
 
-from emulator.fabric import addressing
-from emulator.fabric import presets
 from emulator.errors import ConfigError
+from emulator.fabric import addressing, presets
 from emulator.fabric.units import format_rate, parse_rate
 
 

@@ -2,10 +2,8 @@
 
 import pytest
 
-from emulator.fabric import addressing
-from emulator.fabric import presets
-from emulator.fabric import spec
 from emulator.errors import ConfigError
+from emulator.fabric import addressing, presets, spec
 
 
 def kinds(f):

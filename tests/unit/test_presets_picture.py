@@ -2,8 +2,8 @@
 
 import pytest
 
-from emulator.fabric import spec
 from emulator.__main__ import main
+from emulator.fabric import spec
 
 
 @pytest.mark.parametrize("preset", ["three-tier", "dual-link", "dual-tor", "dual-plane", "rail-only",

@@ -13,8 +13,7 @@ from controller import policy, topology
 from controller.fakeswitch import fabric_with_policy as fabric_for
 from controller.fakeswitch import udp_packet as udp
 from controller.messages import Group, Output
-from emulator.fabric import addressing
-from emulator.fabric import presets
+from emulator.fabric import addressing, presets
 
 SMALL = [("three-tier", {}), ("three-tier", {"superspine_attach": "all", "superspines": "2"}),
          ("dual-link", {}), ("dual-link", {"spines": "1", "mode": "active-standby"}),

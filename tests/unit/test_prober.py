@@ -6,10 +6,10 @@ import random
 import pytest
 
 from emulator.errors import ConfigError
+from emulator.experiments.measure.paths import choose, ecmp_width
 from emulator.experiments.probe import prober as pr
 from emulator.experiments.probe.probe import fault_hop, parse_fault
 from emulator.fabric import addressing, presets
-from emulator.experiments.measure.paths import choose, ecmp_width
 
 
 def topo(preset="leaf-spine", **params):

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.errors import RunFailed
 
 
@@ -57,7 +57,8 @@ def test_a_signal_while_the_child_starts_kills_and_reaps_it(monkeypatch):
 def test_an_interrupt_swallowed_by_a_finalizer_is_raised_again():
     import gc
     import time
-    from emulator.dataplane.signals import Interrupted, signal_of, signals_as_exceptions
+
+    from emulator.dataplane.system.signals import Interrupted, signal_of, signals_as_exceptions
 
     class Dies:
         def __del__(self):        # the handler runs in here: Python drops its exception
@@ -83,7 +84,8 @@ def test_a_signal_another_thread_receives_during_teardown_waits_for_its_end():
     # thread runs may go to that thread, and Python runs the handler in the main one
     import os
     import threading
-    from emulator.dataplane.signals import signals_as_exceptions, signals_masked
+
+    from emulator.dataplane.system.signals import signals_as_exceptions, signals_masked
     go, sent = threading.Event(), threading.Event()
 
     def sampler():

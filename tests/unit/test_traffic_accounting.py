@@ -2,9 +2,10 @@
 
 import random
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from traffic.nic.accounting import Accounting, FlowAccount, unwrap, PSN_MOD
+from traffic.nic.accounting import PSN_MOD, Accounting, FlowAccount, unwrap
 from traffic.nic.pacing import TokenBucket
 
 MS = 1_000_000

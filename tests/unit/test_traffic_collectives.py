@@ -2,8 +2,16 @@
 
 import pytest
 
-from traffic.ranks.collectives import (BUSBW_FACTOR, COLLECTIVES, Transfer, bytes_per_rank,
-                                 chunk_bytes, cross_leaf_hops, ring_order, schedule)
+from traffic.ranks.collectives import (
+    BUSBW_FACTOR,
+    COLLECTIVES,
+    Transfer,
+    bytes_per_rank,
+    chunk_bytes,
+    cross_leaf_hops,
+    ring_order,
+    schedule,
+)
 from traffic.ranks.report import bandwidths
 
 NS = [2, 3, 4, 5, 8]

@@ -3,9 +3,9 @@
 import pytest
 
 from traffic.__main__ import parse_args, rate
-from traffic.roce.frames import udp_sport
 from traffic.mix import merge_sent
 from traffic.ranks.rank import ConfigError, flow_id, load_config, qpn
+from traffic.roce.frames import udp_sport
 
 RANKS = [{"ip": f"10.0.0.{i + 1}", "intf": f"h{i}-eth0", "leaf": f"l{i // 2}"}
          for i in range(4)]

@@ -3,14 +3,15 @@
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scapy.compat import raw
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from traffic.roce import frames
-from traffic.roce.frames import FrameTemplate, parse, udp_sport, opcode_for
+from traffic.roce.frames import FrameTemplate, opcode_for, parse, udp_sport
 
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 
@@ -116,7 +117,9 @@ class _FullThenRoom:
 
 def test_control_frames_wait_for_room_like_a_nic_and_never_crash_the_rank():
     import errno
+
     import pytest
+
     from traffic.nic.sender import Sender
     s = Sender.__new__(Sender)
     s.control_dropped = 0
@@ -137,6 +140,7 @@ def test_data_batches_wait_for_room_in_the_nic_queue_instead_of_spinning(monkeyp
     import ctypes
     import errno
     import time
+
     from traffic.nic import sender as sender_mod
     # one sent, refused twice (a signal between: not a full queue), the other two sent
     replies = [(1, 0), (-1, errno.ENOBUFS), (-1, errno.EINTR), (-1, errno.ENOBUFS), (2, 0)]

@@ -2,9 +2,15 @@
 
 import pytest
 
-from traffic.roce.rcframes import (ACKNOWLEDGE, CNP, SYN_ACK, SYN_NAK_SEQ, ControlTemplate,
-                              parse_control)
 from traffic.roce.qps import RankQPs
+from traffic.roce.rcframes import (
+    ACKNOWLEDGE,
+    CNP,
+    SYN_ACK,
+    SYN_NAK_SEQ,
+    ControlTemplate,
+    parse_control,
+)
 from traffic.roce.transport import RcParams, Requester, Responder, psn_diff
 
 MS = 1_000_000

@@ -1,8 +1,7 @@
 """The default traffic mix's pairs (pure): cross-leaf, rail-aligned, cross-plane."""
 
-from emulator.fabric import addressing
-from emulator.fabric import presets
 from emulator.experiments.workloads.workload import cross_leaf_pairs, mix_pairs
+from emulator.fabric import addressing, presets
 
 
 def plan(name, params=None):

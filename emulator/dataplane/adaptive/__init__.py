@@ -17,5 +17,6 @@ The programs are C (``dataplane/bpf/ar.bpf.c``); docs/load-balancing.md has
 the design and the measurements.
 
 May import: ``emulator.errors``, ``emulator.fabric``, ``emulator.dataplane.bpf``,
-``emulator.dataplane.links``, ``emulator.dataplane.lossless``.
+``emulator.dataplane.links``, ``emulator.dataplane.lossless``,
+``emulator.dataplane.system``.
 """

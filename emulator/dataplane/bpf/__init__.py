@@ -13,13 +13,21 @@ libbpf's ``<bpf/bpf_helpers.h>``), one source per family:
   XDP, ``ar_egress`` tc egress; model in dataplane.adaptive);
 - ``ugal.bpf.c``: a dragonfly's UGAL at the source router (``ugal_ingress``
   XDP, ``ugal_egress`` tc egress; model in dataplane.adaptive.ugal);
+- ``ar_common.h``: what those two share: the port, control and flowlet maps
+  and the steps of a decision (queue, route, flowlet slot, accounting);
+- ``parse.h``: the one parse of Ethernet / IPv4 / UDP / RoCEv2 BTH, each
+  header bounds-checked before it is read;
+- ``csum.h``: the IPv4 header checksum kept valid when the TOS byte changes
+  (incremental, RFC 1624; in line for XDP, the kernel's helper on tc);
 - ``chain.h``: one XDP program per interface: where PFC or dequeue marking
   holds the hook, its program hands each frame it passes on to the next
   stage's (adaptive routing) by a tail call through the run's program array.
 
-``build.build()`` compiles them with clang (``-O2 -g -target bpf``) into ``build/``
-when an object is missing or stale (``python -m emulator.dataplane.bpf
-build``; the loader builds on demand).  ``loader.load`` opens an object with
+Every header compiles on its own.  ``build.build()`` compiles the programs
+with clang (``-O2 -g -target bpf``, every warning an error: ``-Wall -Wextra
+-Werror``) into ``build/`` when an object is missing or stale (its source, a
+header or the flags changed; ``python -m emulator.dataplane.bpf build``; the
+loader builds on demand).  ``loader.load`` opens an object with
 libbpf for each port: the port's constants go into ``.rodata`` (a ``const
 volatile`` struct, so the verifier prunes what they rule out), the map the
 object declares is replaced by the run's own, and the program fds come back
@@ -30,7 +38,7 @@ array map (``Map``, F_MMAPABLE for the pause agent) and ``BPF_PROG_TEST_RUN``
 Needs the Debian packages ``clang`` and ``libbpf-dev`` (``./setup.sh``
 installs them); without them a load raises ``EnvironmentProblem`` saying so.
 
-May import: ``emulator.errors`` only.
+May import: ``emulator.errors`` and ``dataplane.system`` (clang runs through it).
 """
 
 from emulator.dataplane.bpf import build

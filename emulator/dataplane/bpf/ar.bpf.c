@@ -5,16 +5,23 @@
  * ar_ingress  XDP (generic mode) on an interface end.  As the far end of a
  *             tracked switch port (``cfg.up_key``): counts the frame out of
  *             that port's queue.  As a deciding switch port (``cfg.decide``):
+ *             drops a frame whose source address is a group address (invalid,
+ *             as a bridge drops it: the stage's marks carry that bit), and
  *             picks the egress of a RoCEv2 frame of the decided class among
  *             its route's live candidates (``ar_routes``) by their quality,
- *             per flowlet (``ar_flowlets``) or per packet, and writes the
- *             choice into the IPv4 DSCP bits (the port's ``mark``), which an
+ *             per flowlet (``ar_flowlets``) or per packet, and marks the frame:
+ *             the choice in the IPv4 DSCP bits (the port's ``mark``) and the
+ *             group bit of the source address (``STAGE_BIT``), which an
  *             OpenFlow flow matches to output there.  ECN bits are kept and
- *             the header checksum fixed; the ICRC masks the TOS byte.
+ *             the header checksum fixed; the ICRC masks the TOS byte and does
+ *             not cover the Ethernet header.
  * ar_egress   tc clsact egress of a tracked switch port: counts the frame into
  *             the port's queue (unless the TBF's limit drops it) and its recent
- *             load; a frame carrying this port's mark is restored to the class's
- *             DSCP and counted as arrived (no longer pending).  Once the port is
+ *             load; a frame the stage marked (``STAGE_BIT``) is restored to the
+ *             class's DSCP and its source address, and, if it carries this
+ *             port's mark, counted as arrived (no longer pending).  Only the
+ *             stage's frames are touched: a host's own DSCP, even one equal to
+ *             a mark, leaves as it came.  Once the port is
  *             down (from the modelled detection on), a frame carrying its mark
  *             is rescued: decided again among its route's live candidates and
  *             redirected to the best one's egress.  Such a frame was decided
@@ -32,19 +39,20 @@
  * shorter (the ASIC's reassignment on member quality; it may reorder).  Per packet, the shortest
  * queue wins (DRILL), ties again to the least loaded.
  */
-#include "ecn_mark.h"
-#include <linux/in.h>
+#include <linux/bpf.h>
 #include <linux/pkt_cls.h>
-#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
 #include "ar_common.h"
+#include "csum.h"
+#include "parse.h"
 
 #define MAX_CAND 8
 #define BANDS 7                 /* bands 0..7 */
 #define HOT_BAND 3              /* a queue of 4+ frames: building (hot) */
 #define MODE_FLOWLET 1
 #define MODE_PACKET 2
-#define DSCP_SHIFT 2
 #define MOVE_GAP 3              /* a live flowlet moves to a port 3+ bands better */
+#define STAGE_BIT 0x01          /* source address byte 0: the group bit (I/G) */
 
 struct ar_route {
 	__u32 n;
@@ -73,41 +81,32 @@ struct ar_cfg {
 
 const volatile struct ar_cfg cfg = {};
 
-/* Down from down_ns on: the detection model writes the entry at the cut with
- * the time its delay ends, so the switch acts at that time to the nanosecond,
- * however late the writer runs. */
+/* Whether the port of entry ``key`` is down at ``now`` (an unknown one is not). */
 static __always_inline int is_down(__u32 key, __u64 now)
 {
 	struct ar_ctl *c = ctl(key);
 
-	return c && c->down && now >= c->down_ns;
+	return c && down_at(c, now);
+}
+
+/* The load's half-life at ``p`` (at least 1 ns). */
+static __always_inline __u64 half_life(const struct ar_port *p)
+{
+	return p->half_ns ? p->half_ns : 1;
+}
+
+/* The half-lives that passed at ``p`` from load_ns to ``now``. */
+static __always_inline __u64 halvings(const struct ar_port *p, __u64 now)
+{
+	return now > p->load_ns ? (now - p->load_ns) / half_life(p) : 0;
 }
 
 /* The decaying load of ``p`` at ``now`` (halved every half_ns). */
-static __always_inline __u64 load_at(struct ar_port *p, __u64 now)
+static __always_inline __u64 load_at(const struct ar_port *p, __u64 now)
 {
-	__u64 half = p->half_ns ? p->half_ns : 1;
-	__u64 shift = now > p->load_ns ? (now - p->load_ns) / half : 0;
+	__u64 shift = halvings(p, now);
 
 	return shift >= 63 ? 0 : p->load >> shift;
-}
-
-/* Bytes counted into the queue of entry ``key`` that are still there. */
-static __always_inline __s64 queued(struct ar_port *p, __u32 key)
-{
-	struct ar_ctl *c = ctl(key);
-
-	return p->in - p->out - (c ? c->corr : 0);
-}
-
-/* Bytes queued at ``p`` (entry ``key``) or on their way to its queue. */
-static __always_inline __s64 backlog(struct ar_port *p, __u32 key, __u64 now)
-{
-	__s64 q = queued(p, key);
-
-	if (now - p->sent_ns < cfg.pend_ns && p->sent > p->sent_in)
-		q += p->sent - p->sent_in;
-	return q > 0 ? q : 0;
 }
 
 /* The queue's band: the bit length of its size in frames, at most BANDS
@@ -123,11 +122,17 @@ static __always_inline __u64 queue_band(__s64 q, __u64 frame)
 	return band;
 }
 
+/* The band of the queue at ``p`` (entry ``key``): what moves a live flowlet. */
+static __always_inline __u64 backlog_band(const struct ar_port *p, __u32 key, __u64 now)
+{
+	return queue_band(backlog(p, ctl(key), now, cfg.pend_ns), p->frame);
+}
+
 /* A port's quality band: the worse of its queue's and its load's. */
-static __always_inline __u64 band(struct ar_port *p, __u32 key, __u64 now)
+static __always_inline __u64 band(const struct ar_port *p, const struct ar_ctl *c, __u64 now)
 {
 	__u64 full = p->load_full ? p->load_full : 1;
-	__u64 qb = queue_band(backlog(p, key, now), p->frame);
+	__u64 qb = queue_band(backlog(p, c, now, cfg.pend_ns), p->frame);
 	__u64 lb = load_at(p, now) * 8 / full;
 
 	if (lb > BANDS)
@@ -137,10 +142,11 @@ static __always_inline __u64 band(struct ar_port *p, __u32 key, __u64 now)
 
 /* Lower is better.  Per flowlet: (band << 56) | load.  Per packet (DRILL's
  * shortest local queue): (bytes queued << 24) | load / 256. */
-static __always_inline __u64 quality(struct ar_port *p, __u32 key, __u64 now)
+static __always_inline __u64 quality(const struct ar_port *p, const struct ar_ctl *c,
+				     __u64 now)
 {
 	__u64 load = load_at(p, now);
-	__s64 q = backlog(p, key, now);
+	__s64 q = backlog(p, c, now, cfg.pend_ns);
 	__u64 qb;
 
 	if (cfg.mode == MODE_PACKET) {
@@ -151,28 +157,16 @@ static __always_inline __u64 quality(struct ar_port *p, __u32 key, __u64 now)
 			load = (1ULL << 24) - 1;
 		return ((__u64)q << 24) | load;
 	}
-	qb = band(p, key, now);
+	qb = band(p, c, now);
 	if (load > (1ULL << 56) - 1)
 		load = (1ULL << 56) - 1;
 	return (qb << 56) | load;
 }
 
-/* Write ``dscp`` into the TOS byte (ECN kept), checksum fixed (RFC 1624). */
-static __always_inline void set_dscp(struct iphdr *ip, __u8 dscp)
+/* The TOS byte ``tos`` with its DSCP set to ``dscp`` (ECN kept). */
+static __always_inline __u8 with_dscp(__u8 tos, __u8 dscp)
 {
-	__u8 *b = (__u8 *)ip;
-	__u64 m = ((__u64)b[0] << 8) | b[1];
-	__u64 tos = (dscp << DSCP_SHIFT) | (b[1] & ECN_MASK);
-	__u64 sum;
-
-	b[1] = tos;
-	sum = ((((__u64)b[10] << 8) | b[11]) ^ 0xFFFF) + (m ^ 0xFFFF)
-	      + (((__u64)b[0] << 8) | tos);
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum ^= 0xFFFF;
-	b[10] = sum >> 8;
-	b[11] = sum;
+	return (dscp << DSCP_SHIFT) | (tos & ECN_MASK);
 }
 
 /* The best live candidate of ``r`` at ``now`` (its entry), or -1; a candidate
@@ -182,24 +176,23 @@ static __noinline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
 	__s64 choice = -1;
 	__u64 bq = ~0ULL;
 
-	for (int i = 0; i < MAX_CAND; i++) {
+	for (__u32 i = 0; i < MAX_CAND; i++) {
 		struct ar_port *p;
+		struct ar_ctl *c;
 		__u64 q;
 
 		if (i >= r->n)
 			break;
-		struct ar_ctl *c;
-
 		p = port(r->keys[i]);
 		c = ctl(r->keys[i]);
 		if (!p || !c)
 			continue;
-		if (c->down && now >= c->down_ns) {
+		if (down_at(c, now)) {
 			if (p->evac_ns < c->down_ns)
 				p->evac_ns = now;
 			continue;
 		}
-		q = quality(p, r->keys[i], now);
+		q = quality(p, c, now);
 		if (q < bq) {
 			bq = q;
 			choice = r->keys[i];
@@ -213,7 +206,7 @@ static __noinline __s64 best(struct ar_route *r, __u64 now, __u64 *best_q)
  * avoided record their reaction time. */
 static __noinline void shun(struct ar_route *r, __s64 chosen, __u64 now)
 {
-	for (int i = 0; i < MAX_CAND; i++) {
+	for (__u32 i = 0; i < MAX_CAND; i++) {
 		struct ar_port *p;
 
 		if (i >= r->n)
@@ -233,7 +226,7 @@ static __noinline void shun(struct ar_route *r, __s64 chosen, __u64 now)
 
 static __always_inline int is_candidate(struct ar_route *r, __u32 key)
 {
-	for (int i = 0; i < MAX_CAND; i++) {
+	for (__u32 i = 0; i < MAX_CAND; i++) {
 		if (i >= r->n)
 			break;
 		if (r->keys[i] == key)
@@ -244,35 +237,23 @@ static __always_inline int is_candidate(struct ar_route *r, __u32 key)
 
 static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + sizeof(*eth);
-	struct udphdr *udp = (void *)(ip + 1);
-	struct ar_route_key rk = {};
 	struct ar_flowlet *fl = NULL;
 	struct ar_route *r;
 	struct ar_port *p, *old;
 	struct ar_ctl *c;
 	__u64 now, bq, cur;
 	__s64 choice = -1;
-	__u32 slot;
+	struct roce f;
 
-	if ((void *)(udp + 1) > data_end)
+	if (!parse_roce((void *)(long)ctx->data, (void *)(long)ctx->data_end, 0, &f) ||
+	    (f.ip->tos >> DSCP_SHIFT) != cfg.dscp)
 		return;
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
-	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT) ||
-	    (ip->tos >> DSCP_SHIFT) != cfg.dscp)
-		return;
-	rk.sw = cfg.sw;
-	rk.dst = ip->daddr;
-	r = bpf_map_lookup_elem(&ar_routes, &rk);
+	r = route(&ar_routes, cfg.sw, f.ip->daddr);
 	if (!r)
 		return;
 	now = bpf_ktime_get_ns();
 	if (cfg.mode == MODE_FLOWLET) {
-		slot = cfg.sw * FLOWSETS + (flow_hash(ip, udp) & (FLOWSETS - 1));
-		fl = bpf_map_lookup_elem(&ar_flowlets, &slot);
+		fl = flowlet(cfg.sw, f.ip, f.udp);
 		if (!fl)
 			return;
 		if (fl->valid && now - fl->last_ns < cfg.flowlet_ns && is_candidate(r, fl->key) &&
@@ -285,12 +266,12 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 				return;
 			/* its own load never moves it (a flow at line rate would chase
 			 * itself round the uplinks): its port's queue does */
-			cur = queue_band(backlog(p, choice, now), p->frame);
+			cur = backlog_band(p, choice, now);
 			if (cur < cfg.move_band)
 				goto send;
 			choice = best(r, now, &bq);
 			p = choice < 0 ? NULL : port(choice);
-			if (!p || queue_band(backlog(p, choice, now), p->frame) + MOVE_GAP > cur) {
+			if (!p || backlog_band(p, choice, now) + MOVE_GAP > cur) {
 				choice = fl->key;
 				goto send;
 			}
@@ -321,43 +302,33 @@ send:
 	p = port(choice);
 	if (!p)
 		return;
-	__sync_fetch_and_add(&p->sent, len);
-	__sync_fetch_and_add(&p->frames, 1);
-	p->sent_ns = now;
+	count_decision(p, len, now);
 	c = ctl(choice);
 	if (c && c->down)               /* cut, not yet detected */
 		__sync_fetch_and_add(&c->late, len);
-	if ((void *)&ip->check + sizeof(ip->check) > data_end)
-		return;
-	set_dscp(ip, p->mark);
+	ipv4_set_tos(f.ip, with_dscp(f.ip->tos, p->mark));
+	f.eth->h_source[0] |= STAGE_BIT;
 }
 
 SEC("xdp")
 int ar_ingress(struct xdp_md *ctx)
 {
 	__u64 len = bpf_xdp_get_buff_len(ctx);
-	struct ar_port *up;
 
-	if (cfg.up_key >= 0) {
-		up = port(cfg.up_key);
-		if (up)
-			__sync_fetch_and_add(&up->out, len);
-	}
-	if (cfg.decide)
+	count_out(tracked(cfg.up_key), len);
+	if (cfg.decide) {
+		struct ethhdr *eth = parse_eth((void *)(long)ctx->data,
+					       (void *)(long)ctx->data_end);
+
+		if (eth && (eth->h_source[0] & STAGE_BIT))
+			return XDP_DROP;        /* no valid frame has it: only the stage's may */
 		decide(ctx, len);
+	}
 	return XDP_PASS;
 }
 
-#define TOS_OFF (sizeof(struct ethhdr) + 1)
 #define IP_END (sizeof(struct ethhdr) + sizeof(struct iphdr))
-
-/* Rewrite the TOS byte of ``skb``'s IPv4 header from ``tos`` to ``new_tos``. */
-static __always_inline void store_tos(struct __sk_buff *skb, __u8 tos, __u8 new_tos)
-{
-	bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + 10, bpf_htons(tos),
-			    bpf_htons(new_tos), 2);
-	bpf_skb_store_bytes(skb, TOS_OFF, &new_tos, 1, 0);
-}
+#define SRC_OFF 6               /* the source address's first byte */
 
 /* A frame decided towards the dead port ``p`` reached its egress: decide it
  * again among the route to ``daddr``'s live candidates and hand it to the
@@ -365,8 +336,7 @@ static __always_inline void store_tos(struct __sk_buff *skb, __u8 tos, __u8 new_
 static __noinline int rescue(struct __sk_buff *skb, struct ar_port *p, __u32 daddr,
 			     __u8 tos, __u64 now)
 {
-	struct ar_route_key rk = {.sw = cfg.sw, .dst = daddr};
-	struct ar_route *r = bpf_map_lookup_elem(&ar_routes, &rk);
+	struct ar_route *r = route(&ar_routes, cfg.sw, daddr);
 	struct ar_port *np;
 	__u64 len = skb->len, bq;
 	__s64 choice;
@@ -379,12 +349,10 @@ static __noinline int rescue(struct __sk_buff *skb, struct ar_port *p, __u32 dad
 	np = port(choice);
 	if (!np || !np->ifindex)
 		return -1;
-	store_tos(skb, tos, (np->mark << DSCP_SHIFT) | (tos & ECN_MASK));
+	skb_set_tos(skb, tos, with_dscp(tos, np->mark));
 	__sync_fetch_and_add(&p->sent_in, len);          /* reached this egress: not lost here */
 	__sync_fetch_and_add(&p->rescued, 1);
-	__sync_fetch_and_add(&np->sent, len);
-	__sync_fetch_and_add(&np->frames, 1);
-	np->sent_ns = now;
+	count_decision(np, len, now);
 	return bpf_redirect(np->ifindex, 0);
 }
 
@@ -392,43 +360,44 @@ SEC("tc")
 int ar_egress(struct __sk_buff *skb)
 {
 	__u64 len = skb->len, now = bpf_ktime_get_ns(), half, shift, b;
-	struct ar_port *p;
+	struct ar_port *p = tracked(cfg.key);
 	struct iphdr *ip;
 	__s64 before;
-	__u8 tos, new_tos;
+	__u8 tos;
 
-	if (cfg.key < 0)
-		return TC_ACT_UNSPEC;
-	p = port(cfg.key);
 	if (!p)
 		return TC_ACT_UNSPEC;
 	/* the restore first: a frame the TBF drops was still decided */
 	if (len >= IP_END && !bpf_skb_pull_data(skb, IP_END)) {
 		void *data = (void *)(long)skb->data;
+		struct ethhdr *eth = parse_eth(data, (void *)(long)skb->data_end);
 
-		if (data + IP_END <= (void *)(long)skb->data_end &&
-		    ((struct ethhdr *)data)->h_proto == bpf_htons(ETH_P_IP)) {
-			ip = data + sizeof(struct ethhdr);
+		ip = parse_ipv4(data, (void *)(long)skb->data_end, sizeof(struct iphdr));
+		if (eth && ip && (eth->h_source[0] & STAGE_BIT)) {
+			__u8 src0 = eth->h_source[0] & ~STAGE_BIT;
+
 			tos = ip->tos;
-			if ((tos >> DSCP_SHIFT) == p->mark) {
-				if (is_down(cfg.key, now)) {
-					int ret = rescue(skb, p, ip->daddr, tos, now);
+			if ((tos >> DSCP_SHIFT) == p->mark && is_down(cfg.key, now)) {
+				/* (the rescued frame keeps the stage's marks: the
+				 * new port's egress restores it) */
+				int ret = rescue(skb, p, ip->daddr, tos, now);
 
-					if (ret >= 0)
-						return ret;
-				}
-				new_tos = (cfg.dscp << DSCP_SHIFT) | (tos & ECN_MASK);
-				store_tos(skb, tos, new_tos);
-				__sync_fetch_and_add(&p->sent_in, len);
+				if (ret >= 0)
+					return ret;
 			}
+			if ((tos >> DSCP_SHIFT) == p->mark)
+				__sync_fetch_and_add(&p->sent_in, len);
+			/* any mark leaves as the class: one decided towards another
+			 * port (its flow gone) took the route's way out */
+			skb_set_tos(skb, tos, with_dscp(tos, cfg.dscp));
+			bpf_skb_store_bytes(skb, SRC_OFF, &src0, 1, 0);
 		}
 	}
-	before = queued(p, cfg.key);
-	if (before + (__s64)len > p->limit)
+	before = queued(p, ctl(cfg.key));
+	if (!enqueue(p, before, len))
 		return TC_ACT_UNSPEC;           /* the TBF drops it */
-	__sync_fetch_and_add(&p->in, len);
-	half = p->half_ns ? p->half_ns : 1;
-	shift = now > p->load_ns ? (now - p->load_ns) / half : 0;
+	half = half_life(p);
+	shift = halvings(p, now);
 	if (shift >= 63) {
 		p->load = 0;
 		p->load_ns = now;

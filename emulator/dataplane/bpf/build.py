@@ -5,8 +5,8 @@ each object, ``X.bpf.o.stamp`` records a hash of what it was made from (the
 source, the package's headers, the flags) and clang's version.  ``setup.sh``
 calls it (``python -m emulator.dataplane.bpf build``); the loader calls
 ``object_path``, which builds on demand when the object is missing or its
-source changed (on a multi-server worker, on that server), and otherwise needs
-no compiler.
+source, a header or the flags changed (on a multi-server worker, on that
+server), and otherwise needs no compiler.  Every warning is an error.
 """
 
 import fcntl
@@ -14,9 +14,9 @@ import glob
 import hashlib
 import os
 import shutil
-import subprocess
 import sysconfig
 
+from emulator.dataplane.system.proc import attempt
 from emulator.errors import EnvironmentProblem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,13 +26,20 @@ PACKAGES = "clang libbpf-dev"
 INSTALL = (f"install the Debian packages {PACKAGES} (apt-get install -y {PACKAGES}; "
            "./setup.sh installs them)")
 # -g: BTF, which libbpf needs for global data (the programs' per-port constants);
-# -mcpu=v3: atomic fetch-and-add, whose result the PFC program uses
-FLAGS = ["-O2", "-g", "-Wall", "-target", "bpf", "-mcpu=v3"]
+# -mcpu=v3: atomic fetch-and-add, whose result the PFC program uses; every
+# warning is an error (the flags are part of an object's stamp: changing them
+# rebuilds every object)
+FLAGS = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-target", "bpf", "-mcpu=v3"]
 _checked = {}                         # source path -> object path, this process
 
 
 def sources(where=HERE):
     return sorted(glob.glob(os.path.join(where, "*.bpf.c")))
+
+
+def headers(where=HERE):
+    """The package's headers: every one counts for every object (``source_hash``)."""
+    return sorted(glob.glob(os.path.join(where, "*.h")))
 
 
 def _include_flags():
@@ -54,7 +61,7 @@ def _clang():
 
 
 def clang_version(clang):
-    r = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=30)
+    r = attempt([clang, "--version"], timeout=30)
     if r.returncode != 0:
         raise EnvironmentProblem(f"{clang} --version failed: {r.stderr.strip()}")
     return r.stdout.splitlines()[0].strip()
@@ -64,7 +71,7 @@ def source_hash(source):
     """What the object of ``source`` depends on, besides the compiler."""
     h = hashlib.sha256()
     here = os.path.dirname(source)
-    for path in [source] + sorted(glob.glob(os.path.join(here, "*.h"))):
+    for path in [source] + headers(here):
         h.update(os.path.basename(path).encode() + b"\0")
         with open(path, "rb") as f:
             h.update(f.read())
@@ -102,7 +109,7 @@ def compile_one(source, clang, version, build_dir=BUILD):
     obj = object_of(source, build_dir)
     tmp = f"{obj}.{os.getpid()}.tmp"
     cmd = [clang, *FLAGS, *_include_flags(), "-c", source, "-o", tmp]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = attempt(cmd, timeout=120)
     if r.returncode != 0:
         if os.path.exists(tmp):
             os.unlink(tmp)

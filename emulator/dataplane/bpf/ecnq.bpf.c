@@ -11,8 +11,10 @@
  * One object per port: ``cfg`` holds the port's entry and thresholds, and the
  * map is the run's own (user space creates it and hands it over at load).
  */
-#include "ecn_mark.h"
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
 #include "chain.h"
+#include "ecn_mark.h"
 
 /* an entry per switch port; user space reads it (ecnq.ENTRY) */
 struct ecnq_entry {

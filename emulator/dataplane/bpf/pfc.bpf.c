@@ -26,13 +26,13 @@
  * when it moved the frame to the next priority.  The frame crosses the link
  * in that priority, and the far end counts it there.
  */
-#include "ecn_mark.h"
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
 #include "chain.h"
-#include <linux/in.h>
-#include <linux/udp.h>
+#include "ecn_mark.h"
+#include "parse.h"
 
 #define TC_ACT_OK 0
-#define ROCE_PORT 4791
 #define KICK_ETHERTYPE 0x88B5     /* IEEE local experimental: the pause gate's kick */
 #define OP_ACKNOWLEDGE 0x11       /* RC ACKNOWLEDGE (and NAK) */
 #define OP_CNP 0x81
@@ -89,35 +89,20 @@ struct pfc_cfg {
 
 const volatile struct pfc_cfg cfg = {};
 
-/* RoCEv2's Base Transport Header; the byte of FECN/BECN/reserved bits, which
- * the ICRC masks, carries the stamp: the switch port the frame came in by. */
-struct bth {
-	__u8 opcode;
-	__u8 flags;
-	__be16 pkey;
-	__u8 stamp;
-} __attribute__((packed));
+/* The stamp, the switch port the frame came in by, is the BTH's resv8a byte
+ * (the ICRC masks it): a frame's class needs the BTH up to it in line. */
+#define STAMP_LEN (offsetof(struct bth, resv8a) + 1)
+#define STAMP_END (BTH_OFF + STAMP_LEN)                 /* 47 */
 
-#define BTH_OFF (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr))
-#define STAMP_END (BTH_OFF + sizeof(struct bth))        /* 47: the bytes a class needs */
+enum roce_class { NOT_ROCE, CONTROL, LOSSLESS };
 
-enum roce { NOT_ROCE, CONTROL, LOSSLESS };
-
-/* The class of an IPv4 RoCEv2 frame (with its stamp byte in line), or NOT_ROCE. */
-static __always_inline enum roce roce_class(void *data, void *data_end)
+/* The class of an IPv4 RoCEv2 frame (with its stamp byte in line, ``f`` its
+ * headers), or NOT_ROCE. */
+static __always_inline enum roce_class roce_class(void *data, void *data_end, struct roce *f)
 {
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + sizeof(*eth);
-	struct udphdr *udp = (void *)(ip + 1);
-	struct bth *bth = data + BTH_OFF;
-
-	if ((void *)(bth + 1) > data_end)
+	if (!parse_roce(data, data_end, STAMP_LEN, f))
 		return NOT_ROCE;
-	/* IPv4 without options (version/IHL 0x45), UDP to RoCEv2's port */
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
-	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT))
-		return NOT_ROCE;
-	if (bth->opcode == OP_ACKNOWLEDGE || bth->opcode == OP_CNP)
+	if (f->bth->opcode == OP_ACKNOWLEDGE || f->bth->opcode == OP_CNP)
 		return CONTROL;
 	return LOSSLESS;
 }
@@ -162,13 +147,14 @@ int pfc_egress(struct __sk_buff *skb)
 {
 	__u64 len = skb->len;
 	struct pfc_entry *e, *in;
-	enum roce class = NOT_ROCE;
+	enum roce_class class = NOT_ROCE;
+	struct roce f;
 	__u32 cls;
 	__u8 stamp;
 
 	/* frames from a packet socket carry only their Ethernet header in line */
 	if (len >= STAMP_END && !bpf_skb_pull_data(skb, STAMP_END))
-		class = roce_class((void *)(long)skb->data, (void *)(long)skb->data_end);
+		class = roce_class((void *)(long)skb->data, (void *)(long)skb->data_end, &f);
 	if (class == NOT_ROCE) {
 		skb->priority = len > CONTROL_MAX ? CLASS_BEST : CLASS_CONTROL;
 		return TC_ACT_OK;
@@ -177,10 +163,7 @@ int pfc_egress(struct __sk_buff *skb)
 		skb->priority = CLASS_CONTROL;
 		return TC_ACT_OK;
 	}
-	/* roce_class checked the stamp byte is in line; the verifier wants it again */
-	if ((void *)(long)skb->data + STAMP_END > (void *)(long)skb->data_end)
-		return TC_ACT_OK;
-	stamp = ((struct bth *)((void *)(long)skb->data + BTH_OFF))->stamp;
+	stamp = f.bth->resv8a;
 	cls = stamp_class(stamp);
 	if (cfg.phase && cls + 1 < cfg.classes) {       /* the next routing phase */
 		__u8 moved = stamp | NEXT_PHASE;
@@ -206,25 +189,25 @@ int pfc_ingress(struct xdp_md *ctx)
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct bth *bth = data + BTH_OFF;
+	struct ethhdr *eth = parse_eth(data, data_end);
 	struct pfc_entry *up, *in, *own;
 	__s64 occupancy, before;
+	struct roce f;
 	__u32 cls;
 
-	if ((void *)(eth + 1) > data_end)
+	if (!eth)
 		return pass_on(ctx, cfg.key);
 	if (eth->h_proto == bpf_htons(KICK_ETHERTYPE))
 		return XDP_DROP;
-	if (roce_class(data, data_end) != LOSSLESS || (void *)(bth + 1) > data_end)
+	if (roce_class(data, data_end, &f) != LOSSLESS)
 		return pass_on(ctx, cfg.key);
-	cls = link_class(bth->stamp);
+	cls = link_class(f.bth->resv8a);
 	up = entry(cls, cfg.up_key);
 	if (!up)
 		return pass_on(ctx, cfg.key);
 	__sync_fetch_and_add(&up->eg_out, len);
 	up->last_ns = bpf_ktime_get_ns();
-	in = ingress_port(cfg.up_base, bth->stamp);
+	in = ingress_port(cfg.up_base, f.bth->resv8a);
 	if (in) {
 		__sync_fetch_and_add(&in->ing, -len);
 		__sync_fetch_and_add(&in->queued, -len);
@@ -249,7 +232,7 @@ int pfc_ingress(struct xdp_md *ctx)
 		if (before < own->xoff && (__s64)(before + len) >= own->xoff)
 			own->cross_ns = bpf_ktime_get_ns();     /* this frame crossed xoff */
 	}
-	bth->stamp = cfg.stamp && cfg.classes > 1 ? cfg.stamp | cls << 5 : cfg.stamp;
+	f.bth->resv8a = cfg.stamp && cfg.classes > 1 ? cfg.stamp | cls << 5 : cfg.stamp;
 	if (cfg.ecn)
 		mark_tail(ctx, len, up->eg_in - up->eg_out, &cfg.red, (__u64 *)&up->marks);
 	return pass_on(ctx, cfg.key);

@@ -25,11 +25,11 @@
  * the bytes decided towards it in the last ``pend_ns`` that have not reached
  * its egress yet (Open vSwitch forwards in batches).
  */
-#include "ecn_mark.h"
-#include <linux/in.h>
+#include <linux/bpf.h>
 #include <linux/pkt_cls.h>
-#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
 #include "ar_common.h"
+#include "parse.h"
 
 #define MIN_CAND 4
 #define UGAL_CAND 16
@@ -87,14 +87,10 @@ static __always_inline __s64 queue(__u32 key, __u64 now)
 {
 	struct ar_port *p = port(key);
 	struct ar_ctl *c = ctl(key);
-	__s64 q;
 
-	if (!p || !c || (c->down && now >= c->down_ns))
+	if (!p || !c || down_at(c, now))
 		return QUEUE_DOWN;
-	q = p->in - p->out - c->corr;
-	if (now - p->sent_ns < cfg.pend_ns && p->sent > p->sent_in)
-		q += p->sent - p->sent_in;
-	return q > 0 ? q : 0;
+	return backlog(p, c, now, cfg.pend_ns);
 }
 
 /* The minimal route's queue: the shortest of its queues, and its entry. */
@@ -103,7 +99,7 @@ static __noinline __s64 min_queue(struct ugal_route *r, __u64 now, __u32 *which)
 	__s64 best = QUEUE_DOWN, q;
 
 	*which = r->min_keys[0];
-	for (int i = 0; i < MIN_CAND; i++) {
+	for (__u32 i = 0; i < MIN_CAND; i++) {
 		if (i >= r->n_min)
 			break;
 		q = queue(r->min_keys[i], now);
@@ -128,35 +124,24 @@ static __always_inline void stamp(struct ethhdr *eth, __u32 k)
 
 static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = data + sizeof(*eth);
-	struct udphdr *udp = (void *)(ip + 1);
-	struct ar_route_key rk = {};
 	struct ar_flowlet *fl;
 	struct ugal_route *r;
 	struct ugal_count *cnt;
 	struct ar_port *p;
-	__u32 slot, sw = cfg.sw, mkey = 0, choice = 0, i;
+	__u32 sw = cfg.sw, mkey = 0, choice = 0, i;
 	__s64 qmin, qnon;
+	struct roce f;
 	__u64 now;
 	int fresh = 0;
 
-	if ((void *)(udp + 1) > data_end)
+	if (!parse_roce((void *)(long)ctx->data, (void *)(long)ctx->data_end, 0, &f))
 		return;
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)ip != 0x45 ||
-	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_PORT))
-		return;
-	rk.sw = sw;
-	rk.dst = ip->daddr;
-	r = bpf_map_lookup_elem(&ugal_routes, &rk);
+	r = route(&ugal_routes, sw, f.ip->daddr);
 	cnt = bpf_map_lookup_elem(&ugal_counts, &sw);
 	if (!r || !cnt)
 		return;                 /* a host of its own group: minimal */
 	now = bpf_ktime_get_ns();
-	slot = sw * FLOWSETS + (flow_hash(ip, udp) & (FLOWSETS - 1));
-	fl = bpf_map_lookup_elem(&ar_flowlets, &slot);
+	fl = flowlet(sw, f.ip, f.udp);
 	if (!fl)
 		return;
 	qmin = min_queue(r, now, &mkey);
@@ -184,7 +169,7 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 	if (choice) {
 		i = (choice - 1) & (UGAL_CAND - 1);
 		p = port(r->keys[i]);
-		stamp(eth, r->groups[i]);
+		stamp(f.eth, r->groups[i]);
 		__sync_fetch_and_add(&cnt->non_frames, 1);
 		__sync_fetch_and_add(&cnt->non_bytes, len);
 		if (fresh)
@@ -197,11 +182,9 @@ static __always_inline void decide(struct xdp_md *ctx, __u64 len)
 			__sync_fetch_and_add(&cnt->min_flowlets, 1);
 	}
 	if (p) {
-		__sync_fetch_and_add(&p->sent, len);
-		__sync_fetch_and_add(&p->frames, 1);
+		count_decision(p, len, now);
 		if (fresh)
 			__sync_fetch_and_add(&p->flowlets, 1);
-		p->sent_ns = now;
 	}
 }
 
@@ -209,52 +192,36 @@ SEC("xdp")
 int ugal_ingress(struct xdp_md *ctx)
 {
 	__u64 len = bpf_xdp_get_buff_len(ctx);
-	struct ar_port *up;
 
-	if (cfg.up_key >= 0) {
-		up = port(cfg.up_key);
-		if (up)
-			__sync_fetch_and_add(&up->out, len);
-	}
+	count_out(tracked(cfg.up_key), len);
 	if (cfg.decide)
 		decide(ctx, len);
 	return XDP_PASS;
 }
 
-#define SRC_OFF 6
-
 SEC("tc")
 int ugal_egress(struct __sk_buff *skb)
 {
 	__u64 len = skb->len;
-	struct ar_port *p;
+	struct ar_port *p = tracked(cfg.key);
+	struct ethhdr *eth;
 	struct ar_ctl *c;
-	__s64 queued;
-	__u32 key;
 
-	if (cfg.key < 0)
+	if (!p)
 		return TC_ACT_UNSPEC;
-	key = cfg.key;
-	p = port(key);
-	c = ctl(key);
-	if (!p || !c)
+	c = ctl(cfg.key);
+	if (!c)
 		return TC_ACT_UNSPEC;
-	queued = p->in - p->out - c->corr;
-	if (queued + (__s64)len > p->limit)
+	if (!enqueue(p, queued(p, c), len))
 		return TC_ACT_UNSPEC;           /* the TBF drops it */
-	__sync_fetch_and_add(&p->in, len);
-	if (len >= sizeof(struct ethhdr) && !bpf_skb_pull_data(skb, sizeof(struct ethhdr))) {
-		void *data = (void *)(long)skb->data;
-		struct ethhdr *eth = data;
-
-		if (data + sizeof(*eth) > (void *)(long)skb->data_end)
-			return TC_ACT_UNSPEC;
-		/* a frame in its Valiant route's second phase was decided elsewhere */
-		if (eth->h_proto == bpf_htons(ETH_P_IP) &&
-		    !(eth->h_source[0] == 0x02 && eth->h_source[1] == 0xdf &&
-		      eth->h_source[2] == 0x00 && eth->h_source[5] == 0x02))
-			__sync_fetch_and_add(&p->sent_in, len);
-	}
+	if (len < sizeof(struct ethhdr) || bpf_skb_pull_data(skb, sizeof(struct ethhdr)))
+		return TC_ACT_UNSPEC;
+	eth = parse_eth((void *)(long)skb->data, (void *)(long)skb->data_end);
+	/* a frame in its Valiant route's second phase was decided elsewhere */
+	if (eth && eth->h_proto == bpf_htons(ETH_P_IP) &&
+	    !(eth->h_source[0] == 0x02 && eth->h_source[1] == 0xdf &&
+	      eth->h_source[2] == 0x00 && eth->h_source[5] == 0x02))
+		__sync_fetch_and_add(&p->sent_in, len);
 	return TC_ACT_UNSPEC;
 }
 

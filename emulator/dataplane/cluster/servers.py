@@ -23,16 +23,15 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 
 from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 from mininet.node import Node
 
-from emulator.dataplane import proc
 from emulator.dataplane.cluster.worker import REPO, versions
 from emulator.dataplane.ovs.datapath import MIN_SEND_BUFFER
+from emulator.dataplane.system import netlink, proc
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric import cluster
 
@@ -122,11 +121,11 @@ def _die_with_parent():
 
 
 def _ssh_run(ssh, server, argv, timeout=SSH_TIMEOUT):
+    """``argv`` on ``server`` over ssh: its ``Completed`` (255: no answer in time)."""
     try:
-        return subprocess.run([*ssh, "-n", server.dest, *argv], capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 255, "", f"no answer in {timeout} s")
+        return proc.attempt([*ssh, "-n", server.dest, *argv], timeout=timeout)
+    except proc.TimedOut:
+        return proc.Completed(255, "", f"no answer in {timeout} s")
 
 
 def _check_one(ssh, server, toward):
@@ -222,8 +221,7 @@ def judge(servers, docs, here, toward_of, roce_mtu):
 def local_address(toward):
     """This machine's source address toward ``toward`` (where its controller listens)."""
     try:
-        route = json.loads(proc.run(["ip", "-j", "route", "get", toward], timeout=10))
-        return route[0]["prefsrc"]
+        return netlink.route_get(toward)[0]["prefsrc"]
     except (RunFailed, ValueError, KeyError, IndexError):
         raise EnvironmentProblem(f"this machine has no route to server {toward}")
 
@@ -236,9 +234,9 @@ class RemoteWorker:
         self.shell = ServerShell(server, ssh, env=env)
         # attached to the server shell's namespaces, not detached (mnexec -d forks, and
         # the ssh session would end with its parent)
-        self.proc = self.shell.popen(worker_argv(server, tag=tag), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     mncmd=["mnexec", "-a", str(self.shell.pid)])
+        self.proc = proc.Child(self.shell.popen(
+            worker_argv(server, tag=tag), stdin=proc.PIPE, stdout=proc.PIPE, stderr=proc.PIPE,
+            mncmd=["mnexec", "-a", str(self.shell.pid)]), f"server {server.name}'s worker")
         self.lock = threading.Lock()
         self.broken = None       # why the worker is given up, once it is
         self.err = []
@@ -311,8 +309,11 @@ class RemoteWorker:
             self._hang_up()
             try:
                 self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+            except proc.TimedOut:
+                try:
+                    self.proc.kill()
+                except proc.TimedOut:
+                    pass            # stuck: the error below says what is left
                 errors.append(f"server {self.server.name}: its worker did not end within "
                               f"{timeout} s (clean --servers removes what it left)")
         try:

@@ -36,11 +36,13 @@ answers the probe, and the run says what it lacks.
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from emulator.dataplane.system import netlink
+from emulator.dataplane.system.proc import STDOUT, TimedOut, attempt
+from emulator.dataplane.system.signals import signals_as_exceptions, signals_masked
 from emulator.errors import RunFailed
 
 REPO = str(Path(__file__).resolve().parents[3])      # the checkout: emulator/dataplane/<room>/
@@ -64,8 +66,8 @@ def project_version():
 
 def _version(argv):
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        out = attempt(argv, timeout=10)
+    except RunFailed:             # no such command, or no answer
         return None
     return out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout else None
 
@@ -88,12 +90,10 @@ def probe(toward):
     import shutil
     mtu = None
     try:
-        route = json.loads(subprocess.run(["ip", "-j", "route", "get", toward],
-                                          capture_output=True, text=True, timeout=10).stdout)
-        dev = route[0]["dev"]
+        dev = netlink.route_get(toward)[0]["dev"]
         with open(f"/sys/class/net/{dev}/mtu") as f:
             mtu = int(f.read())
-    except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired):
+    except (OSError, ValueError, KeyError, IndexError, RunFailed):
         pass
     tools = ("ovsdb-server", "ovs-vswitchd", "ovsdb-tool", "ovs-vsctl", "mnexec", "ip", "tc")
     return {"root": os.geteuid() == 0, **versions(),
@@ -110,22 +110,20 @@ PROBE_LINK = "flprobe-tun"     # made and removed at once by ``tunnel_kinds``
 def tunnel_kinds():
     """The Ethernet tunnels this kernel can make, of vxlan, geneve and gretap (each
     tried with a device made and removed at once)."""
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
     args = {"vxlan": {"vxlan_id": 1, "vxlan_port": 4789},
             "geneve": {"geneve_id": 1, "geneve_remote": "192.0.2.1"},
             "gretap": {"gre_remote": "192.0.2.1"}}
     have = []
-    with IPRoute() as ipr:
+    with netlink.Netlink() as ipr:
         for kind, extra in args.items():
             try:
                 ipr.link("add", ifname=PROBE_LINK, kind=kind, **extra)
-            except NetlinkError:
+            except netlink.NetlinkError:
                 continue
             have.append(kind)
-            idx = ipr.link_lookup(ifname=PROBE_LINK)
-            if idx:
-                ipr.link("del", index=idx[0])
+            idx = ipr.index(PROBE_LINK)
+            if idx is not None:
+                ipr.link("del", index=idx)
     return have
 OPS = ("build", "ping", "ranks", "engine_start", "engine_go", "engine_wait_line",
        "engine_result", "engine_kill", "counters", "snapshot", "links", "appctl", "detect", "clock",
@@ -134,15 +132,10 @@ OPS = ("build", "ping", "ranks", "engine_start", "engine_go", "engine_wait_line"
 
 def _delete_link(name):
     """Remove interface ``name`` of this namespace if it is there; [] or [error]."""
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-    with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname=name)
-        try:
-            if idx:
-                ipr.link("del", index=idx[0])
-        except NetlinkError as e:
-            return [f"removing {name}: {e}"]
+    try:
+        netlink.delete_link(name)
+    except netlink.NetlinkError as e:
+        return [f"removing {name}: {e}"]
     return []
 
 
@@ -215,7 +208,7 @@ class Worker:
             log = open(os.path.join(coll, f"rank{k}.log"), "w")
             p = self.net.popen_in(name, [sys.executable, "-m", "traffic", "rank",
                                          "--config", path], cwd=REPO, stdout=log,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=STDOUT)
             procs.append((k, p, log, cfg["output"]))
         deadline = time.monotonic() + req["timeout"]
         out = {"results": {}, "status": {}, "logs": {}}
@@ -223,15 +216,12 @@ class Worker:
             for k, p, log, _ in procs:
                 try:
                     p.wait(timeout=max(1.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                except TimedOut:
                     p.kill()
-                    p.wait(timeout=10)
                 out["status"][k] = p.returncode
         finally:
             for k, p, log, _ in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait(timeout=10)
+                p.kill()
                 log.close()
         for k, _, log, output in procs:
             try:
@@ -286,7 +276,7 @@ class Worker:
     def links(self, req):
         """Set interfaces down or up: ``ends`` [[where, ifname]], where is
         ``switch:NAME`` or ``host:NAME`` (``ClusterNet.set_links``)."""
-        from emulator.dataplane.links.ifaces import ns_sockets  # lazy: see above
+        from emulator.dataplane.system.netlink import ns_sockets  # lazy: see above
         state = req["state"]
         with ns_sockets() as sock:
             targets = []
@@ -383,7 +373,6 @@ def serve(tag, server, inp, out):
     import signal
     import threading
 
-    from emulator.dataplane.signals import signals_as_exceptions  # lazy: see above
     worker = Worker(tag, server)
     lines = queue.Queue()
     busy = threading.Event()
@@ -417,7 +406,6 @@ def serve(tag, server, inp, out):
                 if op == "teardown":
                     return 0
         finally:
-            from emulator.dataplane.signals import signals_masked  # lazy: see above
             with signals_masked():
                 worker.teardown()
 

@@ -6,7 +6,7 @@
 and state), ``nftrules`` (gray loss and corruption), ``detect`` (modeled
 loss-of-signal delay) and ``bfd`` (Open vSwitch's BFD on switch links).
 
-May import: ``dataplane.runstate``, ``dataplane.ovs``, ``emulator.errors``,
-``emulator.fabric``, ``traffic.nic.netns``.  Never the session, the lossless
-fabric or the servers' machinery.
+May import: ``dataplane.runstate``, ``dataplane.ovs``, ``dataplane.system``,
+``emulator.errors``, ``emulator.fabric``, ``traffic.nic.netns``.  Never the
+session, the lossless fabric or the servers' machinery.
 """

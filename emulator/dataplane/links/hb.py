@@ -17,7 +17,7 @@ Names need no run tag: they live and die with the host's namespace.
 """
 
 from emulator.dataplane.links import shaping
-from traffic.nic.netns import entered
+from emulator.dataplane.system.netlink import Netlink, netns_of
 
 ENDS = ("hb0", "hb1")
 PREFIX_LEN = 30
@@ -61,8 +61,7 @@ def add(ipr, topo, host, queue_ms, frame, shape=True):
 
 def sent_bytes(pid):
     """Bytes ``hb0`` sent (the HB hop's forward direction) in the namespace of ``pid``."""
-    from pyroute2 import IPRoute
-    with entered(f"/proc/{pid}/ns/net"), IPRoute() as ipr:
+    with Netlink(netns_of(pid)) as ipr:
         link = ipr.get_links(ipr.link_lookup(ifname=ENDS[0])[0])[0]
         return link.get_attr("IFLA_STATS64")["tx_bytes"]
 

@@ -7,13 +7,9 @@ import os
 import signal
 import socket
 import struct
-from contextlib import contextmanager
-
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from emulator.dataplane.runstate import tag_of_name
-from traffic.nic.netns import entered
+from emulator.dataplane.system.netlink import ENODEV, Netlink, NetlinkError
 
 SIOCETHTOOL, ETHTOOL_STXCSUM = 0x8946, 0x17
 
@@ -25,11 +21,6 @@ def tx_checksum_off(ifname):
     ifreq = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
-
-
-def in_netns(netns, argv):
-    """``argv`` run inside the network namespace at path ``netns`` (None: here)."""
-    return (["nsenter", f"--net={netns}"] if netns else []) + list(argv)
 
 
 def write_sysctl(key, value):
@@ -88,41 +79,20 @@ def delete_interfaces(tag):
     interface, names made by other modules) goes one at a time."""
     errors = []
     group = link_group(tag)
-    with IPRoute() as ipr:
-        links = [(link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_GROUP"), link["index"])
-                 for link in ipr.get_links()]
+    with Netlink() as nl:
+        links = nl.interfaces()
         grouped = [name for name, g, _ in links if g == group]
         if grouped and all(tag_of_name(name) == tag for name in grouped):
             try:
-                ipr.link("del", group=group)
+                nl.link("del", group=group)
             except NetlinkError as e:
                 errors.append(f"delete interface group {group:#x}: {e}")
-            links = [(link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_GROUP"),
-                      link["index"]) for link in ipr.get_links()]
+            links = nl.interfaces()
         for name, _, index in links:
             if tag_of_name(name) == tag:
                 try:
-                    ipr.link("del", index=index)
+                    nl.link("del", index=index)
                 except NetlinkError as e:
-                    if e.code != 19:   # ENODEV: its veth peer went first
+                    if e.code != ENODEV:   # its veth peer went first
                         errors.append(f"delete {name}: {e}")
     return errors
-
-
-@contextmanager
-def ns_sockets():
-    """``get(netns path or None)``: one netlink socket per network namespace, each
-    made inside its namespace (a socket stays in the namespace it was made in),
-    all closed after."""
-    socks = {}
-
-    def get(ns):
-        if ns not in socks:
-            with entered(ns):
-                socks[ns] = IPRoute()
-        return socks[ns]
-    try:
-        yield get
-    finally:
-        for sock in socks.values():
-            sock.close()

@@ -21,11 +21,9 @@ charges them to it, not to the emulator).  Parallel links between the same
 two nodes: the impairment goes on the first of them.
 """
 
-import subprocess
-
-from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.runstate import tag_of_name
-from emulator.errors import EnvironmentProblem, RunFailed
+from emulator.dataplane.system import tc
+from emulator.errors import EnvironmentProblem
 
 
 def impaired(topo):
@@ -51,18 +49,11 @@ def require_netem(fabric):
     where = [f"{lk.a}-{lk.b}" for lk in fabric.links if lk.delay_s is not None]
     if not where:
         return
-    a, b = "flnetemprb0", "flnetemprb1"
-    try:
-        subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b],
-                       check=True, capture_output=True, timeout=10)
-        r = subprocess.run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"],
-                           capture_output=True, text=True, timeout=10)
-    finally:
-        subprocess.run(["ip", "link", "del", a], capture_output=True, timeout=10)
-    if r.returncode != 0:
+    missing = tc.netem_missing()
+    if missing is not None:
         raise EnvironmentProblem(
             f"links {', '.join(where)} ask for delay/jitter, which needs the kernel's netem "
-            f"qdisc (module sch_netem), and this kernel has none ({r.stderr.strip()}): "
+            f"qdisc (module sch_netem), and this kernel has none ({missing}): "
             "remove delay/jitter from the fabric file or run on a kernel with sch_netem")
 
 
@@ -102,8 +93,4 @@ def _netem(session, name, imp, injector):
     if imp.get("jitter_s"):
         args += [f"{imp['jitter_s'] * 1e6:.0f}us"]
     for netns, ifname in injector.ends(name, "both"):
-        r = subprocess.run(in_netns(netns, ["tc", "qdisc", "add", "dev", ifname, "parent",
-                                            "1:1", "handle", "10:", "netem", *args]),
-                           capture_output=True, text=True, timeout=10)
-        if r.returncode != 0:
-            raise RunFailed(f"netem on {ifname}: {r.stderr.strip()}")
+        tc.add_netem(netns, ifname, args)

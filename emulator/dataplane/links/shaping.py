@@ -31,7 +31,7 @@ DEFAULT_QUEUE_MS = 30.0
 
 
 def tbf_params(rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME):
-    """Arguments for pyroute2's ``tc('add', 'tbf', ...)`` (rate in bytes/s).
+    """Arguments for netlink's ``tc('add', 'tbf', ...)`` (rate in bytes/s).
 
     ``frame`` is the largest frame the interface carries (its MTU + 14).
     """
@@ -105,7 +105,7 @@ def stats(ipr, index):
 
 # ---- every shaper's counters in one netlink dump ------------------------------
 #
-# ``stats`` asks pyroute2 for one interface (a full dump filtered in Python:
+# ``stats`` asks the netlink library for one interface (a full dump filtered in Python:
 # ~4 ms each); sampling the egress queues of a fabric every 10-20 ms needs all
 # of them at once, cheaply.  ``QdiscReader`` sends one RTM_GETQDISC dump on a
 # plain netlink socket and decodes only what it needs (kind, parent, the

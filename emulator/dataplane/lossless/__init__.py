@@ -7,6 +7,6 @@ nftables) and ``ecnq`` (marking at dequeue in eBPF).  The eBPF programs
 themselves are C sources in ``dataplane.bpf``.
 
 May import: ``dataplane.bpf``, ``dataplane.links``, ``dataplane.ovs``,
-``dataplane.proc``, ``emulator.errors``, ``emulator.fabric``, ``traffic``
+``dataplane.system``, ``emulator.errors``, ``emulator.fabric``, ``traffic``
 (frame sizes, namespaces).
 """

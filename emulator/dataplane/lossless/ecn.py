@@ -35,13 +35,11 @@ leave minus those that arrived CE (counters at the chain's start and end).
 Host NICs are not marked: their queue is the sender's own.
 """
 
-import json
 import re
 from dataclasses import dataclass
 
-from emulator.dataplane import proc
-from emulator.dataplane.links.ifaces import in_netns
 from emulator.dataplane.links.shaping import tbf_params
+from emulator.dataplane.system import nft
 from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from lab.modes import EcnAt
 from traffic.roce.frames import frame_len_for_mtu
@@ -154,9 +152,6 @@ class Marker:
         self.netns_of = dict(netns_of or {})
         self.spaces = sorted({self.netns_of.get(i) or "" for i, _ in self.ports})
 
-    def _nft(self, netns, *args):
-        return in_netns(netns, ["nft", *args])
-
     @classmethod
     def for_session(cls, session):
         """Mark on every switch port of ``session``'s fabric; noted in its results."""
@@ -196,7 +191,7 @@ class Marker:
             lines.append("  }")
         lines.append("}")
         try:
-            proc.run(self._nft(ns, "-f", "-"), input="\n".join(lines) + "\n", timeout=30)
+            nft.apply(ns, "\n".join(lines) + "\n", timeout=30)
         except RunFailed as e:
             raise EnvironmentProblem(f"nftables refused the ECN marker ({e}): marking needs "
                                      "nftables netdev egress hooks (Linux 5.16+, nft 1.0.1+)")
@@ -206,8 +201,7 @@ class Marker:
         """{ifname: packets this port marked CE} since install."""
         items = []
         for ns in self.spaces:
-            doc = json.loads(proc.run(self._nft(ns, "-j", "list", "table", "netdev",
-                                                self.table), timeout=20))
+            doc = nft.table(ns, self.table, timeout=20)
             items += doc.get("nftables", [])
         seen = {}
         for item in items:
@@ -222,8 +216,7 @@ class Marker:
 
     def remove(self):
         for ns in self.spaces:
-            proc.run(self._nft(ns, "delete", "table", "netdev", self.table), timeout=20,
-                     check=False)
+            nft.delete_table(ns, self.table, timeout=20, check=False)
 
 
 # HPCC's DCQCN thresholds (100 KB / 400 KB at 25 Gbit/s: 32 / 128 us of queue), the

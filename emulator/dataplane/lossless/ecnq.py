@@ -33,12 +33,10 @@ as constants (``programs``); ``ENTRY`` and ``CONFIG`` are their structs as
 Python packs them.
 """
 
-from pyroute2 import NetlinkError
-
 from emulator.dataplane import bpf
 from emulator.dataplane.links import shaping
-from emulator.dataplane.links.ifaces import ns_sockets
 from emulator.dataplane.lossless.ecn import record_marks
+from emulator.dataplane.system.netlink import NetlinkError, ns_sockets
 from emulator.errors import EnvironmentProblem, RunFailed
 from emulator.fabric.addressing import switch_intf
 from traffic.roce.frames import frame_len_for_mtu

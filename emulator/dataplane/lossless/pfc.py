@@ -123,7 +123,7 @@ def gate_message(ifindex, rate_bytes, burst, limit, seq=0, cls=0):
 
     TCA_TBF_BURST gives the bucket in bytes, so the kernel derives its time at
     any rate (a 1 byte/s gate holding one frame needs ~4000 s of bucket, beyond
-    the u32 ticks pyroute2 computes).  The change refills the bucket: one more
+    the u32 ticks the netlink library computes).  The change refills the bucket: one more
     frame may leave (the frame in flight)."""
     ratespec = _RATESPEC.pack(0, LINKLAYER_ETHERNET, 0, 0, 0, rate_bytes)
     qopt = ratespec + _RATESPEC.pack(0, 0, 0, 0, 0, 0) + struct.pack("=III", limit, 0, 0)

@@ -5,12 +5,10 @@ import json
 import os
 import select
 import struct
-import subprocess
 import sys
 
 from emulator.dataplane import bpf
-from emulator.dataplane.links.ifaces import ns_sockets
-from emulator.dataplane.lossless import pfc
+from emulator.dataplane.lossless import pfc as pfc_bpf
 from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.lossless.ecnq import Attached
 from emulator.dataplane.lossless.pfc import (
@@ -28,6 +26,9 @@ from emulator.dataplane.lossless.pfc import (
     programs,
 )
 from emulator.dataplane.ovs.controller_proc import REPO
+from emulator.dataplane.system import ovs
+from emulator.dataplane.system.netlink import ns_sockets
+from emulator.dataplane.system.proc import PIPE, Child, TimedOut
 from emulator.errors import RunFailed
 from emulator.fabric import lossless
 from emulator.fabric.lossless import deadlock_plan
@@ -157,21 +158,21 @@ class Pfc(Attached):
         return self
 
     def _start_agent(self):
+
         path = os.path.join(self.workdir, "pfc-agent.json")
         cfg = {"map_fd": self.map.fd, "map_bytes": ENTRY_SIZE * len(self.ends) * self.classes,
                "frame": self.frame, "ports": self.class_ends(),
                "pfc": {k: getattr(self.cfg, k) for k in self.cfg.__dataclass_fields__}}
         with open(path, "w") as f:
             json.dump(cfg, f)
-        self.agent = subprocess.Popen(
-            [sys.executable, "-m", "emulator.dataplane.lossless.pfc_agent", path], cwd=REPO,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(self.map.fd,),
+        self.agent = Child.start(
+            [sys.executable, "-m", "emulator.dataplane.lossless.pfc_agent", path],
+            "the PFC agent", cwd=REPO, stdin=PIPE, stdout=PIPE, pass_fds=(self.map.fd,),
             env=self.env)
         ready, _, _ = select.select([self.agent.stdout], [], [], 20)
         line = self.agent.stdout.readline() if ready else b""
         if line.strip() != b"ready":
-            self.agent.kill()
-            self.agent.wait(timeout=5)
+            self.agent.kill(timeout=5)
             raise RunFailed("the PFC agent did not start (see the run's output)")
 
     def class_ends(self):
@@ -216,12 +217,10 @@ class Pfc(Attached):
             self.agent.wait(timeout=10)
             with open(path) as f:
                 return json.load(f)
-        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+        except (OSError, ValueError, TimedOut) as e:
             raise RunFailed(f"the PFC agent's counters: {e}")
         finally:
-            if self.agent.poll() is None:
-                self.agent.kill()
-                self.agent.wait(timeout=5)
+            self.agent.kill(timeout=5)
             self.agent = None
 
     def marks(self):
@@ -261,9 +260,9 @@ class Pfc(Attached):
         out = []
         for e in self.ends:
             w = self._words(e["key"])
-            out.append((e["name"], w[pfc.E_ING // 8] - w[pfc.E_CORR // 8], w[pfc.E_PAUSES // 8],
-                        w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
-                        w[pfc.E_WD_DROPS // 8]))
+            out.append((e["name"], w[pfc_bpf.E_ING // 8] - w[pfc_bpf.E_CORR // 8], w[pfc_bpf.E_PAUSES // 8],
+                        w[pfc_bpf.E_PAUSED_NS // 8] / 1e9, w[pfc_bpf.E_ING_DROPS // 8],
+                        w[pfc_bpf.E_WD_DROPS // 8]))
         return out
 
     def _words(self, key):
@@ -286,9 +285,8 @@ class Pfc(Attached):
             session.teardown_errors += [f"PFC: {e}" for e in self.remove()]
 
     def remove(self):
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.kill()
-            self.agent.wait(timeout=5)
+        if self.agent is not None:
+            self.agent.kill(timeout=5)
         return super().remove()
 
 
@@ -352,10 +350,9 @@ def misroute(injector, on):
         target = s.net.ovs(name).target(by_name[name]["bridge"])
         args = ["add-flows", target, "-"] if on else \
             ["del-flows", target, f"cookie={MISROUTE_COOKIE:#x}/-1"]
-        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args],
-                           input=lines if on else None, capture_output=True, text=True,
-                           timeout=20)
-        if r.returncode != 0:
-            raise RunFailed(f"deadlock routes on {name}: {r.stderr.strip()}")
+        try:
+            ovs.ofctl("-O", "OpenFlow13", *args, input=lines if on else None, timeout=20)
+        except RunFailed as e:
+            raise RunFailed(f"deadlock routes on {name}: {e}") from None
     return injector._log("deadlock" if on else "deadlock_stop", "routes", t,
                          switches=sorted(by_switch))

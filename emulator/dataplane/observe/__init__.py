@@ -5,6 +5,6 @@
 interface), ``logs`` (what the controller's and Open vSwitch's logs say
 went wrong) and ``reach`` (all-pairs ICMP reachability).
 
-May import: ``dataplane.proc``, ``dataplane.links``, ``dataplane.ovs``,
+May import: ``dataplane.system``, ``dataplane.links``, ``dataplane.ovs``,
 ``emulator.errors``, ``emulator.fabric``, ``traffic.nic.netns``.
 """

@@ -15,9 +15,9 @@ InfiniBand (BTH, ICRC).
 
 import os
 import signal
-import subprocess
 import time
 
+from emulator.dataplane.system.proc import DEVNULL, PIPE, Child, TimedOut
 from emulator.errors import ConfigError, RunFailed
 
 DEFAULT_MAX_MB = 20
@@ -73,11 +73,10 @@ class Capture:
             path = os.path.join(self.s.dir, f"capture-{node}-{port}.pcap")
             # --immediate-mode: a frame is written when it arrives, not when a ring
             # block retires (up to 1 s later; a stop in between would lose it)
-            p = subprocess.Popen(enter + ["tcpdump", "-i", intf, "-w", path, "-U", "-Z", "root",
-                                          "--immediate-mode",
-                                          "-c", str(self.count), "-n"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 env=self.s.child_env())
+            p = Child.start(enter + ["tcpdump", "-i", intf, "-w", path, "-U", "-Z", "root",
+                                     "--immediate-mode",
+                                     "-c", str(self.count), "-n"], f"tcpdump on {node}:{port}",
+                            stdout=DEVNULL, stderr=PIPE, text=True, env=self.s.child_env())
             self.procs.append((p, path))
             # tcpdump says "listening on" once its socket is open: wait for it
             deadline = time.monotonic() + timeout
@@ -100,7 +99,7 @@ class Capture:
         for p, path in self.procs:
             try:
                 _, err = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            except TimedOut:
                 p.kill()
                 _, err = p.communicate(timeout=5)
             captured = [ln for ln in (err or "").splitlines() if "packets captured" in ln]

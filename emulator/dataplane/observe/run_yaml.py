@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.errors import RunFailed
 
 REPO = str(Path(__file__).resolve().parents[3])

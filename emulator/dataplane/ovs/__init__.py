@@ -6,6 +6,6 @@ handle; ``datapath`` detects which datapath this machine can use and how
 Open vSwitch allocates; ``controller_proc`` runs ``python -m controller``
 as a child process and waits on its conditions.
 
-May import: ``dataplane.proc``, ``dataplane.runstate``, ``dataplane.links``,
+May import: ``dataplane.system``, ``dataplane.runstate``, ``dataplane.links``,
 ``emulator.errors``, ``emulator.fabric``, ``traffic.nic.netns``.
 """

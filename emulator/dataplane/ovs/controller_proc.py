@@ -10,12 +10,10 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from emulator.errors import RunFailed
+from emulator.dataplane.system.proc import STDOUT, Child, wait_until  # noqa: F401 (re-exported)
 
 REPO = str(Path(__file__).resolve().parents[3])      # the checkout: emulator/dataplane/<room>/
 
@@ -44,14 +42,6 @@ def listening(port):
 def converged_events(text):
     """The controller's ``CONVERGED {json}`` log lines (its monotonic timings), parsed."""
     return [json.loads(m) for m in re.findall(r"CONVERGED (\{.*\})", text)]
-
-
-def wait_until(cond, timeout, what, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RunFailed(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Controller:
@@ -86,15 +76,12 @@ class Controller:
 
     def start(self, timeout=30):
         self.log = open(self.log_path + ".stdout", "a")   # a restart appends
-        self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=self.log, env=self.env,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-
-        def ready():
-            if self.proc.poll() is not None:
-                raise RunFailed(f"controller exited with status {self.proc.returncode} "
-                                f"at start; see {self.log_path}")
-            return listening(self.port) and (self.unix is None or os.path.exists(self.unix))
-        wait_until(ready, timeout, f"the controller to listen on {self.host}:{self.port}")
+        self.proc = Child.start(self.argv, "controller", log=self.log_path, cwd=REPO,
+                                stdout=self.log, stderr=STDOUT, env=self.env,
+                                new_session=True)
+        self.proc.wait_ready(
+            lambda: listening(self.port) and (self.unix is None or os.path.exists(self.unix)),
+            timeout, f"the controller to listen on {self.host}:{self.port}")
 
     def converged(self):
         """Every ``CONVERGED`` event in the controller's log so far."""
@@ -107,15 +94,9 @@ class Controller:
     def stop(self, timeout=10):
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+        status = self.proc.stop(timeout)
         self.log.close()
-        return self.proc.returncode
+        return status
 
 
 def controller_problems(log_path):

@@ -10,7 +10,7 @@ import functools
 import os
 import re
 
-from emulator.dataplane import proc
+from emulator.dataplane.system import proc
 from emulator.errors import EnvironmentProblem, RunFailed
 
 

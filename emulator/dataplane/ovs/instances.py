@@ -24,15 +24,14 @@ reachable from every namespace and from nothing outside the machine.
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 
-from emulator.dataplane import proc
-from emulator.dataplane.links.ifaces import in_netns, write_sysctl
+from emulator.dataplane.links.ifaces import write_sysctl
 from emulator.dataplane.ovs import datapath
-from emulator.dataplane.ovs.controller_proc import wait_until
 from emulator.dataplane.runstate import processes_of
+from emulator.dataplane.system import ovs as tools
+from emulator.dataplane.system.proc import DEVNULL, STDOUT, Child, TimedOut, in_netns, wait_until
 from emulator.errors import EnvironmentProblem, RunFailed
 from traffic.nic.netns import entered
 
@@ -52,7 +51,7 @@ class Ovs:
     dir = None
 
     def vsctl(self, *args, timeout=60):
-        return proc.ovs_vsctl(*args, timeout=timeout)
+        return tools.vsctl(*args, timeout=timeout)
 
     def target(self, bridge):
         """What ovs-ofctl names ``bridge`` by."""
@@ -85,11 +84,11 @@ class Ovs:
         return None
 
     def ofctl(self, command, bridge, *args, timeout=20, version="OpenFlow15"):
-        return proc.ovs_ofctl("-O", version, command, self.target(bridge), *args,
-                              timeout=timeout)
+        return tools.ofctl("-O", version, command, self.target(bridge), *args,
+                           timeout=timeout)
 
     def appctl(self, *args, timeout=10):
-        return proc.run(["ovs-appctl", *args], timeout=timeout)
+        return tools.appctl(*args, timeout=timeout)
 
     def in_netns(self, argv):
         """``argv`` run where this instance's ports are."""
@@ -128,8 +127,7 @@ class Instance(Ovs):
         return f"{self.dir}/ovs-vswitchd.ctl"
 
     def vsctl(self, *args, timeout=60):
-        return proc.run(["ovs-vsctl", f"--db={self.db}", f"--timeout={max(1, int(timeout) - 1)}",
-                         *args], timeout=timeout)
+        return tools.vsctl(*args, db=self.db, timeout=timeout)
 
     def mgmt_path(self, bridge):
         return f"{self.dir}/{bridge}.mgmt"
@@ -138,7 +136,7 @@ class Instance(Ovs):
         return f"unix:{self.mgmt_path(bridge)}"
 
     def appctl(self, *args, timeout=10):
-        return proc.run(["ovs-appctl", "-t", self.ctl, *args], timeout=timeout)
+        return tools.appctl(*args, target=self.ctl, timeout=timeout)
 
     def controller_link(self, path):
         """A name for the controller's unix socket ``path`` inside this instance's
@@ -180,7 +178,7 @@ class Instance(Ovs):
             with entered(self.netns):
                 for key, value in sysctls.items():
                     write_sysctl(key, str(value))
-        proc.run(["ovsdb-tool", "create", f"{self.dir}/conf.db", SCHEMA], timeout=20)
+        tools.ovsdb_tool("create", f"{self.dir}/conf.db", SCHEMA, timeout=20)
         self._spawn("ovsdb-server", [
             "ovsdb-server", f"{self.dir}/conf.db", f"--remote=punix:{self.dir}/db.sock",
             f"--pidfile={self.dir}/ovsdb-server.pid", f"--unixctl={self.dir}/ovsdb-server.ctl",
@@ -209,10 +207,10 @@ class Instance(Ovs):
     def _spawn(self, name, argv, env=None):
         out = open(os.path.join(self.dir, f"{name}.out"), "ab")
         try:
-            self.procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                                stderr=subprocess.STDOUT,
-                                                env=dict(self.env, **(env or {})),
-                                                start_new_session=True)
+            self.procs[name] = Child.start(argv, f"{self.name}: {name}", stdin=DEVNULL,
+                                           stdout=out, stderr=STDOUT,
+                                           env=dict(self.env, **(env or {})),
+                                           new_session=True)
         except FileNotFoundError:
             raise EnvironmentProblem(f"{argv[0]}: command not found (datapath instances need "
                                      "Open vSwitch's ovsdb-server, ovs-vswitchd and ovsdb-tool "
@@ -250,11 +248,10 @@ class Instance(Ovs):
         for name, p in self.procs.items():
             try:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
+            except TimedOut:
                 try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
+                    p.kill()
+                except TimedOut:
                     errors.append(f"{self.name}: {name} (pid {p.pid}) did not exit")
         return errors
 
@@ -303,7 +300,7 @@ def pidfile_daemons(state_dir, tag):
 class Watch:
     """Ends the run when an instance dies: a daemon thread polls the instances and,
     on the first death, records what died (``failure``) and sends the run's process
-    SIGHUP, which unwinds it through its ``finally`` (``dataplane.signals``); the
+    SIGHUP, which unwinds it through its ``finally`` (``dataplane.system.signals``); the
     session then reports ``failure`` as its one error."""
 
     def __init__(self, instances, interval=0.2, interrupt=True):

@@ -39,8 +39,6 @@ and with per-switch seeds (emulator/experiments/compare/planes.py).
 import os
 import statistics
 
-import matplotlib
-
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
@@ -81,6 +79,7 @@ from emulator.experiments.ui.live import attached
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import addressing
+from emulator.report.files import pyplot
 from lab.modes import LB, Failover
 from traffic.roce.frames import frame_len_for_mtu
 
@@ -203,8 +202,7 @@ def repetitions(spec, plan, sizes, args, out, **kw):
 
 def plot(runs, path):
     """Per-uplink utilisation over time, one panel per mode (first repetition)."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     firsts = {}
     for r in runs:
         firsts.setdefault((r["mode"], str(r["ring"]), r["qps"]), r)
@@ -297,8 +295,7 @@ def add_arguments(p):
 def prepare(args):
     """What a comparison of modes implies before its spec is built (spec.options): an
     AllReduce unless a workload is named."""
-    compare_defaults(args)
-    args.workload = args.workload or "allreduce"
+    compare_defaults(args, workload="allreduce")
 
 
 def main(spec, args, out=print):

@@ -24,12 +24,12 @@ an instance's ranks left no result (their packets are not accounted for).
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
 
 from emulator.dataplane.session import REPO
+from emulator.dataplane.system.proc import STDOUT, TimedOut
 from emulator.experiments.workloads.collective import (
     default_timeout_exp,
     expected_seconds,
@@ -46,8 +46,9 @@ QPS = 2
 def reliable_check(instances):
     """The invariant over job instances ``[{"docs": [rank docs] or None, ...}]``:
     {holds, qps, sent_packets, delivered_packets, failed_qps, flushed_qps,
-    violations: [...] (at most 20)}."""
-    qps = sent = delivered = failed = flushed = 0
+    flushed_packets (the undelivered packets of flushed QPs: what the aborted
+    job's rule excused), violations: [...] (at most 20)}."""
+    qps = sent = delivered = failed = flushed = flushed_packets = 0
     bad = []
     for i, inst in enumerate(instances):
         docs = inst.get("docs")
@@ -77,11 +78,13 @@ def reliable_check(instances):
                 elif got < q["sent_packets"] or q["outstanding"]:
                     if aborted:
                         flushed += 1        # its job was aborted: the QP flushed in error
+                        flushed_packets += q["sent_packets"] - min(got, q["sent_packets"])
                     else:
                         bad.append(dict(where, problem="packets neither delivered nor "
                                                        "reported dead"))
     return {"holds": not bad, "qps": qps, "sent_packets": sent,
             "delivered_packets": delivered, "failed_qps": failed, "flushed_qps": flushed,
+            "flushed_packets": flushed_packets,
             "violations": bad[:20], "violations_total": len(bad)}
 
 
@@ -170,12 +173,12 @@ class JobLoop:
                 name = cfg["ranks"][cfg["rank"]]["name"]
                 self.procs.append((self.s.net.popen_in(
                     name, [sys.executable, "-m", "traffic", "rank", "--config", path],
-                    cwd=REPO, stdout=log, stderr=subprocess.STDOUT), log))
+                    cwd=REPO, stdout=log, stderr=STDOUT), log))
             end = time.monotonic() + self.timeout
             for p, _ in self.procs:
                 try:
                     p.wait(timeout=max(1.0, end - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                except TimedOut:
                     return {"docs": None, "problem": f"ranks still running after "
                                                      f"{self.timeout:.0f} s"}
             if self.killed.is_set():

@@ -38,8 +38,6 @@ import json
 import os
 import time
 
-import matplotlib
-
 from emulator.dataplane.faults import Injector
 from emulator.dataplane.links import bfd
 from emulator.dataplane.links.detect import parse_detect
@@ -84,6 +82,7 @@ from emulator.experiments.spec.options import (
 from emulator.experiments.spec.scenario import default_fault
 from emulator.fabric import addressing, layout, switch_agent
 from emulator.fabric.units import parse_duration
+from emulator.report.files import pyplot
 from emulator.report.summary import pfc_text
 from lab.modes import LB, Failover
 from traffic.roce.frames import ROCE_MTUS
@@ -181,6 +180,7 @@ def add_arguments(p):
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
                         "fabric, limited the probes)")
     add_switch_agent_arg(p)
+    drill_agent.add_arguments(p)
 
 
 def parse_modes(text):
@@ -241,9 +241,9 @@ class ProbeDrill(Mode):
     """The drill under probes on one failover mode's fabric: the schedule injected in
     every repeat, each probe flow's loss window and gaps, the controller's convergence."""
 
-    def __init__(self, s, mode, args, events, base, out):
+    def __init__(self, s, mode, args, events, base, out, predicted=None):
         super().__init__(s, mode)
-        self.args, self.events, self.base = args, events, base
+        self.args, self.events, self.base, self.predicted = args, events, base, predicted
         self.say = lambda m: out(f"... [{mode}] {m}")
         self.page = ui.attached.of(args, s, f"drill, failover={mode}").__enter__()
         self.late = self.inj = self.watch = None
@@ -308,8 +308,8 @@ class ProbeDrill(Mode):
                  for k, n in sorted(sent.items())}
         with open(s.controller.log_path, errors="replace") as f:
             conv = controller_convergence(f.read(), t_fault, t_rest)
-        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv,
-                   "fidelity": fid, "switch_agent": drill_agent.for_repeat(s, conv, t_fault),
+        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv, "fidelity": fid,
+                   "switch_agent": drill_agent.for_repeat(s, conv, t_fault, self.predicted),
                    **({"adaptive": self.watch.reaction(evs)} if self.watch else {})}
         self.page.repeats.append(verdict)
         if r == 0 and self.page.keep(timelines):      # kept for report.html too
@@ -339,7 +339,8 @@ class ProbeDrill(Mode):
                 "repeats": repeats, "summary": dict(summarise(repeats), **(
                     {"adaptive": drill_adaptive.split(repeats, self.events, s.topo)}
                     if self.watch else {})),
-                "controller_problems": problems, **drill_agent.mode_summary(repeats)}
+                "controller_problems": problems,
+                **drill_agent.mode_entries(repeats, self.predicted)}
 
     def close(self):
         try:
@@ -351,8 +352,7 @@ class ProbeDrill(Mode):
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     """Throughput per flow around the fault (Agg PNG)."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     for key, (t0, tl) in sorted(timelines.items()):
         xs, ys = [], []
@@ -419,8 +419,10 @@ def main(spec, args, out=print):
     base = os.path.abspath(os.path.join(spec.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     run_yaml.write(base, spec, command=command_doc("drill", args))
-    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat,
-                        lambda s, m: ProbeDrill(s, m, args, events, base, out), out)
+    predicted = drill_agent.predictions(spec, args, events, modes, topo, agent, dp_type, base,
+                                        out, ProbeDrill)
+    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat, lambda s, m:
+                        ProbeDrill(s, m, args, events, base, out, predicted.get(m)), out)
     doc = {"events": [vars(e) for e in events], "args": command_doc("drill", args)["options"],
            "modes": results, "switch_agent": drill_agent.doc_entry(agent)}
     with open(os.path.join(base, "drill.json"), "w") as f:

@@ -9,7 +9,7 @@ report.html in the same directory is the same page, opened from disk.
 import os
 import threading
 
-from emulator.dataplane.signals import signals_as_exceptions
+from emulator.dataplane.system.signals import signals_as_exceptions
 from emulator.errors import ConfigError
 from emulator.experiments.ui.live import report_doc
 from emulator.experiments.ui.server import UiServer

@@ -13,12 +13,12 @@ Sizes use nccl-tests' notation: ``1M:64M`` is 1M, 2M, ... 64M (x2 steps),
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 from emulator.dataplane.links.impair import fault_names
 from emulator.dataplane.session import REPO
+from emulator.dataplane.system.proc import STDOUT, TimedOut
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
 from emulator.fabric.addressing import home_leaf
@@ -149,7 +149,7 @@ def _local_ranks(session, configs, timeout, out_dir):
         log = open(os.path.join(out_dir, f"rank{cfg['rank']}.log"), "w")
         p = session.net.popen_in(name, [sys.executable, "-m", "traffic", "rank",
                                         "--config", path],
-                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                                 cwd=REPO, stdout=log, stderr=STDOUT)
         procs.append((name, p, log))
     t0 = time.monotonic()
     failed = []
@@ -158,7 +158,7 @@ def _local_ranks(session, configs, timeout, out_dir):
             left = max(1.0, timeout - (time.monotonic() - t0))
             try:
                 p.wait(timeout=left)
-            except subprocess.TimeoutExpired:
+            except TimedOut:
                 raise RunFailed(f"rank in {name} did not finish within {timeout:.0f}s")
             if p.returncode not in (0, 1):      # 1 = finished with wrong chunks
                 failed.append(f"{name} (exit {p.returncode})")

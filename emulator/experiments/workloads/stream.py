@@ -17,12 +17,12 @@ queue percentiles.
 """
 
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 from emulator.dataplane.links.shaping import QdiscReader
+from emulator.dataplane.system.proc import DEVNULL, TimedOut
 from emulator.errors import ConfigError
 from emulator.experiments.measure.paths import trace_path
 from emulator.experiments.measure.stats import percentile
@@ -110,8 +110,8 @@ class Stream:
                 reader = QdiscReader()
             try:
                 self.proc = self.s.net.popen_in(self.src["name"], argv, cwd=REPO,
-                                                stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL)
+                                                stdout=DEVNULL,
+                                                stderr=DEVNULL)
                 self.t_on = time.monotonic()
                 while not self.halt.is_set() and self.proc.poll() is None:
                     if self.port is None and time.monotonic() > self.t_on + TRACE_AFTER_S:
@@ -142,7 +142,7 @@ class Stream:
                 rc = self.proc.wait(timeout=self.duration_s + 10)
                 if rc != 0 and self.error is None:
                     self.error = f"traffic send exited with status {rc}"
-            except subprocess.TimeoutExpired:
+            except TimedOut:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
                 self.error = self.error or "traffic send overran its duration"

@@ -1,7 +1,10 @@
 """Signals as exceptions, so every ``finally`` of a run tears it down.
 
 SIGINT raises KeyboardInterrupt and SIGTERM/SIGHUP raise ``Interrupted`` in
-the run's own process; a teardown holds them until it is done.
+the run's own process; a teardown holds them until it is done
+(``signals_masked``), and so does every netlink call (``netlink``).  While a
+child process starts they are held in the handler only (``signals_deferred``):
+a mask would be the child's too.
 
 Python runs a signal's handler wherever the main thread is between two
 bytecodes, also inside a finalizer (``__del__``, a weakref callback) whose
@@ -26,7 +29,8 @@ class Interrupted(BaseException):
 
 
 _MAIN_PID = None
-_held = {"depth": 0, "pending": []}     # signals_masked: teardowns under way, arrivals
+_held = {"depth": 0, "pending": []}     # holds under way (any thread), arrivals meanwhile
+_depth_lock = threading.Lock()
 
 
 def _raise_interrupted(signum, frame):
@@ -93,14 +97,44 @@ def signals_masked():
     runs the handler for here: the handler then keeps it, and it is raised
     when the outermost teardown is done."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, set(HANDLED))
-    _held["depth"] += 1
+    _hold()
     try:
         yield
     finally:
-        _held["depth"] -= 1
-        pending = []
-        if not _held["depth"]:
-            pending, _held["pending"] = _held["pending"], []
+        pending = _release()
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         if pending:
             signal.raise_signal(pending[0])
+
+
+@contextmanager
+def signals_deferred():
+    """Hold the run's signals in its handler only, not in the kernel's mask (which
+    a child started meanwhile would inherit: a controller that SIGTERM cannot
+    stop).  Without the run's handlers (``signals_as_exceptions``) in this
+    process nothing is held."""
+    if _MAIN_PID != os.getpid() or signal.getsignal(signal.SIGINT) is not _raise_interrupted:
+        yield
+        return
+    _hold()
+    try:
+        yield
+    finally:
+        pending = _release()
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+def _hold():
+    with _depth_lock:
+        _held["depth"] += 1
+
+
+def _release():
+    """End one hold: the signals that arrived during it if it was the outermost."""
+    with _depth_lock:
+        _held["depth"] -= 1
+        if _held["depth"]:
+            return []
+        pending, _held["pending"] = _held["pending"], []
+        return pending
