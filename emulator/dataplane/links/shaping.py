@@ -19,8 +19,6 @@ TBF's counters still cover both bands.
 import socket
 import struct
 
-from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
-
 from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
 from emulator.fabric.units import ROCE_MTU, link_mtu  # noqa: F401 (re-exported)
 
@@ -65,9 +63,7 @@ CNP_KEYS = ["0x00110000/0x00ff0000+8", "0x000012b7/0x0000ffff+20",
 def add_cnp_band(ipr, index, limit, frame=MTU_FRAME):
     """HTB 10: under the TBF 1: of ``index``: CNPs in 10:10 (priority 0), the rest in
     10:30 (priority 1, a byte FIFO of ``limit``, the TBF's own queue)."""
-    # pyroute2 knows pfifo; bfifo takes the same options (struct tc_fifo_qopt, its
-    # limit in bytes)
-    tc_plugins.setdefault("bfifo", tc_plugins["pfifo"])
+    # a bfifo: the system layer's netlink knows it (pfifo's options, its limit in bytes)
     ipr.tc("add", "htb", index=index, handle=BAND_HTB, parent=0x10001,
            default=DATA_CLASS & 0xFFFF)
     ipr.tc("add-class", "htb", index=index, handle=BAND_HTB | 1, parent=BAND_HTB,

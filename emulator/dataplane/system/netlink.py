@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 
 from emulator.dataplane.system.proc import run
 from emulator.dataplane.system.signals import signals_masked
@@ -31,6 +32,11 @@ __all__ = ["Netlink", "NetlinkError", "netns_of", "ns_sockets", "delete_link",
            "route_get", "ENODEV"]
 
 ENODEV = 19            # NetlinkError.code: no such device (e.g. its veth peer went first)
+
+
+# pyroute2 knows pfifo; bfifo takes the same options (struct tc_fifo_qopt, its limit
+# in bytes): a byte FIFO under an HTB class (links.shaping.add_cnp_band)
+tc_plugins.setdefault("bfifo", tc_plugins["pfifo"])
 
 
 def netns_of(pid):
