@@ -39,7 +39,7 @@ def test_a_row_carries_the_mode_its_bounds_and_the_verdict():
         "goodput_min": 0.21, "completion_mean": 0.47, "path_set": "valiant",
         "bound_min": 0.8, "bound_mean": 0.84, "fair_share": 0.56, "fidelity": "faithful",
         "seed": 2}
-    assert r["of_bound"] == pytest.approx(0.5, abs=1e-3)
+    assert r["of_bound"] == pytest.approx(0.5, abs=1e-3) and r["within_bounds"] is True
     rows = [r, routing_cmp.row("minimal", report(0.3)), routing_cmp.row("valiant", report(0.5))]
     med = {m["routing"]: m for m in routing_cmp.medians(rows, ["minimal", "valiant"])}
     assert med["valiant"]["goodput_mean"] == pytest.approx(0.46)
@@ -65,3 +65,14 @@ def test_a_row_without_a_window_says_why_and_gives_no_steady_figure():
     assert "no steady window (a sender died with data queued)" in text
     (m,) = routing_cmp.medians([r], ["minimal"])
     assert m["goodput_mean"] is None and m["windows"] == 0
+
+
+def test_a_goodput_above_its_bound_is_flagged():
+    # minimal's bounds are 0.33 (lowest) and 0.65 (mean); 3 % over is still within
+    assert routing_cmp.row("minimal", report(0.66))["within_bounds"] is True
+    over = routing_cmp.row("minimal", report(0.68))
+    assert over["within_bounds"] is False
+    assert "minimal seed 2: goodput above its LP bound" in routing_cmp.table([over])
+    low = dict(report(0.6), goodput=dict(report(0.6)["goodput"], min=0.35))
+    assert routing_cmp.row("minimal", low)["within_bounds"] is False
+    assert routing_cmp.row("minimal", report(0.1, window=False))["within_bounds"] is None
