@@ -15,7 +15,10 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``Transport``   -- the collectives' transport, docs/transport.md;
 * ``CC``          -- congestion control at the sending NICs;
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
-* ``EcnAt``       -- where a switch port judges its queue for ECN marks.
+* ``EcnAt``       -- where a switch port judges its queue for ECN marks;
+* ``Control``     -- the switches' control plane: the OpenFlow controller, or
+  eBGP between the switches (FRR, RFC 7938), docs/bgp.md;
+* ``Peering``     -- how BGP's sessions are addressed on the fabric's links.
 """
 
 from enum import StrEnum
@@ -143,4 +146,25 @@ class EcnAt(Mode):
 
 EcnAt._default = EcnAt.DEQUEUE
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt)
+
+class Control(Mode):
+    OPENFLOW = "openflow"   # Open vSwitch bridges programmed by an OpenFlow controller
+    BGP = "bgp"             # Linux routers running FRR: eBGP, BFD, kernel ECMP
+
+    @property
+    def routed(self):
+        """The switches are routers (their own FIBs), not bridges a controller programs."""
+        return self == Control.BGP
+
+
+Control._default = Control.OPENFLOW
+
+
+class Peering(Mode):
+    NUMBERED = "numbered"       # an eBGP session per link over its /31
+    UNNUMBERED = "unnumbered"   # over the interface's IPv6 link-local address (RFC 8950)
+
+
+Peering._default = Peering.NUMBERED
+
+ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, Control, Peering)
