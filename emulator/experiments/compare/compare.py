@@ -69,6 +69,7 @@ from emulator.experiments.spec.options import (
     add_adaptive_args,
     add_capture_arg,
     add_cc_param_arg,
+    add_control_args,
     add_ecn_at_arg,
     add_fidelity_args,
     add_job_seed_arg,
@@ -226,6 +227,7 @@ def plot(runs, path):
 def add_arguments(p):
     """``emulator compare``'s options, its sub-commands' included."""
     add_fabric_args(p)
+    add_control_args(p, several=True)
     p.add_argument("--planes", action="store_true",
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "

@@ -75,6 +75,7 @@ from emulator.experiments.spec.options import (
     LB_MODES,
     add_adaptive_args,
     add_capture_arg,
+    add_control_args,
     add_switch_agent_arg,
     add_training_args,
     add_transport_args,
@@ -111,15 +112,19 @@ def add_arguments(p):
     p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
     p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
     p.add_argument("--failover", default=Failover.default(), metavar="MODE[,MODE...]",
-                   help="none, controller, fast-failover, or a comma list to compare")
+                   help="none, controller, fast-failover, or a comma list to compare "
+                        "(OpenFlow; BGP repairs with its own withdrawals)")
+    add_control_args(p, several=True, bfd=False)
     p.add_argument("--detect", default="1ms", metavar="DELAY|os",
                    help="modeled loss-of-signal detection: the switches at a cut link's ends "
                         "are told this long after the cut (default 1ms, typical of hardware); "
                         "'os' leaves it to Open vSwitch's own carrier polling (13-85 ms here)")
-    p.add_argument("--bfd", default=None, metavar="MS",
-                   help="run BFD on every inter-switch link at this interval (2-1000 ms): "
-                        "detects gray failures (--fault LINK:loss:P) and feeds port liveness "
-                        "to fast-failover and the controller; default off")
+    p.add_argument("--bfd", default=None, metavar="MS|INTERVALxMULT",
+                   help="OpenFlow: run BFD on every inter-switch link at this interval (2-1000 "
+                        "ms; Open vSwitch's multiplier is 3): detects gray failures (--fault "
+                        "LINK:loss:P) and feeds port liveness to fast-failover and the "
+                        "controller; default off.  --control bgp: every eBGP session's BFD "
+                        "(default 300x3, FRR's defaults)")
     p.add_argument("--bfd-holddown", default=None, metavar="BASE:MAX|0",
                    help="with --bfd: a port whose BFD session failed stays down for BASE s "
                         "after it comes back, doubling per flap up to MAX s (default with "

@@ -16,6 +16,7 @@ import time
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec import scenario
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
+from emulator.fabric.routing.addresses import next_hop_mac
 
 
 def faulted_links(events, topo):
@@ -39,7 +40,8 @@ def probe_plan(net, pairs, args, duration):
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
-                        "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dst["mac"],
+                        "src_mac": sp["mac"], "src_ip": sp["ip"],
+                        "dst_mac": next_hop_mac(sp, dp),
                         "dst_ip": dst["ip"], "rate_pps": args.pps * len(qpns),
                         "qps": len(qpns), "first_flow": first, "qpns": list(qpns)})
         key = (dst["name"], dp["port"])

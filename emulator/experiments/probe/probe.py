@@ -47,9 +47,11 @@ from emulator.experiments.measure.watch import Watch
 from emulator.experiments.probe import prober as pr
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.options import add_control_args
 from emulator.experiments.spec.scenario import default_fault
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
 from emulator.fabric import addressing
+from emulator.fabric.routing.addresses import next_hop_mac
 from lab.modes import Failover
 from traffic.roce.frames import udp_sport
 
@@ -79,6 +81,7 @@ def add_arguments(p):
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="report the suspects, leave the links up")
     p.add_argument("--failover", choices=Failover.names(), default=Failover.default())
+    add_control_args(p)
     p.add_argument("--frame-len", type=int, default=128)
     p.add_argument("--queue-ms", type=float, default=30.0)
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
@@ -142,7 +145,8 @@ def engine_plan(net, chosen, args, duration):
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}>{dst['name']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
-                        "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dp["mac"],
+                        "src_mac": sp["mac"], "src_ip": sp["ip"],
+                        "dst_mac": next_hop_mac(sp, dp),
                         "dst_ip": dp["ip"], "rate_pps": args.pps, "qps": 1,
                         "first_flow": int(key.split("#")[1]), "first_qpn": qpn,
                         "phase": i / len(chosen)})       # spread over the interval
