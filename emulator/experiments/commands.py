@@ -46,7 +46,8 @@ class Command:
 
 COMMANDS = (
     Command("run", "emulator.experiments.run"),
-    Command("drill", "emulator.experiments.drill.drill", varying=("failover", "control"),
+    Command("drill", "emulator.experiments.drill.drill",
+            varying=("failover", "control", "lb"),
             shared=("emulator.experiments.drill.chaos",), controls=True),
     Command("drill chaos", "emulator.experiments.drill.chaos", "chaos", True,
             varying=("failover", "control")),

@@ -26,6 +26,7 @@ Teardown: FRR's daemons, then every node (a namespace goes with its last
 process, and its veth ends with it).
 """
 
+import signal
 import time
 
 from mininet.log import setLogLevel
@@ -37,6 +38,7 @@ from emulator.dataplane.net import FabricNet
 from emulator.dataplane.nodes import FabricHost
 from emulator.dataplane.routed.frr import Frr, Router
 from emulator.dataplane.runstate import child_env
+from emulator.dataplane.system import nft
 from emulator.dataplane.system.netlink import Netlink, NetlinkError, netns_of
 from emulator.errors import RunFailed
 from emulator.fabric.routing import frrconf
@@ -55,6 +57,9 @@ ROUTER_SYSCTLS = {
     "net/ipv4/conf/default/send_redirects": "0",
     "net/ipv4/conf/all/accept_redirects": "0",
 }
+# a dead control plane's forwarding: everything the router would forward is dropped
+BLACKHOLE = ("table inet {table} {{\n  chain forward {{\n"
+             "    type filter hook forward priority -300; policy drop;\n  }}\n}}\n")
 NO_IPV6 = {"net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1"}
 
 
@@ -205,6 +210,43 @@ class RoutedNet(FabricNet):
         for name, r in routers.items():
             # ``leaf1 vtysh -c ...`` in the CLI reaches this router's daemons
             self.switches[name].cmd(f"vtysh() {{ command vtysh --vty_socket {r.dir} \"$@\"; }}")
+
+    # ----- the control plane's faults (faults.Injector) -------------------------
+
+    def control_plane_crash(self, switch):
+        """``switch``'s control plane dies with its carrier up: its forwarding is
+        blackholed (an nftables forward hook dropping everything) and its daemons are
+        killed (no goodbye: only BFD or the hold timer can tell its peers).  Returns
+        what the log records."""
+        nft.apply(self.switch_netns(switch), BLACKHOLE.format(table=self._crash_table()))
+        t_blackholed = time.monotonic_ns()
+        self.frr.routers[switch].kill()
+        return {"t_blackholed_ns": t_blackholed}
+
+    def control_plane_recover(self, switch):
+        """Forwarding back, the daemons started again (each waited for)."""
+        r = self.frr.routers[switch]
+        nft.delete_table(self.switch_netns(switch), self._crash_table(), family="inet")
+        for daemon in ("zebra", "bfdd", "bgpd"):
+            r.start(daemon)
+            r.wait(daemon)
+        return {}
+
+    def daemon_restart(self, switch, daemon):
+        """Stop ``daemon`` of ``switch`` (SIGTERM: bgpd says goodbye to its peers) and
+        start it again; returns when it is back."""
+        r = self.frr.routers[switch]
+        if daemon not in r.children:
+            raise RunFailed(f"{switch} runs no {daemon} (zebra, bfdd, bgpd)")
+        r.signal_all(signal.SIGTERM, (daemon,))
+        status = r.reap((daemon,))
+        t_stopped = time.monotonic_ns()
+        r.start(daemon)
+        r.wait(daemon)
+        return {"exit_status": status.get(daemon), "t_stopped_ns": t_stopped}
+
+    def _crash_table(self):
+        return f"fl{self.state.tag}cpcrash"
 
     # ----- teardown -------------------------------------------------------------
 

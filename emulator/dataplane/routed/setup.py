@@ -82,8 +82,22 @@ def setup(s, t0):
     s.results["bgp"]["sessions"] = bgp.sessions(s.net.frr, s.topo, started, spec.peering)
     s.results["bgp"]["established"] = sum(x["state"] == "Established"
                                           for x in s.results["bgp"]["sessions"])
+    s.results["bgp"]["leaf_table"] = leaf_table(s)
     s.fib = FibWatch(s.net).start()
     s.net.paths = PathTracer(s.net)
+
+
+def leaf_table(s):
+    """The first leaf's BGP table and kernel route for the last leaf's subnet (the
+    engineer's first look at a fabric: report.md shows it), or None."""
+    leaves = [sw for sw in s.topo["switches"] if sw["bgp"].get("subnet")]
+    if len(leaves) < 2:
+        return None
+    first, last = leaves[0], leaves[-1]
+    r = s.net.frr.routers[first["name"]]
+    prefix = last["bgp"]["subnet"]
+    return {"switch": first["name"], "prefix": prefix, "bgp": bgp.table(r, prefix),
+            "fib": bgp.fib_route(r, prefix)}
 
 
 def close(s):
