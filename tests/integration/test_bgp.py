@@ -31,11 +31,11 @@ def fabric(tmp_path_factory):
     spec = RunSpec(f, control=Control.BGP, results=str(tmp_path_factory.mktemp("bgp")),
                    bfd="100x3")
     with Session(spec) as s:
+        routers = s.net.frr.routers
         yield s
     assert leftovers(s.results["run"]) == NOTHING
-    assert not any(os.path.exists(os.path.join(frr.TMPDIR, f"{d}.{pid}"))
-                   for r in s.net.frr.routers.values() for d, c in r.children.items()
-                   for pid in [c.pid])
+    assert not any(os.path.exists(os.path.join(frr.TMPDIR, f"{d}.{c.pid}"))
+                   for r in routers.values() for d, c in r.children.items())
 
 
 def test_every_session_is_established_and_every_pair_reachable(fabric):
@@ -58,14 +58,14 @@ def test_vtysh_reaches_a_routers_daemons_from_its_shell(fabric):
 
 def test_ecmp_hashes_the_five_tuple_with_the_switchs_own_seed(fabric):
     ns = fabric.net.switch_netns("leaf1")
-    with open(f"/proc/{fabric.net.switches['leaf1'].pid}/root/proc/sys/net/ipv4/"
-              "fib_multipath_hash_policy") as f:
-        assert f.read().strip() == "1"
-    seeds = set()
+    seeds = {}
     for name in ("leaf1", "leaf2"):
-        r = fabric.net.frr.routers[name]
-        seeds.add(r.node.cmd("cat /proc/sys/net/ipv4/fib_multipath_hash_seed").strip())
-    assert len(seeds) == 2                          # per switch, not shared
+        node = fabric.net.switches[name]
+        assert node.cmd("cat /proc/sys/net/ipv4/fib_multipath_hash_policy").strip() == "1"
+        seeds[name] = node.cmd("cat /proc/sys/net/ipv4/fib_multipath_hash_seed").strip()
+    plan = {sw["name"]: str(sw["bgp"]["hash_seed"]) for sw in fabric.topo["switches"]}
+    assert seeds == {"leaf1": plan["leaf1"], "leaf2": plan["leaf2"]}
+    assert len(set(seeds.values())) == 2            # per switch, not shared
     h1, h2 = fabric.topo["hosts"]
     lk = RouteLookup(ns)
     try:
@@ -92,9 +92,8 @@ def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
                for p in s_["ports"] if p["peer_kind"] == "host")["peer_ip"]
     host_port = leaf1["ports"][0]["intf"]
     dead = next(p["intf"] for p in leaf1["ports"] if p["peer"] == "spine1")
-    with open(f"/proc/{r.node.pid}/root/proc/sys/net/ipv4/conf/all/"
-              "ignore_routes_with_linkdown") as f:
-        assert f.read().strip() == "0"              # not the mechanism
+    assert r.node.cmd("cat /proc/sys/net/ipv4/conf/all/ignore_routes_with_linkdown") \
+        .strip() == "0"                             # not the mechanism
     inj = Injector(fabric)
     lk = RouteLookup(fabric.net.switch_netns("leaf1"))
     src = fabric.topo["hosts"][0]["ip"]

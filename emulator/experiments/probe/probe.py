@@ -40,6 +40,7 @@ from emulator.dataplane.links.detect import Detector
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.bgp.isolate import RoutedIsolator
 from emulator.experiments.measure.convergence import wait_for, wait_restored
 from emulator.experiments.measure.paths import choose, ecmp_width, link_ends, trace_path
 from emulator.experiments.measure.stats import percentile
@@ -322,7 +323,7 @@ def main(spec, args, out=print):
         raise ConfigError("--min-loss", "a percentage in (0, 100)")
     if not pr.probe_pairs(topo):
         raise ConfigError("probe", "the fabric needs hosts on two leaves")
-    if args.isolate and spec.failover == Failover.NONE:
+    if args.isolate and spec.failover == Failover.NONE and not spec.control.routed:
         raise ConfigError("--failover", "none never routes around a link set down, so the "
                                         "prober could not isolate it: use controller or "
                                         "fast-failover, or --no-isolate")
@@ -340,11 +341,12 @@ def main(spec, args, out=print):
         cover = {"paths": len(paths), "pairs": len(pr.probe_pairs(s.topo)),
                  "covered": covered, "links": total, "uncovered": missing,
                  "trace_s": round(time.monotonic() - t0, 2)}
+        how = "the routers' kernels" if s.spec.control.routed else "ofproto/trace"
         out(f"... {len(paths)} probe paths over {cover['pairs']} host pairs, checked with "
-            f"ofproto/trace in {cover['trace_s']} s; {covered}/{total} directed links "
+            f"{how} in {cover['trace_s']} s; {covered}/{total} directed links "
             f"covered{': missing ' + ', '.join(missing) if missing else ''}")
         inj = Injector(s, nft_name="probe")
-        isolator = Detector(s, 0.0)
+        isolator = RoutedIsolator(s) if s.spec.control.routed else Detector(s, 0.0)
         try:
             for r in range(args.repeat):
                 reps.append(repeat(s, inj, isolator, chosen, fault, args,
