@@ -38,9 +38,6 @@ from emulator.dataplane.observe.telemetry import Telemetry
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane.ovs.agent_proxy import start_for
-from emulator.dataplane.routed import frr
-from emulator.dataplane.routed.setup import close as routed_close
-from emulator.dataplane.routed.setup import setup as routed_setup
 from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     REPO,
     Controller,
@@ -50,6 +47,9 @@ from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     listening,
     wait_until,
 )
+from emulator.dataplane.routed import frr
+from emulator.dataplane.routed.setup import close as routed_close
+from emulator.dataplane.routed.setup import setup as routed_setup
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.system import ovs as ovs_tools
 from emulator.dataplane.system.signals import Interrupted, signals_as_exceptions, signals_masked
@@ -109,6 +109,9 @@ def write_json(path, data):
 # (run tag, problems in its logs) of every Session closed in this process:
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
+# Results directories made by Sessions of this process, in order: a command writes
+# a page into each it left without one (experiments.ui.live.around).
+MADE = []
 
 
 # Session's keyword form (docs/controller-apps.md: a user's own tests) -> RunSpec fields
@@ -271,6 +274,7 @@ class Session:
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
+        MADE.append(self.dir)
         self.state.record("results", self.dir)
         self.topology_path = os.path.join(self.dir, "topology.json")
         self.topo["modes"] = self.modes()       # the controller's configuration

@@ -39,7 +39,7 @@ SECTIONS = {
     "transport": ("transport", "cc", "cc_params", "rc_timeout", "rc_retry", "job_seed"),
     "workload": ("workload", "duration", "sizes", "qps", "ring", "hosts", "seed",
                  "background", "gpus_per_host", "iterations", "real_rate", "nvlink_rate",
-                 "size_scale"),
+                 "size_scale", "real_hop_latency"),
     "observe": ("capture", "telemetry", "ui", "ui_bind", "cli", "strict"),
     "run": ("results", "reach_timeout"),
 }
@@ -95,6 +95,7 @@ class RunSpec:
     real_rate: str = "400Gbps"
     nvlink_rate: Optional[str] = None
     size_scale: Optional[float] = None
+    real_hop_latency: str = "14us"         # a real ring step (NCCL's per-hop figure)
     # observe and interact
     capture: Optional[str] = None
     telemetry: Optional[int] = None

@@ -55,8 +55,10 @@ def command_line(argv=None):
     return shlex.join(head + list(argv[1:]))
 
 
-def _pyplot():
-    import matplotlib
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported when a picture is drawn (not
+    at start: importing it writes a config directory, which a run need not have)."""
+    import matplotlib  # optional: only pictures need it
     matplotlib.use("Agg")              # no display on a lab machine or in CI
     import matplotlib.pyplot as plt
     return plt
@@ -117,7 +119,7 @@ def layout(topo):
 
 def fabric_png(topo, path):
     import networkx as nx
-    plt = _pyplot()
+    plt = pyplot()
     g = nx.Graph()
     g.add_nodes_from(h["name"] for h in topo["hosts"])
     g.add_nodes_from(sw["name"] for sw in topo["switches"])
@@ -145,7 +147,7 @@ def fabric_png(topo, path):
 
 
 def uplinks_png(traffic, path):
-    plt = _pyplot()
+    plt = pyplot()
     leaves = traffic["uplinks"]
     fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(leaves)), 3.5))
     n = max(len(leaf["loads"]) for leaf in leaves)
@@ -165,7 +167,7 @@ def uplinks_png(traffic, path):
 
 
 def busbw_png(coll, path):
-    plt = _pyplot()
+    plt = pyplot()
     rows = coll["rows"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["size"] for r in rows], [r["busbw_Mbps"] for r in rows], marker="o")

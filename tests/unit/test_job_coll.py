@@ -121,3 +121,22 @@ def test_point_to_point_and_broadcast_steps_name_endpoints():
     assert run.wrong() == (0, 0)
     # the root (6) sent everything to 5, which forwarded it to 7; 7 sent nothing
     assert nics[7].out.psn == {} and sum(nics[6].out.psn.values()) == 3
+
+
+def test_a_chunk_that_arrived_before_its_step_was_released_counts_at_the_release():
+    # endpoint 1 runs ahead: its step-1 chunk reaches 0 before 0 has its step-0 chunk
+    # (so before 0 released step 1); no later arrival comes to wake 0 up
+    nics = {i: FakeNic(i) for i in (0, 1)}
+    run = NetRun(inst(eps=(0, 1), nbytes=2 * MTU), nics, 0)
+    assert not run.poll(0)                               # both release step 0
+    held = [x for x in nics[1].queue if x[4] == 0]       # 1's step-0 chunk to 0, held back
+    nics[1].queue = [x for x in nics[1].queue if x[4] != 0]
+    deliver(nics, 0)
+    assert not run.poll(MS)                              # 1 has step 0: releases step 1
+    deliver(nics, MS)                                    # its step-1 chunk reaches 0
+    assert not run.poll(2 * MS)
+    nics[1].queue = held
+    deliver(nics, 2 * MS)                                # 0's step 0 completes at last
+    end = drive(run, nics, until=20 * MS)
+    assert end is not None and end < 10 * MS             # no step timeout (10 ms)
+    assert run.wrong() == (0, 0)

@@ -71,3 +71,10 @@ def test_endpoint_errors():
         load_job({"endpoints": [{"intf": "e"}], "ranks": [0], "programs": [[]]})
     with pytest.raises(JobConfigError, match="ip 10.0.0.1 twice"):
         load_job({"endpoints": [EPS[0], EPS[0]], "ranks": [0], "programs": [[]]})
+
+
+def test_a_compute_label_is_a_string():
+    j = load_job(doc([[{"op": "compute", "ns": 5, "label": "it0.L1.ig"}], []]))
+    assert j.programs[0][0].label == "it0.L1.ig"
+    with pytest.raises(JobConfigError, match=r"programs\[0\]\[0\]: label"):
+        load_job(doc([[{"op": "compute", "ns": 5, "label": 3}], []]))

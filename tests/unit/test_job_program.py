@@ -163,3 +163,12 @@ def test_nothing_is_a_deadlock_while_a_timer_or_the_network_runs():
     p.network_done("a", 2 * MS)
     p.advance(2 * MS)
     assert p.finished()
+
+
+def test_a_compute_ops_label_is_kept_in_its_record():
+    j = job([[dict(compute(2), label="it0.L3.fwd"), compute(1)]], endpoints=1)
+    p = JobProgram(j.programs, j.instances)
+    run(p, {})
+    recs = p.rank_records(0)
+    assert recs[0]["label"] == "it0.L3.fwd" and "label" not in recs[1]
+    assert recs[0]["end_ns"] - recs[0]["start_ns"] == 2 * MS

@@ -251,3 +251,48 @@ def test_aicb_samples_old_header_broadcast_and_mixed_whitespace():
     assert w.parallel["tp"] == 1
     assert (w.layers[0].fwd_ns, w.layers[0].ig_ns) == (14356000, 4756000)
     assert w.layers[8].wg is None and w.layers[0].ig == ("allgather", "TP", 357468)
+
+
+# --- AICB's layout of an iteration ------------------------------------------------------
+
+def named(*names, ga=1):
+    rows = [f"{n}\t-1\t1\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t0" for n in names]
+    return simai.parse_text(text(f"HYBRID_TRANSFORMER pp: 2 ga: {ga}", *rows))
+
+
+def test_layout_of_aicbs_pp2_ga4_file_prefix_four_blocks_suffix():
+    w = simai.parse(os.path.join(DATA, "aicb_gpt7b_l4_tp2_pp2_ga4.txt"))
+    lay = simai.layout(w)
+    names = [w.layers[i].name for i in range(len(w.layers))]
+    assert lay.found and len(lay.blocks) == w.parallel["ga"] == 4
+    assert [names[i] for i in lay.prefix] == ["grad_norm", "layernorm", "moe_grad_norm1",
+                                             "moe_grad_norm2"]
+    for block in lay.blocks:
+        assert [names[i] for i in block] == ["embedding_layer", "attention_layer", "mlp_layer",
+                                            "attention_layer", "mlp_layer", "embedding_norm"]
+    assert [names[i] for i in lay.suffix] == [f"cross_entropy{i}" for i in (1, 2, 3)] + [
+        f"optimizer{i}" for i in (1, 2, 3, 4)]
+    # every row is in exactly one place
+    assert sorted(lay.prefix + sum(lay.blocks, ()) + lay.suffix) == list(range(len(names)))
+
+
+def test_layout_of_aicbs_aiob_file_whose_blocks_differ_in_compute_only():
+    w = simai.parse(os.path.join(DATA, "aicb_gpt7b_l4_tp2_pp2_ga4_aiob.txt"))
+    lay = simai.layout(w)
+    assert lay.found and len(lay.prefix) == 7 and len(lay.suffix) == 7
+    assert [len(b) for b in lay.blocks] == [5] * 4
+    first, second = (w.layers[b[0]] for b in lay.blocks[:2])
+    assert first.name == second.name == "embedding_layer" and first.wg_ns != second.wg_ns
+
+
+def test_layout_takes_the_longest_repeat_and_falls_back_to_one_block():
+    lay = simai.layout(named("p", "a", "b", "a", "b", "s", ga=2))
+    assert (lay.prefix, lay.blocks, lay.suffix) == ((0,), ((1, 2), (3, 4)), (5,))
+    # a block that repeats inside itself: the longest block whose copies fit wins
+    lay = simai.layout(named("a", "a", "a", "a", ga=2))
+    assert lay.blocks == ((0, 1), (2, 3)) and lay.found
+    lay = simai.layout(named("x", "y", "z", ga=3))           # no repeat: one micro-batch
+    assert lay.blocks == ((0, 1, 2),) and not lay.found and lay.prefix == lay.suffix == ()
+    assert "do not repeat" in lay.describe()
+    lay = simai.layout(named("x", "y", ga=1))
+    assert lay.blocks == ((0, 1),) and lay.found

@@ -12,6 +12,7 @@ from emulator.experiments.training.job import JobOptions, Nic
 from emulator.experiments.training.timing import edge_bytes, fabric_size, local_bytes, simulate
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO
+from traffic.jobs.config import load_job
 from traffic.ranks.collectives import BUSBW_FACTOR
 
 DATA = os.path.join(REPO, "tests", "data", "simai")
@@ -331,17 +332,45 @@ def test_checkpoints_replay_forward_before_the_initiating_rows_ig():
                    "it0.L1.rfwd.TP0", "it0.L2.rfwd.TP0"]
 
 
-def test_pipeline_1f1b_with_matched_sends():
-    w = workload("HYBRID_TRANSFORMER model_parallel_NPU_group: 1 pp: 2 ga: 3 pp_comm: 65536",
-                 *[row(f"l{i}", wg=("ALLREDUCE", MIB), ns=(5, 5, 5)) for i in range(6)])
-    j = job.build_job(w, hosts(4), JobOptions(gpus_per_host=1, scale=1))
+PIPELINE = ("HYBRID_TRANSFORMER model_parallel_NPU_group: 1 pp: 2 ga: 3 pp_comm: 65536",
+            row("pre", wg=("ALLREDUCE", MIB), ns=(1, 1, 1)),
+            *[r for m in range(3) for r in (row("a", wg=("ALLREDUCE", MIB), ns=(5, 5, 5)),
+                                             row("b", ns=(5, 5, 5)))],
+            row("loss", ns=(2, 2, 2)))
+
+
+def walk(program):
+    """Compute labels, p2p and collectives of one iteration's program, in order."""
+    out = []
+    for op in program:
+        if op["op"] == "compute":
+            out.append(op["label"].split(".", 1)[1])
+        elif op["op"] in ("send", "recv"):
+            out.append(op["op"] + ":" + ".".join(op["id"].split(".")[1:3]))
+        elif op["op"] == "coll":
+            out.append(op["id"].split(".", 1)[1] + ("" if op["blocking"] else "~"))
+        else:
+            out.append("wait")
+    return out
+
+
+def test_pipeline_runs_aicbs_layout_prefix_blocks_1f1b_suffix():
+    j = job.build_job(workload(*PIPELINE), hosts(4), JobOptions(gpus_per_host=1, scale=1))
     assert j.groups["PP"] == ((0, 2), (1, 3))
-    first, last = j.programs[0], j.programs[2]
-    # stage 0 warms up with one forward, then alternates; stage 1 alternates from the start
-    assert [op["id"].split(".")[1:3] for op in first if op["op"] in ("send", "recv")] == [
-        ["mb0", "act"], ["mb1", "act"], ["mb0", "grad"], ["mb2", "act"], ["mb1", "grad"],
-        ["mb2", "grad"]]
-    assert [op["op"] for op in last if op["op"] in ("send", "recv")] == ["recv", "send"] * 3
+    assert j.summary["layout"]["text"] == "prefix 1 rows, 3 micro-batches of 2 rows, suffix 1 rows"
+    # stage 0: the prefix's forward once, then 1F1B over the blocks (rows 1-2, 3-4, 5-6)
+    # with one warm-up forward, the suffix (row 7), the prefix's backward last
+    assert walk(j.programs[0]) == [
+        "L0.fwd", "L1.fwd", "L2.fwd", "send:mb0.act", "L3.fwd", "L4.fwd", "send:mb1.act",
+        "recv:mb0.grad", "L2.ig", "L2.wg", "L1.ig", "L1.wg", "L1.wg.DP0~",
+        "L5.fwd", "L6.fwd", "send:mb2.act",
+        "recv:mb1.grad", "L4.ig", "L4.wg", "L3.ig", "L3.wg", "L3.wg.DP0~",
+        "recv:mb2.grad", "L6.ig", "L6.wg", "L5.ig", "L5.wg", "L5.wg.DP0~",
+        "L7.fwd", "L7.ig", "L7.wg", "L0.ig", "L0.wg", "L0.wg.DP0~", "wait"]
+    # stage 1 alternates from the start
+    assert walk(j.programs[2])[:11] == [
+        "L0.fwd", "recv:mb0.act", "L1.fwd", "L2.fwd", "L2.ig", "L2.wg", "L1.ig", "L1.wg",
+        "L1.wg.DP1~", "send:mb0.grad", "recv:mb1.act"]
     sends = {op["id"]: (r, op["peer"], op["bytes"]) for r, p in enumerate(j.programs)
              for op in p if op["op"] == "send"}
     recvs = {op["id"]: (op["peer"], r, op["bytes"]) for r, p in enumerate(j.programs)
@@ -351,6 +380,20 @@ def test_pipeline_1f1b_with_matched_sends():
                                "scaled_bytes": 12 * 65536, "fabric": 12, "local": 0,
                                "fabric_bytes": 12 * 65536}
     assert job.estimate(j)["groups"]["PP"]["exposed_s"] > 0
+    # every row's compute runs once per iteration on every rank, whatever the layout
+    for p in j.programs:
+        ns = sum(op["ns"] for op in p if op["op"] == "compute")
+        assert ns == (3 + 6 * 15 + 2 * 3) * j.stretch
+
+
+def test_a_pipeline_without_ga_repeats_runs_each_row_once_as_one_micro_batch():
+    w = workload("HYBRID_TRANSFORMER model_parallel_NPU_group: 1 pp: 2 ga: 3 pp_comm: 65536",
+                 *[row(f"l{i}", wg=("ALLREDUCE", MIB), ns=(5, 5, 5)) for i in range(6)])
+    j = job.build_job(w, hosts(4), JobOptions(gpus_per_host=1, scale=1))
+    assert not j.summary["layout"]["found"] and j.summary["layout"]["micro_batches"] == 1
+    assert [x for x in walk(j.programs[0]) if ":" in x] == ["send:mb0.act", "recv:mb0.grad"]
+    assert [x for x in walk(j.programs[0]) if x.endswith(".fwd")] == [
+        f"L{i}.fwd" for i in range(6)]
 
 
 def test_unsupported_policy_and_bad_options():
@@ -416,3 +459,27 @@ def test_simulate_reports_a_deadlock():
     prog = [[{"op": "recv", "id": "x", "peer": 1, "bytes": 1}], []]
     with pytest.raises(RuntimeError, match="deadlock"):
         simulate(prog, [1e9, 1e9], ["a", "b"])
+
+
+def test_the_hop_calibration_runs_over_one_rank_per_host_then_a_barrier_of_all():
+    from emulator.experiments.training import hops
+    j = job.build_job(workload(*TWO_ROWS), hosts(3, nics=2),
+                      JobOptions(gpus_per_host=2, scale=1, real_rate_bps=20e6))
+    cal = hops.calibration(j.placement, 4096)
+    firsts = [0, 2, 4]                               # each host's GPU 0, on its NIC 0
+    for r, ops in enumerate(cal):
+        assert ops[-1]["id"] == "cal.barrier" and ops[-1]["members"] == list(range(6))
+        assert not ops[-1]["fabric"]
+        assert len(ops) == (1 + hops.REPEATS if r in firsts else 1)
+    hop = cal[0][0]
+    assert hop["members"] == firsts and hop["bytes"] == 3 * 4096 and hop["blocking"]
+    assert hops.calibration(j.placement[:2], 4096) == [[], []]     # one host: nothing
+    doc = job.job_document(j)
+    assert all(not op.get("id", "").startswith("cal.") for p in doc["programs"] for op in p)
+    # the job engine takes the calibration ahead of the programs (launch.job_config)
+    eps = [{"intf": f"eth{i}", "ip": f"10.0.0.{i + 1}", "rate_bps": 40e6}
+           for i in range(len(doc["endpoints"]))]
+    cfg = load_job({"endpoints": eps, "ranks": doc["ranks"],
+                    "programs": [c + p for c, p in zip(cal, doc["programs"])]})
+    assert cfg.instances["cal.hop0"].endpoints == (0, 2, 4)     # one NIC per host
+    assert not cfg.instances["cal.barrier"].network

@@ -15,7 +15,8 @@ Document (JSON)::
 
 Ops::
 
-    {"op": "compute", "ns": 2000000}
+    {"op": "compute", "ns": 2000000, "label": "it0.L3.fwd"}   (label: optional,
+                                           kept in the op's record for the reports)
     {"op": "coll", "id": "it0.dp.ar", "kind": "allreduce", "group": "DP",
      "members": [0, 2, 4, 6], "bytes": 8388608, "blocking": true,
      "local_ns": 0, "fabric": true}
@@ -41,7 +42,7 @@ from lab.modes import CC, Entropy, Transport
 from traffic.ranks.config import ConfigError, load_config
 
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
-GROUPS = ("TP", "DP", "EP", "DP_EP", "PP")
+GROUPS = ("TP", "DP", "EP", "DP_EP", "PP", "CAL")   # CAL: a measurement before the job
 # the NIC's keys, as a rank config has them (validated by ``rank_config.load_config``)
 SHARED = ("mtu", "qps", "dscp", "burst", "transport", "timeout_exp", "retry_cnt", "cc",
           "cc_params", "qpn_seed", "entropy", "flowlet_gap_ms", "step_timeout_s",
@@ -61,7 +62,7 @@ JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Tran
                 # the whole job ends (aborted) after this many seconds (null: no limit)
                 "deadline_s": None}
 ENDPOINT_KEYS = {"netns", "intf", "ip", "mac", "next_hop_mac", "name", "rate_bps"}
-OP_KEYS = {"compute": ({"ns"}, set()),
+OP_KEYS = {"compute": ({"ns"}, {"label"}),
            "coll": ({"id", "kind", "members", "bytes"}, {"group", "blocking", "local_ns",
                                                          "fabric"}),
            "wait": ({"ids"}, set()),
@@ -80,6 +81,7 @@ class Op:
     ns: int = 0
     ids: tuple = ()
     blocking: bool = True
+    label: str = None         # a compute op's name for the reports (``it0.L3.fwd``)
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ def _op(r, i, op, nranks, seen):
     if kind == "compute":
         if not _int(op["ns"]) or op["ns"] < 0:
             raise JobConfigError(f"{where}: ns, an integer >= 0")
-        return Op("compute", ns=op["ns"])
+        if not isinstance(op.get("label", ""), str):
+            raise JobConfigError(f"{where}: label, a string")
+        return Op("compute", ns=op["ns"], label=op.get("label"))
     if kind == "wait":
         ids = op["ids"]
         if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):

@@ -156,6 +156,8 @@ class JobProgram:
         self.records[r].append(rec)
         if op.kind == "compute":
             self.busy[r] = self.t[r] + op.ns
+            if op.label:
+                rec["label"] = op.label
             return True
         if op.kind == "wait":
             rec["ids"] = list(op.ids)

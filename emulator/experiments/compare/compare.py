@@ -39,9 +39,8 @@ and with per-switch seeds (emulator/experiments/compare/planes.py).
 import os
 import statistics
 
-import matplotlib
-
 from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.routed.setup import LB_UNDER_BGP
 from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
 from emulator.experiments import calibrate
@@ -50,12 +49,13 @@ from emulator.experiments.compare import stream as stream_cmp
 from emulator.experiments.compare import training as training_cmp
 from emulator.experiments.compare.stream import during
 from emulator.experiments.measure import budget
+from emulator.experiments.measure.paths import ring_draw
 from emulator.experiments.measure.uplinks import (
     RINGS,
     SAMPLE_S,
+    collisions,
     ecmp_expectation,
     load_bound,
-    collisions,
     ring_connections,
     ring_hops,
     ring_indices,
@@ -63,10 +63,8 @@ from emulator.experiments.measure.uplinks import (
     uplink_series,
     uplinks,
 )
-from emulator.experiments.measure.paths import ring_draw
 from emulator.experiments.measure.watch import CounterSampler
 from emulator.experiments.repeat import Mode, each_mode
-from emulator.dataplane.routed.setup import LB_UNDER_BGP
 from emulator.experiments.spec.build import check as check_spec
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
@@ -88,6 +86,7 @@ from emulator.experiments.ui.live import attached
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import addressing
+from emulator.report.files import pyplot
 from lab.modes import LB, Failover
 from traffic.roce.frames import frame_len_for_mtu
 
@@ -217,8 +216,7 @@ def repetitions(spec, plan, sizes, args, out, **kw):
 
 def plot(runs, path):
     """Per-uplink utilisation over time, one panel per mode (first repetition)."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     firsts = {}
     for r in runs:
         firsts.setdefault((r["mode"], str(r["ring"]), r["qps"]), r)
@@ -313,8 +311,7 @@ def prepare(args):
     """What a comparison of modes implies before its spec is built (spec.options): an
     AllReduce unless a workload is named."""
     args.hash_seed_given = args.hash_seed is not None
-    compare_defaults(args)
-    args.workload = args.workload or "allreduce"
+    compare_defaults(args, workload="allreduce")
 
 
 def main(spec, args, out=print):

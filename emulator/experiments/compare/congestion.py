@@ -38,6 +38,7 @@ from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.options import compare_defaults
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
+from emulator.report.files import pyplot
 from lab.modes import CC, LB, Transport
 
 CC_MODES = CC.names()
@@ -202,9 +203,7 @@ def table(rows):
 
 def plot(runs, path, kmax):
     """The bottleneck queue over time, one line per run, one panel per cc mode."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     modes = list(dict.fromkeys(r["cc"] for r in runs))
     fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4), squeeze=False,
                              sharey=True)
@@ -272,5 +271,4 @@ def exit_status(rows, args, out):
 
 def prepare(args):
     """What this comparison implies before its spec is built (spec.options): an incast."""
-    compare_defaults(args)
-    args.workload = args.workload or "incast"
+    compare_defaults(args, workload="incast")

@@ -29,7 +29,7 @@ from emulator.dataplane.lossless.pfc_run import misroute
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session, make_results_dir, write_json
 from emulator.errors import ConfigError
-from emulator.experiments.compare.congestion import analyse
+from emulator.experiments.compare.congestion import analyse, exit_status
 from emulator.experiments.compare.congestion import cell as f
 from emulator.experiments.measure.queues import QueueSampler
 from emulator.experiments.measure.stats import median
@@ -286,13 +286,9 @@ def main(spec, args, out=print):
     out(table(rows))
     if any(r["wrong"] and not r["died"] for r in runs):
         return 1                     # wrong data the transport did not give up on
-    if spec.strict and any(r["faithful"] < r["reps"] for r in rows):
-        out("--strict: some runs were emulator-bound; exit status 3")
-        return 3
-    return 0
+    return exit_status([dict(r, wrong=0) for r in rows], spec, out)
 
 
 def prepare(args):
     """What this comparison implies before its spec is built (spec.options): an incast."""
-    compare_defaults(args)
-    args.workload = args.workload or "incast"
+    compare_defaults(args, workload="incast")

@@ -58,8 +58,6 @@ summed over the repetitions.  Output: a table, and
 
 import os
 
-import matplotlib
-
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session, make_results_dir, write_json
 from emulator.errors import ConfigError
@@ -85,6 +83,7 @@ from emulator.experiments.spec.options import compare_defaults
 from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.fabric import presets
+from emulator.report.files import pyplot
 from lab.modes import LB, Entropy
 
 
@@ -174,8 +173,7 @@ def plan_runs(fabrics, seedings, reps, seed0):
 def plot(runs, path):
     """Worst backlog per tier over time (first repetition of each fabric x seeding),
     and the spine->ToR bytes per link of the first shared-seed pair."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     firsts = {}
     for r in runs:
         firsts.setdefault((r["seeding"], r["fabric"]), r)

@@ -194,6 +194,7 @@ def add_arguments(p):
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
                         "fabric, limited the probes)")
     add_switch_agent_arg(p)
+    drill_agent.add_arguments(p)
 
 
 def parse_modes(text):
@@ -255,9 +256,9 @@ class ProbeDrill(Mode):
     """The drill under probes on one failover mode's fabric: the schedule injected in
     every repeat, each probe flow's loss window and gaps, the controller's convergence."""
 
-    def __init__(self, s, mode, args, events, base, out):
+    def __init__(self, s, mode, args, events, base, out, predicted=None):
         super().__init__(s, mode)
-        self.args, self.events, self.base = args, events, base
+        self.args, self.events, self.base, self.predicted = args, events, base, predicted
         self.say = lambda m: out(f"... [{mode}] {m}")
         self.page = ui.attached.of(args, s, f"drill, failover={mode}").__enter__()
         self.late = self.inj = self.watch = None
@@ -334,7 +335,8 @@ class ProbeDrill(Mode):
             with open(s.controller.log_path, errors="replace") as f:
                 conv = controller_convergence(f.read(), t_fault, t_rest)
         verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv, **routed,
-                   "fidelity": fid, "switch_agent": drill_agent.for_repeat(s, conv, t_fault),
+                   "fidelity": fid,
+                   "switch_agent": drill_agent.for_repeat(s, conv, t_fault, self.predicted),
                    **({"adaptive": self.watch.reaction(evs)} if self.watch else {})}
         self.page.repeats.append(verdict)
         if r == 0 and self.page.keep(timelines):      # kept for report.html too
@@ -367,7 +369,8 @@ class ProbeDrill(Mode):
                 "repeats": repeats, "summary": dict(summarise(repeats), **(
                     {"adaptive": drill_adaptive.split(repeats, self.events, s.topo)}
                     if self.watch else {})),
-                "controller_problems": problems, **drill_agent.mode_summary(repeats)}
+                "controller_problems": problems,
+                **drill_agent.mode_entries(repeats, self.predicted)}
 
     def close(self):
         try:
@@ -413,6 +416,19 @@ def parse_lbs(text):
     if not out:
         raise ConfigError("--lb", f"{text!r}: a load-balancing mode or a comma list")
     return out
+
+
+def predictions(spec, args, events, openflow, topo, agent, base, out):
+    """{failover mode: the switch agents' predicted convergence} of the OpenFlow rows
+    with the first OpenFlow row's load balancing (``drill_agent.predictions``)."""
+    if not openflow:
+        return {}
+    first = openflow[0]
+    of_spec = spec.replace(control=first["control"], lb=first["lb"])
+    modes = list(dict.fromkeys(c["failover"] for c in openflow if c["lb"] == first["lb"]))
+    dp_type = datapath.detect(spec.datapath)[0]
+    return drill_agent.predictions(of_spec, args, events, modes, topo, agent, dp_type, base,
+                                   out, ProbeDrill)
 
 
 def main(spec, args, out=print):
@@ -464,9 +480,15 @@ def main(spec, args, out=print):
     os.makedirs(base, exist_ok=False)
     run_yaml.write(base, spec, command=command_doc("drill", args))
     changes = dict(plan)
+    predicted = predictions(spec, args, events, openflow, topo, agent, base, out)
+
+    def make(s, m):
+        c = changes[m]
+        p = (None if c["control"].routed or c["lb"] != openflow[0]["lb"]
+             else predicted.get(c["failover"]))
+        return ProbeDrill(s, m, args, events, base, out, p)
     results = each_mode(spec.replace(results=base), lambda m: changes[m], list(changes),
-                        args.repeat, lambda s, m: ProbeDrill(s, m, args, events, base, out),
-                        out)
+                        args.repeat, make, out)
     doc = {"events": [vars(e) for e in events], "args": command_doc("drill", args)["options"],
            "modes": results, "switch_agent": drill_agent.doc_entry(agent)}
     with open(os.path.join(base, "drill.json"), "w") as f:

@@ -13,12 +13,11 @@ emulator's.
 import os
 import time
 
-import matplotlib
-
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec import scenario
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
 from emulator.fabric.routing.addresses import next_hop_mac
+from emulator.report.files import pyplot
 
 
 def faulted_links(events, topo):
@@ -115,8 +114,7 @@ def repeat(s, inj, pairs, events, args, work, before=None):
 
 def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
     """Throughput per flow around the fault (Agg PNG)."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display on a lab machine
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5))
     for key, (t0, tl) in sorted(timelines.items()):
         xs, ys = [], []

@@ -187,6 +187,10 @@ def add_training_args(p, iterations=True):
     p.add_argument("--size-scale", type=float, default=None, metavar="S",
                    help="divide every size by S (default: chosen so an iteration takes about "
                         "30 s, and every ring chunk stays at least 8 frames)")
+    p.add_argument("--real-hop-latency", default="14us", metavar="TIME",
+                   help="a real ring step's latency, for the real-equivalent iteration "
+                        "(default 14us: NCCL 2.20's per-hop figure for a ring over the "
+                        "network, hwLat[NET][Ring][Simple] in src/graph/tuning.cc)")
 
 
 WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "incast", "none",
@@ -212,21 +216,22 @@ def workload_choice(text):
 
 
 def add_switch_agent_arg(p):
-    """``--switch-agent ideal|hardware|FILE``: the switches' control-plane timing."""
-    p.add_argument("--switch-agent", default=None, metavar="ideal|hardware|FILE",
+    """``--switch-agent ideal|NAME|FILE|list``: the switches' control-plane timing."""
+    p.add_argument("--switch-agent", default=None, metavar="ideal|NAME|FILE|list",
                    help="the switches' OpenFlow agents: ideal (a change applies at once, as "
-                        "in Open vSwitch), hardware (control-channel latency, per-message "
-                        "time, a table-update rate and port-event latency measured on "
-                        "hardware switches), or a YAML file of those parameters; for every "
-                        "switch, over the fabric file's switch_agent: (per switch kind; "
-                        "default: ideal) (docs/failover.md, 'Switch agents')")
+                        "in Open vSwitch), a profile NAME (hardware, and switches measured "
+                        "by He et al. and Kuźniar et al.: '--switch-agent list' shows them), "
+                        "or a YAML file of parameters; for every switch, over the fabric "
+                        "file's switch_agent: (per switch kind; default: ideal) "
+                        "(docs/switch-agents.md)")
 
 
-def compare_defaults(args, queue_ms=None):
+def compare_defaults(args, queue_ms=None, workload=None):
     """What ``compare`` implies before its spec is built: deep queues (2000 ms, a
     stand-in for PFC: collisions slow flows, not drop them; 30 ms against the lossless
     fabric, or ``queue_ms``), and the first repetition's hash seed (1; 101 for the
-    planes, above the hosts' bond seeds); the planes' workload, sizes and QPs."""
+    planes, above the hosts' bond seeds); the planes' workload, sizes and QPs; the
+    comparison's ``workload`` unless one is named."""
     planes = getattr(args, "planes", False)
     if args.queue_ms is None:
         args.queue_ms = queue_ms or (30.0 if getattr(args, "lossless", None) else 2000.0)
@@ -236,3 +241,5 @@ def compare_defaults(args, queue_ms=None):
         args.qps = args.qps or 8
     if args.hash_seed is None:
         args.hash_seed = 101 if planes else 1
+    if workload is not None:
+        args.workload = args.workload or workload

@@ -53,10 +53,15 @@ collective); at the end a wait for every pending one.  ``checkpoints`` /
 ``checkpoint_initiates`` replay forward from the nearest checkpoint before
 an initiating row's ig.  SimAI's loop has no micro-batch loop: aicb writes
 ``ga`` micro-batches as rows, and SimAI uses ``ga`` only in its PP report.
-pp > 1 (SimAI keeps PP off the network): the rows are cut into ``ga``
-micro-batch segments run 1F1B (stage p warms up with pp-p-1 forwards);
-before a segment's forward a stage receives ``pp_comm`` bytes from the
-previous stage, after it sends them on; gradients go back the same way.
+pp > 1 (SimAI keeps PP off the network): AICB's layout of the rows
+(``simai.layout``) as a whole: the prefix's forward, the ``ga`` micro-batch
+blocks run 1F1B (stage p warms up with pp-p-1 forwards; before a block's
+forward a stage receives ``pp_comm`` bytes from the previous stage, after
+it sends them on; gradients go back the same way), the suffix's forward and
+backward, then the prefix's backward (its gradient collectives close the
+iteration, where SimAI's forward-then-backward order puts them too).  Every
+stage runs every row (aicb writes one stage's rows for all of them).
+Compute ops carry ``label`` ``it<k>.L<row>.<phase>`` for the reports.
 DATA: no fwd / ig collectives (SimAI disables them), backward is wg compute,
 wg collective, ig compute.  MICRO: every row's wg collective, blocking, no
 compute (SimAI issues row 0's only, once per pass; aicb writes a size
@@ -83,7 +88,9 @@ import math
 from dataclasses import dataclass, field
 
 from emulator.errors import ConfigError
+from emulator.experiments.training import simai
 from emulator.experiments.training import timing as job_time
+from emulator.experiments.training.hops import REAL_HOP_S
 from emulator.experiments.training.ranks import (  # noqa: F401  (the job's vocabulary)
     GROUP_KINDS,
     Nic,
@@ -110,6 +117,7 @@ class JobOptions:
     scale: float | None = None          # sizes divided by it; None: choose_scale
     mtu: int = 4096                     # RoCE MTU: a frame's payload
     target_s: float = 30.0              # emulated seconds per iteration choose_scale aims at
+    real_hop_s: float = REAL_HOP_S      # a real ring step's latency (``hops``)
 
 
 @dataclass(frozen=True)
@@ -232,6 +240,13 @@ class _Writer:
         self.summary["intra_host_network"] = 0
         self.checkpoints = sorted(workload.checkpoints)
         self.initiates = set(workload.checkpoint_initiates)
+        self.layout = simai.layout(workload)
+        self.summary["layout"] = {"prefix": len(self.layout.prefix),
+                                  "micro_batches": len(self.layout.blocks),
+                                  "block": len(self.layout.blocks[0]),
+                                  "suffix": len(self.layout.suffix),
+                                  "found": self.layout.found,
+                                  "text": self.layout.describe()}
 
     def write(self, iterations):
         return [self._program(r, iterations) for r in range(len(self.placement))]
@@ -246,51 +261,65 @@ class _Writer:
                 self._forward(prog, rank, it, 0, len(self.layers), pending)
                 self._backward(prog, rank, it, 0, len(self.layers), pending)
             else:
-                self._one_f_one_b(prog, rank, it, pending)
+                self._pipeline(prog, rank, it, pending)
         if pending:
             prog.append({"op": "wait", "ids": sorted(pending.values())})
         return prog
 
-    def _compute(self, prog, ns):
+    def _compute(self, prog, ns, label):
         ns = round(ns * self.stretch)
         if ns > 0:
-            prog.append({"op": "compute", "ns": ns})
+            prog.append({"op": "compute", "ns": ns, "label": label})
 
     def _forward(self, prog, rank, it, lo, hi, pending, tag="fwd"):
         for row in range(lo, hi):
             layer = self.layers[row]
             if row in pending:
                 prog.append({"op": "wait", "ids": [pending.pop(row)]})
-            self._compute(prog, layer.fwd_ns)
+            self._compute(prog, layer.fwd_ns, f"it{it}.L{row}.{tag}")
             self._coll(prog, rank, it, row, tag, layer.fwd, True, layer.update_ns)
 
     def _backward(self, prog, rank, it, lo, hi, pending):
         for row in range(hi - 1, lo - 1, -1):
             layer = self.layers[row]
             if self.w.policy == "DATA":
-                self._compute(prog, layer.wg_ns)
+                self._compute(prog, layer.wg_ns, f"it{it}.L{row}.wg")
                 pending_id = self._coll(prog, rank, it, row, "wg", layer.wg, False,
                                         layer.update_ns)
                 if pending_id:
                     pending[row] = pending_id
                 if row > 0:
-                    self._compute(prog, layer.ig_ns)
+                    self._compute(prog, layer.ig_ns, f"it{it}.L{row}.ig")
                     self._coll(prog, rank, it, row, "ig", layer.ig, True, layer.update_ns)
                 continue
             if row in self.initiates:
                 start = max([c for c in self.checkpoints if lo <= c <= row], default=lo)
                 self._forward(prog, rank, it, start, row, {}, tag="rfwd")
-            self._compute(prog, layer.ig_ns)
+            self._compute(prog, layer.ig_ns, f"it{it}.L{row}.ig")
             self._coll(prog, rank, it, row, "ig", layer.ig, True, layer.update_ns)
-            self._compute(prog, layer.wg_ns)
+            self._compute(prog, layer.wg_ns, f"it{it}.L{row}.wg")
             pending_id = self._coll(prog, rank, it, row, "wg", layer.wg, False, layer.update_ns)
             if pending_id:
                 pending[row] = pending_id
 
+    def _pipeline(self, prog, rank, it, pending):
+        """One iteration of a stage: prefix forward, the blocks 1F1B, suffix forward and
+        backward, prefix backward (module docstring)."""
+        lay = self.layout
+        pre = (0, len(lay.prefix))
+        suf = (lay.suffix[0], lay.suffix[-1] + 1) if lay.suffix else None
+        self._forward(prog, rank, it, *pre, pending)
+        self._one_f_one_b(prog, rank, it, pending)
+        if suf:
+            self._forward(prog, rank, it, *suf, pending)
+            self._backward(prog, rank, it, *suf, pending)
+        self._backward(prog, rank, it, *pre, pending)
+
     def _one_f_one_b(self, prog, rank, it, pending):
-        pp, m_count, rows = self.w.parallel["pp"], self.w.parallel["ga"], len(self.layers)
+        pp = self.w.parallel["pp"]
+        segs = [(b[0], b[-1] + 1) for b in self.layout.blocks]
+        m_count = len(segs)
         p = rank // self.stage
-        segs = [(m * rows // m_count, (m + 1) * rows // m_count) for m in range(m_count)]
         warm = min(pp - p - 1, m_count)
         order = [("F", m) for m in range(warm)]
         for i in range(m_count - warm):

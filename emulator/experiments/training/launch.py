@@ -16,14 +16,16 @@ collective run.  What comes back is timed here:
   that compute (what the network added behind it);
 - real-equivalent times divide by the job's stretch r/s (``job``: sizes
   divided by s, compute stretched by r/s, so every ratio of the real job is
-  kept and the emulated job runs r/s times slower).
+  kept and the emulated job runs r/s times slower), except the hops:
+  ``real_iteration_s`` is a bandwidth part and a latency part (``hops``:
+  the emulated hop latency measured before the job, the ring steps the
+  iteration waited through, a real hop latency).
 
-``results.json`` gets ``training`` (``document``) and the run's directory
-``EndToEnd.csv`` in SimAI's per-layer columns (``end_to_end``), in
-real-equivalent microseconds.
+``results.json`` gets ``training`` (``document``); the run's directory
+gets ``EndToEnd.csv`` in SimAI's format and ``layers.csv`` (per-iteration
+medians, byte-weighted bandwidths), both from ``accounts`` (``reports``).
 """
 
-import csv
 import json
 import os
 import re
@@ -36,13 +38,14 @@ from emulator.dataplane.session import REPO
 from emulator.dataplane.system.proc import STDOUT, Child, TimedOut
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
+from emulator.experiments.training import accounts, hops, simai
 from emulator.experiments.training import job as jobs
-from emulator.experiments.training import simai
-from emulator.fabric.units import parse_rate
+from emulator.fabric.units import parse_duration, parse_rate
+from emulator.report.training import write_end_to_end, write_layers
 
 PREFIX = "simai:"
 _IT = re.compile(r"^(?:it)(\d+)\.")
-_ROW = re.compile(r"\.L(\d+)\.(r?fwd|ig|wg)\.")
+RUN_NAME = "fabric-lab"              # EndToEnd.csv's run column (SimAI's run_name)
 
 
 def workload_path(text):
@@ -65,11 +68,15 @@ def prepare(path, topo, args, mtu):
         nvlink = parse_rate(args.nvlink_rate) if args.nvlink_rate else None
     except ValueError as e:
         raise ConfigError("--real-rate/--nvlink-rate", str(e))
+    try:
+        hop = parse_duration(args.real_hop_latency)
+    except ValueError as e:
+        raise ConfigError("--real-hop-latency", str(e))
     hosts = jobs.fabric_hosts(topo)
     k = args.gpus_per_host or max(len(nics) for _, nics in hosts)
     opts = jobs.JobOptions(gpus_per_host=k, iterations=args.iterations,
                            real_rate_bps=real, nvlink_rate_bps=nvlink,
-                           scale=args.size_scale, mtu=mtu)
+                           scale=args.size_scale, mtu=mtu, real_hop_s=hop)
     return jobs.build_job(wl, hosts, opts)
 
 
@@ -86,7 +93,9 @@ def job_config(session, job, extra):
                           "name": h["name"] if len(h["ports"]) == 1
                           else f"{h['name']}:{port['port']}",
                           "rate_bps": ep["rate_bps"]})
-    cfg = {"endpoints": endpoints, "ranks": doc["ranks"], "programs": doc["programs"],
+    cal = hops.calibration(job.placement, job.options.mtu)
+    programs = [c + p for c, p in zip(cal, doc["programs"])]
+    cfg = {"endpoints": endpoints, "ranks": doc["ranks"], "programs": programs,
            "mtu": job.options.mtu, "time_scale": job.stretch}
     cfg.update({k: v for k, v in extra.items() if v is not None})
     return cfg
@@ -139,7 +148,7 @@ def run_job(session, job, extra, progress=print, faulted=()):
         result = json.load(f)
     doc = document(job, result, est)
     doc["fidelity"] = job_fidelity(watch, result, (t0, time.monotonic()), faulted)
-    end_to_end(job, result, os.path.join(session.dir, "EndToEnd.csv"))
+    reports(job, result, session.dir)
     return doc
 
 
@@ -168,7 +177,7 @@ def iterations_of(result, count):
                 if m and rec.get("end_ns") is not None:
                     k = int(m.group(1))
                     ends[k][r["rank"]] = max(ends[k][r["rank"]], rec["end_ns"])
-    out, start = [], 0                 # op times count from the job's start
+    out, start = [], hops.prologue_end(result)    # after the calibration
     for k in range(count):
         last = max(range(len(ends[k])), key=lambda r: ends[k][r])
         out.append((start, ends[k][last], last))
@@ -192,8 +201,11 @@ def document(job, result, est):
     exposed = [t - c for t, c in zip(times, compute)]
     busbw = {}
     for c in result["collectives"]:
-        if c.get("busbw_Mbps"):
-            busbw.setdefault(c["group"], []).append(c["busbw_Mbps"])
+        bw = c.get("busbw_Mbps")
+        if c["kind"] == "p2p" and c.get("network") and c.get("network_s"):
+            bw = c["bytes"] * 8 / c["network_s"] / 1e6     # a transfer: its rate
+        if bw:
+            busbw.setdefault(c["group"], []).append(bw)
     table = {}
     for kind in jobs.GROUP_KINDS:
         g = job.summary.get(kind) or {}
@@ -204,21 +216,31 @@ def document(job, result, est):
                            "local": g["local"],
                            "busbw_Mbps": round(statistics.median(bws), 3) if bws else None}
     median = statistics.median(times)
+    hop, samples = hops.hop_latency(result, min(p.nic.rate_bps for p in job.placement))
+    steps = [hops.ring_steps(result, ranks[last], k) for k, (_, _, last) in enumerate(its)]
+    n = statistics.median(steps) if steps else 0
+    bw, lat = hops.split(median, job.stretch, n, hop, job.options.real_hop_s)
+    real_compute = statistics.median(compute) / job.stretch
     return {"workload": job.workload.path, "policy": job.workload.policy,
             "parallel": dict(job.workload.parallel), "ranks": len(job.placement),
             "endpoints": len(result["endpoints"]), "layers": len(job.workload.layers),
+            "layout": job.summary.get("layout"),
             "iterations": [round(t, 4) for t in times], "iteration_s": round(median, 4),
             "compute_s": round(statistics.median(compute), 4),
             "exposed_comm_s": round(statistics.median(exposed), 4),
             "per_iteration": [{"time_s": round(t, 4), "compute_s": round(c, 4),
-                               "exposed_comm_s": round(x, 4), "start_ns": w[0],
-                               "end_ns": w[1]}
-                              for t, c, x, w in zip(times, compute, exposed, its)],
+                               "exposed_comm_s": round(x, 4), "ring_steps": k,
+                               "start_ns": w[0], "end_ns": w[1]}
+                              for t, c, x, k, w in zip(times, compute, exposed, steps, its)],
             "t0_ns": result["job"]["t0_ns"],     # CLOCK_MONOTONIC: the op times' zero
             "transport": transport_totals(result),
-            "real_iteration_s": round(median / job.stretch, 6),
-            "real_compute_s": round(statistics.median(compute) / job.stretch, 6),
-            "real_exposed_comm_s": round(statistics.median(exposed) / job.stretch, 6),
+            "real_iteration_s": round(bw + lat, 9),
+            "real_bandwidth_s": round(bw, 9), "real_latency_s": round(lat, 9),
+            "real_compute_s": round(real_compute, 9),
+            "real_exposed_comm_s": round(bw + lat - real_compute, 9),
+            "ring_steps": n,
+            "hop": {"emulated_s": hop, "samples_s": samples,
+                    "real_s": job.options.real_hop_s},
             "size_scale": job.scale, "compute_scale": job.stretch,
             "rate_ratio": job.rate_ratio,
             "estimate": {"iteration_s": round(est["iteration_s"], 4),
@@ -243,65 +265,37 @@ def transport_totals(result):
     return out
 
 
-def end_to_end(job, result, path):
-    """EndToEnd.csv as SimAI writes it: per layer the compute, exposed and total
-    communication of each phase (real-equivalent microseconds, the rank that ended
-    the job last), algbw and busbw (GB/s, real-equivalent); a SUM row last."""
-    last = max(result["ranks"], key=lambda r: r["end_ns"] or 0)
-    coll = {c["id"]: c for c in result["collectives"]}
-    rows = {i: {"fwd": [0, 0, 0, []], "wg": [0, 0, 0, []], "ig": [0, 0, 0, []]}
-            for i in range(len(job.workload.layers))}
-    pending_row = None
-    us = 1e3 * job.stretch               # emulated ns -> real-equivalent us
-    for rec in last["ops"]:
-        span = (rec["end_ns"] or rec["start_ns"]) - rec["start_ns"]
-        if rec["op"] == "compute":
-            pending_row = span          # charged to the next collective's row and phase
-            continue
-        for cid in ([rec["id"]] if "id" in rec else rec.get("ids", ())):
-            m = _ROW.search(cid)
-            if not m or int(m.group(1)) not in rows:
-                continue
-            phase = "fwd" if m.group(2).endswith("fwd") else m.group(2)
-            cell = rows[int(m.group(1))][phase]
-            if rec["op"] == "coll" and pending_row is not None:
-                cell[0] += pending_row
-                pending_row = None
-            if rec["op"] in ("coll", "wait"):
-                cell[1] += span          # the rank waited on it: exposed
-            c = coll.get(cid)
-            if c and rec["op"] == "coll" and c.get("time_s"):
-                cell[2] += c["time_s"] * 1e9
-                if c.get("busbw_Mbps"):
-                    cell[3].append(c)
-    header = ["layer_name", "run", "fwd compute", "wg compute", "ig compute",
-              "fwd exposed comm", "wg exposed comm", "ig exposed comm",
-              "fwd total comm", "algbw", "busbw", "wg total comm", "algbw", "busbw",
-              "ig total comm", "algbw", "busbw"]
-    total = [0.0] * 15
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        for i, layer in enumerate(job.workload.layers):
-            r = rows[i]
-            vals = [r["fwd"][0] / us, r["wg"][0] / us, r["ig"][0] / us,
-                    r["fwd"][1] / us, r["wg"][1] / us, r["ig"][1] / us]
-            for ph in ("fwd", "wg", "ig"):
-                vals += [r[ph][2] / us, *_bws(r[ph][3], job)]
-            total = [a + b for a, b in zip(total, vals)]
-            w.writerow([layer.name, "fabric-lab", *(round(v, 3) for v in vals)])
-        # the SUM row adds the times; a bandwidth column keeps its layers' mean
-        bw_cols = {7, 8, 10, 11, 13, 14}
-        n = max(1, len(job.workload.layers))
-        w.writerow(["SUM", "fabric-lab", *(round(v / n if i in bw_cols else v, 3)
-                                           for i, v in enumerate(total))])
-
-
-def _bws(colls, job):
-    """(algbw, busbw) in real-equivalent GB/s: the emulated figures x r (sizes / s,
-    time x r/s)."""
-    if not colls:
-        return 0.0, 0.0
-    bus = statistics.median(c["busbw_Mbps"] for c in colls) * 1e6 / 8 / 1e9 * job.rate_ratio
-    alg = statistics.median(c["bytes"] / c["time_s"] for c in colls) / 1e9 * job.rate_ratio
-    return alg, bus
+def reports(job, result, out_dir):
+    """EndToEnd.csv and layers.csv of the job in ``out_dir`` (``accounts``): times in
+    microseconds real-equivalent (emulated / r/s, hops included: ``real_iteration_s``
+    separates them), bandwidths in GB/s (2^30 B/s) real-equivalent; returns the
+    ``Accounts``."""
+    acc = accounts.account(job, result)
+    us = 1e3 * job.stretch                   # emulated ns -> real-equivalent us
+    names = [layer.name for layer in job.workload.layers]
+    tot = accounts.totals(acc)
+    empty = accounts.Cell()
+    finished = (acc.end_ns - acc.start_ns) / us
+    rows = []
+    for key in acc.rows(names):
+        cells = [tot.get((key, ph), empty) for ph in accounts.PHASES]
+        vals = [c.compute / us for c in cells] + [c.exposed / us for c in cells]
+        for c in cells:
+            vals += [c.total / us, *accounts.bandwidths(c, job.stretch, "total")]
+        rows.append((names[key] if key != accounts.PIPELINE else key, vals, finished))
+    compute = sum(c.compute for c in tot.values()) / us
+    write_end_to_end(os.path.join(out_dir, "EndToEnd.csv"), RUN_NAME, rows, compute,
+                     finished)
+    med = accounts.medians(acc)
+    zero = {f: 0 for f in accounts.FIELDS}
+    layer_rows = []
+    for key in [*acc.rows(names), "SUM"]:
+        cells = [med.get((key, ph), zero) for ph in accounts.PHASES]
+        vals = [c["compute"] / us for c in cells] + [c["exposed"] / us for c in cells]
+        for ph, c in zip(accounts.PHASES, cells):
+            run = (accounts.summed(x for (_, p), x in tot.items() if p == ph)
+                   if key == "SUM" else tot.get((key, ph), empty))
+            vals += [c["total"] / us, c["bytes"], *accounts.bandwidths(run, job.stretch)]
+        layer_rows.append((names[key] if isinstance(key, int) else key, vals))
+    write_layers(os.path.join(out_dir, "layers.csv"), layer_rows)
+    return acc

@@ -280,3 +280,48 @@ def _row(cols, number, width, unknown, path):
     return Layer(cols[0], number, nums["dependency"], nums["fwd_ns"], phases["fwd"],
                  nums["ig_ns"], phases["ig"], nums["wg_ns"], phases["wg"], nums["update_ns"],
                  row_policy)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a file's rows run in an iteration (``layout``): row indices."""
+
+    prefix: tuple        # once per iteration, before the micro-batches
+    blocks: tuple        # one tuple of rows per micro-batch (ga of them)
+    suffix: tuple        # once per iteration, after them
+    found: bool          # the ga blocks were found as repeats in the file
+
+    def describe(self):
+        """One line for the user."""
+        if len(self.blocks) == 1:
+            return (f"{len(self.blocks[0])} rows as one micro-batch"
+                    + ("" if self.found else " (ga > 1, but the rows do not repeat ga times)"))
+        return (f"prefix {len(self.prefix)} rows, {len(self.blocks)} micro-batches of "
+                f"{len(self.blocks[0])} rows, suffix {len(self.suffix)} rows")
+
+
+def layout(workload):
+    """AICB's layout of an iteration (``SIMAI_workload.workload_generate`` in aliyun/aicb
+    ``workload_generator/SimAI_training_workload_generator.py``): rows written once
+    before its gradient-accumulation loop (``grad_norm``, ``layernorm``, the MoE norms),
+    then ``ga`` copies of the micro-batch's layers (with per-micro-batch rows such as
+    ``embedding_norm``), then rows written once after it (``cross_entropy*``,
+    ``optimizer*``).  SimAI's own example files have the same shape.
+
+    Found as the longest block of rows whose names repeat ``ga`` times back to back
+    (the first such block from the top); the rows before it are the prefix, the rows
+    after the last copy the suffix.  With ``ga`` 1, or no repeat, every row is one
+    micro-batch (``found`` False when ``ga`` > 1): each row runs once, as SimAI runs it."""
+    names = [layer.name for layer in workload.layers]
+    n, ga = len(names), workload.parallel["ga"]
+    if ga > 1:
+        for b in range(n // ga, 0, -1):
+            span = (ga - 1) * b              # names[i] == names[i + b] over this many rows
+            run = 0
+            for i in range(n - b):
+                run = run + 1 if names[i] == names[i + b] else 0
+                if run == span:
+                    p = i - span + 1
+                    blocks = tuple(tuple(range(p + m * b, p + (m + 1) * b)) for m in range(ga))
+                    return Layout(tuple(range(p)), blocks, tuple(range(p + ga * b, n)), True)
+    return Layout((), (tuple(range(n)),), (), ga == 1)
