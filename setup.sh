@@ -175,8 +175,15 @@ quiet_frr() {
         if systemctl is-active --quiet frr 2>/dev/null; then
             timeout 60 systemctl stop frr || die "systemctl stop frr failed"
         fi
-    elif [ -x /usr/lib/frr/frrinit.sh ] && /usr/lib/frr/frrinit.sh status >/dev/null 2>&1; then
-        timeout 60 /usr/lib/frr/frrinit.sh stop >/dev/null 2>&1 || die "stopping frr failed"
+    else
+        # no systemd: the package's init script may have started it (no policy-rc.d
+        # forbade it); its daemons keep their pid files in /run/frr, a run's never do
+        if ls /run/frr/*.pid >/dev/null 2>&1 && [ -x /usr/lib/frr/frrinit.sh ]; then
+            timeout 60 /usr/lib/frr/frrinit.sh stop >/dev/null 2>&1 || die "stopping frr failed"
+        fi
+        if [ -x /etc/init.d/frr ] && command -v update-rc.d >/dev/null; then
+            timeout 60 update-rc.d frr disable >/dev/null 2>&1 || true
+        fi
     fi
     say "FRR: installed; its own service stopped and disabled (runs start their own)"
 }

@@ -109,6 +109,13 @@ def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
             assert dead not in after and after
         finally:
             r.signal_all(signal.SIGCONT, ("zebra", "bgpd", "bfdd"))
+        # the daemons see the cut (BFD: 300 ms) before it heals: a flap shorter than
+        # their reaction is not what this test is about
+        want = bgp.expected(fabric.topo)
+        key = next(k for k, v in want.items() if k[0] == "leaf1" and v[0] == "spine1")
+        deadline = time.monotonic() + 10
+        while key in bgp.up_since(fabric.net.frr) and time.monotonic() < deadline:
+            time.sleep(0.05)
         inj.link_up("leaf1-spine1")
     finally:
         lk.close()

@@ -9,7 +9,10 @@ goes (its five-tuple hashed as the packet's would be): the path in the form
 ``experiments.measure.paths`` uses, ``["h1:eth0", "leaf1:eth3", ..., "h5"]``.
 """
 
-from emulator.dataplane.system.fibmon import FibMonitor, RouteLookup
+import time
+
+from emulator.dataplane.system.fibmon import FibMonitor, RouteLookup, dump
+from emulator.errors import RunFailed
 from emulator.fabric.routing.fib import FibState, convergence
 
 ROCE_PORT = 4791
@@ -61,6 +64,38 @@ class FibWatch:
 
     def events(self, since_ns=0):
         return self.monitor.events(since_ns)
+
+    def replayed(self):
+        """{switch: FibState} now, from the start's dump and every event since."""
+        states = self.initial()
+        for ev in self.events():
+            states[ev["switch"]].apply(ev)
+        return states
+
+    def kernel(self):
+        """{switch: FibState} now, from a fresh dump of every router's kernel (what
+        ``replayed`` should agree with once the FIBs are quiet)."""
+        out = {}
+        for sw in self.topo["switches"]:
+            st = FibState()
+            for ev in dump(self.net.switch_netns(sw["name"]), {}):
+                st.apply(ev)
+            out[sw["name"]] = st
+        return out
+
+    def wait_quiet(self, quiet_s, timeout_s, poll_s=0.05):
+        """Wait until no FIB changed for ``quiet_s``; the CLOCK_MONOTONIC ns of the last
+        change (or of the start, if none).  RunFailed past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            evs = self.monitor.events()
+            last = evs[-1]["t_ns"] if evs else self.monitor.started_ns
+            if time.monotonic_ns() - last >= quiet_s * 1e9:
+                return last
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the routers' FIBs were still changing {timeout_s:g} s "
+                                "after every BGP session was Established")
+            time.sleep(poll_s)
 
     def convergence(self, t_fault_ns, t_end_ns, dead_ends=(), dead_switches=()):
         """``fabric.routing.fib.convergence`` of the fault at ``t_fault_ns`` over this

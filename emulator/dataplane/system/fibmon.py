@@ -174,8 +174,10 @@ class FibMonitor:
         self._thread = None
         self._stop = False
         self.errors = []
+        self.started_ns = None
 
     def start(self):
+        self.started_ns = self.clock()
         for name, netns in self.spaces.items():
             with signals_masked(), entered(netns):
                 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)

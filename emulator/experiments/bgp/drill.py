@@ -168,15 +168,28 @@ def restored(s, initial):
 
 
 def fib_now(s):
-    """{switch: {destination: sorted interfaces}} of the routers' FIBs now."""
-    states = s.fib.initial()
-    for ev in s.fib.events():
-        states[ev["switch"]].apply(ev)
-    return {sw: _routes(st) for sw, st in states.items()}
+    """{switch: {destination: sorted interfaces}} of the routers' kernels now (a fresh
+    dump: the truth a repeat restores, whatever the replay of their events says)."""
+    return {sw: _routes(st) for sw, st in s.fib.kernel().items()}
+
+
+def fib_replayed(s):
+    """``fib_now`` as the replay of the routers' netlink events has it."""
+    return {sw: _routes(st) for sw, st in s.fib.replayed().items()}
 
 
 def _routes(st: FibState):
     return {dst: sorted(st.devs(dst) or []) for dst in st.routes}
+
+
+def differences(initial, now):
+    """["switch dst: before -> now"] of the routes that differ."""
+    out = []
+    for sw in sorted(set(initial) | set(now)):
+        a, b = initial.get(sw, {}), now.get(sw, {})
+        out += [f"{sw} {dst}: {a.get(dst)} -> {b.get(dst)}"
+                for dst in sorted(set(a) | set(b)) if a.get(dst) != b.get(dst)]
+    return out
 
 
 def settle(s, initial, timeout=SETTLE_TIMEOUT_S):
@@ -185,8 +198,7 @@ def settle(s, initial, timeout=SETTLE_TIMEOUT_S):
     deadline = time.monotonic() + timeout
     while not restored(s, initial):
         if time.monotonic() > deadline:
-            now = fib_now(s)
-            diff = sorted(sw for sw in initial if now.get(sw) != initial[sw])
+            diff = differences(initial, fib_now(s))
             raise RunFailed(f"BGP: the routers' FIBs did not return to where they were "
-                            f"within {timeout:g} s ({', '.join(diff)})")
+                            f"within {timeout:g} s ({'; '.join(diff)})")
         time.sleep(0.05)
