@@ -83,9 +83,9 @@ def start(fabric):
 
 
 def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
-    """Pinned mechanism: zebra's next-hop objects.  With leaf1's zebra and bgpd stopped
-    (SIGSTOP), cutting leaf1-spine1 still takes spine1 out of leaf1's ECMP group at once:
-    the kernel flushes next hops through a device that lost its carrier."""
+    """Pinned mechanism: the kernel's dead and linkdown next-hop flags (next hops inline,
+    ``ignore_routes_with_linkdown=1``).  With leaf1's zebra, bgpd and bfdd stopped
+    (SIGSTOP), cutting leaf1-spine1 still takes spine1 out of leaf1's ECMP group at once."""
     r = fabric.net.frr.routers["leaf1"]
     leaf1 = fabric.topo["switches"][0]
     dst = next(p for s_ in fabric.topo["switches"] if s_["name"] == "leaf2"
@@ -93,7 +93,8 @@ def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
     host_port = leaf1["ports"][0]["intf"]
     dead = next(p["intf"] for p in leaf1["ports"] if p["peer"] == "spine1")
     assert r.node.cmd("cat /proc/sys/net/ipv4/conf/all/ignore_routes_with_linkdown") \
-        .strip() == "0"                             # not the mechanism
+        .strip() == "1"
+    assert "nhid" not in r.node.cmd("ip -4 route show proto bgp")   # no next-hop objects
     inj = Injector(fabric)
     lk = RouteLookup(fabric.net.switch_netns("leaf1"))
     src = fabric.topo["hosts"][0]["ip"]

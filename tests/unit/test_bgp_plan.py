@@ -1,17 +1,19 @@
 """The routed plan of a BGP fabric: RFC 7938's ASNs, the addresses, FRR's configuration,
 the fabrics refused (fabric.routing; pure)."""
 
+import argparse
 import dataclasses
 import ipaddress
 
 import pytest
 
 from emulator.errors import ConfigError, FabricError
+from emulator.experiments.drill.drill import file_part, mode_plan
 from emulator.fabric import addressing, presets, spec
 from emulator.fabric.model import Fabric, Node
 from emulator.fabric.routing import addresses, asn, frrconf
 from emulator.fabric.runspec import RunSpec
-from lab.modes import Control, Peering
+from lab.modes import LB, Control, Peering
 
 
 def bgp(name, **params):
@@ -211,3 +213,14 @@ def test_next_hop_mac():
                                   {"mac": "02:00:00:00:00:05"}) == "02:fa:00:00:00:01"
     assert addresses.next_hop_mac({"mac": "a"}, {"mac": "02:00:00:00:00:05"}) == \
         "02:00:00:00:00:05"
+
+
+def test_the_drills_rows_side_by_side_and_their_file_names():
+    args = argparse.Namespace(control="openflow,bgp", lb="ecmp,dlb",
+                              failover="controller,fast-failover")
+    rows = mode_plan(RunSpec(presets.build("leaf-spine", {})), args)
+    labels = [label for label, _ in rows]
+    assert labels == ["openflow/controller", "openflow/fast-failover",
+                      "openflow/fast-failover+dlb", "bgp+bfd"]
+    assert rows[-1][1]["control"] == Control.BGP and rows[-1][1]["lb"] == LB.ECMP
+    assert all("/" not in file_part(label) for label in labels)

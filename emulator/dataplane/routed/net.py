@@ -14,9 +14,9 @@ Model -> Linux (the parts that differ from ``dataplane.net``):
     five-tuple, so a RoCEv2 flow's UDP source port picks its path) and
     ``fib_multipath_hash_seed`` = the plan's seed of that switch (per
     switch, or the run's shared ``--hash-seed``: polarization);
-    ``ignore_routes_with_linkdown`` stays 0: a dead next hop is dropped by the
-    kernel's next-hop objects that zebra installs (``fabric.routing.fib``),
-    pinned by tests/integration/test_bgp.py; rp_filter and redirects off;
+    ``ignore_routes_with_linkdown=1``: a next hop whose carrier is gone is
+    skipped by the kernel itself, one set down is dead (``fabric.routing.fib``,
+    pinned by tests/integration/test_bgp.py); rp_filter and redirects off;
   * a host has an address per NIC (a /31 of its leaf's /24), a default route
     through its first NIC's gateway and, with several NICs, a table and a
     rule per source address; the gateway's MAC is in the plan (frames the
@@ -49,8 +49,8 @@ ROUTER_SYSCTLS = {
     "net/ipv4/ip_forward": "1",
     "net/ipv4/conf/all/forwarding": "1",
     "net/ipv4/fib_multipath_hash_policy": "1",      # L4: the five-tuple
-    "net/ipv4/conf/all/ignore_routes_with_linkdown": "0",   # next-hop objects do it
-    "net/ipv4/conf/default/ignore_routes_with_linkdown": "0",
+    "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",   # carrier lost: skip it
+    "net/ipv4/conf/default/ignore_routes_with_linkdown": "1",
     "net/ipv4/conf/all/rp_filter": "0",
     "net/ipv4/conf/default/rp_filter": "0",
     "net/ipv4/conf/all/send_redirects": "0",

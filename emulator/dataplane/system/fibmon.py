@@ -48,6 +48,8 @@ IFLA_IFNAME = 3
 RTA_DST, RTA_OIF, RTA_MULTIPATH, RTA_TABLE, RTA_NH_ID = 1, 4, 9, 15, 30
 NHA_ID, NHA_GROUP, NHA_BLACKHOLE, NHA_OIF = 1, 2, 4, 5
 IFF_RUNNING = 0x40
+RTNH_F_DEAD, RTNH_F_LINKDOWN = 0x1, 0x10
+RTNH_UNUSED = RTNH_F_DEAD | RTNH_F_LINKDOWN      # with ignore_routes_with_linkdown=1
 RT_TABLE_MAIN = 254
 RTN_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 6: "blackhole", 7: "unreachable",
              8: "prohibit"}
@@ -102,10 +104,11 @@ def decode(buf, names):
                 elif kind == RTA_MULTIPATH:
                     off = a
                     while off + RTNH.size <= b:
-                        length, _, _, index = RTNH.unpack_from(buf, off)
+                        length, flags, _, index = RTNH.unpack_from(buf, off)
                         if length < RTNH.size:
                             break
-                        devs.append(names.get(index, str(index)))
+                        if not flags & RTNH_UNUSED:      # dead, or its carrier lost
+                            devs.append(names.get(index, str(index)))
                         off += (length + 3) & ~3
             if table != RT_TABLE_MAIN:
                 continue

@@ -341,7 +341,8 @@ class ProbeDrill(Mode):
         self.page.repeats.append(verdict)
         if r == 0 and self.page.keep(timelines):      # kept for report.html too
             drill_traffic.plot(timelines, t_fault, t_rest, self.crossing,
-                 os.path.join(self.base, f"throughput-{self.mode}.png"), self.mode)
+                 os.path.join(self.base, f"throughput-{file_part(self.mode)}.png"),
+                 self.mode)
         return verdict
 
     def settle(self, verdict):
@@ -383,6 +384,11 @@ class ProbeDrill(Mode):
 def prepare(args):
     """What a drill implies before its spec is built: BFD's hold-down (``holddown_for``)."""
     args.bfd_holddown = holddown_for(args)
+
+
+def file_part(label):
+    """A row's label as a file name's part (``openflow/controller``: ``openflow-controller``)."""
+    return str(label).replace("/", "-")
 
 
 def mode_plan(spec, args):

@@ -10,12 +10,17 @@ each stamped with CLOCK_MONOTONIC as it was read.  Events are plain dicts:
     {"kind": "link", "dev", "up"}
 
 One thing the kernel does without telling anybody: when an interface loses
-its carrier (or is set down) it flushes the next-hop objects through it at
-once, drops them from their groups and deletes the routes that used them
-(net/ipv4/nexthop.c, ``nexthop_flush_dev``: no RTM_DELNEXTHOP or
-RTM_DELROUTE is sent).  Zebra installs its routes over next-hop objects
-(the kernel has them since 5.3), so a dead next hop is dropped locally by the
-kernel itself, before any daemon reacts; ``FibState.link`` replays that.
+its carrier or is set down, no route through it is deleted or changed by a
+message.  The routers run with ``ignore_routes_with_linkdown=1`` and zebra
+installs its routes with their next hops inline (``no zebra nexthop kernel
+enable``, ``frrconf``): a next hop set down is marked dead, one whose carrier
+is gone is marked linkdown, and the kernel's multipath selection skips both
+at once (net/ipv4/fib_semantics.c, ``fib_sync_down_dev`` and
+``fib_rebalance``), before any daemon reacts; a route left with no next hop
+is flushed.  Were next-hop objects installed (the kernel has them since
+5.3), the kernel would flush those through the interface and drop them from
+their groups, as silently (net/ipv4/nexthop.c, ``nexthop_flush_dev``).
+``FibState.link_down`` replays either.
 
 A switch *routes through the dead part* for a destination (a leaf's subnet)
 when a path its FIB and the FIBs downstream give toward that leaf uses a

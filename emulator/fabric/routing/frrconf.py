@@ -17,7 +17,14 @@ From a switch's entry in the routed plan (``addresses.readdress``):
   longer.
 * bfdd: the profile ``fabric`` with the run's transmit/receive interval and
   detect multiplier (``bfd.parse``), and peer state changes logged.
-* zebra: the hostname and microsecond log timestamps.
+* zebra: the hostname, microsecond log timestamps and ``no zebra nexthop
+  kernel enable``: routes go to the kernel with their next hops inline, not
+  over the kernel's next-hop objects.  FRR 8.4's zebra keeps a group it no
+  longer uses for 3 minutes, believing it installed, while the kernel has
+  silently dropped the member of a flapped link from it; the route that
+  comes back onto that group misses the link for good (FRR pull requests
+  13413 and 18374 fixed it in 9.0 and later; issue 14481 names this
+  workaround).
 """
 
 from lab.modes import Peering
@@ -37,7 +44,7 @@ def fabric_ports(sw):
 
 
 def zebra_conf(sw, peering=Peering.NUMBERED):
-    lines = _head(sw, "zebra")
+    lines = _head(sw, "zebra") + ["no zebra nexthop kernel enable", "!"]
     if peering == Peering.UNNUMBERED:
         for p in fabric_ports(sw):
             # router advertisements carry the link-local next hop BGP peers over
