@@ -121,7 +121,7 @@ def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
     finally:
         lk.close()
         inj.close()
-    bgp_drill.settle(fabric, start)
+    bgp_drill.settle(fabric)
 
 
 def test_a_cut_converges_and_names_the_last_router(fabric, start):
@@ -140,7 +140,7 @@ def test_a_cut_converges_and_names_the_last_router(fabric, start):
     assert v["detected_by"].startswith("carrier") and v["detection_ms"] < 50
     assert v["updates_sent"] >= 1
     assert set(owners(fabric.topo)) == {"10.1.0.0/24", "10.1.1.0/24"}
-    bgp_drill.settle(fabric, start)
+    bgp_drill.settle(fabric)
     assert bgp.wait_established(fabric.net.frr, fabric.topo, 5)
 
 

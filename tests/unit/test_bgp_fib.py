@@ -160,3 +160,25 @@ def test_decoding_link_route_and_next_hop_messages():
     other_table = nlmsg(24, struct.pack("=BBBBBBBBI", socket.AF_INET, 32, 0, 0, 255, 2, 0, 2,
                                         0) + rta(1, socket.inet_aton("10.1.2.1")))
     assert fibmon.decode(other_table, names) == []     # the local table
+
+
+def test_a_converged_fabric_reaches_each_leaf_by_every_shortest_path():
+    from emulator.fabric import addressing, presets
+    from emulator.fabric.routing.fib import expected_routes, missing_routes
+    from emulator.fabric.runspec import RunSpec
+    from lab.modes import Control
+    spec = RunSpec(presets.build("leaf-spine", {"spines": "2", "leaves": "3"}),
+                   control=Control.BGP)
+    topo = addressing.plan(spec.fabric, "ab01")
+    want = expected_routes(topo)
+    leaf1 = next(sw for sw in topo["switches"] if sw["name"] == "leaf1")
+    uplinks = sorted(p["intf"] for p in leaf1["ports"] if p["peer_kind"] != "host")
+    assert want["leaf1"] == {"10.1.1.0/24": uplinks, "10.1.2.0/24": uplinks}
+    spine1 = next(sw for sw in topo["switches"] if sw["name"] == "spine1")
+    assert want["spine1"]["10.1.2.0/24"] == [next(p["intf"] for p in spine1["ports"]
+                                                  if p["peer"] == "leaf3")]
+    assert missing_routes(want, want) == []
+    short = {sw: dict(r) for sw, r in want.items()}
+    short["leaf1"]["10.1.1.0/24"] = uplinks[1:]        # a group still filling
+    del short["spine1"]["10.1.2.0/24"]                 # a route not there yet
+    assert len(missing_routes(want, short)) == 2

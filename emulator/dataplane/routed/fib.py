@@ -13,7 +13,12 @@ import time
 
 from emulator.dataplane.system.fibmon import FibMonitor, RouteLookup, dump
 from emulator.errors import RunFailed
-from emulator.fabric.routing.fib import FibState, convergence
+from emulator.fabric.routing.fib import (
+    FibState,
+    convergence,
+    expected_routes,
+    missing_routes,
+)
 
 ROCE_PORT = 4791
 
@@ -83,18 +88,26 @@ class FibWatch:
             out[sw["name"]] = st
         return out
 
-    def wait_quiet(self, quiet_s, timeout_s, poll_s=0.05):
-        """Wait until no FIB changed for ``quiet_s``; the CLOCK_MONOTONIC ns of the last
-        change (or of the start, if none).  RunFailed past ``timeout_s``."""
+    def missing(self):
+        """[routes that differ] between every router's kernel and the converged fabric
+        (``fabric.routing.fib.expected_routes``)."""
+        now = {sw: {dst: sorted(st.devs(dst) or []) for dst in st.routes}
+               for sw, st in self.kernel().items()}
+        return missing_routes(expected_routes(self.topo), now)
+
+    def wait_converged(self, timeout_s, poll_s=0.05):
+        """Wait until every router's FIB reaches each leaf's /24 by every shortest path;
+        the CLOCK_MONOTONIC ns it did.  RunFailed naming what is missing past
+        ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
-            evs = self.monitor.events()
-            last = evs[-1]["t_ns"] if evs else self.monitor.started_ns
-            if time.monotonic_ns() - last >= quiet_s * 1e9:
-                return last
+            diff = self.missing()
+            if not diff:
+                return time.monotonic_ns()
             if time.monotonic() > deadline:
-                raise RunFailed(f"the routers' FIBs were still changing {timeout_s:g} s "
-                                "after every BGP session was Established")
+                raise RunFailed(f"BGP: the routers' FIBs did not converge within "
+                                f"{timeout_s:g} s after every session was Established "
+                                f"({'; '.join(diff[:6])})")
             time.sleep(poll_s)
 
     def convergence(self, t_fault_ns, t_end_ns, dead_ends=(), dead_switches=()):

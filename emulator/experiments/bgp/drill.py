@@ -18,7 +18,7 @@
   *exposed* when one of its equal-cost paths crosses the fault (hash-threshold
   ECMP may move it when a group shrinks) even if its own path does not;
 * ``settle``: before the next repeat, every session Established again and
-  every router's FIB as it was before the drill.
+  every router's FIB as the converged fabric has it.
 """
 
 import time
@@ -27,7 +27,7 @@ from emulator.dataplane.faults import link_nodes, nic_of, parse_link
 from emulator.dataplane.routed import bgp
 from emulator.errors import RunFailed
 from emulator.experiments.measure.paths import ecmp_span, link_ends
-from emulator.fabric.routing.fib import FibState
+from emulator.fabric.routing.fib import FibState, expected_routes, missing_routes
 from emulator.fabric.switch_agent import HARDWARE
 
 SETTLE_TIMEOUT_S = 60.0
@@ -161,10 +161,10 @@ def classify(path, events, topo):
     return first in local_switches, bool(hops & ends or span_nodes & nodes)
 
 
-def restored(s, initial):
-    """True when every router's FIB leaves every destination by the interfaces it did
-    at the start (``initial``: {switch: {destination: sorted interfaces}})."""
-    return fib_now(s) == initial
+def restored(s):
+    """[routes that differ] between every router's kernel and the converged fabric
+    (``fabric.routing.fib.expected_routes``): empty once BGP has converged."""
+    return missing_routes(expected_routes(s.topo), fib_now(s))
 
 
 def fib_now(s):
@@ -182,23 +182,16 @@ def _routes(st: FibState):
     return {dst: sorted(st.devs(dst) or []) for dst in st.routes}
 
 
-def differences(initial, now):
-    """["switch dst: before -> now"] of the routes that differ."""
-    out = []
-    for sw in sorted(set(initial) | set(now)):
-        a, b = initial.get(sw, {}), now.get(sw, {})
-        out += [f"{sw} {dst}: {a.get(dst)} -> {b.get(dst)}"
-                for dst in sorted(set(a) | set(b)) if a.get(dst) != b.get(dst)]
-    return out
-
-
-def settle(s, initial, timeout=SETTLE_TIMEOUT_S):
-    """Every session Established again, every FIB as it was (``initial``)."""
+def settle(s, timeout=SETTLE_TIMEOUT_S):
+    """Every session Established again, every router's FIB as the converged fabric has
+    it (each leaf's /24 by every shortest path)."""
     bgp.wait_established(s.net.frr, s.topo, timeout, s.spec.peering)
     deadline = time.monotonic() + timeout
-    while not restored(s, initial):
+    while True:
+        diff = restored(s)
+        if not diff:
+            return
         if time.monotonic() > deadline:
-            diff = differences(initial, fib_now(s))
-            raise RunFailed(f"BGP: the routers' FIBs did not return to where they were "
-                            f"within {timeout:g} s ({'; '.join(diff)})")
+            raise RunFailed(f"BGP: the routers' FIBs did not converge within {timeout:g} s "
+                            f"({'; '.join(diff[:6])})")
         time.sleep(0.05)

@@ -268,7 +268,7 @@ class ProbeDrill(Mode):
         s, args, events = self.s, self.args, self.events
         scenario.check_targets(events, s.topo, s.fabric.flow_control)
         if self.routed:
-            self.fib_start = bgp_drill.fib_now(s)   # what every repeat restores
+            bgp_drill.settle(s)                     # converged before the first repeat
         elif args.bfd:
             self.interval = bfd.parse_interval(args.bfd)
             self.late = bfd.LateSends(s.topo, s.net)    # what OVS logs of late BFD sends
@@ -347,7 +347,7 @@ class ProbeDrill(Mode):
 
     def settle(self, verdict):
         if self.routed:                # sessions back, every FIB as it was
-            bgp_drill.settle(self.s, self.fib_start)
+            bgp_drill.settle(self.s)
             return
         t_rest, rest_kind = restore_event(verdict["events"])
         try:

@@ -199,3 +199,40 @@ def convergence(initial, events, owners, neighbour, t_fault_ns, t_end_ns=None,
             if any(ms is not None for ms in per.values()) else None
     return {"converged_ms": converged, "last_switch": last_switch, "per_switch": per,
             "still": bad, "fib_changes": changes}
+
+
+def expected_routes(topo):
+    """{switch: {leaf subnet: sorted interfaces}} of a converged fabric: toward each
+    leaf's /24 (but its own), every port whose neighbour is one hop nearer that leaf
+    (shortest paths: what eBGP with multipath-relax installs in a Clos under RFC 7938's
+    ASNs); standby ports only where no other port leads there."""
+    owner = {sw["bgp"]["subnet"]: sw["name"] for sw in topo["switches"]
+             if sw.get("bgp", {}).get("subnet")}
+    ports = {sw["name"]: [p for p in sw["ports"] if p["peer_kind"] != "host"]
+             for sw in topo["switches"]}
+    out = {name: {} for name in ports}
+    for dst, leaf in owner.items():
+        dist, frontier = {leaf: 0}, [leaf]
+        while frontier:
+            nxt = []
+            for sw in frontier:
+                for p in ports[sw]:
+                    if p["peer"] in ports and p["peer"] not in dist:
+                        dist[p["peer"]] = dist[sw] + 1
+                        nxt.append(p["peer"])
+            frontier = nxt
+        for sw, d in dist.items():
+            if sw == leaf:
+                continue
+            near = [p for p in ports[sw] if dist.get(p["peer"]) == d - 1]
+            active = [p for p in near if p.get("role") != "standby"] or near
+            out[sw][dst] = sorted(p["intf"] for p in active)
+    return out
+
+
+def missing_routes(expected, actual):
+    """["switch dst: want -> has"] where ``actual`` ({switch: {dst: sorted
+    interfaces}}) differs from ``expected`` for the destinations expected."""
+    return [f"{sw} {dst}: {want} -> {actual.get(sw, {}).get(dst)}"
+            for sw, routes in sorted(expected.items()) for dst, want in sorted(routes.items())
+            if actual.get(sw, {}).get(dst) != want]
