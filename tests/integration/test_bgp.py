@@ -76,13 +76,7 @@ def test_ecmp_hashes_the_five_tuple_with_the_switchs_own_seed(fabric):
     assert len(devs) == 2                           # the source port spreads flows
 
 
-@pytest.fixture(scope="module")
-def start(fabric):
-    """Every router's FIB as the converged fabric has it (what a test restores)."""
-    return bgp_drill.fib_now(fabric)
-
-
-def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
+def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric):
     """Pinned mechanism: the kernel's dead and linkdown next-hop flags (next hops inline,
     ``ignore_routes_with_linkdown=1``).  With leaf1's zebra, bgpd and bfdd stopped
     (SIGSTOP), cutting leaf1-spine1 still takes spine1 out of leaf1's ECMP group at once."""
@@ -124,7 +118,7 @@ def test_a_dead_next_hop_is_dropped_by_the_kernel_itself(fabric, start):
     bgp_drill.settle(fabric)
 
 
-def test_a_cut_converges_and_names_the_last_router(fabric, start):
+def test_a_cut_converges_and_names_the_last_router(fabric):
     inj = Injector(fabric)
     try:
         u0 = bgp_drill.updates(fabric)

@@ -173,11 +173,6 @@ def fib_now(s):
     return {sw: _routes(st) for sw, st in s.fib.kernel().items()}
 
 
-def fib_replayed(s):
-    """``fib_now`` as the replay of the routers' netlink events has it."""
-    return {sw: _routes(st) for sw, st in s.fib.replayed().items()}
-
-
 def _routes(st: FibState):
     return {dst: sorted(st.devs(dst) or []) for dst in st.routes}
 
