@@ -40,6 +40,7 @@ import time
 from emulator.dataplane.observe.counters import busy_share, machine_cpu
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import datapath as dp
+from emulator.dataplane.routed import frr
 from emulator.dataplane.session import Session
 from emulator.dataplane.system import proc
 from emulator.experiments.measure import budget
@@ -47,9 +48,8 @@ from emulator.experiments.measure.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of
 from emulator.fabric import layout as layouts
 from emulator.fabric import presets
-from emulator.dataplane.routed import frr
-from emulator.fabric.runspec import RunSpec
 from emulator.fabric.routing.addresses import next_hop_mac
+from emulator.fabric.runspec import RunSpec
 from lab.modes import Control
 from traffic.roce.frames import frame_len_for_mtu
 

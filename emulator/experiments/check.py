@@ -38,8 +38,8 @@ from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.experiments.spec.options import add_control_args
 from emulator.fabric import addressing
 from emulator.fabric.addressing import home_leaf
-from emulator.report import files as reports
 from emulator.fabric.routing.addresses import next_hop_mac
+from emulator.report import files as reports
 from traffic.roce.frames import udp_sport
 
 ROCE_PORT = 4791

@@ -18,8 +18,8 @@ from emulator.dataplane.links.impair import fault_names
 from emulator.dataplane.observe import counters
 from emulator.experiments.measure import fidelity
 from emulator.experiments.workloads import workload
-from emulator.fabric.units import format_rate
 from emulator.fabric.routing.addresses import next_hop_mac
+from emulator.fabric.units import format_rate
 from traffic.roce.frames import frame_len_for_mtu
 
 
