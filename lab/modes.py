@@ -17,7 +17,10 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
 * ``EcnAt``       -- where a switch port judges its queue for ECN marks;
 * ``PathSet``     -- the paths a throughput bound lets flows split over
-  (emulator.fabric.analysis.bounds): a routing mode's ``path_set``.
+  (emulator.fabric.analysis.bounds): a routing mode's ``path_set``;
+* ``Control``     -- the switches' control plane: the OpenFlow controller, or
+  eBGP between the switches (FRR, RFC 7938), docs/bgp.md;
+* ``Peering``     -- how BGP's sessions are addressed on the fabric's links.
 """
 
 from enum import StrEnum
@@ -152,7 +155,6 @@ class EcnAt(Mode):
 EcnAt._default = EcnAt.DEQUEUE
 
 
-
 class PathSet(Mode):
     MINIMAL = "minimal"     # one global hop (a dragonfly's), else the shortest paths
     VALIANT = "valiant"     # through an intermediate group drawn from all groups
@@ -161,4 +163,26 @@ class PathSet(Mode):
 
 PathSet._default = PathSet.MINIMAL
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, PathSet)
+
+class Control(Mode):
+    OPENFLOW = "openflow"   # Open vSwitch bridges programmed by an OpenFlow controller
+    BGP = "bgp"             # Linux routers running FRR: eBGP, BFD, kernel ECMP
+
+    @property
+    def routed(self):
+        """The switches are routers (their own FIBs), not bridges a controller programs."""
+        return self == Control.BGP
+
+
+Control._default = Control.OPENFLOW
+
+
+class Peering(Mode):
+    NUMBERED = "numbered"       # an eBGP session per link over its /31
+    UNNUMBERED = "unnumbered"   # over the interface's IPv6 link-local address (RFC 8950)
+
+
+Peering._default = Peering.NUMBERED
+
+ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, PathSet, Control,
+         Peering)

@@ -27,6 +27,7 @@ from emulator.dataplane.observe import run_yaml
 from emulator.errors import FabricError
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
+from emulator.experiments.spec.options import parse_controls
 from emulator.experiments.ui import live
 from emulator.fabric import switch_agent
 
@@ -41,30 +42,33 @@ class Command:
     varying: tuple = ()       # RunSpec fields the command sets per variant (its modes)
     servers: bool = True      # may run on several servers
     shared: tuple = field(default=())   # extra modules adding options to its parser
+    controls: bool = False    # runs several control planes side by side (--control a,b)
 
 
 COMMANDS = (
     Command("run", "emulator.experiments.run"),
-    Command("drill", "emulator.experiments.drill.drill", varying=("failover",),
-            shared=("emulator.experiments.drill.chaos",)),
+    Command("drill", "emulator.experiments.drill.drill",
+            varying=("failover", "control", "lb"),
+            shared=("emulator.experiments.drill.chaos",), controls=True),
     Command("drill chaos", "emulator.experiments.drill.chaos", "chaos", True,
-            varying=("failover",)),
+            varying=("failover", "control")),
     Command("drill workload", "emulator.experiments.drill.workload", "workload", None,
-            varying=("failover",), servers=False),
+            varying=("failover", "control"), servers=False),
     Command("probe", "emulator.experiments.probe.probe", servers=False),
     Command("check", "emulator.experiments.check", servers=False),
-    Command("compare", "emulator.experiments.compare.compare", varying=("lb",), servers=False,
+    Command("compare", "emulator.experiments.compare.compare", varying=("lb", "control"),
+            servers=False, controls=True,
             shared=("emulator.experiments.compare.routing", "emulator.experiments.compare.rails")),
     Command("compare routing", "emulator.experiments.compare.routing", "routing",
-            "minimal,valiant,ugal", varying=("routing",), servers=False),
+            "minimal,valiant,ugal", varying=("routing", "control"), servers=False),
     Command("compare fabrics", "emulator.experiments.compare.rails", "fabrics",
-            "rail-optimized,rail-only", servers=False),
+            "rail-optimized,rail-only", varying=("control",), servers=False),
     Command("compare planes", "emulator.experiments.compare.planes", "planes", True,
-            servers=False),
+            varying=("control",), servers=False),
     Command("compare cc", "emulator.experiments.compare.congestion", "cc", "none,dcqcn",
-            varying=("cc",), servers=False),
+            varying=("cc", "control"), servers=False),
     Command("compare lossless", "emulator.experiments.compare.lossless", "lossless", "on,off",
-            varying=("cc",), servers=False),
+            varying=("cc", "control"), servers=False),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 HELP = {
@@ -144,8 +148,16 @@ def execute(args, out=print):
     if spec.fabric.cluster is not None and not cmd.servers:
         raise FabricError(f"{cmd.name} runs on one machine only: not with --servers "
                           "(run and drill under probes run on servers)")
+    controls = [spec.control]
+    if "control" in cmd.varying and getattr(args, "control", None):
+        controls = parse_controls(args.control)
+        if len(controls) == 1:              # one control plane: the run's own
+            spec = build.check(spec.replace(control=controls[0]))
+        elif not cmd.controls:
+            raise FabricError(f"{cmd.name}: one --control at a time (drill and compare "
+                              "take several)")
     session_mod.require_root()
-    session_mod.check_dependencies()
+    session_mod.check_dependencies(controls)
     return live.around(mod.main, cmd.name, spec, args, out)
 
 

@@ -19,6 +19,7 @@ from emulator.experiments.spec.options import (
     WORKLOADS,
     add_adaptive_args,
     add_capture_arg,
+    add_control_args,
     add_fidelity_args,
     add_switch_agent_arg,
     add_training_args,
@@ -48,6 +49,7 @@ def add_arguments(p):
     g.add_argument("--queue-ms", type=float, default=30.0,
                    help="egress queue of every link, in ms at the link rate (default 30)")
     g = p.add_argument_group("control plane")
+    add_control_args(g)
     g.add_argument("--controller", type=parse_controller, default="builtin",
                    help="builtin (default), remote:HOST:PORT, or app:PATH.py")
     g.add_argument("--lb", choices=LB.names(), default=LB.default(),

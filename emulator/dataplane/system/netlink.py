@@ -78,6 +78,10 @@ class Netlink:
     def route(self, *args, **kwargs):
         return self._held(self._ipr.route, *args, **kwargs)
 
+    def rule(self, *args, **kwargs):
+        """``rule('add', src=..., src_len=32, table=N, priority=N)``: policy routing."""
+        return self._held(self._ipr.rule, *args, **kwargs)
+
     def tc(self, *args, **kwargs):
         """``tc('add', 'tbf', index=i, ...)``, ``tc('add-class', 'htb', ...)``, ..."""
         return self._held(self._ipr.tc, *args, **kwargs)
@@ -137,7 +141,17 @@ def delete_link(name, netns=None):
         return True
 
 
-def route_get(toward, timeout=10):
+def route_get(toward, timeout=10, netns=None, **flow):
     """The kernel's routes toward address ``toward`` (``ip -j route get``: a list
-    of {dst, dev, prefsrc, ...}); RunFailed if there is none."""
-    return json.loads(run(["ip", "-j", "route", "get", toward], timeout=timeout))
+    of {dst, dev, prefsrc, ...}); RunFailed if there is none.  ``netns``: in that
+    namespace; ``flow``: the rest of the lookup's key, as ``ip route get`` names it
+    (``from_``, ``iif``, ``ipproto``, ``sport``, ``dport``): with them the kernel
+    hashes the five-tuple a multipath route would (an input lookup when ``iif``
+    is given)."""
+    argv = ["ip", "-j", "route", "get", toward]
+    for key in ("from_", "iif", "ipproto", "sport", "dport"):
+        if flow.get(key) is not None:
+            argv += [key.rstrip("_"), str(flow[key])]
+    if netns:
+        argv = ["nsenter", f"--net={netns}", *argv]
+    return json.loads(run(argv, timeout=timeout))

@@ -22,6 +22,7 @@ import socket
 from emulator.dataplane.lossless import ecn
 from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.dataplane.observe import capture
+from emulator.dataplane.routed.setup import check as check_routed
 from emulator.errors import ConfigError, FabricError
 from emulator.experiments.spec import ccparams
 from emulator.fabric import addressing, switch_agent
@@ -105,6 +106,8 @@ def check(spec):
         raise ConfigError("--ui-bind", "needs --ui")
     if spec.ui and spec.fabric.cluster is not None:
         raise ConfigError("--ui", "runs on one machine only: not with --servers")
+    if spec.control.routed:
+        check_routed(spec)
     return spec
 
 

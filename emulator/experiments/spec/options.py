@@ -4,7 +4,7 @@ import argparse
 
 from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
-from lab.modes import CC, LB, EcnAt, Failover, Transport
+from lab.modes import CC, LB, Control, EcnAt, Failover, Peering, Transport
 from traffic.roce.frames import ROCE_MTUS
 
 LB_MODES = LB.names()               # --lb, compare --modes (lab.modes.LB)
@@ -17,6 +17,48 @@ def nic_lb(mode):
     reorder, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
     mode = LB(mode)
     return {"entropy": str(mode.entropy), "ooo": mode.reorders}
+
+
+def add_control_args(p, several=False, bfd=True):
+    """``--control`` (openflow|bgp; ``several``: a comma list shown side by side),
+    ``--peering`` and, unless the command has its own, ``--bfd`` (docs/bgp.md)."""
+    if several:
+        p.add_argument("--control", default=None, metavar="openflow|bgp[,...]",
+                       help="the switches' control plane: openflow (OVS bridges and the "
+                            "controller; default, or the fabric file's control:), bgp "
+                            "(Linux routers running FRR: eBGP, BFD, kernel ECMP), or a "
+                            "comma list to compare side by side")
+    else:
+        p.add_argument("--control", choices=Control.names(), default=None,
+                       help="the switches' control plane: openflow (OVS bridges and the "
+                            "controller; default, or the fabric file's control:) or bgp "
+                            "(Linux routers running FRR: eBGP on every link, BFD, kernel "
+                            "ECMP; docs/bgp.md)")
+    p.add_argument("--peering", choices=Peering.names(), default=Peering.default(),
+                   help="--control bgp: a session per link over its /31 (numbered, "
+                        "default) or over IPv6 link-local addresses (unnumbered, RFC 8950)")
+    if bfd:
+        p.add_argument("--bfd", default=None, metavar="INTERVALxMULT",
+                       help="--control bgp: BFD on every session at INTERVAL ms, down after "
+                            "MULT missed packets (default 300x3, FRR's defaults)")
+
+
+def parse_controls(text, where="--control"):
+    """``--control openflow,bgp`` -> [Control]; None -> [the default]."""
+    if text is None:
+        return [None]
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(Control.parse(part, "control"))
+        except ValueError as e:
+            raise ConfigError(where, str(e)) from None
+    if not out:
+        raise ConfigError(where, f"{text!r}: openflow, bgp or a comma list of them")
+    return list(dict.fromkeys(out))
 
 
 def add_adaptive_args(p):
