@@ -42,7 +42,7 @@ from array import array
 from lab.modes import Transport
 from traffic.engine import _cpu, percentiles, write_doc
 from traffic.jobs.coll import NetRun, steps_of
-from traffic.jobs.config import JobConfigError, load_job
+from traffic.jobs.config import JobConfigError, load_job, owner_of
 from traffic.jobs.nic import JobNic
 from traffic.jobs.program import Deadlock, JobProgram
 from traffic.nic.netns import entered
@@ -78,12 +78,17 @@ class JobEngine:
         for a, b in self.pairs:
             self.partners[a].add(b)
             self.partners[b].add(a)
+        # each instance's owner (``job_config.owner_of``), by tag: the NICs count per owner
+        self.owners = sorted({owner_of(c) for c in job.instances})
+        tag_owner = [0] * (len(job.instances) + 1)
+        for inst in job.instances.values():
+            tag_owner[inst.tag] = self.owners.index(owner_of(inst.id))
         self.nics = []
         try:
             for i, spec in enumerate(eps):
                 self.nics.append(JobNic(i, spec, job.nic,
                                         {j: eps[j] for j in self.partners[i]}, clock,
-                                        job.tick_ns))
+                                        job.tick_ns, tag_owner))
         except BaseException:
             self.close()
             raise
@@ -150,7 +155,7 @@ class JobEngine:
     def run(self, stop=lambda: False):
         job, clock, nics = self.job, self.clock, self.nics
         tick = job.tick_ns
-        prog = JobProgram(job.programs, job.instances)
+        prog = JobProgram(job.programs, job.instances, job.daemons)
         runs, ended, late_start = {}, {}, {}
         rc = job.nic["transport"] == Transport.RC
         sel = selectors.DefaultSelector()
@@ -206,7 +211,7 @@ class JobEngine:
                 aborted = "stopped"
             elif deadline is not None and now >= deadline:
                 aborted = "deadline_s passed"
-            elif not runs and prog.finished():
+            elif prog.finished() and all(self.daemon_only(r.inst) for r in runs.values()):
                 break
             elif not runs:
                 try:
@@ -242,14 +247,21 @@ class JobEngine:
         cpu = _cpu() - cpu0
         wall = clock() - t0
         sel.close()
-        for cid, run in runs.items():  # still running when the job was aborted
+        cut = set()
+        for cid, run in runs.items():  # still running: the job aborted, or daemons' cut off
             ended[cid] = (run, run.wrong())
+            if not aborted:
+                cut.add(cid)
         return self.result(prog, ended, late_start, t0, wall, cpu, wakeups, hist, late,
-                           stalls, aborted)
+                           stalls, aborted, cut)
 
     # -- the result ----------------------------------------------------------------------
+    def daemon_only(self, inst):
+        """Every member of ``inst`` is a daemon (cut off when the others have finished)."""
+        return bool(self.job.daemons) and set(inst.members) <= self.job.daemons
+
     def result(self, prog, ended, late_start, t0, wall, cpu, wakeups, hist, late, stalls,
-               aborted):
+               aborted, cut=frozenset()):
         job, nics = self.job, self.nics
         names = [e["name"] for e in job.endpoints]
         insts = []
@@ -265,8 +277,11 @@ class JobEngine:
             if inst.id in ended:
                 run, (missing, corrupted) = ended[inst.id]
                 parts = [p.nic for p in run.parts]
+                if inst.id in cut:      # a daemon's transfer the job's end cut off
+                    missing = corrupted = None
                 row.update({"chunks_missing": missing, "chunks_corrupted": corrupted,
-                            "wrong": missing + corrupted,
+                            "wrong": None if missing is None else missing + corrupted,
+                            "cut_off": inst.id in cut,
                             "bytes_sent": sum(n.tx_bytes.get(inst.tag, 0) for n in parts),
                             "bytes_received": sum(n.rx_bytes.get(inst.tag, 0) for n in parts),
                             "retransmitted_bytes": sum(n.retx_bytes.get(inst.tag, 0)
@@ -285,7 +300,7 @@ class JobEngine:
             insts.append(row)
         ranks = [{"rank": r, "endpoint": names[job.ranks[r]], "ops": prog.rank_records(r),
                   "end_ns": prog.t[r]} for r in range(len(job.ranks))]
-        eps = [nic.result(t0) for nic in nics]
+        eps = [nic.result(t0, self.owners) for nic in nics]
         sent = sum(e["data_frames_sent"] for e in eps)
         received = sum(e["data_frames_received"] for e in eps)
         control = sum(e["control_frames_sent"] + e["control_frames_received"] for e in eps)
