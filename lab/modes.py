@@ -15,7 +15,9 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``Transport``   -- the collectives' transport, docs/transport.md;
 * ``CC``          -- congestion control at the sending NICs;
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
-* ``EcnAt``       -- where a switch port judges its queue for ECN marks.
+* ``EcnAt``       -- where a switch port judges its queue for ECN marks;
+* ``Placement``   -- where a job of a shared cluster gets its hosts, docs/shared-clusters.md;
+* ``TrafficClass``-- the link class a job's or a background flow's frames ask for.
 """
 
 from enum import StrEnum
@@ -143,4 +145,24 @@ class EcnAt(Mode):
 
 EcnAt._default = EcnAt.DEQUEUE
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt)
+
+
+class Placement(Mode):
+    PACKED = "packed"       # fill a leaf's hosts before the next leaf's
+    SPREAD = "spread"       # round-robin over the leaves
+    RANDOM = "random"       # a seeded random draw of the free hosts
+    EXPLICIT = "explicit"   # the hosts the jobs file lists
+
+
+Placement._default = Placement.PACKED
+
+
+class TrafficClass(Mode):
+    LOSSLESS = "lossless"         # the RoCE data class (PFC's lossless priority)
+    BEST_EFFORT = "best-effort"   # below it, where the links have classes
+
+
+TrafficClass._default = TrafficClass.LOSSLESS
+
+ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, Placement,
+         TrafficClass)

@@ -72,6 +72,8 @@ from emulator.experiments.spec.build import command_doc
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames
 from emulator.fabric import addressing, switch_agent
 
+FABRIC_KIND = {True: "lossless", False: "lossy"}   # the soak's label of its fabric
+
 KINDS = ("cut", "flap", "loss", "crash", "kill")
 MIN_REPAIR_S = 0.3
 JITTER_NS = 5_000_000      # arrival jitter on 2 shared cores: calm gaps are 3-6 ms
@@ -349,7 +351,7 @@ def report(faults, starts, sent, recv, fid, converged, paths, topo, interrupted,
                        "delivered": round(received / total, 6) if total else None,
                        "untouched_lost_packets": lost_untouched,
                        "untouched_queue_lost_packets": lost_queued},
-            "fabric": "lossless" if lossless else "lossy",
+            "fabric": FABRIC_KIND[bool(lossless)],
             "fidelity": (fid or {}).get("verdict"),
             "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
