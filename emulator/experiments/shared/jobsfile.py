@@ -253,15 +253,15 @@ def parse(data, source="<jobs>", base_dir="."):
              "a list of at least one job")
     jobs = tuple(_job(i, item, _line(items, i), base_dir, fail) for i, item in enumerate(items))
     names = [j.name for j in jobs]
-    for j in jobs:
-        if names.count(j.name) > 1:
+    for k, j in enumerate(jobs):
+        if j.name in names[:k]:
             fail(j.where("name"), f"job name {j.name!r} twice: every job needs its own")
     bg = data.get("background") or []
     if not isinstance(bg, list):
         fail(_where("background", None, {None: lines.get("background")}), "a list of flows")
     flows = tuple(_flow(i, item, _line(bg, i), set(names), fail) for i, item in enumerate(bg))
-    for f in flows:
-        if f.name in names or [g.name for g in flows].count(f.name) > 1:
+    for k, f in enumerate(flows):
+        if f.name in names or f.name in [g.name for g in flows[:k]]:
             fail(f.where("name"), f"name {f.name!r} is taken: jobs and flows need their own")
     doc = plain(data)
     for j, item in zip(jobs, doc["jobs"]):

@@ -62,15 +62,18 @@ class Shared:
 
 
 def load_plan(spec):
-    """The jobs file's plan of ``spec`` (run.yaml's copy when it has one)."""
+    """The jobs file's plan of ``spec``: the file's (its errors name its lines) while it
+    says what the spec's copy says, else the copy (run.yaml's, for a rerun)."""
     w = spec.workload
-    if spec.jobs is not None:
-        return jobsfile.parse(spec.jobs, "run.yaml jobs", ".")
     if w.startswith(jobsfile.PREFIX):
         path = w[len(jobsfile.PREFIX):]
-        if not path or not os.path.isfile(path):
+        if path and os.path.isfile(path):
+            plan = jobsfile.load_file(path)
+            if spec.jobs is None or plan.document == spec.jobs:
+                return plan
+        elif spec.jobs is None:
             raise ConfigError("--workload", f"{path or 'jobs:'}: no such jobs file")
-        return jobsfile.load_file(path)
+        return jobsfile.parse(spec.jobs, "run.yaml jobs", ".")
     return jobsfile.from_workloads(w)
 
 
@@ -281,6 +284,7 @@ def run_shared(session, shared, extra, progress=print, baseline=False, faulted=(
     for j in shared.plan.jobs:
         out["jobs"].append(job_row(j, shared, docs[j.name], busy[j.name], alone.get(j.name)))
     out["verdicts"] = [fid["verdict"]] + [a[1]["verdict"] for a in alone.values()]
+    out["verdict"] = next((v for v in out["verdicts"] if v != "faithful"), "faithful")
     return out
 
 
@@ -304,7 +308,8 @@ def job_row(j, shared, doc, busy, alone):
                     "alone_s": adoc["iteration_s"],
                     "slowdown": round(together / adoc["iteration_s"], 4)
                     if adoc["iteration_s"] else None,
-                    "alone_fidelity": fid["verdict"], "alone_wrong": adoc["wrong"],
+                    "alone_fidelity": fid["verdict"], "alone_fidelity_detail": fid,
+                    "alone_wrong": adoc["wrong"],
                     "alone_aborted": aborted,
                     "alone_retransmitted_bytes": adoc["retransmitted_bytes"]})
     return row
