@@ -299,3 +299,56 @@ def test_shares_attribute_each_flows_bytes_to_its_path_and_name_shared_links():
     top, _ = shares.uplinks({}, measured, t, kinds, shares.link_rates(t), 1.0,
                             attributable=False)
     assert "share" not in top[0] and top[0]["bytes"] == 4100
+
+
+# -- slowdowns, rows, text --------------------------------------------------------------
+
+def test_an_iteration_is_contended_while_every_other_job_runs():
+    from emulator.experiments.shared.launch import contended
+    it = lambda s, e: {"start_ns": s, "end_ns": e}      # noqa: E731
+    docs = {"a": {"per_iteration": [it(0, 10), it(10, 20), it(20, 30)]},
+            "b": {"per_iteration": [it(2, 12), it(12, 21)]}}
+    got = contended(docs)
+    # a's first iteration is 8/10 inside b's run (2..21), its last 1/10: neither counts
+    assert got == {"a": [False, True, False], "b": [True, True]}
+
+
+def test_compare_rows_hold_each_jobs_slowdowns_and_ecmp_against_dlb_seed_by_seed():
+    from emulator.experiments.shared import compare
+    def run(mode, seed, sa, sb):
+        return {"placement": "spread", "mode": mode, "seed": seed, "faithful": True,
+                "wrong": 0, "worst": max(sa, sb), "shared_links": ["leaf1->spine2"],
+                "jobs": {"a": {"slowdown": sa, "iteration_s": 2 * sa, "alone_s": 2.0,
+                               "retransmitted_bytes": 0},
+                         "b": {"slowdown": sb, "iteration_s": 3 * sb, "alone_s": 3.0,
+                               "retransmitted_bytes": 10}}}
+    runs = [run("ecmp", 1, 1.3, 1.1), run("ecmp", 2, 1.0, 1.2), run("ecmp", 3, 1.5, 1.4),
+            run("dlb", 1, 1.05, 1.0), run("dlb", 2, 1.1, 1.0), run("dlb", 3, 1.0, 1.02)]
+    rows = compare.summarize(runs, [("spread", "ecmp"), ("spread", "dlb")], ["a", "b"])
+    ecmp = rows[0]
+    assert ecmp["jobs"]["a"] == {"slowdown": 1.3, "slowdown_min": 1.0, "slowdown_max": 1.5,
+                                 "together_s": 2.6, "alone_s": 2.0, "retransmitted_bytes": 0}
+    assert ecmp["worst"] == [1.3, 1.2, 1.5] and ecmp["worst_median"] == 1.3
+    d = compare.paired(rows, "ecmp", "dlb")["spread"]
+    assert d["differences"] == [0.25, 0.1, 0.48] and d["median"] == 0.25 and d["lower_in"] == 3
+    text = compare.table(rows, ["a", "b"])
+    assert "1.300 (1.000..1.500)" in text and "3/3" in text
+
+
+def test_the_summary_names_each_jobs_slowdown_the_flows_and_the_shared_links():
+    from emulator.experiments.shared import report
+    doc = {"verdicts": ["faithful"] * 3, "fidelity": {"verdict": "faithful"}, "baseline": True,
+           "notes": ["traffic class: no effect"], "attributable": True,
+           "jobs": [{"name": "a", "ranks": 16, "placement": "spread", "leaves": ["leaf1"],
+                     "iteration_s": 8.4, "contended": [True, True, False], "alone_s": 7.0,
+                     "slowdown": 1.2, "retransmitted_bytes": 2e6, "wrong": 0}],
+           "background": [{"name": "ckpt", "kind": "checkpoint", "class": "lossless",
+                           "pairs": 8, "offered_Mbps": 9.0, "achieved_Mbps": 8.5,
+                           "loss": 0.01, "transfers": 16, "late_s_max": 0.2}],
+           "uplinks": [{"link": "leaf1->spine2", "bytes": 5e7, "utilisation": 0.8,
+                        "share": {"a": 0.6, "b": 0.38}, "unattributed_bytes": 1e6}],
+           "shared_links": ["leaf1->spine2"]}
+    text = "\n".join(report.lines(doc))
+    assert "1.200" in text and "2/3" in text and "note: traffic class" in text
+    assert "ckpt" in text and "1.00%" in text and "a 60%, b 38%" in text
+    assert "links two or more jobs share: leaf1->spine2" in text
