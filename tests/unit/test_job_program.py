@@ -206,3 +206,15 @@ def test_daemon_ranks_need_not_finish_but_a_job_rank_waiting_on_them_must():
     strict.advance(1 * MS)
     strict.advance(3 * MS)
     assert not strict.finished()                 # without daemons every rank must end
+
+
+def test_frozen_ranks_take_no_further_op_and_set_no_timer():
+    send = {"op": "send", "id": "bg/x1", "peer": 1, "bytes": 4096}
+    recv = {"op": "recv", "id": "bg/x1", "peer": 0, "bytes": 4096}
+    j = job([[until(5), send], [recv]])
+    p = JobProgram(j.programs, j.instances)
+    p.advance(0)
+    assert p.next_timer() == 5 * MS
+    p.freeze([0, 1])
+    assert p.advance(6 * MS) == [] and p.next_timer() is None   # the send never starts
+    assert p.rank_records(0)[-1]["op"] == "until"

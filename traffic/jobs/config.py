@@ -39,8 +39,9 @@ Several jobs in one process (the emulator's shared clusters): an id may begin
 with its *owner* and a slash (``a/it0.L3.fwd.TP0``, ``bg.store/w.h3.12``);
 the NICs count the bytes of each flow (QP) per owner (``owner_of``).
 ``daemons``: ranks whose programs are cut off once every other rank has
-finished (background traffic scheduled for longer than the jobs run); what
-they had running is reported as it stood.
+finished (background traffic scheduled for longer than the jobs run): they
+start nothing new, and what they have on the wire gets ``job.DRAIN_NS`` to
+finish (what is still running then is reported as it stood, ``cut_off``).
 """
 
 import json

@@ -53,6 +53,8 @@ from traffic.ranks.report import bandwidths
 LATE_BIN_NS = 100_000             # lateness histogram: 0.1 ms bins up to 1 s
 LATE_BINS = 10_000
 POLL_CAP_S = 0.05                 # the longest wait with no timer due
+DRAIN_NS = 30_000_000_000         # daemons' transfers on the wire when the job ends: their
+                                  # time to finish before they are cut off
 
 
 def talks(job):
@@ -167,7 +169,7 @@ class JobEngine:
         cpu0 = _cpu()
         t0 = clock()
         deadline = t0 + int(job.deadline_s * 1e9) if job.deadline_s else None
-        ready, prev = nics, None
+        ready, prev, closing = nics, None, None
 
         def launch(now):
             for inst in prog.advance(now - t0):
@@ -212,7 +214,13 @@ class JobEngine:
             elif deadline is not None and now >= deadline:
                 aborted = "deadline_s passed"
             elif prog.finished() and all(self.daemon_only(r.inst) for r in runs.values()):
-                break
+                if not runs:
+                    break
+                if closing is None:           # the daemons start nothing new; what they
+                    prog.freeze(job.daemons)  # have on the wire finishes
+                    closing = now
+                elif now - closing > DRAIN_NS:
+                    break
             elif not runs:
                 try:
                     prog.check(now - t0)

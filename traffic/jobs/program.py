@@ -63,6 +63,7 @@ class JobProgram:
         self._launch = []
         self._dirty = True               # something may move (else only at ``_due``)
         self._due = None
+        self.frozen = frozenset()        # ranks that take no further op (``freeze``)
 
     # -- what the caller does -------------------------------------------------------
     def advance(self, now):
@@ -75,12 +76,18 @@ class JobProgram:
         while moved:
             moved = False
             for r in range(len(self.ops)):
-                while self._step(r, now):
+                while r not in self.frozen and self._step(r, now):
                     moved = True
         out, self._launch = self._launch, []
         self._dirty = False
         self._due = self._next_timer()
         return out
+
+    def freeze(self, ranks):
+        """``ranks`` take no further op (daemons once the job is over: what they have
+        running still ends)."""
+        self.frozen = frozenset(ranks)
+        self._dirty = True
 
     def network_done(self, cid, t):
         """The network part of ``cid`` ended at ``t``; it ends ``local_ns`` later."""
@@ -94,9 +101,9 @@ class JobProgram:
         return self._next_timer() if self._dirty else self._due
 
     def _next_timer(self):
-        due = [b for b in self.busy if b is not None]
-        for waits in self.blocked:
-            if waits and all(s.end is not None for s in waits):
+        due = [b for r, b in enumerate(self.busy) if b is not None and r not in self.frozen]
+        for r, waits in enumerate(self.blocked):
+            if waits and r not in self.frozen and all(s.end is not None for s in waits):
                 due.append(max(s.end for s in waits))
         return min(due, default=None)
 
