@@ -352,3 +352,23 @@ def test_the_summary_names_each_jobs_slowdown_the_flows_and_the_shared_links():
     assert "1.200" in text and "2/3" in text and "note: traffic class" in text
     assert "ckpt" in text and "1.00%" in text and "a 60%, b 38%" in text
     assert "links two or more jobs share: leaf1->spine2" in text
+
+
+def test_the_switches_counts_are_split_among_a_pairs_owners_and_held_against_the_traces():
+    from emulator.dataplane.observe.flows import Count
+    eps = [{"tx_flows": [
+        {"peer_index": 1, "qp": 0, "owner": "a", "bytes": 3000, "retransmitted_bytes": 0},
+        {"peer_index": 1, "qp": 1, "owner": "ck", "bytes": 1000, "retransmitted_bytes": 0}]},
+        {"tx_flows": []}]
+    pairs = shares.pair_owners(eps)
+    assert pairs == {(0, 1): {"a": 3000, "ck": 1000}}
+    counts = {"leaf1->spine1": {("10.0.0.1", "10.0.0.5"): Count(2000, 2, 0, 0),
+                                ("10.0.0.5", "10.0.0.1"): Count(0, 0, 120, 2)},
+              "leaf2->spine1": {("10.0.0.9", "10.0.0.5"): Count(500, 1, 0, 0)}}
+    att, control = shares.counted(counts, {"10.0.0.1": 0, "10.0.0.5": 1}, pairs)
+    # 2000 bytes of the pair h1 -> h5 on the link, split 3:1 as h1's NIC sent them
+    assert att["leaf1->spine1"] == {"a": 1500, "ck": 500}
+    assert control == {"leaf1->spine1": 120, "leaf2->spine1": 0}
+    assert att["leaf2->spine1"] == {shares.OTHER: 500}      # a pair no NIC counted
+    assert shares.agreement({"leaf1->spine1": {"a": 1400, "ck": 500}}, att,
+                            ["leaf1->spine1"]) == {"leaf1->spine1": 0.05}

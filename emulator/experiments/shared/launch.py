@@ -22,9 +22,10 @@ fabric, run by the same command.  Per job:
 - its retransmitted bytes and #wrong.
 
 The uplinks (``shares``): every inter-switch link's bytes over the together
-run from its interface counters, and, under per-flow hashing, each job's
-and flow's share from the engine's per-flow counters joined with the
-flows' traced paths; the links two jobs share are named.
+run from its interface counters, each job's and flow's share of them from
+the links' per-flow counters joined with the NICs' per-owner counts, held
+(under per-flow hashing) against the flows' traced paths; the links two
+jobs share are named.
 """
 
 import json
@@ -32,7 +33,8 @@ import os
 import statistics
 import time
 
-from emulator.errors import ConfigError, RunFailed
+from emulator.dataplane.observe.flows import FlowCounters
+from emulator.errors import ConfigError, EnvironmentProblem, RunFailed
 from emulator.experiments.measure.paths import trace_path
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.shared import background, jobsfile, merge, placement, shares
@@ -171,8 +173,10 @@ def engine_config(session, doc, extra):
     return cfg
 
 
-def run_once(session, shared, doc, extra, tag, progress, faulted=()):
-    """One engine run of ``doc``: (result, fidelity, {link: bytes}, seconds)."""
+def run_once(session, shared, doc, extra, tag, progress, faulted=(), count=False):
+    """One engine run of ``doc``: (result, fidelity, {link: bytes}, seconds, the links'
+    per-flow counts or None); ``count``: with the links' flow counters on
+    (``dataplane.observe.flows``; None if this machine cannot attach them)."""
     out_dir = os.path.join(session.dir, "shared")
     os.makedirs(out_dir, exist_ok=True)
     cfg = engine_config(session, doc, dict(extra, mtu=shared.mtu))
@@ -186,20 +190,32 @@ def run_once(session, shared, doc, extra, tag, progress, faulted=()):
     progress(f"{tag}: {', '.join(busy)} in one job engine: "
              f"{sum(bool(p) for p in doc['programs'])} ranks on "
              f"{len(cfg['endpoints'])} NICs")
-    before = session.net.intf_counters()
-    watch = Watch(session).start()
-    t0 = time.monotonic()
-    rc = training.run_engine(cfg_path, res_path, out_dir, timeout, f"shared run ({tag})")
-    t1 = time.monotonic()
-    watch.stop()
-    after = session.net.intf_counters()
+    counters, counts = None, None
+    if count:
+        try:
+            counters = FlowCounters.for_session(session).start()
+        except EnvironmentProblem as e:
+            progress(f"no per-flow link counters ({e}); shares from traced paths only")
+    try:
+        before = session.net.intf_counters()
+        watch = Watch(session).start()
+        t0 = time.monotonic()
+        rc = training.run_engine(cfg_path, res_path, out_dir, timeout, f"shared run ({tag})")
+        t1 = time.monotonic()
+        watch.stop()
+        after = session.net.intf_counters()
+        if counters is not None:
+            counts = counters.read()
+    finally:
+        if counters is not None:
+            session.teardown_errors += [f"flow counters: {e}" for e in counters.remove()]
     if rc not in (0, 1) or not os.path.exists(res_path):
         raise RunFailed(f"the shared run ({tag}) failed (exit {rc}); log: {out_dir}/job.log")
     os.replace(os.path.join(out_dir, "job.log"), os.path.join(out_dir, f"{tag}.log"))
     with open(res_path) as f:
         result = json.load(f)
     fid = training.job_fidelity(watch, result, (t0, t1), faulted)
-    return result, fid, shares.measured_bytes(before, after, session.topo), t1 - t0
+    return result, fid, shares.measured_bytes(before, after, session.topo), t1 - t0, counts
 
 
 def job_part(session, shared, name, result, report_dir=None):
@@ -246,16 +262,21 @@ def paths_of(session, shared, result, seed):
     return out
 
 
-def attributable(spec):
-    """Whether every byte of a flow takes one path (per-flow hashing): shares by path."""
+def per_flow_paths(spec):
+    """Whether every byte of a flow takes one path (per-flow hashing): it can be traced."""
     return not spec.adaptive and LB(spec.lb).entropy == Entropy.QP
+
+
+def _ip(topo, endpoint):
+    host = next(h for h in topo["hosts"] if h["name"] == endpoint["host"])
+    return next(p["ip"] for p in host["ports"] if p["port"] == endpoint["port"])
 
 
 def run_shared(session, shared, extra, progress=print, baseline=False, faulted=()):
     """Together, then (``baseline``) each job alone; the ``shared`` document."""
     spec = session.spec
-    result, fid, measured, seconds = run_once(session, shared, shared.doc, extra,
-                                              "together", progress, faulted)
+    result, fid, measured, seconds, counts = run_once(session, shared, shared.doc, extra,
+                                                      "together", progress, faulted, True)
     names = [j.name for j in shared.plan.jobs]
     docs = {n: job_part(session, shared, n, result, os.path.join(session.dir, "shared", n))
             for n in names}
@@ -264,22 +285,34 @@ def run_shared(session, shared, extra, progress=print, baseline=False, faulted=(
     flows = [background.flow_report(f, result, end_ns, shared.mtu, sched)
              for f, _, sched in shared.flows]
     kinds = {n: o["kind"] for n, o in shared.doc["owners"].items()}
-    can = attributable(spec)
-    attributed = shares.attribute(result["endpoints"], paths_of(
-        session, shared, result, extra.get("qpn_seed")), session.topo) if can else {}
+    traced = shares.attribute(result["endpoints"], paths_of(
+        session, shared, result, extra.get("qpn_seed")), session.topo) \
+        if per_flow_paths(spec) else None
+    control = None
+    if counts is not None:
+        ip_index = {_ip(session.topo, e): i for i, e in enumerate(shared.doc["endpoints"])}
+        attributed, control = shares.counted(counts, ip_index,
+                                             shares.pair_owners(result["endpoints"]))
+    else:
+        attributed = traced or {}
+    can = counts is not None or traced is not None
     top, rows = shares.uplinks(attributed, measured, session.topo, kinds,
-                               shares.link_rates(session.topo), seconds, can)
+                               shares.link_rates(session.topo), seconds, can, control=control)
     out = {"jobs": [], "background": flows, "notes": list(shared.notes),
            "uplinks": top, "shared_links": shares.shared_links(rows) if can else None,
-           "attributable": can, "fidelity": fid, "baseline": baseline,
+           "attributable": can, "shares_from": "switch counters" if counts is not None
+           else "traced paths" if traced is not None else None,
+           "traced_agreement": shares.agreement(traced, attributed, [r["link"] for r in top])
+           if traced is not None and counts is not None else None,
+           "fidelity": fid, "baseline": baseline,
            "share_hosts": shared.plan.share_hosts, "job_seed": extra.get("qpn_seed"),
            "engine": result["engine"], "aborted": result["job"]["aborted"],
            "wrong": result["job"]["wrong"]}
     alone = {}
     if baseline:
         for n in names:
-            r, f, _, _ = run_once(session, shared, merge.alone(shared.doc, n), extra,
-                                  f"alone-{n}", progress, faulted)
+            r, f, _, _, _ = run_once(session, shared, merge.alone(shared.doc, n), extra,
+                                     f"alone-{n}", progress, faulted)
             alone[n] = (job_part(session, shared, n, r), f, r["job"]["aborted"])
     for j in shared.plan.jobs:
         out["jobs"].append(job_row(j, shared, docs[j.name], busy[j.name], alone.get(j.name)))

@@ -38,8 +38,8 @@ def uplink_lines(doc):
     rows = doc.get("uplinks") or []
     if not rows:
         return []
-    out = ["hottest uplinks (bytes over the together run; shares by traced flow)"
-           if doc["attributable"] else
+    out = [f"hottest uplinks (bytes over the together run; shares from "
+           f"{doc.get('shares_from') or 'traced paths'})" if doc["attributable"] else
            "hottest uplinks (bytes over the together run; no per-flow shares: flows "
            "change paths under this load balancing)"]
     for r in rows:
@@ -47,10 +47,15 @@ def uplink_lines(doc):
         if r.get("share"):
             share = "  " + ", ".join(f"{o} {s:.0%}" for o, s in r["share"].items()
                                      if s >= 0.005)
-            if r["unattributed_bytes"]:
-                share += f", control/other {r['unattributed_bytes'] / max(r['bytes'], 1):.0%}"
+            rest = r["unattributed_bytes"] + r.get("control_bytes", 0)
+            if rest:
+                share += f", ACK/CNP/other {rest / max(r['bytes'], 1):.0%}"
         out.append(f"  {r['link']:18s} {r['bytes'] / 1e6:9.3f} MB "
                    f"{_f(r['utilisation'], '{:.0%}'):>5s}{share}")
+    agree = doc.get("traced_agreement")
+    if agree:
+        out.append(f"  traced paths against the switches' counters: largest difference "
+                   f"{max(agree.values()):.1%} of a link's bytes")
     if doc.get("shared_links") is not None:
         out.append("links two or more jobs share: "
                    + (", ".join(doc["shared_links"]) or "none"))

@@ -1,18 +1,22 @@
 """Whose bytes are on a link: each job's and each background flow's share (pure).
 
-Model.  The job engine counts what every NIC sent per flow (QP) and owner
-(``traffic.jobs``: an instance id's prefix names its job or background
-flow).  A flow's path is traced from its UDP source port (its QP number:
-``traffic.ranks.config.qpn`` of its endpoints, QP and the run's job seed),
-so under per-flow hashing (ECMP: ``entropy qp`` and switches that choose by
-the header) every byte a flow sent crossed every link of its path.  Joining
-the two gives each link's bytes per owner (``attribute``).  The links'
-own counters (``measured``: their interfaces' transmitted bytes over the
-run) are held against that: what is left over is RoCE ACKs and CNPs (the
-responders' control frames are not counted per flow), ARP and the like
-(``unattributed``).  Under adaptive routing (the switches move flowlets) or
-per-packet and per-flowlet entropy a flow has no one path: the links'
-totals are given, the shares are not (``attributable``).
+Model.  Two counts meet.  The switches count, per link, the RoCEv2 bytes that
+crossed it per (source, destination) host address, data and control frames
+apart (``dataplane.observe.flows``: the switches' per-port counters by flow).
+The job engine counts what every NIC sent per flow (QP) and owner
+(``traffic.jobs``: an instance id's prefix names its job or background flow).
+A pair of NICs' data bytes on a link are split among the owners in the
+shares the sending NIC counted for that pair (``counted``): exact when a
+pair carries one owner's flows, as it does when jobs share no host.  This
+holds under every load balancing: the counters are where the frames went.
+
+Under per-flow hashing (ECMP: one UDP source port per QP) a second,
+independent account exists: each flow's path traced from its source port
+(``traced``: every byte a flow sent crossed every link of its path).  The
+two are held against each other (``agreement``), and both against the
+links' own interface counters (``measured``): what neither explains is
+ARP, BFD and the like (``unattributed``), the RoCE ACKs and CNPs being
+counted apart (``control``).
 
 ``uplinks`` lists the inter-switch links by their bytes, each with its
 owners' shares and the jobs with at least ``SHARED_MIN`` of it: a link
@@ -23,12 +27,57 @@ from emulator.experiments.measure.paths import path_links
 
 SHARED_MIN = 0.01          # a job with at least 1 % of a link's bytes is on it
 TOP = 8                    # the hottest links listed
+OTHER = "other"            # RoCE bytes of a pair whose NIC counted nothing (none expected)
 
 
 def flow_keys(endpoints_result):
     """{(src endpoint, dst endpoint, qp)} of every flow that sent anything."""
     return {(i, f["peer_index"], f["qp"]) for i, e in enumerate(endpoints_result)
             for f in e.get("tx_flows", ())}
+
+
+def pair_owners(endpoints_result):
+    """{(src endpoint, dst endpoint): {owner: bytes sent}} of the NICs' flows."""
+    out = {}
+    for i, e in enumerate(endpoints_result):
+        for f in e.get("tx_flows", ()):
+            row = out.setdefault((i, f["peer_index"]), {})
+            row[f["owner"]] = row.get(f["owner"], 0) + f["bytes"]
+    return out
+
+
+def counted(counts, endpoint_of_ip, pairs):
+    """({link: {owner: bytes}}, {link: control bytes}) from the links' per-flow counts
+    ({link: {(src ip, dst ip): Count}}); ``endpoint_of_ip``: {ip: endpoint index};
+    ``pairs``: ``pair_owners``.  Bytes of a pair that sent nothing counted go to
+    ``OTHER``."""
+    out, control = {}, {}
+    for link, flows in counts.items():
+        row = out.setdefault(link, {})
+        for (src, dst), c in flows.items():
+            control[link] = control.get(link, 0) + c.control_bytes
+            if not c.data_bytes:
+                continue
+            owners = pairs.get((endpoint_of_ip.get(src), endpoint_of_ip.get(dst))) or {}
+            total = sum(owners.values())
+            if not total:
+                row[OTHER] = row.get(OTHER, 0) + c.data_bytes
+                continue
+            for owner, n in owners.items():
+                row[owner] = row.get(owner, 0) + round(c.data_bytes * n / total)
+    return out, control
+
+
+def agreement(traced_att, counted_att, links):
+    """Per link of ``links``, the largest difference between the two accounts of an
+    owner's bytes over the link's counted bytes (0: they agree)."""
+    out = {}
+    for link in links:
+        a, b = traced_att.get(link, {}), counted_att.get(link, {})
+        base = max(sum(b.values()), 1)
+        out[link] = round(max((abs(a.get(o, 0) - b.get(o, 0)) for o in set(a) | set(b)),
+                              default=0) / base, 4)
+    return out
 
 
 def attribute(endpoints_result, paths, topo):
@@ -44,10 +93,12 @@ def attribute(endpoints_result, paths, topo):
     return out
 
 
-def uplinks(attributed, measured, topo, kinds, rates, seconds, attributable=True, top=TOP):
+def uplinks(attributed, measured, topo, kinds, rates, seconds, attributable=True, top=TOP,
+            control=None):
     """The ``top`` inter-switch links by bytes (module docstring): each with its
     measured bytes, utilisation over ``seconds``, owners' bytes and shares (None
-    when not ``attributable``), the jobs on it, and what the flows do not explain."""
+    when not ``attributable``), the jobs on it, its RoCE control bytes (``control``)
+    and what neither explains."""
     switches = {sw["name"] for sw in topo["switches"]}
     names = set()
     for link in list(measured) + [k for k in attributed if k]:
@@ -69,7 +120,9 @@ def uplinks(attributed, measured, topo, kinds, rates, seconds, attributable=True
             row["share"] = {o: round(n / base, 4) for o, n in row["owners"].items()}
             row["jobs"] = sorted(o for o, n in owners.items()
                                  if kinds.get(o) == "job" and n / base >= SHARED_MIN)
-            row["unattributed_bytes"] = max(0, total - sum(owners.values()))
+            ctl = (control or {}).get(link, 0)
+            row["control_bytes"] = ctl
+            row["unattributed_bytes"] = max(0, total - sum(owners.values()) - ctl)
         rows.append(row)
     rows.sort(key=lambda r: (-r["bytes"], r["link"]))
     return rows[:top], rows
