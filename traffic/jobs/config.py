@@ -38,6 +38,9 @@ send is eager: ``job_program``).
 Several jobs in one process (the emulator's shared clusters): an id may begin
 with its *owner* and a slash (``a/it0.L3.fwd.TP0``, ``bg.store/w.h3.12``);
 the NICs count the bytes of each flow (QP) per owner (``owner_of``).
+``owner_dscp`` ({owner: DSCP}) puts an owner's instances in a traffic class of
+their own: QPs of their own per connection (``qps`` more per class) whose
+frames carry that DSCP (the others carry ``dscp``).
 ``daemons``: ranks whose programs are cut off once every other rank has
 finished (background traffic scheduled for longer than the jobs run): they
 start nothing new, and what they have on the wire gets ``job.DRAIN_NS`` to
@@ -70,7 +73,8 @@ JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Tran
                 "resolve_timeout_s": 10.0,
                 # the whole job ends (aborted) after this many seconds (null: no limit)
                 "deadline_s": None}
-JOB_KEYS = ("endpoints", "ranks", "programs", "daemons")
+JOB_KEYS = ("endpoints", "ranks", "programs", "daemons", "owner_dscp")
+MAX_QPS = 16                          # QPs per connection, every class's (qpn: 4 bits)
 ENDPOINT_KEYS = {"netns", "intf", "ip", "mac", "next_hop_mac", "name", "rate_bps"}
 OP_KEYS = {"compute": ({"ns"}, {"label"}),
            "coll": ({"id", "kind", "members", "bytes"}, {"group", "blocking", "local_ns",
@@ -125,6 +129,8 @@ class Job:
     resolve_timeout_s: float
     deadline_s: float
     daemons: frozenset = frozenset()   # ranks cut off when the others have finished
+    classes: tuple = ()                # DSCPs of the classes: the NIC's own, then others
+    owner_class: dict = None           # owner -> its class (index into ``classes``)
 
 
 def load_job(doc):
@@ -169,9 +175,20 @@ def load_job(doc):
         raise JobConfigError(f"daemons: a list of rank indices 0..{len(ranks) - 1}")
     if len(set(daemons)) == len(ranks):
         raise JobConfigError("daemons: at least one rank must not be a daemon")
+    owner_dscp = cfg.get("owner_dscp") or {}
+    if not isinstance(owner_dscp, dict) or any(
+            not isinstance(k, str) or not _int(v) or not 0 <= v < 64
+            for k, v in owner_dscp.items()):
+        raise JobConfigError("owner_dscp: {owner: DSCP 0..63}")
+    classes = [nic["dscp"]] + sorted(set(owner_dscp.values()) - {nic["dscp"]})
+    if nic["qps"] * len(classes) > MAX_QPS:
+        raise JobConfigError(f"qps {nic['qps']} x {len(classes)} classes: at most "
+                             f"{MAX_QPS} QPs per connection")
+    owner_class = {o: classes.index(d) for o, d in owner_dscp.items()}
     return Job(tuple(eps), tuple(ranks), tuple(programs), instances, nic,
                float(cfg["time_scale"]), int(cfg["tick_ms"] * 1e6),
-               float(cfg["resolve_timeout_s"]), cfg["deadline_s"], frozenset(daemons))
+               float(cfg["resolve_timeout_s"]), cfg["deadline_s"], frozenset(daemons),
+               tuple(classes), owner_class)
 
 
 def owner_of(cid):

@@ -83,14 +83,17 @@ class JobEngine:
         # each instance's owner (``job_config.owner_of``), by tag: the NICs count per owner
         self.owners = sorted({owner_of(c) for c in job.instances})
         tag_owner = [0] * (len(job.instances) + 1)
+        tag_class = [0] * (len(job.instances) + 1) if job.owner_class else None
         for inst in job.instances.values():
             tag_owner[inst.tag] = self.owners.index(owner_of(inst.id))
+            if tag_class is not None:
+                tag_class[inst.tag] = job.owner_class.get(owner_of(inst.id), 0)
         self.nics = []
         try:
             for i, spec in enumerate(eps):
                 self.nics.append(JobNic(i, spec, job.nic,
                                         {j: eps[j] for j in self.partners[i]}, clock,
-                                        job.tick_ns, tag_owner))
+                                        job.tick_ns, tag_owner, job.classes, tag_class))
         except BaseException:
             self.close()
             raise
@@ -109,7 +112,7 @@ class JobEngine:
             rc = self.nics[b].rc
             if rc is not None:        # the responder of each incoming QP, and its frames
                 ip = self.job.endpoints[a]["ip"]
-                for q in range(nic_cfg["qps"]):
+                for q in range(nic_cfg["qps"] * max(1, len(self.job.classes))):
                     rc.prepare(socket.inet_aton(ip), self.nics[b].peer_mac[a], ip,
                                qpn(a, b, q, nic_cfg["qpn_seed"]))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them

@@ -60,7 +60,7 @@ class JobNic:
     validated NIC keys; ``peers``: endpoint index -> spec)."""
 
     def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000,
-                 tag_owner=None):
+                 tag_owner=None, classes=(), tag_class=None):
         self.index, self.spec, self.clock = index, spec, clock
         self.tag_owner = tag_owner   # tag -> owner index (``job_config.owner_of``), or None
         self.name, self.ip, self.rate = spec["name"], spec["ip"], spec["rate_bps"]
@@ -110,7 +110,8 @@ class JobNic:
                               **cc_params(dict(nic, rate_bps=self.rate)))
         self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                             nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
-                            nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc)
+                            nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc,
+                            class_dscp=classes or None, tag_class=tag_class)
         self.queue = SendQueues(qp_key)
         self.ring = deque()                    # (packet, resent?) the interface refused
         self.ctl_wait = deque()                # control frames the interface refused

@@ -42,6 +42,7 @@ from emulator.experiments.training import hops, simai
 from emulator.experiments.training import job as jobs
 from emulator.experiments.training import launch as training
 from emulator.fabric import addressing
+from emulator.fabric.lossless import BEST_EFFORT_DSCP, LOSSLESS_DSCP
 from emulator.fabric.units import parse_duration, parse_rate
 from lab.modes import LB, Entropy, FlowControl, TrafficClass
 from traffic.ranks.config import qpn
@@ -107,7 +108,7 @@ def prepare(spec, topo=None):
                                            placement=placed[j.name].ranks)
         except ConfigError as e:
             raise ConfigError(j.where(), f"job {j.name}: {e}", src) from None
-    notes = class_notes(plan, spec.fabric.flow_control, src)
+    owner_dscp, notes = classes(plan, spec.fabric.flow_control)
     names = {h["name"] for h in topo["hosts"]}
     by_host = {h["name"]: h for h in topo["hosts"]}
     m = merge.Merger()
@@ -126,7 +127,7 @@ def prepare(spec, topo=None):
         ends = [(_nic(by_host[a]), _nic(by_host[b]), plan_) for a, b in pairs]
         m.add_flow(f.name, f.kind, ends)
         shared.flows.append((f, pairs, plan_))
-    shared.doc = m.document()
+    shared.doc = dict(m.document(), owner_dscp=owner_dscp)
     return shared
 
 
@@ -143,26 +144,27 @@ def _nic(host):
     return (host["name"], p["port"], float(p["rate_bps"]))
 
 
-def class_notes(plan, flow_control, source):
-    """What the traffic classes asked for do on this fabric: nothing on one-queue lossy
-    links (a note); best effort is refused on a lossless fabric, whose programs put
-    every RoCE data frame in the lossless class."""
+def classes(plan, flow_control):
+    """({owner: DSCP} of the owners that ask for best effort where the links have
+    classes, notes on what the classes do): on one-queue lossy links nothing (a
+    note); on a lossless fabric best effort is DSCP 0, the class below the lossless
+    one (strict priority, not paused: a full queue drops, and RC resends)."""
     asked = [(x, x.traffic_class) for x in (*plan.jobs, *plan.background)]
-    best = [(x, c) for x, c in asked if c == TrafficClass.BEST_EFFORT]
+    best = [x.name for x, c in asked if c == TrafficClass.BEST_EFFORT]
     if flow_control == FlowControl.NONE:
-        if best:
-            return [f"traffic class: {', '.join(x.name for x, _ in best)} asked for "
-                    f"best-effort; this fabric's links have one queue (lossy, no classes), "
-                    "so every class shares it: the classes have no effect here"]
-        return []
+        if not best:
+            return {}, []
+        return {}, [f"traffic class: {', '.join(best)} asked for best-effort; this "
+                    "fabric's links have one queue (lossy, no classes), so every class "
+                    "shares it: the classes have no effect here"]
+    rest = [x.name for x, c in asked if c != TrafficClass.BEST_EFFORT]
+    notes = [f"traffic class: {', '.join(rest) or 'none'} in the {flow_control} fabric's "
+             f"lossless class (DSCP {LOSSLESS_DSCP})"]
     if best:
-        x = best[0][0]
-        raise ConfigError(x.where("class"), f"{x.name}: best-effort on a {flow_control} "
-                          "fabric: its links put every RoCE data frame in the lossless class "
-                          "(the classes are by frame type, not DSCP), so a RoCE job or "
-                          "flow cannot ride best effort here; leave class out", source)
-    return [f"traffic class: every job and flow rides the {flow_control} fabric's lossless "
-            "class (its RoCE data class)"]
+        notes.append(f"traffic class: {', '.join(best)} best effort (DSCP "
+                     f"{BEST_EFFORT_DSCP}: below the lossless class, never paused, a full "
+                     "queue drops; QPs of their own)")
+    return {name: BEST_EFFORT_DSCP for name in best}, notes
 
 
 def engine_config(session, doc, extra):
