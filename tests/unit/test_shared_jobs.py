@@ -372,3 +372,11 @@ def test_the_switches_counts_are_split_among_a_pairs_owners_and_held_against_the
     assert att["leaf2->spine1"] == {shares.OTHER: 500}      # a pair no NIC counted
     assert shares.agreement({"leaf1->spine1": {"a": 1400, "ck": 500}}, att,
                             ["leaf1->spine1"]) == {"leaf1->spine1": 0.05}
+
+
+def test_a_background_flow_is_named_on_the_links_it_shares_with_a_job():
+    rows = [{"link": "spine1->leaf4", "owners": {"b": 900, "ckpt": 300}, "jobs": ["b"]},
+            {"link": "leaf1->spine1", "owners": {"ckpt": 500}, "jobs": []},
+            {"link": "leaf3->spine2", "owners": {"b": 1000}, "jobs": ["b"]}]
+    got = shares.beside_jobs(rows, {"b": "job", "ckpt": "checkpoint"})
+    assert got == {"ckpt": [{"link": "spine1->leaf4", "bytes": 300, "jobs": ["b"]}]}

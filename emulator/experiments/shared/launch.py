@@ -306,6 +306,7 @@ def run_shared(session, shared, extra, progress=print, baseline=False, faulted=(
            else "traced paths" if traced is not None else None,
            "traced_agreement": shares.agreement(traced, attributed, [r["link"] for r in top])
            if traced is not None and counts is not None else None,
+           "background_beside_jobs": shares.beside_jobs(rows, kinds) if can else None,
            "fidelity": fid, "baseline": baseline,
            "share_hosts": shared.plan.share_hosts, "job_seed": extra.get("qpn_seed"),
            "engine": result["engine"], "aborted": result["job"]["aborted"],
@@ -335,7 +336,9 @@ def job_row(j, shared, doc, busy, alone):
            "class": str(j.traffic_class), "iterations": its, "contended": busy,
            "iteration_s": round(together, 4), "iteration_all_s": doc["iteration_s"],
            "retransmitted_bytes": doc["retransmitted_bytes"],
-           "bytes_sent": doc["bytes_sent"], "wrong": doc["wrong"],
+           "bytes_sent": doc["bytes_sent"],
+           "loss": round(doc["retransmitted_bytes"] / doc["bytes_sent"], 6)
+           if doc["bytes_sent"] else 0.0, "wrong": doc["wrong"],
            "aborted": doc["aborted"], "training": doc}
     if alone is not None:
         adoc, fid, aborted = alone

@@ -52,6 +52,11 @@ def uplink_lines(doc):
                 share += f", ACK/CNP/other {rest / max(r['bytes'], 1):.0%}"
         out.append(f"  {r['link']:18s} {r['bytes'] / 1e6:9.3f} MB "
                    f"{_f(r['utilisation'], '{:.0%}'):>5s}{share}")
+    for owner, links in (doc.get("background_beside_jobs") or {}).items():
+        total = sum(x["bytes"] for x in links)
+        out.append(f"{owner} beside the jobs: {total / 1e6:.3f} MB on {len(links)} link(s) "
+                   "they use: " + ", ".join(f"{x['link']} {x['bytes'] / 1e6:.2f} MB "
+                                            f"({'+'.join(x['jobs'])})" for x in links[:4]))
     agree = doc.get("traced_agreement")
     if agree:
         out.append(f"  traced paths against the switches' counters: largest difference "

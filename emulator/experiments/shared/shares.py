@@ -133,6 +133,19 @@ def shared_links(rows):
     return [r["link"] for r in rows if len(r.get("jobs") or ()) >= 2]
 
 
+def beside_jobs(rows, kinds):
+    """{background owner: [{"link", "bytes", "jobs"}]}: the inter-switch links each
+    background flow put bytes on that a job is on too (a job's share at least
+    ``SHARED_MIN``), its bytes there, hottest first."""
+    out = {}
+    for r in rows:
+        for owner, n in (r.get("owners") or {}).items():
+            if kinds.get(owner, "job") != "job" and n and r.get("jobs"):
+                out.setdefault(owner, []).append({"link": r["link"], "bytes": n,
+                                                  "jobs": r["jobs"]})
+    return out
+
+
 def by_kind(row, kinds):
     """A link's share per kind of owner (each job by name; background by its kind)."""
     out = {}
