@@ -44,7 +44,7 @@ from emulator.experiments.training import launch as training
 from emulator.fabric import addressing
 from emulator.fabric.lossless import BEST_EFFORT_DSCP, LOSSLESS_DSCP
 from emulator.fabric.units import parse_duration, parse_rate
-from lab.modes import LB, Entropy, FlowControl, TrafficClass
+from lab.modes import LB, Entropy, FlowControl, Placement, TrafficClass
 from traffic.ranks.config import qpn
 from traffic.roce.frames import udp_sport
 
@@ -55,8 +55,8 @@ CONTENDED = 0.9            # an iteration 90 % inside every other job's run is c
 class Shared:
     """A shared run prepared: plan, jobs, placements, flows, the merged document."""
 
-    def __init__(self, plan, jobs_, placed, flows, doc, notes, mtu):
-        self.plan, self.jobs, self.placed = plan, jobs_, placed
+    def __init__(self, plan, jobs_, placed, flows, doc, notes, mtu, policy=None):
+        self.plan, self.jobs, self.placed, self.policy = plan, jobs_, placed, policy
         self.flows, self.doc, self.notes, self.mtu = flows, doc, notes, mtu
         self.estimates = {n: jobs.estimate(j) for n, j in jobs_.items()}
 
@@ -116,7 +116,7 @@ def prepare(spec, topo=None):
         job = built[j.name]
         m.add_job(j.name, jobs.job_document(job), job.placement,
                   hops.calibration(job.placement, spec.mtu), round(j.start_s * 1e9))
-    shared = Shared(plan, built, placed, [], None, notes, spec.mtu)
+    shared = Shared(plan, built, placed, [], None, notes, spec.mtu, spec.job_placement)
     horizon = HORIZON_FACTOR * shared.horizon_s() + 60
     for f in plan.background:
         background.check_hosts(f, names, src)
@@ -283,7 +283,8 @@ def run_shared(session, shared, extra, progress=print, baseline=False, faulted=(
     docs = {n: job_part(session, shared, n, result, os.path.join(session.dir, "shared", n))
             for n in names}
     busy = contended(docs)
-    end_ns = max(d["per_iteration"][-1]["end_ns"] for d in docs.values())
+    end_ns = max((d["per_iteration"][-1]["end_ns"] for d in docs.values()
+                  if d["per_iteration"]), default=result["job"]["end_ns"])
     flows = [background.flow_report(f, result, end_ns, shared.mtu, sched)
              for f, _, sched in shared.flows]
     kinds = {n: o["kind"] for n, o in shared.doc["owners"].items()}
@@ -331,7 +332,9 @@ def job_row(j, shared, doc, busy, alone):
     together = statistics.median(hot or its)
     pl = shared.placed[j.name]
     row = {"name": j.name, "workload": j.workload, "ranks": doc["ranks"],
-           "placement": str(j.placement), "hosts": list(pl.hosts),
+           "placement": str(j.placement if j.placement == Placement.EXPLICIT
+                            or shared.policy is None else shared.policy),
+           "hosts": list(pl.hosts),
            "leaves": sorted(set(pl.leaves)), "start_s": j.start_s,
            "class": str(j.traffic_class), "iterations": its, "contended": busy,
            "iteration_s": round(together, 4), "iteration_all_s": doc["iteration_s"],
