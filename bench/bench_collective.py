@@ -17,9 +17,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.fabric import presets  # noqa: E402
-from emulator.experiments.workloads.collective import parse_sizes, run_collective  # noqa: E402
 from emulator.dataplane.session import Session, require_root  # noqa: E402
+from emulator.experiments.workloads.collective import parse_sizes, run_collective  # noqa: E402
+from emulator.fabric import presets  # noqa: E402
 
 
 def main():

@@ -31,9 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from traffic.engine import Engine  # noqa: E402
-from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
 from traffic.nic.netns import entered  # noqa: E402
 from traffic.nic.sender import Sender, make_flows  # noqa: E402
+from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
 
 FRAME = frame_len_for_mtu(4096)
 

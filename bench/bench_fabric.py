@@ -22,9 +22,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.fabric import presets  # noqa: E402
-from emulator.dataplane.session import Session, require_root  # noqa: E402
 from emulator.dataplane.runstate import RUN_ENV, RunState  # noqa: E402
+from emulator.dataplane.session import Session, require_root  # noqa: E402
+from emulator.fabric import presets  # noqa: E402
 
 
 def ours(fabric, results):

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def one(load_gbps, seconds, results):
-    from emulator.fabric import presets
-    from emulator.experiments.workloads.mix import default_mix
     from emulator.dataplane.session import Session
+    from emulator.experiments.workloads.mix import default_mix
+    from emulator.fabric import presets
     rate = f"{load_gbps * 1e3 / 4:g}Mbps"          # 8 hosts x rate/2 = load
     fabric = presets.build("leaf-spine", {"host_rate": rate, "uplink_rate": rate})
     with Session(fabric, results_base=results) as s:

@@ -32,9 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from traffic.engine import Engine  # noqa: E402
-from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
-from traffic.jobs.job import JobEngine  # noqa: E402
 from traffic.jobs.config import JOB_DEFAULTS, load_job  # noqa: E402
+from traffic.jobs.job import JobEngine  # noqa: E402
+from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
 
 
 def sh(*cmd):

@@ -19,9 +19,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from emulator.fabric import presets  # noqa: E402
 from emulator.dataplane.session import Session, require_root  # noqa: E402
 from emulator.experiments.workloads.mix import default_mix  # noqa: E402
+from emulator.fabric import presets  # noqa: E402
 
 FABRIC = {"pods": "2", "spines_per_pod": "2", "leaves_per_pod": "2", "hosts_per_leaf": "2",
           "superspines": "2", "superspine_attach": "all"}

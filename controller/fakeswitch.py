@@ -5,7 +5,7 @@ and a group table with OpenFlow semantics (strict modify/delete, deleting a
 group deletes the flows that use it) and answers what a packet would do.
 A packet is a dict of os-ken field names (``in_port``, ``eth_type``,
 ``ipv4_src``, ``udp_src``, ``arp_tpa`` ...); a flow matches when every match
-field equals the packet's. ``FakeFabric`` wires FakeSwitches per a Topology
+field equals the packet's (a masked MAC field, (value, mask), under its mask). ``FakeFabric`` wires FakeSwitches per a Topology
 and walks packets hop by hop, exploring every select-group bucket.
 """
 
@@ -21,6 +21,17 @@ from .messages import (
     Output,
     SetField,
 )
+
+
+def field_matches(value, want):
+    """A packet's field against a match's: equal, or equal under a mask (a match
+    value (value, mask), as os-ken writes a masked field; MAC addresses)."""
+    if not isinstance(want, tuple):
+        return value == want
+    if value is None:
+        return False
+    v, m, got = (int(x.replace(":", ""), 16) for x in (*want, value))
+    return got & m == v & m
 
 
 class FakeSwitchError(AssertionError):
@@ -82,7 +93,7 @@ class FakeSwitch:
         """The highest-priority flow matching ``pkt`` (dict), or None."""
         best = None
         for f in self.flows.values():
-            if f.table == table and all(pkt.get(k) == v for k, v in f.match):
+            if f.table == table and all(field_matches(pkt.get(k), v) for k, v in f.match):
                 if best is None or f.priority > best.priority:
                     best = f
         return best

@@ -12,11 +12,15 @@ docs/load-balancing.md explains the designs and their limits.
   every path.  Nothing added here either.
 * ``dlb`` and ``packet`` -- the switches choose in their data plane (the
   emulator's adaptive-routing stage, dataplane.adaptive): the frame arrives
-  at a leaf, an eBPF program picks the egress among the route's live
-  candidates and writes that port's mark (DSCP ``MARK_BASE + port``) into
-  the frame; ``adaptive_flows`` are the flows, one per candidate port
-  (``PRIO_AR``), that output a marked RoCEv2 frame to its port.  The
-  controller adds them to the ECMP state and does nothing else; a user's
+  at a deciding port (``deciders``: facing a host or a lower tier), an eBPF
+  program picks the egress among the route's live candidates and marks the
+  frame: that port's number in the DSCP (``MARK_BASE + port``) and the group
+  bit of its Ethernet source address (``STAGE_BIT``), which no valid frame
+  carries (the program drops the frames that arrive with it, as a bridge
+  does).  ``adaptive_flows`` are the flows (``PRIO_AR``), one per deciding
+  port and candidate port, that output a marked RoCEv2 frame arriving there
+  to its port; a host's own DSCP, whatever its value, matches none of them.
+  The controller adds them to the ECMP state and does nothing else; a user's
   app that wants the stage installs the same flows.
 * ``flowlet`` and ``controller-dlb`` -- reactive placement of every new RoCE flow:
   on each leaf, every multi-path route gets a copy one priority higher
@@ -54,9 +58,11 @@ from lab.modes import LB
 from .groups import FF_GROUP_BASE
 from .messages import ETH_TYPE_IPV4, FlowMod, Group, Output, SwitchState, match
 from .policy import PRIO_IPV4, next_hops
+from .topology import NIC
 
 PRIO_AR = PRIO_IPV4 + 2              # a marked frame -> the port its mark names
 MARK_BASE = 32                       # a port's mark: DSCP MARK_BASE + port (1-31)
+STAGE_BIT = "01:00:00:00:00:00"      # the source address's group bit: marked by the stage
 PRIO_LB_LEARN = PRIO_IPV4 + 1        # route copy + packet-in of RoCE packets
 PRIO_LB_FLOW = 1500                  # one placed flow -> its uplink
 COOKIE_LB = 0xFAB0000000000002       # placed flows; the resync diff never owns them
@@ -86,26 +92,39 @@ def port_rates(topology_path):
             for p in s["ports"]}
 
 
-def adaptive_flows(topo, state):
+def deciders(topo, dpid):
+    """The ports of switch ``dpid`` whose frames the adaptive stage decides: those
+    facing a host or a switch of a lower tier (a NIC switch decides nothing; the
+    emulator's dataplane.adaptive.model.plan has the same rule)."""
+    sw = topo.by_dpid[dpid]
+    if sw.kind == NIC:
+        return ()
+    return tuple(p.port for p in sw.ports
+                 if p.to_host or (p.peer in topo.by_name and topo.by_name[p.peer].tier < sw.tier))
+
+
+def adaptive_flows(topo, dpid, state):
     """The flows a switch whose ``state`` (SwitchState) has multi-path routes needs
-    for data-plane adaptive routing: a RoCEv2 frame marked DSCP ``MARK_BASE +
-    port`` goes out of that port, for every port of its select groups."""
+    for data-plane adaptive routing: a RoCEv2 frame the stage marked (``STAGE_BIT``
+    in its source address, DSCP ``MARK_BASE + port``) arriving at a deciding port
+    goes out of that port, for every port of its select groups."""
     ports = set()
     for g in state.groups:
         if g.type == "select" and len(g.buckets) >= 2:
             for b in g.buckets:
                 ports |= {a.port for a in b.actions if isinstance(a, Output)}
     return frozenset(
-        FlowMod(0, PRIO_AR, match(eth_type=ETH_TYPE_IPV4, ip_proto=IP_PROTO_UDP,
+        FlowMod(0, PRIO_AR, match(in_port=d, eth_type=ETH_TYPE_IPV4,
+                                  eth_src=(STAGE_BIT, STAGE_BIT), ip_proto=IP_PROTO_UDP,
                                   udp_dst=ROCE_PORT, ip_dscp=MARK_BASE + p), (Output(p),))
-        for p in sorted(ports) if 1 <= p <= 63 - MARK_BASE)
+        for d in deciders(topo, dpid) for p in sorted(ports) if 1 <= p <= 63 - MARK_BASE)
 
 
 def augment(topo, desired, mode):
     """``desired`` ({dpid: SwitchState}) plus the learn flows of a reactive mode,
     or the mark flows of an adaptive one."""
     if check_mode(mode).adaptive:
-        return {dpid: SwitchState(st.flows | adaptive_flows(topo, st), st.groups)
+        return {dpid: SwitchState(st.flows | adaptive_flows(topo, dpid, st), st.groups)
                 for dpid, st in desired.items()}
     if not check_mode(mode).reactive:
         return desired

@@ -69,7 +69,8 @@ from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from lab.modes import Failover
 
-from . import damping, dragonfly, lb, policy
+from . import damping, lb, policy
+from . import state as state_mod
 from . import topology as topology_mod
 from .handlers import _die, fatal
 from .messages import SwitchState
@@ -80,7 +81,7 @@ LOG = logging.getLogger(__package__)
 
 TOPOLOGY_ENV = "FABRIC_TOPOLOGY"
 EVENT_QUEUE = 1 << 16         # events this app may have waiting (os-ken's default: 128)
-BUNDLE_MIN = 64               # a switch's diff this long goes as one bundle
+BUNDLE_MIN = state_mod.BUNDLE_MIN   # a switch's diff this long goes as one bundle
 RESYNC_PARALLEL = 8           # switches resynced at once
 DESIRED_KEPT = 2              # desired states kept, by liveness
 XID_BASE = 1 << 31            # our messages' xids (os-ken's own count up from 0)
@@ -155,8 +156,7 @@ class FabricController(app_manager.OSKenApp):
         live = frozenset(live)
         state = self._desired_for.pop(live, None)
         if state is None:
-            state = dragonfly.augment(self.topo, live, lb.augment(self.topo, policy.desired_state(
-                self.topo, live, self.failover), self.lb.mode), self.routing)
+            state = state_mod.desired(self.topo, live, self.topo.modes)
         while len(self._desired_for) >= DESIRED_KEPT:
             del self._desired_for[next(iter(self._desired_for))]
         self._desired_for[live] = state           # the newest last

@@ -14,6 +14,7 @@ the engine's or the job engine's imports.
 
 import argparse
 import json
+import os
 import sys
 
 UNITS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -83,10 +84,13 @@ def parse_args(argv):
 
 
 def emit(doc, out):
+    """``doc`` as JSON into ``out`` whole (written aside, then moved: a process killed
+    while writing leaves no half of it), or on stdout."""
     text = json.dumps(doc, indent=1)
     if out:
-        with open(out, "w") as f:
+        with open(out + ".tmp", "w") as f:
             f.write(text + "\n")
+        os.replace(out + ".tmp", out)
     else:
         print(text)
 
@@ -151,8 +155,6 @@ def main(argv=None):
 
 def rank_main(config_path, output=None):
     """``python -m traffic rank``: run one rank (traffic.ranks.rank); returns the exit status."""
-    import json
-
     from traffic.ranks.rank import Rank, load_config  # lazy: per sub-command
     cfg = load_config(config_path)
     rank = Rank(cfg)
@@ -160,13 +162,7 @@ def rank_main(config_path, output=None):
         doc = rank.run()
     finally:
         rank.close()
-    text = json.dumps(doc, indent=1)
-    out = output or cfg["output"]
-    if out:
-        with open(out, "w") as f:
-            f.write(text + "\n")
-    else:
-        sys.stdout.write(text + "\n")
+    emit(doc, output or cfg["output"])
     wrong = sum(r["chunks_missing"] + r["chunks_corrupted"] for r in doc["results"])
     return 1 if wrong or doc.get("failed_qps") else 0
 

@@ -33,7 +33,9 @@ What the engine reports besides the flows, so a run can tell the emulator's
 limits from the network's (fidelity):
 
 - per stream: packets scheduled, sent, ``skipped`` (the engine fell more
-  than ``max_lag_ms`` behind: an emulation shortfall) and sent ``late``;
+  than ``max_lag_ms`` behind: an emulation shortfall), sent ``late``, and
+  ``caught_up`` (sent more than the default 20 ms behind, which only a
+  larger ``max_lag_ms`` let leave);
 - per receiver: the packet socket's own drops (``PACKET_STATISTICS``: the
   engine did not read fast enough) and a one-way latency histogram
   (sender and receiver share CLOCK_MONOTONIC: one machine);
@@ -336,6 +338,7 @@ class Engine:
                 "scheduled_packets": sched.sent + sched.skipped,
                 "sent_packets": sched.sent, "skipped_packets": sched.skipped,
                 "late_packets": sched.late, "max_late_ms": round(sched.max_late_ns / 1e6, 3),
+                "caught_up_packets": sched.caught_up,
                 "per_flow": per_flow})
         receivers = []
         for r in self.rx:
@@ -375,6 +378,7 @@ class Engine:
                        "cpu_us_per_packet": round(cpu * 1e6 / max(sent + received, 1), 3),
                        "skipped_packets": sum(s["skipped_packets"] for s in streams),
                        "late_packets": sum(s["late_packets"] for s in streams),
+                       "caught_up_packets": sum(s["caught_up_packets"] for s in streams),
                        "socket_drops": sum(d["socket_drops"] for d in receivers)},
         }
 

@@ -26,7 +26,10 @@ netlink verb (``system.netlink``), never ``ip``:
 
 Every event is logged with CLOCK_MONOTONIC nanoseconds (``t_ns`` before the
 change, ``t_done_ns`` after), the clock the traffic engine stamps packets
-with, into ``self.events`` and one JSON line each in ``faults.jsonl``.
+with, into ``self.events`` and one JSON line each in ``faults.jsonl``.  A
+change and its line are made with Ctrl-C held (``signals_masked``): a change
+made is a change logged, so the log is the injector's own record of what it
+did (a chaos soak checks its report against it).
 """
 
 import json
@@ -271,11 +274,13 @@ class Injector:
     def link_down(self, link, side="both"):
         ends, kept = self._cut_ends(link, side)
         targets = self._resolved(ends)
-        t = self.clock()
-        t_cut, signal, first = self._cut(targets, self.switch_ports(link))
-        if kept:
-            signal["kept_up"] = [ifname for _, ifname in kept]
-        return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut, **signal)
+        with signals_masked():          # a change made is a change logged, Ctrl-C or not
+            t = self.clock()
+            t_cut, signal, first = self._cut(targets, self.switch_ports(link))
+            if kept:
+                signal["kept_up"] = [ifname for _, ifname in kept]
+            return self._log("link_down", link, first or t, side=side, t_cut_ns=t_cut,
+                             **signal)
 
     def _requeue(self, ports):
         """The ECN marker counts the queues of switch ``ports`` afresh (ecnq.reset)."""
@@ -287,14 +292,15 @@ class Injector:
     def link_up(self, link, side="both"):
         t = self.clock()
         ends = self.ends(link, side)
-        self._set(self._resolved(ends), "up")
-        self._requeue(self.switch_ports(link))
-        for netns, ifname in ends:
-            if netns and netns.startswith("/proc/") and tag_of_name(ifname) is None:
-                # a host's end (on this machine)
-                self._restore_routes(netns, ifname)
-        return self._log("link_up", link, t, side=side,
-                         **self._signal(self.switch_ports(link), False, t))
+        with signals_masked():
+            self._set(self._resolved(ends), "up")
+            self._requeue(self.switch_ports(link))
+            for netns, ifname in ends:
+                if netns and netns.startswith("/proc/") and tag_of_name(ifname) is None:
+                    # a host's end (on this machine)
+                    self._restore_routes(netns, ifname)
+            return self._log("link_up", link, t, side=side,
+                             **self._signal(self.switch_ports(link), False, t))
 
     def _restore_routes(self, netns, ifname):
         """Put back the host routes through ``ifname`` that setting it down removed.
@@ -333,26 +339,29 @@ class Injector:
 
     def switch_crash(self, name):
         targets = self._resolved(self._switch_intfs(name))
-        t = self.clock()
-        t_cut, signal, first = self._cut(targets, self._neighbour_ports(name))
-        return self._log("switch_crash", name, first or t, t_cut_ns=t_cut, **signal)
+        with signals_masked():
+            t = self.clock()
+            t_cut, signal, first = self._cut(targets, self._neighbour_ports(name))
+            return self._log("switch_crash", name, first or t, t_cut_ns=t_cut, **signal)
 
     def switch_recover(self, name):
         t = self.clock()
-        self._set(self._resolved(self._switch_intfs(name)), "up")
-        self._requeue(self._neighbour_ports(name) +
-                      [(name, p["port"]) for sw in self.s.topo["switches"]
-                       if sw["name"] == name for p in sw["ports"]])
-        return self._log("switch_recover", name, t,
-                         **self._signal(self._neighbour_ports(name), False, t))
+        with signals_masked():
+            self._set(self._resolved(self._switch_intfs(name)), "up")
+            self._requeue(self._neighbour_ports(name) +
+                          [(name, p["port"]) for sw in self.s.topo["switches"]
+                           if sw["name"] == name for p in sw["ports"]])
+            return self._log("switch_recover", name, t,
+                             **self._signal(self._neighbour_ports(name), False, t))
 
     def controller_kill(self):
         ctl = self.s.controller
         if ctl is None or not ctl.alive():
             raise RunFailed("no running controller of this session to kill")
-        t = self.clock()
-        ctl.proc.kill()
-        return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            ctl.proc.kill()
+            return self._log("controller_kill", "controller", t, pid=ctl.proc.pid)
 
     def controller_restart(self, timeout=30):
         ctl = self.s.controller
@@ -392,37 +401,40 @@ class Injector:
         ends = self.ends(link, side)
         if any(tag_of_name(ifname) is None for _, ifname in ends):
             raise ConfigError("fault", "loss is injected on switch ends only")
-        t = self.clock()
-        if not keep:
-            self.loss_stop()
-        for netns, ifname in ends:
-            self._losses[(netns or "", ifname)] = (corrupt_rule if corrupt else loss_rule)(percent)
-        table = f"fl{self.s.state.tag}{self.nft_name}"
-        self._nft_table = table
-        # one table per namespace (a datapath instance has its own), each replaced
-        # whole in one transaction, never half-written
-        for netns in sorted({ns for ns, _ in self._losses}):
-            lines = [f"table netdev {table}", f"delete table netdev {table}",
-                     f"table netdev {table} {{"]
-            for i, ((ns, ifname), rule) in enumerate(sorted(self._losses.items())):
-                if ns != netns:
-                    continue
-                lines += [f"  chain c{i} {{",
-                          f"    type filter hook egress device \"{ifname}\" priority 0;",
-                          f"    {rule}",
-                          "  }"]
-            lines.append("}")
-            nft.apply(netns, "\n".join(lines) + "\n", timeout=10)
-        return self._log("corrupt_start" if corrupt else "loss_start", link, t,
-                         percent=percent, side=side)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            if not keep:
+                self.loss_stop()
+            rule = (corrupt_rule if corrupt else loss_rule)(percent)
+            for netns, ifname in ends:
+                self._losses[(netns or "", ifname)] = rule
+            table = f"fl{self.s.state.tag}{self.nft_name}"
+            self._nft_table = table
+            # one table per namespace (a datapath instance has its own), each replaced
+            # whole in one transaction, never half-written
+            for netns in sorted({ns for ns, _ in self._losses}):
+                lines = [f"table netdev {table}", f"delete table netdev {table}",
+                         f"table netdev {table} {{"]
+                for i, ((ns, ifname), rule) in enumerate(sorted(self._losses.items())):
+                    if ns != netns:
+                        continue
+                    lines += [f"  chain c{i} {{",
+                              f"    type filter hook egress device \"{ifname}\" priority 0;",
+                              f"    {rule}",
+                              "  }"]
+                lines.append("}")
+                nft.apply(netns, "\n".join(lines) + "\n", timeout=10)
+            return self._log("corrupt_start" if corrupt else "loss_start", link, t,
+                             percent=percent, side=side)
 
     def loss_stop(self):
         if self._nft_table is None:
             return None
-        t = self.clock()
-        table, self._nft_table = self._nft_table, None
-        spaces = sorted({ns for ns, _ in self._losses})
-        self._losses.clear()
-        for netns in spaces:
-            nft.delete_table(netns, table, timeout=10)
-        return self._log("loss_stop", table, t)
+        with signals_masked():      # the change and its log line together
+            t = self.clock()
+            table, self._nft_table = self._nft_table, None
+            spaces = sorted({ns for ns, _ in self._losses})
+            self._losses.clear()
+            for netns in spaces:
+                nft.delete_table(netns, table, timeout=10)
+            return self._log("loss_stop", table, t)

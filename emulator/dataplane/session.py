@@ -98,6 +98,9 @@ def write_json(path, data):
 # (run tag, problems in its logs) of every Session closed in this process:
 # the integration tests fail on any (tests/integration/conftest.py).
 CLOSED = []
+# Results directories made by Sessions of this process, in order: a command writes
+# a page into each it left without one (experiments.ui.live.around).
+MADE = []
 
 
 # Session's keyword form (docs/controller-apps.md: a user's own tests) -> RunSpec fields
@@ -226,6 +229,7 @@ class Session:
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         captures = capture.parse(self.capture_text, self.topo)
         self.dir = make_results_dir(self.results_base, self.state.tag)
+        MADE.append(self.dir)
         self.state.record("results", self.dir)
         self.topology_path = os.path.join(self.dir, "topology.json")
         self.topo["modes"] = self.modes()       # the controller's configuration

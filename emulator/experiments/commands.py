@@ -31,6 +31,7 @@ from emulator.experiments.shared import jobsfile
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
 from emulator.experiments.ui import live
+from emulator.fabric import switch_agent
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,12 @@ def resolve(args):
 
 def execute(args, out=print):
     """Run the fabric command ``args`` ask for; its exit status."""
+    if getattr(args, "switch_agent", None) == switch_agent.LIST:
+        out(switch_agent.listing())          # --switch-agent list: the profiles, nothing built
+        return 0
     cmd = resolve(args)
+    if getattr(args, "ui", False):
+        live.check_command(cmd.name)          # before anything is read further
     mod = module(cmd)
     if hasattr(mod, "prepare"):
         mod.prepare(args)

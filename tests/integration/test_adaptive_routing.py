@@ -10,14 +10,29 @@
 - a lossless fabric: the stage's program runs after PFC's on every interface
   (one XDP program per interface, chained) and the collective is whole;
 - a competing stream mid-collective: the data plane moves the collective off
-  the stream's uplink, where hashing leaves it.
+  the stream's uplink, where hashing leaves it;
+- a host's own DSCP (46, and the mark of the uplink its ECMP route does not
+  take) crosses a dlb fabric untouched, by its ECMP route; the class's frames
+  are decided and arrive as they were sent.
 """
 
 import json
+import os
+import re
 import subprocess
 import sys
+from collections import Counter
 
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.utils import rdpcap
+
+from emulator.dataplane.adaptive.model import MARK_BASE
+from emulator.dataplane.session import Session
+from emulator.experiments.workloads.mix import measure, netns_of
+from emulator.fabric import presets
 from tests.conftest import REPO, assert_contract
+from traffic.roce.frames import udp_sport
 
 SMALL = ["-P", "spines=2", "-P", "leaves=2"]
 
@@ -96,3 +111,58 @@ def test_a_competing_stream_is_left_to_its_uplink(tmp_path):
     assert rows["dlb"]["loss"] <= 0.1, out[-1500:]
     assert rows["dlb"]["queue_p99_ms"] < 50, out[-1500:]
     assert rows["dlb"]["wrong"] == 0
+
+
+QPN, FRAME = 0x100, 1078
+
+
+def one_stream(s, src, dst, dscp):
+    """An engine plan: one QP from ``src`` to ``dst`` at 100 packets/s for 1 s."""
+    sp, dp = src["ports"][0], dst["ports"][0]
+    return {"duration": 1.0, "frame_len": FRAME, "idle": 0.5,
+            "streams": [{"name": "own", "netns": netns_of(s.net, src["name"]),
+                         "intf": sp["port"], "src_mac": sp["mac"], "src_ip": sp["ip"],
+                         "dst_mac": dp["mac"], "dst_ip": dp["ip"], "rate_pps": 100,
+                         "qps": 1, "first_qpn": QPN, "dscp": dscp}],
+            "receivers": [{"name": "dst", "netns": netns_of(s.net, dst["name"]),
+                           "intf": dp["port"]}]}
+
+
+def ecmp_uplink(s, leaf, src, dst, sport):
+    """The uplink ofproto/trace takes for the flow (a host's frame: the select group)."""
+    sw = next(x for x in s.topo["switches"] if x["name"] == leaf)
+    text = s.net.ovs(leaf).appctl(
+        "ofproto/trace", sw["bridge"],
+        f"in_port={src['ports'][0]['switch_port']},udp,dl_src={src['mac']},"
+        f"dl_dst={dst['mac']},nw_src={src['ip']},nw_dst={dst['ip']},nw_ttl=64,"
+        f"udp_src={sport},udp_dst=4791", timeout=10)
+    return int(re.findall(r"\boutput:(\d+)", text)[-1])
+
+
+def test_a_hosts_own_dscp_crosses_a_dlb_fabric_untouched(tmp_path):
+    fabric = presets.build("leaf-spine", {"spines": 2, "leaves": 2, "hosts_per_leaf": 1})
+    got = {}
+    with Session(fabric, lb="dlb", capture="h2", results_base=str(tmp_path)) as s:
+        h1, h2 = s.topo["hosts"][:2]
+        leaf1 = next(x for x in s.topo["switches"] if x["name"] == "leaf1")
+        ups = {p["port"]: p["intf"] for p in leaf1["ports"] if p["peer_kind"] != "host"}
+        route = ecmp_uplink(s, "leaf1", h1, h2, udp_sport(QPN, QPN))
+        (other,) = set(ups) - {route}
+        # 46, and the mark of the uplink ECMP does not take (the stage's mark before)
+        for dscp in (46, MARK_BASE + other, 26):
+            before, decided = s.net.intf_counters(), s.adaptive.summary()["frames"]
+            res, _ = measure(s, one_stream(s, h1, h2, dscp))
+            after = s.net.intf_counters()
+            got[dscp] = res["engine"]["received_packets"]
+            assert got[dscp] >= 50, res["engine"]
+            grew = {p: after[i][0] - before[i][0] for p, i in ups.items()}
+            if dscp != 26:                   # a host's own: ECMP's uplink, not decided
+                assert grew[route] >= got[dscp] * FRAME and grew[other] < FRAME, (dscp, grew)
+                assert s.adaptive.summary()["frames"] == decided
+            else:                            # the class: the stage decides every frame
+                assert s.adaptive.summary()["frames"] - decided == res["engine"]["sent_packets"]
+        pcap = os.path.join(s.dir, "capture-h2-eth0.pcap")
+    frames = [f for f in rdpcap(pcap) if UDP in f and f[UDP].dport == 4791]
+    arrived = Counter((f[IP].tos >> 2, f[Ether].src) for f in frames)
+    # every frame arrived with the DSCP and the source address it was sent with
+    assert arrived == {(d, h1["mac"]): n for d, n in got.items()}, arrived

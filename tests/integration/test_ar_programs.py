@@ -1,7 +1,8 @@
 """Adaptive routing's eBPF programs (root), run by the kernel on crafted frames
 and crafted queue maps (BPF_PROG_TEST_RUN): the choice by quality, flowlets
-kept and moved, a dead candidate skipped, per-packet choice, and the egress's
-restore of the class's DSCP with a valid checksum and ICRC."""
+kept and moved, a dead candidate skipped, per-packet choice, the egress's
+restore of the class's DSCP and source address with a valid checksum and ICRC,
+and a host's own DSCP left alone, even one equal to a mark."""
 
 # no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): no fabric
 LAYOUT_INDEPENDENT = True
@@ -41,6 +42,17 @@ def dscp(frame):
 
 def port_of(frame):
     return dscp(frame) - model.MARK_BASE
+
+
+def stage_marked(frame, port):
+    """``frame`` as the stage marks it for ``port``: the port's mark in the DSCP (checksum
+    fixed) and the group bit in the source address."""
+    out = bytearray(frame)
+    out[15] = model.mark(port) << 2 | (out[15] & 3)
+    out[6] |= 1
+    out[24:26] = b"\0\0"
+    out[24:26] = struct.pack("!H", ip_checksum(out))
+    return bytes(out)
 
 
 @contextmanager
@@ -95,6 +107,7 @@ def test_idle_ports_spread_new_flowlets_by_load_and_the_mark_is_a_valid_frame():
             ret, out = bpf.test_run(fd, roce(sport))
             assert ret == 2                                  # XDP_PASS
             chosen.append(port_of(out))
+            assert out == stage_marked(roce(sport), port_of(out))   # DSCP and group bit
             assert out[15] & 3 == 2                          # ECN bits kept
             assert struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
             assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
@@ -194,11 +207,41 @@ def test_packet_mode_picks_the_shortest_queue_for_every_packet():
 
 def test_other_frames_pass_untouched():
     with maps() as ms, program(ms, "ar_ingress") as fd:
-        for frame in (roce(dscp=10), roce(dst="10.0.9.9")):
-            assert bpf.test_run(fd, frame)[1] == frame
+        for frame in (roce(dscp=10), roce(dst="10.0.9.9"), roce(dscp=46),
+                      roce(dscp=model.mark(PORTS[1]))):             # a host's own DSCP
+            assert bpf.test_run(fd, frame) == (2, frame)
     with maps() as ms, program(ms, "ar_ingress", decide=0, up_key=2) as fd:
         assert bpf.test_run(fd, roce())[1] == roce()
         assert get_port(ms, 2)["out"] == LEN                 # counted out only
+
+
+def test_a_frame_with_a_group_source_address_is_dropped_where_the_stage_decides():
+    bad = bytearray(roce(dscp=model.mark(PORTS[1])))
+    bad[6] |= 1                                              # a forged stage mark
+    with maps() as ms, program(ms, "ar_ingress") as fd:
+        assert bpf.test_run(fd, bytes(bad))[0] == 1          # XDP_DROP, as a bridge
+        assert sum(get_port(ms, k)["frames"] for k in range(4)) == 0
+    with maps() as ms, program(ms, "ar_ingress", decide=0, up_key=2) as fd:
+        assert bpf.test_run(fd, bytes(bad)) == (2, bytes(bad))     # not a deciding port
+
+
+def test_egress_leaves_a_hosts_own_dscp_alone_even_when_it_equals_a_mark():
+    with maps() as ms:
+        own = roce(dscp=model.mark(PORTS[0]))
+        with program(ms, "ar_egress", decide=0, key=0) as fd_eg:
+            ret, out, _ = bpf.test_run_skb(fd_eg, own)
+        assert ret == 0xFFFFFFFF and out == own
+        e = get_port(ms, 0)
+        assert e["in"] == LEN and e["sent_in"] == 0          # queued, never decided
+
+
+def test_egress_restores_a_frame_marked_for_another_port_without_counting_it_in():
+    with maps() as ms:
+        other = stage_marked(roce(0xC000), PORTS[1])
+        with program(ms, "ar_egress", decide=0, key=0) as fd_eg:
+            ret, out, _ = bpf.test_run_skb(fd_eg, other)
+        assert ret == 0xFFFFFFFF and out == roce(0xC000)     # the class and the source back
+        assert get_port(ms, 0)["sent_in"] == 0
 
 
 def test_egress_restores_the_class_and_counts_the_frame_in():
@@ -211,6 +254,7 @@ def test_egress_restores_the_class_and_counts_the_frame_in():
         assert ret == 0xFFFFFFFF                             # TC_ACT_UNSPEC: the next filter
         assert dscp(out) == 26 and out[15] & 3 == 2
         assert struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
+        assert out == roce(0xC000)                           # as the host sent it
         e = get_port(ms, k)
         assert e["in"] == LEN and e["sent_in"] == e["sent"] == LEN
         assert e["load"] == LEN
@@ -235,6 +279,8 @@ def test_a_frame_decided_before_its_port_died_is_rescued_at_that_port_s_egress()
         assert ret == 7                                      # TC_ACT_REDIRECT
         new = PORTS.index(port_of(out))
         assert new not in (k, (k + 1) % 4)                   # the best live candidate
+        assert out[6] & 1                                    # still the stage's: restored
+        #                                                      at the new port's egress
         assert out[15] & 3 == 2 and struct.unpack_from("!H", out, 24)[0] == ip_checksum(out)
         assert icrc(out) == struct.unpack_from("<I", out, len(out) - 4)[0]
         dead, e = get_port(ms, k), get_port(ms, new)
@@ -244,7 +290,7 @@ def test_a_frame_decided_before_its_port_died_is_rescued_at_that_port_s_egress()
         set_port(ms, 0, keep=True, ifindex=100)
         set_down(ms, 0)
         with program(ms, "ar_egress", decide=0, key=0) as fd_eg:
-            ret, out, _ = bpf.test_run_skb(fd_eg, roce(dscp=model.mark(PORTS[0])))
+            ret, out, _ = bpf.test_run_skb(fd_eg, stage_marked(roce(), PORTS[0]))
         assert ret == 0xFFFFFFFF and dscp(out) == 26 and get_port(ms, 0)["rescued"] == 0
 
 

@@ -3,10 +3,12 @@
 * a short soak (2 spines x 2 leaves x 1 host, 15 s, a fault every ~3 s) runs the
   faults ``--seed`` draws, reports a row per fault, and every invariant holds,
   the reliable jobs' (every packet their QPs sent delivered or the QP dead)
-  with packets sent;
+  with packets sent, the injector's log against the rows, and every results
+  file whole; each allowance says how many packets it excused;
+* an interface of a run left on the machine breaks ``nothing_left_behind``;
 * a soak interrupted with Ctrl-C (SIGINT) exits 130, repairs the active fault,
-  and still writes drill.json with a row per fault injected and nothing of the
-  run left behind.
+  and still writes drill.json with a row per fault injected (as the injector's
+  log has them) and nothing of the run left behind.
 """
 
 import json
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from emulator.dataplane import cleanup
 from emulator.experiments.drill import chaos as drill_chaos
 from emulator.fabric import addressing, presets
 from tests.conftest import REPO, assert_contract, emulator
@@ -41,10 +44,22 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
     assert [(f["kind"], f["target"], f["at_s"]) for f in chaos["faults"]] == \
         [(f["kind"], f["target"], f["at_s"]) for f in want]
     assert chaos["injected"] == len(want) > 0 and not chaos["interrupted"]
-    assert chaos["invariants"] == {"every_fault_reported": True, "no_emulation_drops": True,
+    assert chaos["invariants"] == {"every_fault_reported": True, "every_fault_repaired": True,
+                                   "no_emulation_drops": True,
                                    "untouched_flows_lost_nothing": True,
                                    "reliable_qps_delivered_or_dead": True,
-                                   "nothing_left_behind": True}, chaos
+                                   "nothing_left_behind": True,
+                                   "results_complete": True}, chaos
+    # the injector's own log has every drawn fault, at most 200 ms from the soak's time
+    log = chaos["fault_log"]
+    assert log["rows"] == len(want) and log["logged_changes"] >= 2 * len(want), log
+    assert chaos["results_files"]["checked"] >= 5          # run.yaml x2, topology, faults...
+    # each allowance in force says what it excused
+    assert set(chaos["allowances"]) == {"in_flight", "lossy_path", "sender_catch_up",
+                                        "ovsdb_stats_lag", "faulted_links", "aborted_job"}
+    for name, a in chaos["allowances"].items():
+        assert isinstance(a["excused_packets"], int), (name, a)
+        assert f"allowance {name} (" in p.stdout
     t = chaos["totals"]              # the probes' alone (the jobs' frames are not probes)
     assert 0 < t["received_packets"] <= t["sent_packets"], t
     rel = chaos["job"]["reliable"]
@@ -58,6 +73,24 @@ def test_a_short_soak_reports_every_fault_and_keeps_the_invariants(tmp_path):
         if row["kind"] in ("cut", "flap"):
             assert row["detection_ms"] is not None, row     # the controller heard of it
     assert "invariant nothing_left_behind: true" in p.stdout
+    # the fabric's page: the soak's printout as its summary, its faults on the axis
+    (mode,) = doc["modes"]
+    page = (doc_path.parent / mode["results_dir"].rsplit("/", 1)[-1] / "report.html")
+    assert "invariant untouched_flows_lost_nothing: true" in page.read_text()
+
+
+def test_a_leftover_interface_breaks_nothing_left_behind():
+    taken = set(cleanup.our_interfaces().values()) | set(cleanup.our_bridges().values())
+    tag = next(t for t in (f"{i:04x}" for i in range(0xfe00, 0xff00)) if t not in taken)
+    name = f"fl{tag}x9"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}-e1"],
+                   check=True, timeout=10)
+    try:
+        holds, left = drill_chaos.left_behind(tag)
+        assert holds is False and sorted(left["interfaces"]) == [name, f"{name}-e1"], left
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=True, timeout=10)
+    assert drill_chaos.left_behind(tag) == (True, {})
 
 
 def test_a_soak_interrupted_with_ctrl_c_still_writes_its_document(tmp_path):
@@ -83,6 +116,9 @@ def test_a_soak_interrupted_with_ctrl_c_still_writes_its_document(tmp_path):
     (doc_path,) = list(tmp_path.glob("drill-*/drill.json"))
     chaos = json.loads(doc_path.read_text())["chaos"]
     assert chaos["interrupted"] is True
-    assert chaos["injected"] >= 3 and len(chaos["faults"]) == chaos["injected"]
-    assert chaos["invariants"]["every_fault_reported"] is True
+    # the third fault gets a row if Ctrl-C came after its first change, none if before
+    assert chaos["injected"] >= 2 and len(chaos["faults"]) == chaos["injected"]
+    assert chaos["invariants"]["every_fault_reported"] is True, chaos["fault_log"]
+    assert chaos["invariants"]["every_fault_repaired"] is True, chaos["fault_log"]
+    assert chaos["invariants"]["results_complete"] is True, chaos["results_files"]
     assert chaos["invariants"]["nothing_left_behind"] is True, chaos.get("left_behind")

@@ -33,3 +33,6 @@ def test_the_job_survives_a_cut_and_the_disturbed_iteration_is_found(tmp_path):
     assert rep["slowdown"] is not None and rep["slowdown"] > 0
     assert not rep["job_died"] and rep["wrong"] == 0
     assert "job died" in p.stdout and "fast-failover" in p.stdout
+    # the fabric's results directory has its page, with the cut from faults.jsonl
+    page = (base / mode["results_dir"].rsplit("/", 1)[-1] / "report.html").read_text()
+    assert '"kind":"link_down"' in page

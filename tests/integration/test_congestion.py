@@ -37,6 +37,9 @@ def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):
     assert rows["timely"]["cnps"] == 0                    # delay, not marks
     assert rows["timely"]["queue_mean"] < 0.75 * rows["none"]["queue_mean"], rows
     assert (base / "cc.png").stat().st_size > 0
+    # every fabric's results directory has its page (compare cc draws none live)
+    assert all((base / r["dir"].rsplit("/", 1)[-1] / "report.html").stat().st_size > 0
+               for r in doc["runs"]), doc["runs"]
     run = [r for r in doc["runs"] if r["cc"] == "dcqcn"][0]
     cap = next(d for d in (base.iterdir()) if d.name == run["dir"].rsplit("/", 1)[-1]) \
         / "capture-h1-eth0.pcap"

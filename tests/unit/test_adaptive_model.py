@@ -5,7 +5,8 @@ of local and remote flows."""
 
 import pytest
 
-from controller import lb
+from controller import lb, policy, topology
+from controller.fakeswitch import FakeFabric, udp_packet
 from controller.messages import Bucket, GroupMod, Output, SwitchState
 from emulator.dataplane.adaptive import model
 from emulator.errors import ConfigError
@@ -83,22 +84,87 @@ def test_reading_sums_per_port_and_times_reactions():
     assert "down_reaction_ms" not in r["ports"]["leaf1:4"]
 
 
-def test_the_controller_adds_one_mark_flow_per_select_group_port():
+def ctl(preset="leaf-spine", **p):
+    params = ({"spines": "2", "leaves": "2", "hosts_per_leaf": "2"} | p
+              if preset == "leaf-spine" else p)
+    return topology.from_dict(addressing.plan(presets.build(preset, params), "ab12"))
+
+
+def test_the_controller_adds_a_mark_flow_per_deciding_port_and_select_group_port():
+    t = ctl()
+    leaf1 = t.by_name["leaf1"]
     group = GroupMod(1, "select", (Bucket((Output(3),)), Bucket((Output(4),))))
     ff = GroupMod(1 << 16, "ff", (Bucket((Output(5),)), Bucket((Output(6),))))
-    flows = lb.adaptive_flows(None, SwitchState(frozenset(), frozenset({group, ff})))
-    got = {(dict(f.match)["ip_dscp"], f.actions) for f in flows}
-    assert got == {(35, (Output(3),)), (36, (Output(4),))}
-    assert all(dict(f.match)["udp_dst"] == 4791 and f.priority == lb.PRIO_AR for f in flows)
+    flows = lb.adaptive_flows(t, leaf1.dpid, SwitchState(frozenset(), frozenset({group, ff})))
+    got = {(dict(f.match)["in_port"], dict(f.match)["ip_dscp"], f.actions) for f in flows}
+    assert got == {(h, 32 + p, (Output(p),)) for h in (1, 2) for p in (3, 4)}
+    for f in flows:
+        m = dict(f.match)
+        assert m["udp_dst"] == 4791 and f.priority == lb.PRIO_AR
+        assert m["eth_src"] == (lb.STAGE_BIT, lb.STAGE_BIT)      # only the stage's marks
     assert lb.MARK_BASE == model.MARK_BASE                 # the switch's program agrees
 
 
 def test_adaptive_modes_keep_the_controller_to_ecmp_plus_marks():
+    t = ctl()
     group = GroupMod(1, "select", (Bucket((Output(3),)), Bucket((Output(4),))))
-    desired = {1: SwitchState(frozenset(), frozenset({group}))}
-    assert len(lb.augment(None, desired, "dlb")[1].flows) == 2
-    assert lb.augment(None, desired, "ecmp") is desired
+    leaf1 = t.by_name["leaf1"].dpid
+    desired = {leaf1: SwitchState(frozenset(), frozenset({group}))}
+    assert len(lb.augment(t, desired, "dlb")[leaf1].flows) == 4     # 2 host ports x 2
+    assert lb.augment(t, desired, "ecmp") is desired
     assert lb.check_mode("controller-dlb") == "controller-dlb"
+
+
+@pytest.mark.parametrize("preset", ["leaf-spine", "three-tier", "dual-tor"])
+def test_the_controller_scopes_marks_to_the_ports_where_the_stage_decides(preset):
+    t = ctl(preset)
+    plan = model.plan(addressing.plan(presets.build(
+        preset, {"spines": "2", "leaves": "2", "hosts_per_leaf": "2"}
+        if preset == "leaf-spine" else {}), "ab12"))
+    desired = lb.augment(t, policy.desired_state(t, t.all_ports(), "controller"), "dlb")
+    marked = {(t.by_dpid[d].name, dict(f.match)["in_port"]) for d, st in desired.items()
+              for f in st.flows if f.priority == lb.PRIO_AR}
+    assert marked and marked == set(plan["deciders"])
+    tracked = {(t.by_dpid[d].name, f.actions[0].port) for d, st in desired.items()
+               for f in st.flows if f.priority == lb.PRIO_AR}
+    assert tracked == set(plan["tracked"])                # out of the ports it marks
+
+
+def test_a_hosts_own_dscp_crosses_a_dlb_fabric_on_its_ecmp_route():
+    t = ctl()
+    live = t.all_ports()
+    dlb = fabric_with(t, lb.augment(t, policy.desired_state(t, live, "controller"), "dlb"))
+    ecmp = fabric_with(t, policy.desired_state(t, live, "controller"))
+    h1, h3 = (next(hp for hp in t.host_ports if hp.host == n) for n in ("h1", "h3"))
+    for dscp in (46, lb.MARK_BASE + 3, lb.MARK_BASE + 4, 26):      # 35, 36: uplinks' marks
+        pkt = dict(udp_packet(h1, h3), ip_dscp=dscp)
+        got, want = dlb.paths(h1, pkt), ecmp.paths(h1, pkt)
+        assert sorted(hops for hops, _ in got) == sorted(hops for hops, _ in want)
+        assert len(got) == 2                                    # both uplinks: ECMP
+        for _, (kind, hp, sent) in got:
+            assert kind == "host" and hp.host == "h3" and sent["ip_dscp"] == dscp
+
+
+def test_only_a_frame_the_stage_marked_at_a_deciding_port_takes_its_mark():
+    t = ctl()
+    leaf1 = t.by_name["leaf1"]
+    dlb = fabric_with(t, lb.augment(t, policy.desired_state(t, t.all_ports(), "controller"),
+                                    "dlb"))
+    h1, h3 = (next(hp for hp in t.host_ports if hp.host == n) for n in ("h1", "h3"))
+    sw = dlb.switches[leaf1.dpid]
+    marked = dict(udp_packet(h1, h3), ip_dscp=lb.MARK_BASE + 4, in_port=1,
+                  eth_src="03" + h1.mac[2:])                      # the group bit set
+    assert [p for p, _ in sw.forward(marked)] == [4]
+    assert sw.lookup(dict(marked, in_port=3)).priority != lb.PRIO_AR    # from a spine
+    assert sw.lookup(dict(marked, eth_src=h1.mac)).priority != lb.PRIO_AR   # the host's
+    spine = dlb.switches[t.by_name["spine1"].dpid]
+    assert not any(f.priority == lb.PRIO_AR for f in spine.flows.values())
+
+
+def fabric_with(t, desired):
+    fab = FakeFabric(t)
+    fab.apply({d: policy.install(st) for d, st in desired.items()})
+    return fab
 
 
 def test_nics_place_out_of_order_where_switches_move_flows_mid_burst():

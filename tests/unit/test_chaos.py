@@ -1,9 +1,10 @@
-"""The chaos soak's pure parts (emulator/experiments/drill/chaos.py): the draw,
-the events per fault, a fault's row, the table."""
+"""The chaos soak's pure parts (emulator/experiments/drill/chaos.py and
+invariants/report.py): the draw, the events per fault, a fault's row, the table."""
 
 import pytest
 
 from emulator.experiments.drill import chaos as dc
+from emulator.experiments.drill.invariants import report as rep
 from emulator.fabric import addressing, presets
 
 LINKS = ["leaf1-spine1", "leaf1-spine2", "leaf2-spine1", "leaf2-spine2"]
@@ -36,7 +37,7 @@ def test_faults_come_one_at_a_time_at_about_the_mtbf_with_every_kind():
 
 
 def test_each_fault_is_injected_then_repaired():
-    acts = {k: [(e.action, e.target) for e in dc.events_of(
+    acts = {k: [(e.action, e.target) for e in rep.events_of(
         {"kind": k, "target": "leaf1-spine1" if k != "crash" else "spine1", "at_s": 2.0,
          "repair_s": 0.5, "params": {"count": 2, "period": 0.2} if k == "flap"
          else {"percent": 10.0}})] for k in dc.KINDS}
@@ -63,26 +64,28 @@ def test_a_fault_row_counts_the_losses_and_the_detection_in_its_window():
             "f2": {"disruptions": [{"start_ns": t + 2_000_000, "end_ns": t + 4_000_000,
                                     "skipped": 0}]}}            # a late packet, no loss
     conv = [{"event": "port", "t_event": t / 1e9 + 0.003}, {"event": "connect", "t_event": 1}]
-    row = dc.fault_result({"kind": "cut", "target": "leaf1-spine1", "at_s": 1, "repair_s": 1,
+    row = rep.fault_result({"kind": "cut", "target": "leaf1-spine1", "at_s": 1, "repair_s": 1,
                            "params": {}}, t, t + 5_000_000_000, recv, conv, {"f2"})
     assert row["lost_packets"] == 7 and row["recovery_ms"] == 9.0
     assert row["untouched_lost_packets"] == 0
-    again = dc.fault_result(dict(row), t, t + 5_000_000_000, recv, conv, {"f1"})
+    again = rep.fault_result(dict(row), t, t + 5_000_000_000, recv, conv, {"f1"})
     assert again["untouched_lost_packets"] == 7          # f1 lost, yet the fault missed it
     # a gap opened by the next fault starts with the packet just before it: that fault's
     nxt = {"start_ns": t + 5_000_000_000 - 400_000, "end_ns": t + 5_020_000_000, "skipped": 9}
-    row = dc.fault_result(dict(row), t, t + 5_000_000_000, {"f3": {"disruptions": [nxt]}},
+    row = rep.fault_result(dict(row), t, t + 5_000_000_000, {"f3": {"disruptions": [nxt]}},
                           conv, {"f3"})
     assert row["lost_packets"] == 0 and row["untouched_lost_packets"] == 0
     assert row["repair_lost_packets"] == 0
     assert row["detection_ms"] == pytest.approx(3.0)
     chaos = {"faults": [row], "drawn": 1, "injected": 1, "interrupted": False,
+             "why": {"nothing_left_behind": "an interface"},
              "totals": {"sent_packets": 100, "delivered": 0.93, "lost_packets": 7},
              "fidelity": "faithful", "invariants": {"no_emulation_drops": True,
                                                     "nothing_left_behind": False},
              "not_checked": {"reliable_qps_delivered_or_dead": "no QP"}}
-    text = dc.table(chaos)
-    assert "leaf1-spine1" in text and "invariant nothing_left_behind: FALSE" in text
+    text = rep.table(chaos)
+    assert "leaf1-spine1" in text
+    assert "invariant nothing_left_behind: FALSE (an interface)" in text
     assert "invariant no_emulation_drops: true" in text
 
 
@@ -92,7 +95,7 @@ def test_a_skipped_sequence_that_arrived_later_is_not_a_loss():
                                     "skipped": 12, "never_arrived": 0}]},   # overtaken
             "f2": {"disruptions": [{"start_ns": t + 1_000_000, "end_ns": t + 30_000_000,
                                     "skipped": 25, "never_arrived": 25}]}}
-    row = dc.fault_result({"kind": "flap", "target": "leaf1-spine1", "at_s": 1,
+    row = rep.fault_result({"kind": "flap", "target": "leaf1-spine1", "at_s": 1,
                            "repair_s": 0.4, "params": {}}, t, t + 5_000_000_000, recv, [],
                           {"f1"})
     assert row["lost_packets"] == 25 and row["untouched_lost_packets"] == 0
@@ -118,12 +121,12 @@ def test_an_untouched_flows_loss_is_the_networks_only_on_a_lossy_fabric_with_a_q
                  "f2": ["h3->leaf2", "leaf2->spine3", "spine3->leaf1"]}
     drops = {"spine2->leaf2": 4, "leaf1->spine1": 9}      # the second one: the fault's link
     end = t + 5_000_000_000
-    lossy = dc.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
+    lossy = rep.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
                             lossless=False)
     assert lossy["untouched_queue_lost_packets"] == 5     # f1: its path's queue dropped
     assert lossy["untouched_lost_packets"] == 5           # f2: no queue of its path did
     assert lossy["queue_drops"] == {"leaf1->spine1": 9, "spine2->leaf2": 4}
-    strict = dc.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
+    strict = rep.fault_result(fault, t, end, recv, [], untouched, queue_drops=drops,
                              lossless=True)
     assert strict["untouched_lost_packets"] == 10 and strict["untouched_queue_lost_packets"] == 0
 
@@ -182,22 +185,22 @@ def test_a_flow_is_touched_by_a_fault_on_any_of_its_equal_cost_paths():
     assert f"leaf1:{port['leaf1', 'spine2']}" in span and f"spine2:{port['spine2', 'leaf2']}" in span
     assert not any(h.startswith("leaf3:") for h in span)
     fault = {"kind": "cut", "target": "leaf1-spine2", "at_s": 1, "repair_s": 1, "params": {}}
-    assert not crosses(traced, dc.events_of(fault), topo)      # not on the traced path ...
-    assert crosses(span, dc.events_of(fault), topo)            # ... but the repair moves it
+    assert not crosses(traced, rep.events_of(fault), topo)      # not on the traced path ...
+    assert crosses(span, rep.events_of(fault), topo)            # ... but the repair moves it
     other = dict(fault, target="leaf3-spine2")
-    assert not crosses(span, dc.events_of(other), topo)
+    assert not crosses(span, rep.events_of(other), topo)
     assert ecmp_span(traced[:3], topo) == traced[:3]           # a trace that ended in a drop
 
 
 def test_a_gap_opened_by_packets_in_flight_belongs_to_the_fault_that_struck_them():
-    assert dc.lead_ns(1000) == 1e6 + dc.JITTER_NS
-    assert dc.lead_ns(1000, 16.2) == pytest.approx(1e6 + 16.2e6)
+    assert rep.lead_ns(1000) == 1e6 + rep.JITTER_NS
+    assert rep.lead_ns(1000, 16.2) == pytest.approx(1e6 + 16.2e6)
     t, nxt = 10_000_000_000, 35_875_000_000
     # the last packet before a crash's gap arrived 8.9 ms before the crash was recorded
     recv = {"f1": {"disruptions": [{"start_ns": nxt - 8_900_000, "end_ns": nxt + 57_000_000,
                                     "skipped": 32, "never_arrived": 32}]}}
     flap = {"kind": "flap", "target": "leaf4-spine1", "at_s": 1, "repair_s": 1, "params": {}}
-    late = dc.fault_result(flap, t, nxt, recv, [], {"f1": []}, dc.lead_ns(1000))
+    late = rep.fault_result(flap, t, nxt, recv, [], {"f1": []}, rep.lead_ns(1000))
     assert late["untouched_lost_packets"] == 32                 # a 5 ms allowance: wrong fault
-    row = dc.fault_result(flap, t, nxt, recv, [], {"f1": []}, dc.lead_ns(1000, 16.2))
+    row = rep.fault_result(flap, t, nxt, recv, [], {"f1": []}, rep.lead_ns(1000, 16.2))
     assert row["untouched_lost_packets"] == 0 and row["lost_packets"] == 0

@@ -1,7 +1,7 @@
 """The chaos soak's invariant on reliable QPs (emulator/experiments/drill/chaos_job.py
 ``reliable_check``) and the per-QP counts it reads (traffic.roce.transport, traffic.roce.qps)."""
 
-from emulator.experiments.drill import chaos as dc
+from emulator.experiments.drill.invariants import report as rep
 from emulator.experiments.drill.chaos_job import reliable_check
 from traffic.roce.transport import Requester, Responder
 
@@ -40,6 +40,7 @@ def test_a_failed_qp_accounts_for_what_it_did_not_deliver():
     # h1's QP died; h2's was flushed when the job stopped (the peer never got its 40)
     assert r["holds"] and r["failed_qps"] == 1 and r["flushed_qps"] == 1
     assert r["delivered_packets"] == 42
+    assert r["flushed_packets"] == 40        # what the aborted job's rule excused
 
 
 def test_a_packet_neither_delivered_nor_reported_breaks_it():
@@ -84,11 +85,11 @@ def test_the_soak_reports_the_invariant_with_its_numbers():
     job = {"hosts": ["h1", "h2"], "instances": 3, "interruptions": 1, "calls_completed": 30,
            "reliable": reliable_check([{"docs": [rank("h1", [req(A, 1, 9)], []),
                                                  rank("h2", [], [resp(A, 1, 9)])]}])}
-    chaos = dc.report([], [], {}, {}, {"emulation_drops": {"total": 0}}, [], {}, None,
-                      False, job=job)
+    chaos = rep.report([], {"starts": [], "interrupted": False, "job": job,
+                            "fid": {"emulation_drops": {"total": 0}}}, [], {}, None)
     assert chaos["invariants"]["reliable_qps_delivered_or_dead"] is True
     assert chaos["not_checked"] == {} and chaos["job"]["instances"] == 3
-    text = dc.table(chaos)
+    text = rep.table(chaos)
     assert "1 QPs sent 9 packets, 9 delivered" in text and "1 interrupted" in text
-    interrupted = dc.report([], [], {}, {}, None, [], {}, None, True)
+    interrupted = rep.report([], {"starts": [], "interrupted": True}, [], {}, None)
     assert "reliable_qps_delivered_or_dead" in interrupted["not_checked"]

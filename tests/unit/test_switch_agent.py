@@ -86,80 +86,28 @@ def test_scaling_stretches_every_time():
     assert (s.latency_ms, s.processing_ms, s.event_ms, s.change_ms()) == (4, 2, 40, 40)
 
 
-def test_predict_push_waits_barriers_one_switch_after_another():
-    # two switches, 2 changes in 2 messages each: both busy until 1 + 2 * 10.5 = 22 ms;
-    # barrier 1 answered at 22.5, reply at 23.5; barrier 2 reaches its switch
-    # at 24.5 (already idle), answered at 25, reply at 26
-    assert sa.predict_push(P, [(2, 2), (2, 2)]) == pytest.approx(26.0)
-    # it grows with the changes
-    assert sa.predict_push(P, [(20, 20)]) > sa.predict_push(P, [(2, 2)]) + 150
-
-
 def test_presets_files_and_bad_input(tmp_path):
     assert sa.parse("hardware") == sa.HARDWARE
     f = tmp_path / "agent.yaml"
     f.write_text("base: hardware\ntable_rate: 50\nearly_barrier: true\n")
     p = sa.parse(str(f))
-    assert p.table_rate == 50 and p.early_barrier and p.latency_ms == sa.HARDWARE.latency_ms
+    assert p.table_rate == 50 and p.early_barrier and p.event_ms == sa.HARDWARE.event_ms
     f.write_text("table_rte: 50\n")
     with pytest.raises(ConfigError, match="table_rte: unknown key"):
         sa.parse(str(f))
     f.write_text("latency_ms: -1\n")
     with pytest.raises(ConfigError, match="latency_ms"):
         sa.parse(str(f))
-    with pytest.raises(ConfigError, match="not ideal, hardware or a readable"):
+    with pytest.raises(ConfigError, match="not a profile .ideal, hardware, he-sosr15, "
+                                          "kuzniar-hp5406zl, kuzniar-pica8"):
         sa.parse(str(tmp_path / "missing.yaml"))
+    f.write_text("shift_order: sideways\n")
+    with pytest.raises(ConfigError, match="shift_order.*lower, higher, other"):
+        sa.parse(str(f))
 
 
 def _msg(kind, body=b""):
     return struct.pack("!BBHI", 6, kind, 8 + len(body), 1) + body
-
-
-def test_the_proxy_classifies_by_header_and_bundle_member():
-    from emulator.dataplane.ovs import agent_proxy as ap
-    assert ap.classify_down(_msg(ap.FLOW_MOD)) == (CHANGE, 1)
-    assert ap.classify_down(_msg(ap.GROUP_MOD)) == (CHANGE, 1)
-    member = _msg(ap.GROUP_MOD)
-    add = _msg(ap.BUNDLE_ADD, struct.pack("!IHH", 7, 0, 3) + member)
-    assert ap.classify_down(add) == (CHANGE, 1)
-    assert ap.classify_down(_msg(ap.BARRIER_REQUEST)) == (BARRIER, 0)
-    assert ap.classify_down(_msg(ap.ECHO_REQUEST)) == (ECHO, 0)
-    assert ap.classify_down(_msg(33)) == (OTHER, 0)            # bundle control
-    assert ap.classify_up(_msg(ap.PORT_STATUS)) == PORT_STATUS
-
-
-def test_a_push_report_adds_measured_and_modelled_parts():
-    from emulator.experiments.drill import agent as drill_agent
-    t0 = 100.0
-    records = [{"d": "up", "dpid": "1", "t": t0 + 0.002, "out": 0, "port_status": 1},
-               {"d": "down", "dpid": "2", "t": t0 + 0.04, "out": t0 + 0.045, "msgs": 1,
-                "changes": 0, "barriers": 1},
-               {"d": "up", "dpid": "2", "t": t0 + 0.047, "out": t0 + 0.048, "barrier_reply": 1},
-               {"d": "down", "dpid": "2", "t": t0 + 0.02, "out": 0, "msgs": 3,
-                "changes": 3, "barriers": 0},
-               {"d": "down", "dpid": "1", "t": t0 - 1, "out": 0, "msgs": 9,
-                "changes": 9, "barriers": 0}]          # before the fault: not the push
-    conv = {"convergence_ms": 60.0, "compute_ms": 3.0, "send_ms": 1.0}
-    rep = drill_agent.push_report(P, records, conv, int(t0 * 1e9))
-    push = sa.predict_push(P, [(3, 3)])
-    assert rep["changes"] == 3 and rep["switches"] == 1
-    assert rep["ovs_ms"] == pytest.approx(2.0)        # barrier released at 45, answered at 47
-    assert rep["predicted_ms"] == pytest.approx(2 + 11 + 4 + 2 + push, abs=1e-3)
-    assert rep["measured_ms"] == 60.0
-
-
-def test_the_drill_prints_prediction_and_measurement_side_by_side():
-    from emulator.experiments.drill import agent as drill_agent
-    rep = {"switches": 2, "messages": 30, "changes": 30, "max_changes": 20,
-           "detection_ms": 4.0, "port_event_ms": 11.0, "controller_ms": 2.0, "ovs_ms": 0.0,
-           "push_ms": 220.0, "predicted_ms": 237.0, "measured_ms": 250.0, "error": 0.055}
-    summ = drill_agent.summary([rep, None])
-    assert summ["repeats"] == 1 and summ["predicted_ms"] == 237.0
-    out = drill_agent.text(P, [{"mode": "controller", "switch_agent_summary": summ}])
-    assert "237.0" in out and "250.0" in out and "+5.5%" in out
-    assert "30 table changes on 2 switches, at most 20 on one: 200.0 ms" in out
-    assert "(table updates dominate)" in out
-    assert drill_agent.text(None, [{"mode": "controller", "switch_agent_summary": summ}]) == ""
 
 
 def test_a_job_drill_stretches_the_model_and_the_detection_alike():
@@ -174,19 +122,6 @@ def test_a_job_drill_stretches_the_model_and_the_detection_alike():
     # ideal: no model, the detection as given (today's job drill)
     assert dt.stretched_agent(None, 0.001, 250.0) == (None, 0.001)
     assert dt.agent_scales(None, None, 0.001, 250.0) == "ideal"
-
-
-def test_barrier_overheads_split_the_chain_into_switch_and_controller_time():
-    from emulator.experiments.drill.agent import barrier_overheads
-    recs = [{"d": "down", "dpid": "a", "t": 1.000, "out": 1.010, "msgs": 4, "changes": 3,
-             "barriers": 1},
-            {"d": "up", "dpid": "a", "t": 1.012, "out": 1.013, "barrier_reply": 1},
-            {"d": "down", "dpid": "b", "t": 1.016, "out": 1.018, "msgs": 1, "changes": 0,
-             "barriers": 1},
-            {"d": "up", "dpid": "b", "t": 1.019, "out": 1.020, "barrier_reply": 1}]
-    ovs, turn = barrier_overheads(recs, 0.9, 1.1)
-    assert ovs == pytest.approx(3.0)        # 2 ms on a, 1 ms on b
-    assert turn == pytest.approx(3.0)       # reply delivered at 13, next barrier read at 16
 
 
 def test_the_proxy_takes_new_parameters_for_every_switch(tmp_path):

@@ -32,7 +32,8 @@ def test_one_model_for_every_switch_by_name_or_parameters():
     f = load("hardware").switch_agent
     assert f.uniform == sa.HARDWARE and f.for_kind("spine") == sa.HARDWARE
     f = load("{base: hardware, table_rate: 1000}").switch_agent
-    assert f.for_kind("leaf").table_rate == 1000 and f.for_kind("leaf").event_ms == 10
+    assert f.for_kind("leaf").table_rate == 1000 and f.for_kind("leaf").event_ms == \
+        sa.HARDWARE.event_ms
     assert load("ideal").switch_agent.ideal
 
 
@@ -43,7 +44,7 @@ def test_a_model_per_switch_kind_with_a_default():
     assert f.for_kind("spine").table_rate == 50
     assert f.for_kind("superspine") == sa.HARDWARE       # the default
     assert f.uniform is None and not f.ideal
-    assert "leaf: ideal" in f.text() and "spine: channel 1 ms" in f.text()
+    assert "leaf: ideal" in f.text() and "spine: channel 0 ms" in f.text()
     f = load("{spine: hardware}").switch_agent           # unnamed kinds: ideal
     assert f.for_kind("leaf") is None and f.for_kind("spine") == sa.HARDWARE
 
@@ -112,19 +113,16 @@ def test_a_fleet_stretches_and_its_slowest_figures_bound_the_timeouts():
 
 
 def test_the_drill_predicts_each_switch_at_its_own_model():
-    from emulator.experiments.drill import agent as drill_agent
+    from emulator.fabric.agents import predict
     leaf = Params(latency_ms=1, processing_ms=0, table_rate=100, event_ms=10)
     spine = Params(latency_ms=1, processing_ms=0, table_rate=10, event_ms=10)
     fleet = Fleet(None, (("leaf", leaf), ("spine", spine)))
-    t0 = 50.0
-    records = [{"d": "up", "dpid": "1", "t": t0 + 0.001, "out": 0, "port_status": 1},
-               {"d": "down", "dpid": "1", "t": t0 + 0.02, "out": 0, "msgs": 2,
-                "changes": 2, "barriers": 0},
-               {"d": "down", "dpid": "20001", "t": t0 + 0.02, "out": 0, "msgs": 2,
-                "changes": 2, "barriers": 0}]
-    conv = {"convergence_ms": 400.0}
-    rep = drill_agent.push_report(fleet, records, conv, int(t0 * 1e9),
-                                  kinds={1: "leaf", 0x20001: "spine"})
-    assert rep["push_ms"] == pytest.approx(sa.predict_push([leaf, spine], [(2, 2), (2, 2)]))
-    # the spine's 10/s dominates: 2 changes of 100 ms each
-    assert rep["push_ms"] > 200 and rep["port_event_ms"] == 11
+    topo = {"switches": [{"dpid": 1, "kind": "leaf"}, {"dpid": 0x20001, "kind": "spine"}]}
+    from emulator.experiments.drill import agent as drill_agent
+    models = drill_agent.models_of(fleet, topo)
+    assert models == {1: leaf, 0x20001: spine}
+    cal = predict.Calibration(0.0, 0.0, 0.0, 0.0, 0.0)
+    two = [sa.Change(sa.ADD, None, 0, ("group", g)) for g in (1, 2)]
+    push = predict.push_ms(models, {1: two, 0x20001: two}, {}, cal, 64)
+    # the spine's 10/s dominates: 2 changes of 100 ms each, then the round trips
+    assert push == pytest.approx(1 + 200 + 1)

@@ -30,6 +30,18 @@ def test_schedule_skips_instead_of_bursting_when_far_behind():
     assert s.max_late_ns >= 5 * MS
 
 
+def test_a_larger_lag_counts_what_it_let_leave_beyond_the_default():
+    s = Schedule(interval_ns=1 * MS, start_ns=0, max_lag_ns=100 * MS)
+    s.due(0, 64)
+    n = s.due(50 * MS, 64)                   # woke 50 ms late: packets 1..50 due
+    assert n == 50 and s.skipped == 0
+    assert s.caught_up == 29                 # packets 1..29: more than 20 ms late
+    d = Schedule(interval_ns=1 * MS, start_ns=0)     # the default lag skips them instead
+    d.due(0, 64)
+    d.due(50 * MS, 64)
+    assert d.skipped == s.caught_up and d.caught_up == 0
+
+
 def test_schedule_respects_the_batch_limit():
     s = Schedule(interval_ns=1 * MS, start_ns=0, late_ns=20 * MS)
     assert s.due(9 * MS, 4) == 4

@@ -189,3 +189,76 @@ def test_bad_ui_options_are_one_clear_error():
         live.check_supported("compare", spec.replace(workload="simai:x.txt"))
     for command in ("run", "drill", "compare"):
         live.check_supported(command, spec)
+
+
+# every command and sub-command that accepts --ui, from the command line
+SPREAD = "examples/shared/llama-spread.yaml"
+REFUSED = {"drill workload": ["drill", "workload", "--workload", "allreduce"],
+           "drill chaos": ["drill", "chaos"],
+           "compare routing": ["compare", "routing", "-p", "dragonfly"],
+           "compare fabrics": ["compare", "fabrics"],
+           "compare planes": ["compare", "planes"],
+           "compare cc": ["compare", "cc"],
+           "compare lossless": ["compare", "lossless"],
+           "compare jobs": ["compare", "jobs", "--workload", "jobs:" + SPREAD],
+           "drill jobs": ["drill", "jobs", "--workload", "jobs:" + SPREAD]}
+FLAGS = {"drill workload": ["drill", "--workload", "allreduce"],     # the flag forms
+         "drill chaos": ["drill", "--chaos"],
+         "compare routing": ["compare", "-p", "dragonfly", "--routing", "minimal,valiant"],
+         "compare fabrics": ["compare", "--fabrics", "rail-only"],
+         "compare planes": ["compare", "--planes"],
+         "compare cc": ["compare", "--cc", "none,dcqcn"],
+         "compare lossless": ["compare", "--lossless", "on,off"],
+         "compare jobs": ["compare", "--placements", "packed,spread",
+                          "--workload", "jobs:" + SPREAD],
+         "drill jobs": ["drill", "--workload", "jobs:" + SPREAD]}
+
+
+def test_every_command_that_takes_ui_serves_it_or_refuses_it_in_one_line(tmp_path, capsys):
+    from emulator.__main__ import build_parser, main
+    from emulator.experiments import commands
+    # the registry: each command's --ui is either served or listed here
+    sub = build_parser()._subparsers._group_actions[0].choices
+    takes = {c.name for c in commands.COMMANDS
+             if "--ui" in sub[c.name.split()[0]]._option_string_actions}
+    assert takes == set(live.SERVED) | set(REFUSED)
+    assert not {"probe", "check"} & takes
+    for name, argv in [*REFUSED.items(), *FLAGS.items()]:
+        results = tmp_path / name.replace(" ", "-")
+        assert main([*argv, "--ui", "--results", str(results)]) == 2, name
+        out, err = capsys.readouterr()
+        assert err.splitlines() == [f"error: --ui: not with {name}: the live page follows "
+                                    "run, drill under probes and compare of load-balancing "
+                                    "modes (report.html is written either way)"], (name, err)
+        assert out == "" and not results.exists(), name       # nothing read, nothing made
+
+
+def test_a_command_line_with_an_unserved_ui_exits_2_before_anything(tmp_path):
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "emulator", "compare", "-p", "dragonfly",
+                        "--routing", "minimal,valiant,ugal", "--ui", "--results",
+                        str(tmp_path / "r")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("error: --ui: not with compare routing")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_results_directory_without_a_page_gets_one_from_its_files(tmp_path):
+    topo = addressing.plan(presets.build("leaf-spine", {}), "ab12")
+    bare, drawn = tmp_path / "bare", tmp_path / "drawn"
+    for d in (bare, drawn):
+        d.mkdir()
+        (d / "topology.json").write_text(json.dumps(topo))
+    (bare / "faults.jsonl").write_text(json.dumps(
+        {"t_ns": 5, "kind": "link_down", "target": "leaf1-spine1"}) + "\n")
+    (drawn / "report.html").write_text("its own page")
+    live.pages([str(bare), str(drawn), str(tmp_path / "gone")])
+    html = (bare / "report.html").read_text()
+    assert html.lstrip().lower().startswith("<!doctype html")
+    doc = live.report_doc(str(bare))                      # what the page inlines
+    assert len(doc["model"]["nodes"]) == len(topo["hosts"]) + len(topo["switches"])
+    assert [e.get("target") for e in doc["events"]] == ["leaf1-spine1"]
+    assert json.dumps(doc["events"][0], separators=(",", ":")) in html
+    assert (drawn / "report.html").read_text() == "its own page"      # left as it was
+    assert not (tmp_path / "gone").exists()

@@ -6,6 +6,7 @@ behind (scheduler, a long sleep) may catch up by one burst, never more, so
 the long-run rate stays the target and bursts stay bounded.
 """
 
+import math
 import time
 
 
@@ -44,6 +45,9 @@ def sleep_ns(ns):
         time.sleep(ns / 1e9)
 
 
+DEFAULT_LAG_NS = 20_000_000        # a stream this far behind skips, by default
+
+
 class Schedule:
     """Packet k of a paced stream is due at ``start_ns + k * interval_ns``.
 
@@ -55,10 +59,12 @@ class Schedule:
     not catch up with a burst the network would see as congestion: the
     packets beyond the lag are skipped and counted (``skipped``), an emulation
     shortfall, never a network loss.  Packets sent more than ``late_ns``
-    after they were due are counted in ``late``.
+    after they were due are counted in ``late``; those sent more than
+    ``DEFAULT_LAG_NS`` after, which a stream at the default lag would have
+    skipped, in ``caught_up`` (a larger ``max_lag_ns`` let them leave).
     """
 
-    def __init__(self, interval_ns, start_ns, max_lag_ns=20_000_000,
+    def __init__(self, interval_ns, start_ns, max_lag_ns=DEFAULT_LAG_NS,
                  late_ns=3_000_000, end_ns=None):
         if interval_ns <= 0:
             raise ValueError("interval must be positive")
@@ -68,7 +74,7 @@ class Schedule:
         self.late_after = late_ns
         self.end = end_ns
         self.k = 0                    # next packet index
-        self.sent = self.skipped = self.late = 0
+        self.sent = self.skipped = self.late = self.caught_up = 0
         self.max_late_ns = 0
 
     def scheduled(self, now_ns):
@@ -94,6 +100,9 @@ class Schedule:
             self.max_late_ns = int(late)
         if late > self.late_after:
             self.late += n
+        if late > DEFAULT_LAG_NS:          # packets k .. k+n-1: those due before now - lag
+            behind = math.ceil((now_ns - DEFAULT_LAG_NS - self.start) / self.interval)
+            self.caught_up += max(0, min(n, behind - self.k))
         self.k += n
         self.sent += n
         return n

@@ -11,14 +11,17 @@ Candidates.  A route's candidates are the ports on shortest paths to the
 destination host over the whole fabric (as the controller's ECMP groups have
 them with every link up).  A dead candidate is skipped by the program itself,
 from the detection model's news: nothing waits for the controller.
-from lab.modes import LB
 
-How a choice travels.  The program writes the chosen port's mark, DSCP
-``MARK_BASE + port number`` (33-63), into the frame; the OpenFlow flow
-``udp_dst=4791, ip_dscp=mark -> output:port`` (installed by the controller,
+How a choice travels.  The program marks the frame: the chosen port's mark,
+DSCP ``MARK_BASE + port number`` (33-63), and the group bit of the Ethernet
+source address, which no valid frame carries (a deciding port drops a frame
+that arrives with it, as a bridge does), so a host's own DSCP is never taken
+for a mark.  The OpenFlow flow ``in_port=deciding port, eth_src=01:..:00/01:..:00,
+udp_dst=4791, ip_dscp=mark -> output:port`` (installed by the controller,
 ``controller.lb.adaptive_flows``) sends it there, and the port's egress program
-writes the class's DSCP back before the frame leaves.  Marks never leave a
-switch; the RoCEv2 ICRC does not cover the TOS byte; ECN bits are kept.
+writes the class's DSCP and the source address back before the frame leaves.
+Marks never leave a switch; the RoCEv2 ICRC covers neither the TOS byte nor
+the Ethernet header; ECN bits are kept.
 
 Time in frame times.  A frame time is a full frame's serialization at the
 port's rate (0.83 ms for 4170 bytes at 40 Mbit/s).  The flowlet timer, the

@@ -135,50 +135,63 @@ class AdaptiveStage:
                       load_full=t["load_full"], limit=limit)
         return PORT.pack_fields(**values)
 
+    def _base(self):
+        """The program config every port of this stage starts from."""
+        return dict(sw=0, up_key=-1, decide=0, mode=model.MODES.get(self.mode, 0),
+                    dscp=self.dscp, flowlet_ns=0, pend_ns=0, key=-1,
+                    move_band=model.MOVE_BAND)
+
+    def _decider_rate(self, sw):
+        """The rate a decider of ``sw`` times its flowlets by: its tracked ports'
+        slowest (the switch's slowest port if it tracks none)."""
+        rate = min(r for (s, _), r in self.rates.items() if s == sw)
+        return min((self.rates[t] for t in self.plan["tracked"] if t[0] == sw), default=rate)
+
     def _configs(self):
-        """{(netns, ifname): (cfg values for ar_ingress)} and [(netns, ifname, key)]
-        for ar_egress."""
-        p = self.plan
-        xdp = {}
-        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES[self.mode], dscp=self.dscp,
-                    flowlet_ns=0, pend_ns=0, key=-1, move_band=model.MOVE_BAND)
+        """{(netns, ifname): (cfg values for the ingress program)} and [(netns, ifname,
+        key)] for the egress program."""
+        xdp, base = {}, self._base()
         for tp, k in self.keys.items():
             xdp.setdefault(self.far[tp], dict(base))["up_key"] = k
-        for sw, port in p["deciders"]:
-            rate = min(r for (s, _), r in self.rates.items() if s == sw)
-            rate = min((self.rates[t] for t in p["tracked"] if t[0] == sw), default=rate)
-            t = model.timers(self.frame, rate, self.flowlet_frames)
+        for sw, port in self.plan["deciders"]:
+            t = model.timers(self.frame, self._decider_rate(sw), self.flowlet_frames)
             xdp.setdefault(self.ifaces[(sw, port)], dict(base)).update(
                 sw=self.sw_index[sw], decide=1, flowlet_ns=t["flowlet_ns"],
                 pend_ns=t["pend_ns"])
         tc = [(*self.ifaces[tp], k) for tp, k in self.keys.items()]
         return xdp, tc
 
-    def install(self):
-        p = self.plan
+    WHAT = "adaptive routing"            # in the kernel's refusal
+
+    def _maps(self):
+        """The stage's maps, empty: ports, their controls, routes, flowlets."""
         n_ports = max(1, len(self.keys))
-        self.maps = {
+        return {
             "ar_ports": bpf.Map(PORT.size, n_ports),
             "ar_ctls": bpf.Map(CONTROL.size, n_ports),
-            "ar_routes": bpf.Map(model.ROUTE.size, max(1, len(p["routes"])),
+            "ar_routes": bpf.Map(model.ROUTE.size, max(1, len(self.plan["routes"])),
                                  kind=bpf.maps.MAP_HASH, key_size=model.ROUTE_KEY.size),
             "ar_flowlets": bpf.Map(model.FLOWLET_SIZE,
                                    max(1, len(self.topo["switches"]) * model.FLOWSETS)),
         }
+
+    def _fill_routes(self):
+        for key, ports in self.plan["routes"].items():
+            self._write_route(key, ports)
+
+    def install(self):
+        """Maps made and filled, programs attached; on any failure all removed."""
+        self.maps = self._maps()
         try:
             for tp, k in self.keys.items():
                 self.maps["ar_ports"].update(k, self._port_entry(tp))
-            for (sw, ip), ports in p["routes"].items():
-                keys = [self.keys[(sw, q)] for q in ports]
-                self.maps["ar_routes"].update(
-                    model.route_key(self.sw_index[sw], ip),
-                    model.ROUTE.pack(len(keys), *keys, *[0] * (model.MAX_CAND - len(keys))))
+            self._fill_routes()
             self._attach(*self._configs())
         except Exception as e:
             self.remove()
             if isinstance(e, NetlinkError):
-                raise EnvironmentProblem(f"the kernel refused to attach adaptive routing "
-                                         f"({e}): it needs tc clsact with cls_bpf and XDP")
+                raise EnvironmentProblem(f"the kernel refused to attach {self.WHAT} ({e}): "
+                                         "it needs tc clsact with cls_bpf and XDP")
             raise
         self.started_ns = time.monotonic_ns()
         return self
@@ -188,8 +201,7 @@ class AdaptiveStage:
                         value_layouts=[PORT, CONTROL], programs=[program])
 
     def _attach(self, xdp, tc):
-        base = dict(sw=0, up_key=-1, decide=0, mode=model.MODES.get(self.mode, 0), dscp=self.dscp,
-                    flowlet_ns=0, pend_ns=0, key=-1, move_band=model.MOVE_BAND)
+        base = self._base()
         with ns_sockets() as sock:
             for (ns, ifname), values in sorted(xdp.items(), key=lambda kv: kv[0][1]):
                 ipr = sock(ns)

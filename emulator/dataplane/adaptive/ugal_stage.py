@@ -10,14 +10,12 @@ host-facing router port: ``ugal_ingress`` deciding.  At the end the decisions
 per router go into results.json ``ugal``.
 """
 
-import time
 
 from emulator.dataplane import bpf
 from emulator.dataplane.adaptive import model, ugal
 from emulator.dataplane.adaptive.stage import CONTROL, PORT, AdaptiveStage
 from emulator.dataplane.links import shaping
-from emulator.dataplane.system.netlink import NetlinkError
-from emulator.errors import ConfigError, EnvironmentProblem
+from emulator.errors import ConfigError
 
 CONFIG = bpf.Layout("ugal_cfg", ugal.CONFIG_FIELDS)
 COUNT = bpf.Layout("ugal_count", ugal.COUNT_FIELDS)
@@ -74,47 +72,29 @@ class UgalStage(AdaptiveStage):
         values.update(frame=self.frame, limit=limit)
         return PORT.pack_fields(**values)
 
-    def _configs(self):
-        p = self.plan
-        xdp = {}
-        base = dict(sw=0, up_key=-1, decide=0, flowlet_ns=0, pend_ns=0, key=-1)
-        for tp, k in self.keys.items():
-            xdp.setdefault(self.far[tp], dict(base))["up_key"] = k
-        for sw, port in p["deciders"]:
-            rate = min(r for (s, _), r in self.rates.items() if s == sw)
-            t = model.timers(self.frame, rate, self.flowlet_frames)
-            xdp.setdefault(self.ifaces[(sw, port)], dict(base)).update(
-                sw=self.sw_index[sw], decide=1, flowlet_ns=t["flowlet_ns"],
-                pend_ns=t["pend_ns"])
-        tc = [(*self.ifaces[tp], k) for tp, k in self.keys.items()]
-        return xdp, tc
+    WHAT = "UGAL"
 
-    def install(self):
-        p = self.plan
+    def _base(self):
+        return dict(sw=0, up_key=-1, decide=0, flowlet_ns=0, pend_ns=0, key=-1)
+
+    def _decider_rate(self, sw):
+        return min(r for (s, _), r in self.rates.items() if s == sw)
+
+    def _maps(self):
         n_sw = len(self.topo["switches"])
-        self.maps = {
+        return {
             "ar_ports": bpf.Map(PORT.size, max(1, len(self.keys))),
             "ar_ctls": bpf.Map(CONTROL.size, max(1, len(self.keys))),
-            "ugal_routes": bpf.Map(ugal.ROUTE.size, max(1, len(p["routes"])),
+            "ugal_routes": bpf.Map(ugal.ROUTE.size, max(1, len(self.plan["routes"])),
                                    kind=bpf.maps.MAP_HASH, key_size=model.ROUTE_KEY.size),
             "ar_flowlets": bpf.Map(model.FLOWLET_SIZE, max(1, n_sw * model.FLOWSETS)),
             "ugal_counts": bpf.Map(COUNT.size, max(1, n_sw)),
         }
-        try:
-            for tp, k in self.keys.items():
-                self.maps["ar_ports"].update(k, self._port_entry(tp))
-            for (sw, ip), (mins, cands) in p["routes"].items():
-                self.maps["ugal_routes"].update(model.route_key(self.sw_index[sw], ip),
-                                                ugal.route_value(mins, cands, self.keys))
-            self._attach(*self._configs())
-        except Exception as e:
-            self.remove()
-            if isinstance(e, NetlinkError):
-                raise EnvironmentProblem(f"the kernel refused to attach UGAL ({e}): it "
-                                         "needs tc clsact with cls_bpf and XDP")
-            raise
-        self.started_ns = time.monotonic_ns()
-        return self
+
+    def _fill_routes(self):
+        for (sw, ip), (mins, cands) in self.plan["routes"].items():
+            self.maps["ugal_routes"].update(model.route_key(self.sw_index[sw], ip),
+                                            ugal.route_value(mins, cands, self.keys))
 
     def _load(self, values, program):
         """The adaptive stage's ``_load`` for the UGAL object (same program roles)."""

@@ -5,16 +5,23 @@
  * ar_ingress  XDP (generic mode) on an interface end.  As the far end of a
  *             tracked switch port (``cfg.up_key``): counts the frame out of
  *             that port's queue.  As a deciding switch port (``cfg.decide``):
+ *             drops a frame whose source address is a group address (invalid,
+ *             as a bridge drops it: the stage's marks carry that bit), and
  *             picks the egress of a RoCEv2 frame of the decided class among
  *             its route's live candidates (``ar_routes``) by their quality,
- *             per flowlet (``ar_flowlets``) or per packet, and writes the
- *             choice into the IPv4 DSCP bits (the port's ``mark``), which an
+ *             per flowlet (``ar_flowlets``) or per packet, and marks the frame:
+ *             the choice in the IPv4 DSCP bits (the port's ``mark``) and the
+ *             group bit of the source address (``STAGE_BIT``), which an
  *             OpenFlow flow matches to output there.  ECN bits are kept and
- *             the header checksum fixed; the ICRC masks the TOS byte.
+ *             the header checksum fixed; the ICRC masks the TOS byte and does
+ *             not cover the Ethernet header.
  * ar_egress   tc clsact egress of a tracked switch port: counts the frame into
  *             the port's queue (unless the TBF's limit drops it) and its recent
- *             load; a frame carrying this port's mark is restored to the class's
- *             DSCP and counted as arrived (no longer pending).  Once the port is
+ *             load; a frame the stage marked (``STAGE_BIT``) is restored to the
+ *             class's DSCP and its source address, and, if it carries this
+ *             port's mark, counted as arrived (no longer pending).  Only the
+ *             stage's frames are touched: a host's own DSCP, even one equal to
+ *             a mark, leaves as it came.  Once the port is
  *             down (from the modelled detection on), a frame carrying its mark
  *             is rescued: decided again among its route's live candidates and
  *             redirected to the best one's egress.  Such a frame was decided
@@ -45,6 +52,7 @@
 #define MODE_FLOWLET 1
 #define MODE_PACKET 2
 #define MOVE_GAP 3              /* a live flowlet moves to a port 3+ bands better */
+#define STAGE_BIT 0x01          /* source address byte 0: the group bit (I/G) */
 
 struct ar_route {
 	__u32 n;
@@ -299,6 +307,7 @@ send:
 	if (c && c->down)               /* cut, not yet detected */
 		__sync_fetch_and_add(&c->late, len);
 	ipv4_set_tos(f.ip, with_dscp(f.ip->tos, p->mark));
+	f.eth->h_source[0] |= STAGE_BIT;
 }
 
 SEC("xdp")
@@ -307,12 +316,19 @@ int ar_ingress(struct xdp_md *ctx)
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 
 	count_out(tracked(cfg.up_key), len);
-	if (cfg.decide)
+	if (cfg.decide) {
+		struct ethhdr *eth = parse_eth((void *)(long)ctx->data,
+					       (void *)(long)ctx->data_end);
+
+		if (eth && (eth->h_source[0] & STAGE_BIT))
+			return XDP_DROP;        /* no valid frame has it: only the stage's may */
 		decide(ctx, len);
+	}
 	return XDP_PASS;
 }
 
 #define IP_END (sizeof(struct ethhdr) + sizeof(struct iphdr))
+#define SRC_OFF 6               /* the source address's first byte */
 
 /* A frame decided towards the dead port ``p`` reached its egress: decide it
  * again among the route to ``daddr``'s live candidates and hand it to the
@@ -353,18 +369,28 @@ int ar_egress(struct __sk_buff *skb)
 		return TC_ACT_UNSPEC;
 	/* the restore first: a frame the TBF drops was still decided */
 	if (len >= IP_END && !bpf_skb_pull_data(skb, IP_END)) {
-		ip = parse_ipv4((void *)(long)skb->data, (void *)(long)skb->data_end,
-				sizeof(struct iphdr));
-		if (ip && (ip->tos >> DSCP_SHIFT) == p->mark) {
+		void *data = (void *)(long)skb->data;
+		struct ethhdr *eth = parse_eth(data, (void *)(long)skb->data_end);
+
+		ip = parse_ipv4(data, (void *)(long)skb->data_end, sizeof(struct iphdr));
+		if (eth && ip && (eth->h_source[0] & STAGE_BIT)) {
+			__u8 src0 = eth->h_source[0] & ~STAGE_BIT;
+
 			tos = ip->tos;
-			if (is_down(cfg.key, now)) {
+			if ((tos >> DSCP_SHIFT) == p->mark && is_down(cfg.key, now)) {
+				/* (the rescued frame keeps the stage's marks: the
+				 * new port's egress restores it) */
 				int ret = rescue(skb, p, ip->daddr, tos, now);
 
 				if (ret >= 0)
 					return ret;
 			}
+			if ((tos >> DSCP_SHIFT) == p->mark)
+				__sync_fetch_and_add(&p->sent_in, len);
+			/* any mark leaves as the class: one decided towards another
+			 * port (its flow gone) took the route's way out */
 			skb_set_tos(skb, tos, with_dscp(tos, cfg.dscp));
-			__sync_fetch_and_add(&p->sent_in, len);
+			bpf_skb_store_bytes(skb, SRC_OFF, &src0, 1, 0);
 		}
 	}
 	before = queued(p, ctl(cfg.key));

@@ -8,7 +8,7 @@ import struct
 import sys
 
 from emulator.dataplane import bpf
-from emulator.dataplane.lossless import pfc
+from emulator.dataplane.lossless import pfc as pfc_bpf
 from emulator.dataplane.lossless.ecn import record_marks
 from emulator.dataplane.lossless.ecnq import Attached
 from emulator.dataplane.lossless.pfc import (
@@ -260,9 +260,9 @@ class Pfc(Attached):
         out = []
         for e in self.ends:
             w = self._words(e["key"])
-            out.append((e["name"], w[pfc.E_ING // 8] - w[pfc.E_CORR // 8], w[pfc.E_PAUSES // 8],
-                        w[pfc.E_PAUSED_NS // 8] / 1e9, w[pfc.E_ING_DROPS // 8],
-                        w[pfc.E_WD_DROPS // 8]))
+            out.append((e["name"], w[pfc_bpf.E_ING // 8] - w[pfc_bpf.E_CORR // 8], w[pfc_bpf.E_PAUSES // 8],
+                        w[pfc_bpf.E_PAUSED_NS // 8] / 1e9, w[pfc_bpf.E_ING_DROPS // 8],
+                        w[pfc_bpf.E_WD_DROPS // 8]))
         return out
 
     def _words(self, key):

@@ -412,12 +412,13 @@ class FaultWindows:
     def queue_drops(self, link_of):
         return window_drops(self.queue_readings, link_of)
 
-    def fault_drops(self, faulted, repairs, link_of):
+    def fault_drops(self, faulted, repairs, link_of, lag_s=OVSDB_STATS_S):
         """``fault_window_ovs_drops`` of the readings (``repairs``: each fault's
-        length in seconds); None without them."""
+        length in seconds; ``lag_s``: how long after its repair a fault still owns
+        its links' database counts); None without them."""
         if len(self.ovs_readings) < 2:
             return None
-        late = late_faulted(self.times[:-1], repairs, faulted)
+        late = late_faulted(self.times[:-1], repairs, faulted, lag_s)
         return fault_window_ovs_drops(self.ovs_readings, faulted, link_of, late)
 
     def close(self):

@@ -17,12 +17,16 @@ modelled carrier detection (a port-mod on the bridge's own management
 socket) never pass through here.  It reads only OpenFlow headers (and a
 bundle member's type), so it works for any controller app.
 
+Each FLOW_MOD and GROUP_MOD is read for what it does (``change_of``: an
+insertion, modification or deletion, its table and priority), so the agent
+keeps its table's occupancy and charges an insertion for the rules it moves.
+
 It logs, one JSON line per batch of messages read (``agent.jsonl``): the
 direction, the switch (its datapath id, from FEATURES_REPLY), the time read
 and the time the last one was delivered (CLOCK_MONOTONIC s), the messages,
-changes and barriers (and each PORT_STATUS and barrier reply from the switch);
-the drill compares a push's time with the model's
-prediction from these counts.  ``AgentProxy`` starts and stops the process.
+changes (by kind, ``ops``) and barriers (and each PORT_STATUS and barrier
+reply from the switch); the drill reports the push it saw beside the one it
+predicted.  ``AgentProxy`` starts and stops the process.
 """
 
 import argparse
@@ -48,19 +52,48 @@ HEADER = struct.Struct("!BBHI")
 BUNDLE_ADD_HEAD = 16          # header, bundle_id, pad, flags; then the member message
 
 
+FLOW_CMD = {0: model.ADD, 1: model.MODIFY, 2: model.MODIFY, 3: model.DELETE, 4: model.DELETE}
+GROUP_CMD = {0: model.ADD, 1: model.MODIFY, 2: model.DELETE, 3: model.MODIFY, 5: model.MODIFY}
+U16, U32 = struct.Struct("!H"), struct.Struct("!I")
+
+
+def change_of(msg):
+    """The table change (``switch_agent.Change``) a FLOW_MOD or GROUP_MOD makes, or None.
+    OpenFlow 1.0's flow mod (match first) and 1.1+'s (cookie, table, command,
+    priority, then the match: its length is the match's second field) are read."""
+    t = msg[1]
+    try:
+        if t == FLOW_MOD and msg[0] == 1:
+            prio = U16.unpack_from(msg, 62)[0]
+            return model.Change(FLOW_CMD.get(U16.unpack_from(msg, 56)[0], model.MODIFY), 0,
+                                prio, (0, prio, bytes(msg[8:48])))
+        if t == FLOW_MOD:
+            table, prio = msg[24], U16.unpack_from(msg, 30)[0]
+            mlen = U16.unpack_from(msg, 50)[0] if len(msg) >= 52 else 0
+            return model.Change(FLOW_CMD.get(msg[25], model.MODIFY), table, prio,
+                                (table, prio, bytes(msg[48:48 + mlen])))
+        if t == GROUP_MOD:
+            gid = U32.unpack_from(msg, 12)[0]
+            return model.Change(GROUP_CMD.get(U16.unpack_from(msg, 8)[0], model.MODIFY),
+                                None, 0, ("group", gid))
+    except (struct.error, IndexError):      # too short to say: a change of unknown kind
+        return model.Change(model.MODIFY, None, 0, None)
+    return None
+
+
 def classify_down(msg):
-    """(kind, changes) of a message from the controller."""
+    """(kind, [Change]) of a message from the controller."""
     t = msg[1]
     if t in (ECHO_REQUEST, ECHO_REPLY):
-        return model.ECHO, 0
+        return model.ECHO, []
     if t in (FLOW_MOD, GROUP_MOD):
-        return model.CHANGE, 1
+        return model.CHANGE, [change_of(msg)]
     if t == BUNDLE_ADD and len(msg) > BUNDLE_ADD_HEAD + 1 and \
             msg[BUNDLE_ADD_HEAD + 1] in (FLOW_MOD, GROUP_MOD):
-        return model.CHANGE, 1
+        return model.CHANGE, [change_of(msg[BUNDLE_ADD_HEAD:])]
     if t == BARRIER_REQUEST:
-        return model.BARRIER, 0
-    return model.OTHER, 0
+        return model.BARRIER, []
+    return model.OTHER, []
 
 
 def classify_up(msg):
@@ -182,19 +215,21 @@ class Relay:
             if not msgs:
                 return
             now = time.monotonic()
-            changes = barriers = 0
+            barriers, kinds = 0, {}
             last = now
             with self.lock:
                 for m in msgs:
-                    kind, n = classify_down(m)
-                    changes += n
+                    kind, ops = classify_down(m)
+                    for c in ops:
+                        kinds[c.op] = kinds.get(c.op, 0) + 1
                     barriers += kind == model.BARRIER
-                    release = self.agent.to_switch(now, kind, n)
+                    release = self.agent.to_switch(now, kind, ops=ops)
                     last = max(last, release)
                     pipe.put(release, m)
             self.proxy.log({"d": "down", "dpid": self.dpid, "t": round(now, 6),
-                            "out": round(last, 6), "msgs": len(msgs), "changes": changes,
-                            "barriers": barriers})
+                            "out": round(last, 6), "msgs": len(msgs),
+                            "changes": sum(kinds.values()), "barriers": barriers,
+                            **({"ops": kinds} if kinds else {})})
 
     def up(self, sock, pipe):
         buf = b""

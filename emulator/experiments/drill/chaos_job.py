@@ -46,8 +46,9 @@ QPS = 2
 def reliable_check(instances):
     """The invariant over job instances ``[{"docs": [rank docs] or None, ...}]``:
     {holds, qps, sent_packets, delivered_packets, failed_qps, flushed_qps,
-    violations: [...] (at most 20)}."""
-    qps = sent = delivered = failed = flushed = 0
+    flushed_packets (the undelivered packets of flushed QPs: what the aborted
+    job's rule excused), violations: [...] (at most 20)}."""
+    qps = sent = delivered = failed = flushed = flushed_packets = 0
     bad = []
     for i, inst in enumerate(instances):
         docs = inst.get("docs")
@@ -77,11 +78,13 @@ def reliable_check(instances):
                 elif got < q["sent_packets"] or q["outstanding"]:
                     if aborted:
                         flushed += 1        # its job was aborted: the QP flushed in error
+                        flushed_packets += q["sent_packets"] - min(got, q["sent_packets"])
                     else:
                         bad.append(dict(where, problem="packets neither delivered nor "
                                                        "reported dead"))
     return {"holds": not bad, "qps": qps, "sent_packets": sent,
             "delivered_packets": delivered, "failed_qps": failed, "flushed_qps": flushed,
+            "flushed_packets": flushed_packets,
             "violations": bad[:20], "violations_total": len(bad)}
 
 

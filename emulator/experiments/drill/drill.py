@@ -181,6 +181,7 @@ def add_arguments(p):
                    help="exit 3 when a repeat is emulator-bound (the machine, not the "
                         "fabric, limited the probes)")
     add_switch_agent_arg(p)
+    drill_agent.add_arguments(p)
 
 
 def parse_modes(text):
@@ -241,9 +242,9 @@ class ProbeDrill(Mode):
     """The drill under probes on one failover mode's fabric: the schedule injected in
     every repeat, each probe flow's loss window and gaps, the controller's convergence."""
 
-    def __init__(self, s, mode, args, events, base, out):
+    def __init__(self, s, mode, args, events, base, out, predicted=None):
         super().__init__(s, mode)
-        self.args, self.events, self.base = args, events, base
+        self.args, self.events, self.base, self.predicted = args, events, base, predicted
         self.say = lambda m: out(f"... [{mode}] {m}")
         self.page = ui.attached.of(args, s, f"drill, failover={mode}").__enter__()
         self.late = self.inj = self.watch = None
@@ -308,8 +309,8 @@ class ProbeDrill(Mode):
                  for k, n in sorted(sent.items())}
         with open(s.controller.log_path, errors="replace") as f:
             conv = controller_convergence(f.read(), t_fault, t_rest)
-        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv,
-                   "fidelity": fid, "switch_agent": drill_agent.for_repeat(s, conv, t_fault),
+        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv, "fidelity": fid,
+                   "switch_agent": drill_agent.for_repeat(s, conv, t_fault, self.predicted),
                    **({"adaptive": self.watch.reaction(evs)} if self.watch else {})}
         self.page.repeats.append(verdict)
         if r == 0 and self.page.keep(timelines):      # kept for report.html too
@@ -339,7 +340,8 @@ class ProbeDrill(Mode):
                 "repeats": repeats, "summary": dict(summarise(repeats), **(
                     {"adaptive": drill_adaptive.split(repeats, self.events, s.topo)}
                     if self.watch else {})),
-                "controller_problems": problems, **drill_agent.mode_summary(repeats)}
+                "controller_problems": problems,
+                **drill_agent.mode_entries(repeats, self.predicted)}
 
     def close(self):
         try:
@@ -418,8 +420,10 @@ def main(spec, args, out=print):
     base = os.path.abspath(os.path.join(spec.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     run_yaml.write(base, spec, command=command_doc("drill", args))
-    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat,
-                        lambda s, m: ProbeDrill(s, m, args, events, base, out), out)
+    predicted = drill_agent.predictions(spec, args, events, modes, topo, agent, dp_type, base,
+                                        out, ProbeDrill)
+    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat, lambda s, m:
+                        ProbeDrill(s, m, args, events, base, out, predicted.get(m)), out)
     doc = {"events": [vars(e) for e in events], "args": command_doc("drill", args)["options"],
            "modes": results, "switch_agent": drill_agent.doc_entry(agent)}
     with open(os.path.join(base, "drill.json"), "w") as f:

@@ -72,4 +72,7 @@ def controller_convergence(log_text, t_fault, t_restore):
     # where the repair push's time went (controller/osken_app.py push), when it says
     out.update({k: last[k] for k in ("compute_ms", "send_ms", "barrier_ms", "bytes", "sent")
                 if k in last})
+    # the repair push: how many switches it waited on, when its last barrier came back
+    out.update(touched=len(last.get("switches", [])),
+               push_done_ms=round((last["t_done"] - t0) * 1e3, 3))
     return out

@@ -189,14 +189,14 @@ def workload_choice(text):
 
 
 def add_switch_agent_arg(p):
-    """``--switch-agent ideal|hardware|FILE``: the switches' control-plane timing."""
-    p.add_argument("--switch-agent", default=None, metavar="ideal|hardware|FILE",
+    """``--switch-agent ideal|NAME|FILE|list``: the switches' control-plane timing."""
+    p.add_argument("--switch-agent", default=None, metavar="ideal|NAME|FILE|list",
                    help="the switches' OpenFlow agents: ideal (a change applies at once, as "
-                        "in Open vSwitch), hardware (control-channel latency, per-message "
-                        "time, a table-update rate and port-event latency measured on "
-                        "hardware switches), or a YAML file of those parameters; for every "
-                        "switch, over the fabric file's switch_agent: (per switch kind; "
-                        "default: ideal) (docs/failover.md, 'Switch agents')")
+                        "in Open vSwitch), a profile NAME (hardware, and switches measured "
+                        "by He et al. and Kuźniar et al.: '--switch-agent list' shows them), "
+                        "or a YAML file of parameters; for every switch, over the fabric "
+                        "file's switch_agent: (per switch kind; default: ideal) "
+                        "(docs/switch-agents.md)")
 
 
 def compare_defaults(args, queue_ms=None, workload=None):

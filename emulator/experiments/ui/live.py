@@ -1,8 +1,11 @@
 """``--ui`` on run, drill and compare, and report.html in every results directory.
 
-Model.  ``around`` wraps run, drill and compare: without ``--ui`` nothing
+Model.  ``around`` wraps every fabric command: without ``--ui`` nothing
 is served; with it one ``LiveView`` serves the page for the whole command
-(``args.ui_view``).  Each fabric the command builds is ``attach``ed (a
+(``args.ui_view``); a command whose fabrics the page does not follow refuses
+``--ui`` (``check_command``, exit 2).  When the command ends, every results
+directory its Sessions made that has no report.html yet gets one (``pages``:
+the sub-commands that draw none of their own).  Each fabric the command builds is ``attach``ed (a
 ``recorder.Recorder`` samples it and the page redraws; the first one starts
 the server, which prints ``ui: URL``) and ``detach``ed before it is torn
 down; ``stop()`` (in ``finally``) ends the server.
@@ -16,6 +19,7 @@ files alone (topology.json, results.json, series.json, faults.jsonl), so
 import json
 import os
 
+from emulator.dataplane import session as session_mod
 from emulator.errors import ConfigError
 from emulator.experiments.ui.model import view_model
 from emulator.experiments.ui.recorder import Recorder, marker
@@ -39,11 +43,18 @@ def add_arguments(p):
 SERVED = ("run", "drill", "compare")      # the commands whose fabrics the page follows
 
 
-def check_supported(command, spec):
-    """``--ui`` where the page is not drawn: one clear error before anything is built."""
+def check_command(command):
+    """``--ui`` on a command whose fabrics the page does not follow: one clear error,
+    before any option is read further or anything is built."""
     if command not in SERVED:
         raise ConfigError("--ui", f"not with {command}: the live page follows run, drill "
-                                  "under probes and compare of load-balancing modes")
+                                  "under probes and compare of load-balancing modes "
+                                  "(report.html is written either way)")
+
+
+def check_supported(command, spec):
+    """``--ui`` where the page is not drawn: one clear error before anything is built."""
+    check_command(command)
     if command == "compare" and spec.workload.startswith("simai:"):
         raise ConfigError("--ui", "not with compare --workload simai:FILE: the live page "
                                   "follows compare of load-balancing modes on collectives")
@@ -123,11 +134,25 @@ def around(command_main, name, spec, args, out=print):
         check_supported(name, spec)
     view = LiveView.from_spec(spec, out)
     args.ui_view = view
+    first = len(session_mod.MADE)
     try:
         return command_main(spec, args, out)
     finally:
-        if view is not None:
-            view.stop()
+        try:
+            if view is not None:
+                view.stop()
+        finally:
+            pages(session_mod.MADE[first:], out)
+
+
+def pages(dirs, out=None):
+    """report.html into each results directory of ``dirs`` the command left without
+    one (a sub-command that draws no page of its own: the fabric, its faults and its
+    summary, from the directory's files alone)."""
+    for d in dirs:
+        if os.path.exists(os.path.join(d, "topology.json")) and \
+                not os.path.exists(os.path.join(d, "report.html")):
+            write_report(d, out=out)
 
 
 def flow_series(timelines, t0_ns, bin_ms=FLOW_BIN_MS):
