@@ -327,7 +327,8 @@ def test_compare_rows_hold_each_jobs_slowdowns_and_ecmp_against_dlb_seed_by_seed
     rows = compare.summarize(runs, [("spread", "ecmp"), ("spread", "dlb")], ["a", "b"])
     ecmp = rows[0]
     assert ecmp["jobs"]["a"] == {"slowdown": 1.3, "slowdown_min": 1.0, "slowdown_max": 1.5,
-                                 "together_s": 2.6, "alone_s": 2.0, "retransmitted_bytes": 0}
+                                 "together_s": 2.6, "alone_s": 2.0, "retransmitted_bytes": 0,
+                                 "fair_share_slowdown": None}
     assert ecmp["worst"] == [1.3, 1.2, 1.5] and ecmp["worst_median"] == 1.3
     d = compare.paired(rows, "ecmp", "dlb")["spread"]
     assert d["differences"] == [0.25, 0.1, 0.48] and d["median"] == 0.25 and d["lower_in"] == 3
@@ -380,3 +381,19 @@ def test_a_background_flow_is_named_on_the_links_it_shares_with_a_job():
             {"link": "leaf3->spine2", "owners": {"b": 1000}, "jobs": ["b"]}]
     got = shares.beside_jobs(rows, {"b": "job", "ckpt": "checkpoint"})
     assert got == {"ckpt": [{"link": "spine1->leaf4", "bytes": 300, "jobs": ["b"]}]}
+
+
+def test_a_jobs_most_crowded_link_sets_the_slowdown_fair_sharing_predicts():
+    rows = [{"link": "leaf1->spine1", "bytes": 4000, "owners": {"a": 1000, "b": 3000}},
+            {"link": "leaf1->spine2", "bytes": 2000, "owners": {"a": 1000, "b": 1000}},
+            {"link": "leaf2->spine1", "bytes": 5000, "owners": {"b": 5000}},
+            {"link": "leaf3->spine1", "bytes": 90000, "owners": {"a": 500, "c": 89500}}]
+    # a's 500 bytes are under 1 % of leaf3->spine1: a is not on it
+    assert shares.crowding(rows, "a") == (4.0, "leaf1->spine1")
+    assert shares.crowding(rows, "b") == (2.0, "leaf1->spine2")
+    assert shares.crowding(rows, "c") == (round(90000 / 89500, 4), "leaf3->spine1")
+    assert shares.crowding(rows, "d") == (None, None)
+    # 2 s of compute and 6 s of communication alone; 4 x the communication together
+    assert shares.fair_share_slowdown(4.0, 8.0, 2.0) == 3.25
+    assert shares.fair_share_slowdown(1.0, 8.0, 2.0) == 1.0
+    assert shares.fair_share_slowdown(None, 8.0, 2.0) is None

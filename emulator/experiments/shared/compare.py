@@ -71,7 +71,8 @@ class Together(Mode):
                                            f"... [{self.mode}] {m}"))
         jobs = {j["name"]: {k: j.get(k) for k in (
             "iteration_s", "alone_s", "slowdown", "retransmitted_bytes", "wrong",
-            "alone_wrong", "aborted", "hosts", "leaves")} for j in doc["jobs"]}
+            "alone_wrong", "aborted", "hosts", "leaves", "crowding", "crowded_link",
+            "fair_share_slowdown")} for j in doc["jobs"]}
         return {"placement": self.combo[0], "mode": self.combo[1], "seed": spec.hash_seed,
                 "job_seed": spec.job_seed, "dir": s.dir, "jobs": jobs,
                 "worst": max((j["slowdown"] or 0) for j in jobs.values()),
@@ -105,6 +106,8 @@ def summarize(runs, combos, names):
                        "alone_s": _med([r["jobs"][n]["alone_s"] for r in mine
                                         if r["jobs"][n]["alone_s"]]),
                        "retransmitted_bytes": _med([r["jobs"][n]["retransmitted_bytes"]
+                                                    for r in mine]),
+                       "fair_share_slowdown": _med([r["jobs"][n].get("fair_share_slowdown")
                                                     for r in mine])}
         rows.append({"placement": placement, "mode": mode, "reps": len(mine), "jobs": jobs,
                      "worst": [r["worst"] for r in mine], "worst_median": _med(

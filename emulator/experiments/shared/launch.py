@@ -19,7 +19,11 @@ fabric, run by the same command.  Per job:
   while every other job was between its first iteration's start and its
   last one's end; *together* is the median of those (of all, if none was),
   *alone* the median of the baseline's, and the *slowdown* together / alone;
-- its retransmitted bytes and #wrong.
+- its retransmitted bytes and #wrong;
+- ``crowding``: its most crowded link's bytes over its own bytes there, and
+  ``fair_share_slowdown``: what fair sharing of that link predicts from the
+  link counts and the job alone (``shares.fair_share_slowdown``), the figure
+  the measured slowdown is held against.
 
 The uplinks (``shares``): every inter-switch link's bytes over the together
 run from its interface counters, each job's and flow's share of them from
@@ -319,14 +323,16 @@ def run_shared(session, shared, extra, progress=print, baseline=False, faulted=(
                                      f"alone-{n}", progress, faulted)
             alone[n] = (job_part(session, shared, n, r), f, r["job"]["aborted"])
     for j in shared.plan.jobs:
-        out["jobs"].append(job_row(j, shared, docs[j.name], busy[j.name], alone.get(j.name)))
+        out["jobs"].append(job_row(j, shared, docs[j.name], busy[j.name], alone.get(j.name),
+                                   shares.crowding(rows, j.name) if can else (None, None)))
     out["verdicts"] = [fid["verdict"]] + [a[1]["verdict"] for a in alone.values()]
     out["verdict"] = next((v for v in out["verdicts"] if v != "faithful"), "faithful")
     return out
 
 
-def job_row(j, shared, doc, busy, alone):
-    """One job's line of the ``shared`` document (module docstring)."""
+def job_row(j, shared, doc, busy, alone, crowd=(None, None)):
+    """One job's line of the ``shared`` document (module docstring); ``crowd``: its
+    most crowded link (``shares.crowding``)."""
     its = doc["iterations"]
     hot = [t for t, b in zip(its, busy) if b]
     together = statistics.median(hot or its)
@@ -342,7 +348,8 @@ def job_row(j, shared, doc, busy, alone):
            "bytes_sent": doc["bytes_sent"],
            "loss": round(doc["retransmitted_bytes"] / doc["bytes_sent"], 6)
            if doc["bytes_sent"] else 0.0, "wrong": doc["wrong"],
-           "aborted": doc["aborted"], "training": doc}
+           "aborted": doc["aborted"], "training": doc,
+           "crowding": crowd[0], "crowded_link": crowd[1]}
     if alone is not None:
         adoc, fid, aborted = alone
         row.update({"alone_iterations": adoc["iterations"],
@@ -352,5 +359,7 @@ def job_row(j, shared, doc, busy, alone):
                     "alone_fidelity": fid["verdict"], "alone_fidelity_detail": fid,
                     "alone_wrong": adoc["wrong"],
                     "alone_aborted": aborted,
-                    "alone_retransmitted_bytes": adoc["retransmitted_bytes"]})
+                    "alone_retransmitted_bytes": adoc["retransmitted_bytes"],
+                    "fair_share_slowdown": shares.fair_share_slowdown(
+                        crowd[0], adoc["iteration_s"], adoc["compute_s"])})
     return row

@@ -15,13 +15,15 @@ def lines(doc):
     out += [f"  note: {n}" for n in doc.get("notes", ())]
     out.append(f"{'job':10s} {'ranks':>5s} {'placement':9s} {'leaves':24s} "
                f"{'together s':>10s} {'contended':>9s} {'alone s':>8s} {'slowdown':>8s} "
-               f"{'retx MB':>8s} {'#wrong':>6s}")
+               f"{'retx MB':>8s} {'#wrong':>6s} {'crowd k':>7s} {'fair-share':>10s}")
     for j in doc["jobs"]:
         busy = f"{sum(j['contended'])}/{len(j['contended'])}"
         out.append(f"{j['name']:10s} {j['ranks']:5d} {j['placement']:9s} "
                    f"{','.join(j['leaves']):24s} {j['iteration_s']:10.3f} {busy:>9s} "
                    f"{_f(j.get('alone_s')):>8s} {_f(j.get('slowdown')):>8s} "
-                   f"{j['retransmitted_bytes'] / 1e6:8.3f} {j['wrong']:6d}")
+                   f"{j['retransmitted_bytes'] / 1e6:8.3f} {j['wrong']:6d} "
+                   f"{_f(j.get('crowding'), '{:.2f}'):>7s} "
+                   f"{_f(j.get('fair_share_slowdown')):>10s}")
     if doc["background"]:
         out.append(f"{'flow':10s} {'kind':10s} {'class':11s} {'pairs':>5s} "
                    f"{'offered Mb/s':>12s} {'achieved':>8s} {'loss':>7s} {'transfers':>9s} "
@@ -30,6 +32,10 @@ def lines(doc):
             out.append(f"{f['name']:10s} {f['kind']:10s} {f['class']:11s} {f['pairs']:5d} "
                        f"{f['offered_Mbps']:12.3f} {f['achieved_Mbps']:8.3f} "
                        f"{f['loss']:7.2%} {f['transfers']:9d} {_f(f['late_s_max']):>10s}")
+    if any(j.get("fair_share_slowdown") for j in doc["jobs"]):
+        out.append("crowd k: the job's most crowded uplink's bytes over its own there; "
+                   "fair-share: the slowdown fair sharing of that link predicts, all its "
+                   "exposed communication meeting the others")
     out += uplink_lines(doc)
     return out
 

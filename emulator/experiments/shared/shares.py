@@ -133,6 +133,33 @@ def shared_links(rows):
     return [r["link"] for r in rows if len(r.get("jobs") or ()) >= 2]
 
 
+def crowding(rows, owner):
+    """(k, link): the most crowded inter-switch link ``owner`` is on (a share of at
+    least ``SHARED_MIN``), k = the link's owned bytes over ``owner``'s.  Under fair
+    sharing, while every owner there sends, ``owner``'s bytes cross it k times slower
+    than alone: k = 1 on links of its own.  (None, None) when it is on no link."""
+    best = (None, None)
+    for r in rows:
+        owners = r.get("owners") or {}
+        own, total = owners.get(owner, 0), sum(owners.values())
+        if own and own / max(r["bytes"], total, 1) >= SHARED_MIN:
+            k = round(total / own, 4)
+            if best[0] is None or k > best[0]:
+                best = (k, r["link"])
+    return best
+
+
+def fair_share_slowdown(k, alone_s, compute_s):
+    """The slowdown fair sharing predicts for a job whose exposed communication
+    (``alone_s`` - ``compute_s`` per iteration) all meets the others on its most crowded
+    link (``crowding``'s k): (compute + k x communication) / alone.  An estimate from
+    the link counts and the job alone, not from the together run's iteration times."""
+    if k is None or not alone_s:
+        return None
+    comm = max(alone_s - compute_s, 0.0)
+    return round((min(compute_s, alone_s) + k * comm) / alone_s, 4)
+
+
 def beside_jobs(rows, kinds):
     """{background owner: [{"link", "bytes", "jobs"}]}: the inter-switch links each
     background flow put bytes on that a job is on too (a job's share at least
