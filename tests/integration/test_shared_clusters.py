@@ -52,7 +52,8 @@ def test_two_jobs_and_a_checkpoint_share_a_fabric_and_each_job_is_held_to_itself
     for j in (a, b):
         assert len(j["iterations"]) == 2 and len(j["alone_iterations"]) == 2
         assert j["wrong"] == 0 and j["alone_wrong"] == 0
-        assert j["slowdown"] == round(j["iteration_s"] / j["alone_s"], 4)
+        # together over alone, each rounded to 4 places after the division
+        assert abs(j["slowdown"] - j["iteration_s"] / j["alone_s"]) < 2e-4, j
         assert 0.8 < j["slowdown"] < 3, j
         assert j["training"]["ranks"] == 4 and j["training"]["layers"] == 76
     # the checkpoint: a's two hosts write 1 MiB each to h8 every 2 s from 0.5 s
