@@ -21,6 +21,8 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``Control``     -- the switches' control plane: the OpenFlow controller, or
   eBGP between the switches (FRR, RFC 7938), docs/bgp.md;
 * ``Peering``     -- how BGP's sessions are addressed on the fabric's links.
+* ``Placement``   -- where a job of a shared cluster gets its hosts, docs/shared-clusters.md;
+* ``TrafficClass``-- the link class a job's or a background flow's frames ask for.
 """
 
 from enum import StrEnum
@@ -184,5 +186,23 @@ class Peering(Mode):
 
 Peering._default = Peering.NUMBERED
 
+
+class Placement(Mode):
+    PACKED = "packed"       # fill a leaf's hosts before the next leaf's
+    SPREAD = "spread"       # round-robin over the leaves
+    RANDOM = "random"       # a seeded random draw of the free hosts
+    EXPLICIT = "explicit"   # the hosts the jobs file lists
+
+
+Placement._default = Placement.PACKED
+
+
+class TrafficClass(Mode):
+    LOSSLESS = "lossless"         # the RoCE data class (PFC's lossless priority)
+    BEST_EFFORT = "best-effort"   # below it, where the links have classes
+
+
+TrafficClass._default = TrafficClass.LOSSLESS
+
 ENUMS = (LB, Entropy, Failover, Routing, Transport, CC, FlowControl, EcnAt, PathSet, Control,
-         Peering)
+         Peering, Placement, TrafficClass)

@@ -12,11 +12,13 @@ Sub-commands name what a flag used to choose, and the flags still work:
 
     drill chaos          = drill --chaos            random faults for --duration s
     drill workload       = drill --workload W       a drill under a collective or job
+    drill jobs           = drill --workload jobs:F  a drill under several jobs
     compare routing      = compare --routing M,...  a dragonfly's routing modes
     compare fabrics      = compare --fabrics F,...  the rail fabrics
     compare planes       = compare --planes         dual-plane vs single-plane
     compare cc           = compare --cc C,...       congestion control
     compare lossless     = compare --lossless on,off
+    compare jobs         = compare --placements P,...  placements x modes under several jobs
 """
 
 import importlib
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from emulator.dataplane import session as session_mod
 from emulator.dataplane.observe import run_yaml
 from emulator.errors import FabricError
+from emulator.experiments.shared import jobsfile
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
 from emulator.experiments.spec.options import parse_controls
@@ -39,6 +42,7 @@ class Command:
     module: str               # its add_arguments/main
     flag: str = None          # the option that chose it before it had a name (its dest)
     flag_value: object = None  # that option's value when the sub-command is named alone
+    when: object = None        # chosen by its flag only when when(the flag's value) holds
     varying: tuple = ()       # RunSpec fields the command sets per variant (its modes)
     servers: bool = True      # may run on several servers
     shared: tuple = field(default=())   # extra modules adding options to its parser
@@ -52,13 +56,16 @@ COMMANDS = (
             shared=("emulator.experiments.drill.chaos",), controls=True),
     Command("drill chaos", "emulator.experiments.drill.chaos", "chaos", True,
             varying=("failover", "control")),
+    Command("drill jobs", "emulator.experiments.shared.drill", "workload", None,
+            varying=("failover",), servers=False, when=jobsfile.is_shared),
     Command("drill workload", "emulator.experiments.drill.workload", "workload", None,
             varying=("failover", "control"), servers=False),
     Command("probe", "emulator.experiments.probe.probe", servers=False),
     Command("check", "emulator.experiments.check", servers=False),
     Command("compare", "emulator.experiments.compare.compare", varying=("lb", "control"),
             servers=False, controls=True,
-            shared=("emulator.experiments.compare.routing", "emulator.experiments.compare.rails")),
+            shared=("emulator.experiments.compare.routing", "emulator.experiments.compare.rails",
+                    "emulator.experiments.shared.compare")),
     Command("compare routing", "emulator.experiments.compare.routing", "routing",
             "minimal,valiant,ugal", varying=("routing", "control"), servers=False),
     Command("compare fabrics", "emulator.experiments.compare.rails", "fabrics",
@@ -69,6 +76,8 @@ COMMANDS = (
             varying=("cc", "control"), servers=False),
     Command("compare lossless", "emulator.experiments.compare.lossless", "lossless", "on,off",
             varying=("cc", "control"), servers=False),
+    Command("compare jobs", "emulator.experiments.shared.compare", "placements",
+            "packed,spread", varying=("lb", "job_placement"), servers=False),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 HELP = {
@@ -80,7 +89,7 @@ HELP = {
     "check": "hold a controller (app) to checks: reachability, a flow's path, loss under a "
              "link cut; PASS/FAIL",
     "compare": "load-balancing modes (ecmp, flowlet, dlb, spray) on the same collective: "
-               "busbw, uplink spread (compare routing|fabrics|planes|cc|lossless: other "
+               "busbw, uplink spread (compare routing|fabrics|planes|cc|lossless|jobs: other "
                "comparisons)",
 }
 
@@ -118,13 +127,18 @@ def resolve(args):
     named = getattr(args, "variant", None)
     if named:
         cmd = BY_NAME[f"{top} {named}"]
+        if cmd.when is not None and getattr(args, cmd.flag, None) \
+                and not cmd.when(getattr(args, cmd.flag)):
+            raise FabricError(f"{cmd.name}: --{cmd.flag.replace('_', '-')} "
+                              f"{getattr(args, cmd.flag)} is not for it")
         if cmd.flag_value is not None and not getattr(args, cmd.flag, None):
             setattr(args, cmd.flag, cmd.flag_value)
         elif cmd.flag_value is None and not getattr(args, cmd.flag, None):
             raise FabricError(f"{cmd.name} needs --{cmd.flag.replace('_', '-')}")
         return cmd
     for cmd in variants(top):
-        if getattr(args, cmd.flag, None):
+        value = getattr(args, cmd.flag, None)
+        if value and (cmd.when is None or cmd.when(value)):
             return cmd
     return BY_NAME[top]
 

@@ -25,7 +25,7 @@ from typing import Optional
 from emulator.errors import FabricError
 from emulator.fabric import spec as fabric_spec
 from emulator.fabric.model import Fabric
-from lab.modes import CC, LB, Control, EcnAt, Failover, Peering, Routing, Transport
+from lab.modes import CC, LB, Control, EcnAt, Failover, Peering, Placement, Routing, Transport
 
 DEFAULT_QUEUE_MS = 30.0       # egress queue of every link, ms at the link rate
 DEFAULT_MTU = 4096            # RoCE path MTU, as AI fabrics run
@@ -39,7 +39,7 @@ SECTIONS = {
     "transport": ("transport", "cc", "cc_params", "rc_timeout", "rc_retry", "job_seed"),
     "workload": ("workload", "duration", "sizes", "qps", "ring", "hosts", "seed",
                  "background", "gpus_per_host", "iterations", "real_rate", "nvlink_rate",
-                 "size_scale", "real_hop_latency"),
+                 "size_scale", "real_hop_latency", "jobs", "job_placement", "baseline"),
     "observe": ("capture", "telemetry", "ui", "ui_bind", "cli", "strict"),
     "run": ("results", "reach_timeout"),
 }
@@ -96,6 +96,12 @@ class RunSpec:
     nvlink_rate: Optional[str] = None
     size_scale: Optional[float] = None
     real_hop_latency: str = "14us"         # a real ring step (NCCL's per-hop figure)
+    # a shared cluster (workload jobs:FILE): the jobs file's document, paths resolved
+    # (so run.yaml reruns it without the file); every job's placement instead of the
+    # file's (compare jobs); each job also run alone for its slowdown
+    jobs: Optional[dict] = field(default=None, hash=False)
+    job_placement: Optional[Placement] = None
+    baseline: bool = False
     # observe and interact
     capture: Optional[str] = None
     telemetry: Optional[int] = None
@@ -126,6 +132,14 @@ class RunSpec:
                 object.__setattr__(self, name, enum.parse(value, name))
             except ValueError as e:
                 raise FabricError(str(e)) from None
+        if self.job_placement is not None:
+            try:
+                object.__setattr__(self, "job_placement",
+                                   Placement.parse(self.job_placement, "job_placement"))
+            except ValueError as e:
+                raise FabricError(str(e)) from None
+        if self.jobs is not None and not isinstance(self.jobs, dict):
+            raise FabricError("jobs: the jobs file's mapping")
         for name in TUPLES:
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):

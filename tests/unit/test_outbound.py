@@ -57,3 +57,16 @@ def test_outbound_spreads_a_chunk_over_qps_with_opcodes_and_psns():
     q.extend(pk)
     batch, again = out.next_batch(q, 4, 0)
     assert [qp_key(p) for p in batch] == [(1, 0), (1, 1), (1, 0), (1, 1)] and not any(again)
+
+
+def test_a_class_of_its_own_gets_qps_of_its_own_with_its_dscp():
+    out = Outbound(0, A[1], A[0], {1: B[1]}, {1: B[0]}, mtu=1024, qps=2, dscp=26,
+                   class_dscp=[26, 0], tag_class=[0, 0, 1])
+    default, other = out.packets(1, 0, 1, 4096), out.packets(2, 0, 1, 4096)
+    assert sorted({qp_key(p)[1] for p in default}) == [0, 1]
+    assert sorted({qp_key(p)[1] for p in other}) == [2, 3]
+    assert {parse(p[0].raw).dscp for p in default} == {26}
+    assert {parse(p[0].raw).dscp for p in other} == {0}
+    # each class's QPs start their own PSNs and carry whole messages
+    assert [p[1] for p in other if qp_key(p)[1] == 2] == [0, 1]
+    assert {p[0].opcode for p in other} == {0x06, 0x08}            # WRITE FIRST, LAST

@@ -61,8 +61,9 @@ class JobNic:
     validated NIC keys; ``peers``: endpoint index -> spec)."""
 
     def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000,
-                 timelines=False):
+                 timelines=False, tag_owner=None, classes=(), tag_class=None):
         self.index, self.spec, self.clock = index, spec, clock
+        self.tag_owner = tag_owner   # tag -> owner index (``job_config.owner_of``), or None
         self.name, self.ip, self.rate = spec["name"], spec["ip"], spec["rate_bps"]
         self.cfg = nic
         self.cost = (nic["mtu"] + 100) * 8
@@ -111,7 +112,8 @@ class JobNic:
                               **cc_params(dict(nic, rate_bps=self.rate)))
         self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                             nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
-                            nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc)
+                            nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc,
+                            class_dscp=classes or None, tag_class=tag_class)
         self.queue = SendQueues(qp_key)
         self.ring = deque()                    # (packet, resent?) the interface refused
         self.ctl_wait = deque()                # control frames the interface refused
@@ -128,6 +130,8 @@ class JobNic:
         self.corrupt = {}      # (tag, step) -> corrupted packets
         self.last_rx = {}      # tag -> last arrival of its data (ns)
         self.rx_bytes, self.tx_bytes, self.retx_bytes = {}, {}, {}    # per tag
+        # per flow (QP) and owner: flow id << 16 | owner index -> [bytes, resent bytes]
+        self.flow_tx = {}
         self.unsent = {}       # tag -> packets queued, never sent yet
         # tag -> when its first new packet left, when its queue of new ones ran empty
         self.tx_first, self.tx_drained = {}, {}
@@ -240,13 +244,20 @@ class JobNic:
 
     def _sent(self, batch, again, now):
         rc, unsent, tx, retx = self.rc, self.unsent, self.tx_bytes, self.retx_bytes
+        owner, ftx = self.tag_owner, self.flow_tx
         total = 0
         for pkt, a in zip(batch, again):
             tag, n = pkt[3], pkt[0].len
             total += n
             tx[tag] = tx.get(tag, 0) + n
+            k = pkt[2] << 16 | (owner[tag] if owner else 0)
+            f = ftx.get(k)
+            if f is None:
+                f = ftx[k] = [0, 0]
+            f[0] += n
             if a:
                 retx[tag] = retx.get(tag, 0) + n
+                f[1] += n
             else:
                 unsent[tag] -= 1
                 if tag not in self.tx_first:
@@ -333,7 +344,19 @@ class JobNic:
         self.done.pop(tag, None)
 
     # -- results -------------------------------------------------------------------------
-    def result(self, t0):
+    def flows(self, owners=("",)):
+        """What this NIC sent per flow (QP) and owner: peer, QP, owner, bytes (frames
+        on the wire), the resent part of them."""
+        out = []
+        for k, (n, resent) in sorted(self.flow_tx.items()):
+            flow, own = k >> 16, k & 0xFFFF
+            peer = (flow >> 8) & 0xFFF
+            out.append({"peer": self.peer_name.get(peer, peer), "peer_index": peer,
+                        "qp": flow & 0xFF, "owner": owners[own] if own < len(owners) else own,
+                        "bytes": n, "retransmitted_bytes": resent})
+        return out
+
+    def result(self, t0, owners=("",)):
         self.drops += socket_drops(self.rx)
         flows = self.acct.summary(timeline=False)
         doc = {"name": self.name, "ip": self.ip, "rate_bps": self.rate,
@@ -347,7 +370,7 @@ class JobNic:
                "link_down_frames": self.sender.link_down,
                "queued_unsent": len(self.queue) + len(self.ring),
                "entropy_changes": self.out.entropy.changes,
-               "rx_flows": flows["total"]}
+               "rx_flows": flows["total"], "tx_flows": self.flows(owners)}
         if self.rc is not None:
             doc["transport"] = self.rc.counters()
             # (ms since the job began, peer, rate after the cut) of the first CNPs

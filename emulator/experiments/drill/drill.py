@@ -100,12 +100,13 @@ MODES = Failover.names()
 
 
 def drill_workload(text):
-    """``--workload``: a collective or ``simai:FILE``."""
+    """``--workload``: a collective, ``simai:FILE`` or several jobs (``jobs:FILE``)."""
     if text in ("allreduce", "allgather", "reducescatter", "alltoall") or \
-            text.startswith("simai:"):
+            text.startswith(("simai:", "jobs:")):
         return text
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
-                                     "allgather, reducescatter, alltoall, simai:FILE)")
+                                     "allgather, reducescatter, alltoall, simai:FILE, "
+                                     "jobs:FILE)")
 
 
 def add_arguments(p):

@@ -5,7 +5,8 @@ Model.  ``drill --workload allreduce`` (or ``drill workload``) runs, per
 failover mode, one fabric and per repeat one collective of ``--iterations``
 calls of ``--sizes`` bytes over the RC transport (``traffic.roce.transport``);
 ``--workload simai:FILE`` runs a training job (``training.launch``) of
-``--iterations`` iterations (default 3) instead.  The fault schedule is
+``--iterations`` iterations (default 3) instead; several jobs (``jobs:FILE``)
+are ``drill jobs`` (``shared.drill``).  The fault schedule is
 injected while it runs: the events' times count from the moment the work
 starts (rank 0 says ``calls``, the job engine ``ready``, in their logs).
 The ranks' and the engine's times are CLOCK_MONOTONIC, the injector's clock,

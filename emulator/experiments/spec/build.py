@@ -7,7 +7,9 @@ what a workload implies is resolved here, so the spec says what ran:
   over RC (RoCE NICs ship with it), ``none`` otherwise;
 * ``--ecn`` left out under DCQCN: the default thresholds scaled to the
   fabric's queues (``dataplane.lossless.ecn.default_ecn``);
-* ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs.
+* ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs;
+* ``--workload jobs:FILE``: the file's document, read now (``jobs``), so
+  ``run.yaml`` reruns it without the file.
 
 Then the spec is checked against the fabric (transport, congestion-control
 parameters, captures, telemetry port, switch agents, the page): one
@@ -24,6 +26,7 @@ from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.dataplane.observe import capture
 from emulator.dataplane.routed.setup import check as check_routed
 from emulator.errors import ConfigError, FabricError
+from emulator.experiments.shared import jobsfile
 from emulator.experiments.spec import ccparams
 from emulator.fabric import addressing, switch_agent
 from emulator.fabric.runspec import RunSpec
@@ -56,7 +59,8 @@ def implied_cc(workload, transport, cc):
     """``--cc`` as the workload implies it (see the module docstring)."""
     if cc is not None:
         return cc
-    trains = str(workload).startswith("simai:") or workload in ("adversarial", "permutation")
+    trains = str(workload).startswith(("simai:", "jobs:")) or \
+        workload in ("adversarial", "permutation")
     return CC.DCQCN if trains and transport == Transport.RC else CC.NONE
 
 
@@ -85,6 +89,8 @@ def complete(spec):
         changes["ecn"] = default_ecn(spec.fabric, spec.queue_ms, spec.ecn_at).spec()
     if spec.job_seed is None:
         changes["job_seed"] = secrets.randbelow(1 << 32)
+    if spec.jobs is None and str(spec.workload).startswith(jobsfile.PREFIX):
+        changes["jobs"] = jobsfile.load_file(spec.workload[len(jobsfile.PREFIX):]).document
     if changes:
         spec = spec.replace(**changes)
     check(spec)
@@ -156,6 +162,8 @@ def from_file(doc, args, given, where, fabric=None, source=None, out=None):
                if next((d for d, g in RENAMED.items() if g == f), f) in given}
     if fabric is not None:
         changes.update(fabric=fabric, fabric_source=source or {})
+    if "workload" in changes:
+        changes["jobs"] = None           # another jobs file: read it anew
     if "cc" in changes and "ecn" not in changes:
         changes["ecn"] = None            # the new congestion control's implied marking
     return complete(base.replace(**changes))

@@ -4,7 +4,7 @@ import argparse
 
 from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
-from lab.modes import CC, LB, Control, EcnAt, Failover, Peering, Transport
+from lab.modes import CC, LB, Control, EcnAt, Failover, Peering, Placement, Transport
 from traffic.roce.frames import ROCE_MTUS
 
 LB_MODES = LB.names()               # --lb, compare --modes (lab.modes.LB)
@@ -198,21 +198,36 @@ WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "inca
 
 
 def parse_workload(text):
-    """``run --workload``: a name of WORKLOADS or ``simai:FILE``."""
-    if text in WORKLOADS or text.startswith("simai:"):
+    """``run --workload``: a name of WORKLOADS, ``simai:FILE``, several jobs
+    (``simai:A,simai:B``) or a jobs file (``jobs:FILE``)."""
+    if text in WORKLOADS or text.startswith(("simai:", "jobs:")):
         return text
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE)")
+        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE, "
+        "simai:A,simai:B, jobs:FILE)")
+
+
+def add_shared_args(p, baseline=True):
+    """A shared cluster's options (``--workload jobs:FILE``): every job's placement over
+    the file's, and (``baseline``) each job run alone too, for its slowdown."""
+    p.add_argument("--job-placement", default=None, choices=Placement.names(),
+                   help="every job's placement instead of the jobs file's (packed: a leaf "
+                        "filled first; spread: round-robin over leaves; random: from each "
+                        "job's seed; explicit: the listed hosts); docs/shared-clusters.md")
+    if baseline:
+        p.add_argument("--baseline", action="store_true", default=None,
+                       help="after the jobs together, run each job alone (same placement, "
+                            "seeds and fabric): each job's slowdown = together / alone")
 
 
 def workload_choice(text):
     """``compare --workload``: a collective or a training job's file."""
     if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast",
-                "adversarial", "permutation") or text.startswith("simai:"):
+                "adversarial", "permutation") or text.startswith(("simai:", "jobs:")):
         return text       # adversarial, permutation: with --routing (a dragonfly's patterns)
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
                                      "allgather, reducescatter, alltoall, incast, "
-                                     "adversarial, permutation, simai:FILE)")
+                                     "adversarial, permutation, simai:FILE, jobs:FILE)")
 
 
 def add_switch_agent_arg(p):
