@@ -146,12 +146,15 @@ def open_loop(lossless, cc):
     return lossless and cc == CC.NONE
 
 
+FABRIC_KIND = {True: "lossless", False: "lossy"}   # a regime's label of its fabric
+
+
 def regime(lossless, cc):
     """``lossless, open-loop`` (no end-to-end rate control: every sender backlogged,
     the network's credits decide) or ``... closed-loop (...)`` (the transport's)."""
     if open_loop(lossless, cc):
         return "lossless, open-loop"
-    return (f"{'lossless' if lossless else 'lossy'}, closed-loop "
+    return (f"{FABRIC_KIND[bool(lossless)]}, closed-loop "
             f"({'RC retransmission' if cc == CC.NONE else f'RC + {cc}'})")
 
 
