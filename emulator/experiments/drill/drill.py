@@ -277,7 +277,7 @@ class ProbeDrill(Mode):
             bfd.enable(s.topo, self.interval, progress=self.say, net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
             try:
-                wait_for(lambda: self.mode == Failover.NONE
+                wait_for(lambda: s.spec.failover == Failover.NONE
                          or not ports_down(s.controller.converged()),
                          30, "the controller to route over every port after BFD came up")
             except RunFailed as e:
@@ -352,7 +352,7 @@ class ProbeDrill(Mode):
             return
         t_rest, rest_kind = restore_event(verdict["events"])
         try:
-            wait_restored(self.s, self.mode, t_rest, kind=rest_kind)
+            wait_restored(self.s, self.s.spec.failover, t_rest, kind=rest_kind)
         except RunFailed as e:     # ports still down: BFD's hold-down kept doubling
             if not (self.late and ports_down(self.s.controller.converged())):
                 raise

@@ -198,7 +198,7 @@ class WorkloadDrill(Mode):
 
     def settle(self, v):
         t_rest, rest_kind = restore_event(v["events"])
-        wait_restored(self.s, self.mode, t_rest, kind=rest_kind,
+        wait_restored(self.s, self.s.spec.failover, t_rest, kind=rest_kind,
                       timeout=restore_timeout(getattr(self, "scaled", None)))
 
     def line(self, v):
