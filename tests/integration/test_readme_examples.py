@@ -3,7 +3,7 @@
 The commands are read from the README's "Five commands to try next" block,
 continuation lines joined, ``&&`` chains and ``> FILE`` kept, and run one
 after another from a scratch directory (the repository on PYTHONPATH, its
-``examples`` linked in).  Each gets the options of ``SHORTER`` appended
+``examples`` and ``tests`` linked in).  Each gets the options of ``SHORTER`` appended
 (argparse keeps the last value: fewer repeats, smaller sizes, a shorter
 soak), and ``--results`` into the scratch directory; every one must exit 0.
 A command the README gains without an entry in ``SHORTER`` fails the test.
@@ -105,6 +105,7 @@ def test_every_readme_command_is_known():
     shlex.split(g[0].split("-m emulator", 1)[1])[:2]))
 def test_a_readme_command_runs_as_printed(lines, tmp_path):
     (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / "tests").symlink_to(REPO / "tests")     # the jobs files' SimAI workloads
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("FABRIC_LAB_LAYOUT", None)
     for argv, target in (step for ln in lines for step in steps(ln)):
