@@ -19,7 +19,14 @@ TBF's counters still cover both bands.
 import socket
 import struct
 
-from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
+from emulator.dataplane.system.nlmsg import (  # noqa: F401
+    NLMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    attrs,
+    error_of,
+    messages,
+)
 from emulator.fabric.units import ROCE_MTU, link_mtu  # noqa: F401 (re-exported)
 
 MTU_FRAME = 1514

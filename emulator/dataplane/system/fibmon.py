@@ -26,17 +26,15 @@ import struct
 import threading
 import time
 
+from emulator.dataplane.system.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, RTA, attrs, messages
 from emulator.dataplane.system.signals import signals_masked
 from traffic.nic.netns import entered
 
-NLMSG = struct.Struct("=IHHII")
-RTA = struct.Struct("=HH")
 IFINFO = struct.Struct("=BxHiII")
 RTMSG = struct.Struct("=BBBBBBBBI")
 NHMSG = struct.Struct("=BBBBI")
 RTNH = struct.Struct("=HBBi")
 NH_GRP = struct.Struct("=IBBH")
-NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
@@ -56,33 +54,14 @@ RTN_TYPES = {1: "unicast", 2: "local", 3: "broadcast", 6: "blackhole", 7: "unrea
 RCVBUF = 4 << 20
 
 
-def _attrs(buf, off, end):
-    while off + RTA.size <= end:
-        length, kind = RTA.unpack_from(buf, off)
-        if length < RTA.size:
-            return
-        yield kind & 0x3FFF, off + RTA.size, off + length
-        off += (length + 3) & ~3
-
-
-def _messages(buf):
-    off = 0
-    while off + NLMSG.size <= len(buf):
-        length, mtype, _, _, _ = NLMSG.unpack_from(buf, off)
-        if length < NLMSG.size:
-            return
-        yield mtype, off + NLMSG.size, off + length
-        off += (length + 3) & ~3
-
-
 def decode(buf, names):
     """The events in one read of an rtnetlink socket (``names``: {ifindex: name}, kept
     up to date from link messages).  Anything else is skipped."""
     out = []
-    for mtype, body, end in _messages(buf):
+    for mtype, body, end in messages(buf):
         if mtype in (RTM_NEWLINK, RTM_DELLINK):
             _, _, index, flags, _ = IFINFO.unpack_from(buf, body)
-            for kind, a, b in _attrs(buf, body + IFINFO.size, end):
+            for kind, a, b in attrs(buf, body + IFINFO.size, end):
                 if kind == IFLA_IFNAME:
                     names[index] = buf[a:b].split(b"\0")[0].decode()
             out.append({"kind": "link", "dev": names.get(index, str(index)),
@@ -92,7 +71,7 @@ def decode(buf, names):
             if family != socket.AF_INET:
                 continue
             dst, nhid, devs = "0.0.0.0", None, []
-            for kind, a, b in _attrs(buf, body + RTMSG.size, end):
+            for kind, a, b in attrs(buf, body + RTMSG.size, end):
                 if kind == RTA_DST:
                     dst = socket.inet_ntoa(buf[a:a + 4])
                 elif kind == RTA_TABLE:
@@ -118,7 +97,7 @@ def decode(buf, names):
         elif mtype in (RTM_NEWNEXTHOP, RTM_DELNEXTHOP):
             ev = {"kind": "nexthop", "op": "new" if mtype == RTM_NEWNEXTHOP else "del",
                   "id": None, "dev": None, "group": [], "blackhole": False}
-            for kind, a, b in _attrs(buf, body + NHMSG.size, end):
+            for kind, a, b in attrs(buf, body + NHMSG.size, end):
                 if kind == NHA_ID:
                     ev["id"] = struct.unpack_from("=I", buf, a)[0]
                 elif kind == NHA_OIF:
@@ -153,7 +132,7 @@ def dump(netns, names):
             done = False
             while not done:
                 buf = sock.recv(1 << 20)
-                for t, body_off, _ in _messages(buf):
+                for t, body_off, _ in messages(buf):
                     if t in (NLMSG_DONE, NLMSG_ERROR):
                         done = True
                 out += decode(buf, names)
@@ -264,26 +243,26 @@ class RouteLookup:
         """{"dev", "gateway"} of the route a packet of that flow takes; None if the
         kernel has none (unreachable, blackhole)."""
         self._seq += 1
-        attrs = _rta(RTA_DST, socket.inet_aton(dst))
+        request = _rta(RTA_DST, socket.inet_aton(dst))
         if src is not None:
-            attrs += _rta(RTA_SRC, socket.inet_aton(src))
+            request += _rta(RTA_SRC, socket.inet_aton(src))
         if iif is not None:
-            attrs += _rta(RTA_IIF, struct.pack("=I", self.index[iif]))
-        attrs += _rta(RTA_IP_PROTO, struct.pack("=B", proto))
+            request += _rta(RTA_IIF, struct.pack("=I", self.index[iif]))
+        request += _rta(RTA_IP_PROTO, struct.pack("=B", proto))
         if sport is not None:
-            attrs += _rta(RTA_SPORT, struct.pack("!H", sport))
+            request += _rta(RTA_SPORT, struct.pack("!H", sport))
         if dport is not None:
-            attrs += _rta(RTA_DPORT, struct.pack("!H", dport))
-        body = RTMSG.pack(socket.AF_INET, 32, 32 if src else 0, 0, 0, 0, 0, 0, 0) + attrs
+            request += _rta(RTA_DPORT, struct.pack("!H", dport))
+        body = RTMSG.pack(socket.AF_INET, 32, 32 if src else 0, 0, 0, 0, 0, 0, 0) + request
         self._sock.send(NLMSG.pack(NLMSG.size + len(body), RTM_GETROUTE, NLM_F_REQUEST,
                                    self._seq, 0) + body)
         buf = self._sock.recv(1 << 16)
-        for mtype, off, end in _messages(buf):
+        for mtype, off, end in messages(buf):
             if mtype == NLMSG_ERROR:
                 return None
             if mtype == RTM_NEWROUTE:
                 gateway = None
-                for kind, a, _ in _attrs(buf, off + RTMSG.size, end):
+                for kind, a, _ in attrs(buf, off + RTMSG.size, end):
                     if kind == RTA_GATEWAY:
                         gateway = socket.inet_ntoa(buf[a:a + 4])
                 ev = decode(buf, self.names)
