@@ -83,6 +83,13 @@ def socket_buffers(size, may_stay=False):
             f.write(old)
 
 
+def name_intfs(host, h):
+    """Mininet's record of a configured host's interfaces: address, prefix, MAC."""
+    for p in h["ports"]:
+        intf = host.intf(p["port"])
+        intf.ip, intf.prefixLen, intf.mac = p["ip"], p["prefix_len"], p["mac"]
+
+
 class FabricNet:
     """The running fabric of one run."""
 
@@ -130,15 +137,7 @@ class FabricNet:
     # ----- build ---------------------------------------------------------
 
     def build(self):
-        t0 = time.monotonic()
-        setLogLevel("error")
-        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                          autoStaticArp=False, inNamespace=False)
-        self._start_instances()
-        self._start_nodes()
-        self.timings["nodes_s"] = time.monotonic() - t0
-        self._make_links()
-        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        t0 = self._nodes_and_links()
         # Hosts first: their ends are up (carrier on the switch ends) before any
         # bridge exists, so every switch connects with its host ports live.  The
         # other order made the first leaves connect with host ports down, and their
@@ -153,6 +152,20 @@ class FabricNet:
         self.timings["bridges_s"] = time.monotonic() - t1
         self.mn.built = True
         self.timings["build_s"] = time.monotonic() - t0
+
+    def _nodes_and_links(self):
+        """Mininet without a topology of its own, the datapath instances, the nodes
+        and the links between them, timed; when it began."""
+        t0 = time.monotonic()
+        setLogLevel("error")
+        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                          autoStaticArp=False, inNamespace=False)
+        self._start_instances()
+        self._start_nodes()
+        self.timings["nodes_s"] = time.monotonic() - t0
+        self._make_links()
+        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        return t0
 
     def _start_instances(self):
         if not self.placement:
@@ -385,10 +398,7 @@ class FabricNet:
                     hb.add(ipr, self.topo, h, self.queue_ms, self.frame, self.shape)  # rail-only
             except (OSError, NetlinkError) as e:
                 raise RunFailed(f"configuring host {h['name']}: {e}")
-            intfs = {p["port"]: host.intf(p["port"]) for p in h["ports"]}
-            for p in h["ports"]:
-                intfs[p["port"]].ip, intfs[p["port"]].prefixLen = p["ip"], p["prefix_len"]
-                intfs[p["port"]].mac = p["mac"]
+            name_intfs(host, h)
 
     # ----- run-time helpers ---------------------------------------------
 

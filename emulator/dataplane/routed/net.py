@@ -29,12 +29,9 @@ process, and its veth ends with it).
 import signal
 import time
 
-from mininet.log import setLogLevel
-from mininet.net import Mininet
-
 from emulator.dataplane.links import hb
 from emulator.dataplane.links.ifaces import delete_interfaces, terminate_nodes, write_sysctl
-from emulator.dataplane.net import FabricNet
+from emulator.dataplane.net import FabricNet, name_intfs
 from emulator.dataplane.nodes import FabricHost
 from emulator.dataplane.routed.frr import Frr, Router
 from emulator.dataplane.runstate import child_env
@@ -109,14 +106,7 @@ class RoutedNet(FabricNet):
     # ----- build ---------------------------------------------------------------
 
     def build(self):
-        t0 = time.monotonic()
-        setLogLevel("error")
-        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                          autoStaticArp=False, inNamespace=False)
-        self._start_nodes()
-        self.timings["nodes_s"] = time.monotonic() - t0
-        self._make_links()
-        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        t0 = self._nodes_and_links()        # no datapath instances: no placement
         t1 = time.monotonic()
         self._configure_hosts()
         self._configure_routers()
@@ -192,10 +182,7 @@ class RoutedNet(FabricNet):
                     hb.add(ipr, self.topo, h, self.queue_ms, self.frame, self.shape)
             except (OSError, NetlinkError) as e:
                 raise RunFailed(f"configuring host {h['name']}: {e}")
-            intfs = {p["port"]: host.intf(p["port"]) for p in h["ports"]}
-            for p in h["ports"]:
-                intfs[p["port"]].ip, intfs[p["port"]].prefixLen = p["ip"], p["prefix_len"]
-                intfs[p["port"]].mac = p["mac"]
+            name_intfs(host, h)
 
     def _start_frr(self):
         routers = {}
