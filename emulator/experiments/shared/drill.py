@@ -23,7 +23,7 @@ from emulator.errors import ConfigError
 from emulator.experiments.drill.drill import parse_modes, schedule_from
 from emulator.experiments.drill.stats import training_verdict, workload_summary
 from emulator.experiments.drill.traffic import faulted_links
-from emulator.experiments.drill.workload import TrainingDrill, log_says, under_schedule
+from emulator.experiments.drill.workload import TrainingDrill
 from emulator.experiments.repeat import each_mode
 from emulator.experiments.shared import launch as shared_launch
 from emulator.experiments.spec.build import command_doc
@@ -41,14 +41,9 @@ class SharedDrill(TrainingDrill):
 
     def repeat(self, r):
         s = self.s
-        log = os.path.join(s.dir, "shared", "job.log")
-        if os.path.exists(log):
-            os.remove(log)           # the last repeat's "ready" must not start this one
-        doc, injected = under_schedule(
-            self.inj, self.events, lambda: shared_launch.run_shared(
-                s, self.shared, self.job_extra, progress=self.say,
-                faulted=faulted_links(self.events, s.topo)),
-            lambda: log_says(log, "ready"), "the shared run")
+        doc, injected = self.scheduled("shared", lambda: shared_launch.run_shared(
+            s, self.shared, self.job_extra, progress=self.say,
+            faulted=faulted_links(self.events, s.topo)), "the shared run")
         t_fault = injected[0]["t_ns"]
         jobs = {j["name"]: dict(training_verdict(j["training"], t_fault),
                                 retransmitted_bytes=j["retransmitted_bytes"])
