@@ -77,16 +77,20 @@ _StrictLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
 
 
-def load_file(path):
-    """Read and validate a fabric file; raise ConfigError on any problem."""
+def read_text(path, what):
+    """The text of the file ``what`` names ("fabric file"), or one ConfigError."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read()
     except OSError as e:
-        raise ConfigError(None, f"cannot read fabric file: {e.strerror}", source=str(path))
+        raise ConfigError(None, f"cannot read {what}: {e.strerror}", source=str(path))
     except UnicodeDecodeError:
-        raise ConfigError(None, "fabric file is not UTF-8 text", source=str(path))
-    return load_text(text, source=str(path))
+        raise ConfigError(None, f"{what} is not UTF-8 text", source=str(path))
+
+
+def load_file(path):
+    """Read and validate a fabric file; raise ConfigError on any problem."""
+    return load_text(read_text(path, "fabric file"), source=str(path))
 
 
 def load_text(text, source="<fabric>"):

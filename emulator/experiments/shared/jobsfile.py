@@ -44,6 +44,7 @@ import yaml
 
 from emulator.errors import ConfigError
 from emulator.experiments.workloads.collective import parse_sizes
+from emulator.fabric import spec as fabric_spec
 from emulator.fabric.units import parse_duration, parse_rate
 from lab.modes import Placement, TrafficClass
 
@@ -189,14 +190,8 @@ def plain(value):
 
 def load_file(path):
     """Read and check a jobs file; workload paths are taken from the file's folder."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(None, f"cannot read the jobs file: {e.strerror}", source=str(path))
-    except UnicodeDecodeError:
-        raise ConfigError(None, "the jobs file is not UTF-8 text", source=str(path))
-    return parse_text(text, str(path), os.path.dirname(path))
+    return parse_text(fabric_spec.read_text(path, "the jobs file"), str(path),
+                      os.path.dirname(path))
 
 
 def parse_text(text, source="<jobs>", base_dir="."):
