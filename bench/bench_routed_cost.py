@@ -48,6 +48,8 @@ from emulator.dataplane.session import Session  # noqa: E402 (after the path)
 from emulator.experiments import calibrate as cal  # noqa: E402
 from emulator.experiments.measure import budget  # noqa: E402
 from emulator.experiments.measure.fidelity import STEAL_WARN  # noqa: E402
+from emulator.experiments.workloads.mix import measure, netns_of  # noqa: E402
+from emulator.fabric.routing.addresses import next_hop_mac  # noqa: E402
 from emulator.fabric.runspec import RunSpec  # noqa: E402
 from lab.modes import Control  # noqa: E402
 from traffic.roce.frames import frame_len_for_mtu  # noqa: E402
@@ -179,6 +181,32 @@ def sink_pair(s):
 
 # ----- the measurements ------------------------------------------------------------------------
 
+def one_trial(s, src, dst, rate, frame_len, log):
+    """One trial of ``calibrate`` (its plan and criteria), logged with where frames went:
+    the emulation drops by place and the engine's CPU share; (ok, steal)."""
+    sport, dport = src["ports"][0], dst["ports"][0]
+    plan = {"duration": cal.TRIAL_S, "frame_len": frame_len, "idle": 0.3,
+            "streams": [{"name": src["name"], "netns": netns_of(s.net, src["name"]),
+                         "intf": sport["port"], "src_mac": sport["mac"],
+                         "src_ip": sport["ip"], "dst_mac": next_hop_mac(sport, dport),
+                         "dst_ip": dport["ip"], "rate_bps": rate, "qps": 4}],
+            "receivers": [{"name": dst["name"], "netns": netns_of(s.net, dst["name"]),
+                           "intf": dport["port"]}]}
+    res, doc = measure(s, plan, name=f"cost-{int(rate)}")
+    sent, received = res["engine"]["sent_packets"], res["engine"]["received_packets"]
+    ok = budget.trial_ok(sent, received, doc, cal.LATENCY_LIMIT_MS, cal.LATENCY_QUANTILE)
+    steal = doc["cpu"].get("machine_steal") or 0.0
+    lat = doc.get("latency_ms") or {}
+    where = {k: v for k, v in doc["emulation_drops"].items()
+             if k != "total" and (sum(v.values()) if isinstance(v, dict) else v)}
+    log(f"    {rate / 1e6:8.1f} Mbit/s {sent / cal.TRIAL_S / 1e3:6.1f} kpps lost "
+        f"{sent - received:6d} p99 {lat.get('p99')} ms emulation drops {where or 0} "
+        f"engine {res['engine']['cpu_s'] / max(res['window_s'], 1e-9):.0%} of a core, "
+        f"machine {doc['cpu'].get('machine')} steal {steal:.0%} -> "
+        f"{'ok' if ok else '; '.join([doc['verdict']] + doc['reasons'])}")
+    return ok, steal
+
+
 def searches(s, pairs, frame_len, repeats, log):
     """{label: [pps of each search]}: ``repeats`` searches per (src, dst) pair, taking turns."""
     found = {label: [] for label in pairs}
@@ -187,7 +215,7 @@ def searches(s, pairs, frame_len, repeats, log):
             log(f"  {label}, search {n + 1} of {repeats}")
 
             def trial(rate, src=src, dst=dst):
-                return cal._trial(s, src, dst, rate, frame_len, lambda m: log(f"    {m}"))
+                return one_trial(s, src, dst, rate, frame_len, log)
             best, _ = budget.search(budget.unless_stolen(trial, STEAL_WARN),
                                     start_bps=100e6, max_bps=20e9)
             found[label].append(best / (frame_len * 8))
