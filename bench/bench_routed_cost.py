@@ -107,6 +107,27 @@ def blast_rate(rx_before, rx_after, sent, seconds):
     return (rx_after - rx_before) / seconds / 1e3, sent / seconds / 1e3
 
 
+def per_cpu(stat_text):
+    """{cpuN: (busy jiffies, softirq jiffies, total jiffies)} from /proc/stat text."""
+    out = {}
+    for line in stat_text.splitlines():
+        name, *vals = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            v = [int(x) for x in vals[:8]]      # user nice system idle iowait irq softirq steal
+            out[name] = (sum(v) - v[3] - v[4], v[6], sum(v))
+    return out
+
+
+def cpu_shares(before, after):
+    """{cpuN: (busy share, softirq share)} between two ``per_cpu`` readings."""
+    shares = {}
+    for name in sorted(after):
+        b, a = before[name], after[name]
+        total = max(a[2] - b[2], 1)
+        shares[name] = ((a[0] - b[0]) / total, (a[1] - b[1]) / total)
+    return shares
+
+
 # ----- the fabric's namespaces ----------------------------------------------------------------
 
 def run_in(netns, *cmd, check=True, timeout=30):
@@ -157,6 +178,17 @@ def strip_shapers(s):
         run_in(ns, "tc", "qdisc", "del", "dev", ifname, "root", check=False)
 
 
+def set_rps(s, on):
+    """Receive packet steering on every router port: every CPU of the machine (``on``) or
+    none (the kernel's default: a frame is forwarded on the CPU that received it)."""
+    mask = format((1 << (os.cpu_count() or 1)) - 1, "x") if on else "0"
+    for sw in s.topo["switches"]:
+        for p in sw["ports"]:
+            with open(f"{s.net.sysfs(sw['name'])}/class/net/{p['intf']}/queues/rx-0/rps_cpus",
+                      "w") as f:
+                f.write(mask)
+
+
 def sink_pair(s):
     """Row a's veth pair: ``blast0`` in h1's namespace, ``blast1`` in h2's (h2's address,
     the fabric's MTU); (src, dst) host entries for ``calibrate._trial``."""
@@ -192,7 +224,11 @@ def one_trial(s, src, dst, rate, frame_len, log):
                          "dst_ip": dport["ip"], "rate_bps": rate, "qps": 4}],
             "receivers": [{"name": dst["name"], "netns": netns_of(s.net, dst["name"]),
                            "intf": dport["port"]}]}
+    with open("/proc/stat") as f:
+        before = per_cpu(f.read())
     res, doc = measure(s, plan, name=f"cost-{int(rate)}")
+    with open("/proc/stat") as f:
+        shares = cpu_shares(before, per_cpu(f.read()))
     sent, received = res["engine"]["sent_packets"], res["engine"]["received_packets"]
     ok = budget.trial_ok(sent, received, doc, cal.LATENCY_LIMIT_MS, cal.LATENCY_QUANTILE)
     steal = doc["cpu"].get("machine_steal") or 0.0
@@ -202,7 +238,8 @@ def one_trial(s, src, dst, rate, frame_len, log):
     log(f"    {rate / 1e6:8.1f} Mbit/s {sent / cal.TRIAL_S / 1e3:6.1f} kpps lost "
         f"{sent - received:6d} p99 {lat.get('p99')} ms emulation drops {where or 0} "
         f"engine {res['engine']['cpu_s'] / max(res['window_s'], 1e-9):.0%} of a core, "
-        f"machine {doc['cpu'].get('machine')} steal {steal:.0%} -> "
+        + " ".join(f"{c} {b:.0%} busy ({si:.0%} softirq)" for c, (b, si) in shares.items())
+        + f" steal {steal:.0%} -> "
         f"{'ok' if ok else '; '.join([doc['verdict']] + doc['reasons'])}")
     return ok, steal
 
@@ -245,6 +282,20 @@ def blasts(s, binary, paths, frame_len, repeats, log):
     return got
 
 
+def rps_rows(s, pairs, frame_len, repeats, log):
+    """Rows d and f, one search each per repeat and path, taking turns."""
+    d = {label: [] for label in pairs}
+    f = {label: [] for label in pairs}
+    for _ in range(repeats):
+        for row, on in ((d, False), (f, True)):
+            set_rps(s, on)
+            log(f"{'f. d + RPS on every router port' if on else 'd. as calibrate'}")
+            for label, pps in searches(s, pairs, frame_len, 1, log).items():
+                row[label] += pps
+    set_rps(s, False)
+    return d, f
+
+
 def compile_blaster(where):
     binary = os.path.join(where, "udp_blast")
     subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", binary,
@@ -259,6 +310,8 @@ def main():
     ap.add_argument("--mtu", type=int, default=4096)
     ap.add_argument("--results", default="results")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--rps", action="store_true",
+                    help="only rows d and f (d with RPS on every router port), taking turns")
     a = ap.parse_args()
     if a.repeats < 1 or not set(a.paths.split(",")) <= set(PATHS):
         sys.exit("error: --repeats at least 1, --paths of 3 and 1")
@@ -276,6 +329,10 @@ def main():
         paths = {label: (src["name"], dst["name"]) for label, (src, dst) in pairs.items()}
         log = lambda m: print(m, flush=True)    # noqa: E731
         cal.wait_quiet(log)
+        if a.rps:
+            rows["d"], rows["f"] = rps_rows(s, pairs, frame_len, a.repeats, log)
+            report(rows, frame_len, a.repeats, None)
+            return
         log("a. the sender alone: one veth pair, h1 -> h2, no router, no shaper")
         rows["a"] = searches(s, {"no router": sink_pair(s)}, frame_len, a.repeats, log)
         seen = inventory(s)
@@ -309,15 +366,16 @@ NAMES = {"a": "a. sender alone (veth pair, no router)",
          "c": "c. + TBF per port",
          "d": "d. + eBPF: full (calibrate)",
          "e+tbf": "e. C sendmmsg sender, TBFs, saturation",
-         "e": "e. C sendmmsg sender, bare, saturation"}
+         "e": "e. C sendmmsg sender, bare, saturation",
+         "f": "f. d + RPS on every router port"}
 
 
 def report(rows, frame_len, repeats, programs):
     print(f"\n{frame_len}-byte frames; kpps = median of {repeats} (every figure in brackets)")
-    if "c" not in rows:
+    if "c" not in rows and "a" in rows:
         print("c = d: the fabric attached no eBPF program to any port (measured once, as d)")
     d3 = statistics.median(rows["d"].get("3 routers", [0])) or None
-    for key in ("a", "b", "c", "d", "e+tbf", "e"):
+    for key in ("a", "b", "c", "d", "e+tbf", "e", "f"):
         if key not in rows:
             continue
         for label, pps in rows[key].items():

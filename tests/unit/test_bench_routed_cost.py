@@ -49,3 +49,16 @@ def test_blast_rate_from_counters():
     assert tx == pytest.approx(200.0)
     with pytest.raises(ValueError):
         bench.blast_rate(0, 1, 1, 0.0)
+
+
+def test_cpu_shares_from_proc_stat():
+    before = ("cpu  10 0 10 100 0 0 0 0 0 0\n"
+              "cpu0 0 0 0 100 0 0 0 0 0 0\n"
+              "cpu1 10 0 10 0 0 0 0 0 0 0\nintr 5\n")
+    after = ("cpu  90 0 90 200 0 0 40 0 0 0\n"
+             "cpu0 50 0 10 100 0 0 40 0 0 0\n"
+             "cpu1 40 0 80 100 0 0 0 0 0 0\nintr 9\n")
+    shares = bench.cpu_shares(bench.per_cpu(before), bench.per_cpu(after))
+    assert list(shares) == ["cpu0", "cpu1"]
+    assert shares["cpu0"] == pytest.approx((1.0, 0.4))     # 100 of 100 busy, 40 softirq
+    assert shares["cpu1"] == pytest.approx((0.5, 0.0))     # 100 busy of 200
