@@ -1,6 +1,6 @@
 """Where the routed data plane's budget goes: the sender, the routers, the shaping, eBPF.
 
-    sudo .venv/bin/python bench/bench_routed_cost.py [--repeats 3] [--paths 3,1]
+    sudo .venv/bin/python bench/bench_routed_cost.py [--repeats 3] [--paths 3,1] [--turns a,d]
 
 One routed fabric, the one ``emulator calibrate --control bgp`` builds (2
 leaves, 1 spine, 2 hosts per leaf, 10 Gbit/s links, FRR), and the method of
@@ -28,7 +28,15 @@ layer, so each row is the one below it plus one thing:
      rx counter), with TBFs (state d) and bare (state b).  No loss or latency
      criterion: it is a saturation rate, not a faithful one.
 
-Order: a, then d (and e with TBFs), then the programs are removed (c), then
+  f. (``--turns d,f``) d with receive packet steering on every router port
+     (``rps_cpus``: every CPU), which lets the kernel forward a frame on
+     another CPU than the one that received it.
+
+``--turns a,d`` (or d,f, a,d,f) measures only those rows, one search each
+per repeat and path, the rows taking turns, so that a busy spell of the host
+falls on all of them.
+
+Order otherwise: a, then d (and e with TBFs), then the programs are removed (c), then
 the shapers (b, e bare); each searched row ``--repeats`` searches per path,
 the paths taking turns, medians printed with every search's figure.  Run it
 alone under the machine lock; it takes about 15 minutes.
@@ -282,18 +290,20 @@ def blasts(s, binary, paths, frame_len, repeats, log):
     return got
 
 
-def rps_rows(s, pairs, frame_len, repeats, log):
-    """Rows d and f, one search each per repeat and path, taking turns."""
-    d = {label: [] for label in pairs}
-    f = {label: [] for label in pairs}
+def turns(s, rows, pairs, frame_len, repeats, log):
+    """Rows among a, d and f (d with RPS on every router port), one search each per repeat
+    and path, the rows taking turns (a busy spell of the host falls on all of them)."""
+    sink = sink_pair(s) if "a" in rows else None
+    found = {row: {} for row in rows}
     for _ in range(repeats):
-        for row, on in ((d, False), (f, True)):
-            set_rps(s, on)
-            log(f"{'f. d + RPS on every router port' if on else 'd. as calibrate'}")
-            for label, pps in searches(s, pairs, frame_len, 1, log).items():
-                row[label] += pps
+        for row in rows:
+            set_rps(s, row == "f")
+            log(NAMES[row])
+            these = {"no router": sink} if row == "a" else pairs
+            for label, pps in searches(s, these, frame_len, 1, log).items():
+                found[row].setdefault(label, []).extend(pps)
     set_rps(s, False)
-    return d, f
+    return found
 
 
 def compile_blaster(where):
@@ -310,11 +320,13 @@ def main():
     ap.add_argument("--mtu", type=int, default=4096)
     ap.add_argument("--results", default="results")
     ap.add_argument("--json", help="write the figures here too")
-    ap.add_argument("--rps", action="store_true",
-                    help="only rows d and f (d with RPS on every router port), taking turns")
+    ap.add_argument("--turns", help="only these rows of a, d and f (d with RPS on every "
+                                    "router port), taking turns: e.g. a,d")
     a = ap.parse_args()
     if a.repeats < 1 or not set(a.paths.split(",")) <= set(PATHS):
         sys.exit("error: --repeats at least 1, --paths of 3 and 1")
+    if a.turns and not set(a.turns.split(",")) <= {"a", "d", "f"}:
+        sys.exit(f"error: --turns {a.turns}: rows of a, d and f (e.g. a,d)")
     frame_len = frame_len_for_mtu(a.mtu)
     fabric = cal.calibration_fabric()
     spec = RunSpec(fabric, fabric_source={"calibration": True}, mtu=a.mtu, results=a.results,
@@ -329,8 +341,8 @@ def main():
         paths = {label: (src["name"], dst["name"]) for label, (src, dst) in pairs.items()}
         log = lambda m: print(m, flush=True)    # noqa: E731
         cal.wait_quiet(log)
-        if a.rps:
-            rows["d"], rows["f"] = rps_rows(s, pairs, frame_len, a.repeats, log)
+        if a.turns:
+            rows = turns(s, a.turns.split(","), pairs, frame_len, a.repeats, log)
             report(rows, frame_len, a.repeats, None)
             return
         log("a. the sender alone: one veth pair, h1 -> h2, no router, no shaper")
@@ -372,9 +384,9 @@ NAMES = {"a": "a. sender alone (veth pair, no router)",
 
 def report(rows, frame_len, repeats, programs):
     print(f"\n{frame_len}-byte frames; kpps = median of {repeats} (every figure in brackets)")
-    if "c" not in rows and "a" in rows:
+    if "c" not in rows and "b" in rows:
         print("c = d: the fabric attached no eBPF program to any port (measured once, as d)")
-    d3 = statistics.median(rows["d"].get("3 routers", [0])) or None
+    d3 = statistics.median(rows.get("d", {}).get("3 routers", [0])) or None
     for key in ("a", "b", "c", "d", "e+tbf", "e", "f"):
         if key not in rows:
             continue
