@@ -1,12 +1,19 @@
 """Two small training jobs and a checkpoint flow on one fabric (``run --workload
 jobs:FILE --baseline``): one job engine for all of them, each job's slowdown against
-itself alone, the flow's report, the uplinks' owners; and a bad jobs file refused
+itself alone, the flow's report, the uplinks' owners; a cut during two jobs
+(``drill jobs``) charged to the job whose ring crosses it; and a bad jobs file refused
 before anything is built."""
+
+import json
 
 import yaml
 
-from tests.conftest import REPO, assert_contract, emulator, results_of, unless_stolen, \
-    verdict_of
+from tests.conftest import REPO, assert_contract, emulator, results_of, unless_stolen, verdict_of
+
+# no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): its runs name their
+# layout (shared, what 2 cores choose); the datapath instances are tested elsewhere
+LAYOUT_INDEPENDENT = True
+LAYOUT = ("--layout", "shared")
 
 LLAMA = f"{REPO}/tests/data/simai/L7B-M1-C04_Llama7B_megatron_tp2_pp1_mbs1_A100.txt"
 
@@ -37,8 +44,8 @@ def test_two_jobs_and_a_checkpoint_share_a_fabric_and_each_job_is_held_to_itself
 
     def measure(attempt):
         base = tmp_path / f"try{attempt}"
-        p = emulator("run", "--workload", f"jobs:{path}", "--baseline", "--size-scale",
-                     "2000", "--results", str(base), timeout=400)
+        p = emulator("run", *LAYOUT, "--workload", f"jobs:{path}", "--baseline",
+                     "--size-scale", "2000", "--results", str(base), timeout=400)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return (p, *results_of(base))
     p, doc, run = unless_stolen(measure, lambda m: worst(m[1]))
@@ -77,6 +84,71 @@ def test_two_jobs_and_a_checkpoint_share_a_fabric_and_each_job_is_held_to_itself
     assert spec["workload"]["jobs"]["jobs"][0]["workload"] == LLAMA
     assert spec["workload"]["baseline"] is True
     assert "slowdown" in p.stdout and "hottest uplinks" in p.stdout
+    # each job's most crowded link and what fair sharing of it predicts: k is that
+    # link's owned bytes over the job's own there, and the prediction lies between no
+    # slowdown (no exposed communication) and k (all of the iteration communication)
+    top = {u["link"]: u for u in s["uplinks"]}
+    for j in (a, b):
+        k = j["crowding"]
+        assert k is not None and k >= 1, j
+        assert sorted(x.rstrip("0123456789") for x in j["crowded_link"].split("->")) == [
+            "leaf", "spine"], j
+        if j["crowded_link"] in top:
+            owners = top[j["crowded_link"]]["owners"]
+            assert k == round(sum(owners.values()) / owners[j["name"]], 4), (j, owners)
+        assert 1 <= j["fair_share_slowdown"] <= k + 1e-4, j
+
+
+def test_a_cut_during_two_jobs_is_charged_to_the_job_whose_ring_crosses_it(tmp_path):
+    # one spine: every byte between leaves crosses it, so a (h1 on leaf1, h3 on leaf2)
+    # crosses the cut of leaf1-spine1 and b (h5, h6, both on leaf3) never leaves its
+    # leaf.  The cut holds longer than an iteration, so a's ring sends into it whatever
+    # phase its iteration is in, and comes back before a QP runs out of retries.
+    path = jobs_file(tmp_path, placement="explicit", extra={"background": []})
+    doc = yaml.safe_load(path.read_text())
+    doc["jobs"][0]["hosts"], doc["jobs"][1]["hosts"] = ["h1", "h3"], ["h5", "h6"]
+    for j in doc["jobs"]:
+        j["iterations"] = 3
+    path.write_text(yaml.safe_dump(doc))
+
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        p = emulator("drill", "jobs", *LAYOUT, "--workload", f"jobs:{path}", "-P",
+                     "spines=1", "--size-scale", "2000", "--fault", "leaf1-spine1",
+                     "--hold", "3", "--failover", "fast-failover", "--repeat", "1",
+                     "--results", str(base), timeout=400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        (d,) = [x for x in base.iterdir() if x.name.startswith("drill-")]
+        return p, json.loads((d / "drill.json").read_text())
+    p, doc = unless_stolen(measure,
+                           lambda m: m[1]["modes"][0]["repeats"][0]["fidelity_detail"])
+    assert_contract("drill.json", doc)
+    (mode,) = doc["modes"]
+    (rep,) = mode["repeats"]
+    assert rep["fidelity"] == "faithful", verdict_of(rep["fidelity_detail"])
+    down, up = rep["events"]
+    assert (down["kind"], down["target"], up["kind"]) == ("link_down", "leaf1-spine1",
+                                                          "link_up")
+    assert rep["shared_links"] == []          # b is on no inter-switch link
+    a, b = rep["jobs"]["a"], rep["jobs"]["b"]
+    for j in (a, b):
+        assert len(j["iterations"]) == 3 and j["disturbed"] is not None, j
+        assert not j["job_died"] and j["wrong"] == 0, j
+    # a lost frames in the cut, resent them after timeouts, and its iteration that held
+    # the cut waited for the link; b lost nothing and kept its pace
+    assert a["retransmitted"] > 0 and a["timeouts"] > 0 and a["retransmitted_bytes"] > 0, a
+    assert a["slowdown"] > 1.3, a
+    assert b["retransmitted"] == 0 and b["timeouts"] == 0 and b["retransmitted_bytes"] == 0, b
+    assert b["slowdown"] < 1.15, b
+    # the summary over repeats, per job, and the table's line per job
+    ja, jb = mode["jobs"]["a"], mode["jobs"]["b"]
+    assert ja["retransmitted_median"] == a["retransmitted"] and ja["slowdown_max"] == a[
+        "slowdown"] and ja["jobs_died"] == 0
+    assert jb["retransmitted_median"] == 0 and jb["slowdown_max"] == b["slowdown"]
+    assert mode["summary"]["jobs_died"] == 0 and mode["summary"]["faithful"] == 1
+    rows = {ln.split()[1]: ln.split() for ln in p.stdout.splitlines()
+            if ln.startswith("fast-failover ")}
+    assert int(rows["a"][4]) == a["retransmitted"] and rows["b"][4] == "0", p.stdout
 
 
 def test_a_jobs_file_asking_for_a_host_the_fabric_lacks_is_refused_before_anything_is_built(
@@ -86,12 +158,14 @@ def test_a_jobs_file_asking_for_a_host_the_fabric_lacks_is_refused_before_anythi
     doc["jobs"][0]["hosts"] = ["h1", "h99"]
     doc["jobs"][1]["hosts"] = ["h1", "h2"]
     path.write_text(yaml.safe_dump(doc))
-    p = emulator("run", "--workload", f"jobs:{path}", "--results", str(tmp_path / "r"))
+    p = emulator("run", *LAYOUT, "--workload", f"jobs:{path}", "--results",
+                 str(tmp_path / "r"))
     assert p.returncode == 2, p.stdout + p.stderr
     assert "unknown host 'h99'" in p.stderr and "line" in p.stderr
     assert not (tmp_path / "r").exists()
     doc["jobs"][0]["hosts"] = ["h1", "h3"]
     path.write_text(yaml.safe_dump(doc))
-    p = emulator("run", "--workload", f"jobs:{path}", "--results", str(tmp_path / "r"))
+    p = emulator("run", *LAYOUT, "--workload", f"jobs:{path}", "--results",
+                 str(tmp_path / "r"))
     assert p.returncode == 2 and "host h1 is job" in p.stderr, p.stderr
     assert not (tmp_path / "r").exists()

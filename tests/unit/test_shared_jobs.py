@@ -397,3 +397,29 @@ def test_a_jobs_most_crowded_link_sets_the_slowdown_fair_sharing_predicts():
     assert shares.fair_share_slowdown(4.0, 8.0, 2.0) == 3.25
     assert shares.fair_share_slowdown(1.0, 8.0, 2.0) == 1.0
     assert shares.fair_share_slowdown(None, 8.0, 2.0) is None
+
+
+def test_a_job_alone_on_its_links_has_k_one_and_fair_sharing_predicts_no_slowdown():
+    # a's ring crosses two links nobody else uses; b's bytes elsewhere do not count
+    rows = [{"link": "leaf1->spine1", "bytes": 6000, "owners": {"a": 6000}},
+            {"link": "spine1->leaf2", "bytes": 6000, "owners": {"a": 6000}},
+            {"link": "leaf3->spine2", "bytes": 9000, "owners": {"b": 9000}}]
+    assert shares.crowding(rows, "a") == (1.0, "leaf1->spine1")
+    assert shares.fair_share_slowdown(1.0, 3.0, 1.0) == 1.0
+    # a background flow on a's link counts as an owner: k = (6000 + 2000) / 6000
+    rows[1]["owners"]["ckpt"] = 2000
+    rows[1]["bytes"] = 8000
+    assert shares.crowding(rows, "a") == (round(8000 / 6000, 4), "spine1->leaf2")
+
+
+def test_fair_sharing_stretches_only_the_exposed_communication():
+    # 1 s of compute, 2 s of exposed communication alone: k = 2 doubles the 2 s
+    assert shares.fair_share_slowdown(2.0, 3.0, 1.0) == round(5 / 3, 4)
+    # between 1 (all compute) and k (all communication)
+    assert shares.fair_share_slowdown(3.0, 4.0, 0.0) == 3.0
+    assert shares.fair_share_slowdown(3.0, 4.0, 4.0) == 1.0
+    # a compute figure above the iteration (measured apart) leaves no communication
+    assert shares.fair_share_slowdown(3.0, 4.0, 4.5) == 1.0
+    # no alone time, or no link: no prediction
+    assert shares.fair_share_slowdown(2.0, 0.0, 1.0) is None
+    assert shares.fair_share_slowdown(2.0, None, 1.0) is None
