@@ -84,9 +84,11 @@ def test_two_jobs_and_a_checkpoint_share_a_fabric_and_each_job_is_held_to_itself
     assert spec["workload"]["jobs"]["jobs"][0]["workload"] == LLAMA
     assert spec["workload"]["baseline"] is True
     assert "slowdown" in p.stdout and "hottest uplinks" in p.stdout
-    # each job's most crowded link and what fair sharing of it predicts: k is that
-    # link's owned bytes over the job's own there, and the prediction lies between no
-    # slowdown (no exposed communication) and k (all of the iteration communication)
+    # each job's most crowded link and what fair sharing of it predicts: shared fairly,
+    # the job's bytes there are through after min(link's bytes, owners x its own);
+    # k is that over the job's busiest link's own bytes (at least its own here), and
+    # the prediction lies between no slowdown (no exposed communication) and k (all
+    # of the iteration communication)
     top = {u["link"]: u for u in s["uplinks"]}
     for j in (a, b):
         k = j["crowding"]
@@ -95,7 +97,9 @@ def test_two_jobs_and_a_checkpoint_share_a_fabric_and_each_job_is_held_to_itself
             "leaf", "spine"], j
         if j["crowded_link"] in top:
             owners = top[j["crowded_link"]]["owners"]
-            assert k == round(sum(owners.values()) / owners[j["name"]], 4), (j, owners)
+            own, n = owners[j["name"]], sum(1 for v in owners.values() if v)
+            through = min(sum(owners.values()), n * own)
+            assert k <= round(through / own, 4) + 1e-4, (j, owners)
         assert 1 <= j["fair_share_slowdown"] <= k + 1e-4, j
 
 

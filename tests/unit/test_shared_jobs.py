@@ -388,9 +388,13 @@ def test_a_jobs_most_crowded_link_sets_the_slowdown_fair_sharing_predicts():
             {"link": "leaf1->spine2", "bytes": 2000, "owners": {"a": 1000, "b": 1000}},
             {"link": "leaf2->spine1", "bytes": 5000, "owners": {"b": 5000}},
             {"link": "leaf3->spine1", "bytes": 90000, "owners": {"a": 500, "c": 89500}}]
-    # a's 500 bytes are under 1 % of leaf3->spine1: a is not on it
-    assert shares.crowding(rows, "a") == (4.0, "leaf1->spine1")
-    assert shares.crowding(rows, "b") == (2.0, "leaf1->spine2")
+    # a's 500 bytes are under 1 % of leaf3->spine1: a is not on it.  a's 1000 bytes
+    # on leaf1->spine1 beside b's 3000 are through after 2000 byte times, twice its
+    # 1000 alone (b's remaining 2000 go after them): k = 2, not 4000 / 1000
+    assert shares.crowding(rows, "a") == (2.0, "leaf1->spine1")
+    # b's busiest link is its own (5000); shared, its 3000 on leaf1->spine1 are
+    # through after 4000: its own link still sets its time
+    assert shares.crowding(rows, "b") == (1.0, "leaf2->spine1")
     assert shares.crowding(rows, "c") == (round(90000 / 89500, 4), "leaf3->spine1")
     assert shares.crowding(rows, "d") == (None, None)
     # 2 s of compute and 6 s of communication alone; 4 x the communication together
@@ -410,6 +414,21 @@ def test_a_job_alone_on_its_links_has_k_one_and_fair_sharing_predicts_no_slowdow
     rows[1]["owners"]["ckpt"] = 2000
     rows[1]["bytes"] = 8000
     assert shares.crowding(rows, "a") == (round(8000 / 6000, 4), "spine1->leaf2")
+
+
+def test_a_few_bytes_of_a_job_on_a_crowded_link_do_not_make_it_crowded():
+    # adaptive routing moved a flowlet of a (400 bytes, 2 % of the link) onto b's
+    # busy link: a's 400 bytes are through after 800 byte times, well within the
+    # 10000 of its busiest link, so fair sharing predicts no slowdown, not 51x
+    rows = [{"link": "leaf1->spine1", "bytes": 10000, "owners": {"a": 10000}},
+            {"link": "leaf1->spine2", "bytes": 20400, "owners": {"a": 400, "b": 20000}}]
+    assert shares.crowding(rows, "a") == (1.0, "leaf1->spine1")
+    # b meets a's 400 bytes on its only link: 20400 / 20000
+    assert shares.crowding(rows, "b") == (round(20400 / 20000, 4), "leaf1->spine2")
+    # two jobs with equal bytes on one link, each also alone on another: k = 2
+    rows = [{"link": "leaf1->spine1", "bytes": 2000, "owners": {"a": 1000, "b": 1000}},
+            {"link": "leaf2->spine1", "bytes": 1000, "owners": {"a": 1000}}]
+    assert shares.crowding(rows, "a") == (2.0, "leaf1->spine1")
 
 
 def test_fair_sharing_stretches_only_the_exposed_communication():

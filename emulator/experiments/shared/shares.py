@@ -134,19 +134,28 @@ def shared_links(rows):
 
 
 def crowding(rows, owner):
-    """(k, link): the most crowded inter-switch link ``owner`` is on (a share of at
-    least ``SHARED_MIN``), k = the link's owned bytes over ``owner``'s.  Under fair
-    sharing, while every owner there sends, ``owner``'s bytes cross it k times slower
-    than alone: k = 1 on links of its own.  (None, None) when it is on no link."""
-    best = (None, None)
+    """(k, link): how many times longer ``owner``'s bytes take to cross its links when
+    they are shared fairly than alone, and the link that sets it.  Alone, a job's
+    communication is set by its busiest link (its own bytes there, P).  Shared
+    fairly, its n_l - 1 co-owners of link l take at most their own bytes and at most
+    the job's share each, so its bytes there are through after min(link's bytes,
+    n_l x its own) byte times; k is the largest of those over P.  Links ``owner``
+    has a share of at least ``SHARED_MIN`` count; k = 1 on links of its own, 2 where
+    one other owner put as many bytes, and a job whose flowlets touch a crowded link
+    with a few of its bytes (adaptive routing) is not made k times slower by it.
+    (None, None) when it is on no link."""
+    mine = []
     for r in rows:
         owners = r.get("owners") or {}
         own, total = owners.get(owner, 0), sum(owners.values())
         if own and own / max(r["bytes"], total, 1) >= SHARED_MIN:
-            k = round(total / own, 4)
-            if best[0] is None or k > best[0]:
-                best = (k, r["link"])
-    return best
+            n = sum(1 for b in owners.values() if b)
+            mine.append((min(total, n * own), own, r["link"]))
+    if not mine:
+        return None, None
+    peak = max(own for _, own, _ in mine)
+    worst = max(mine, key=lambda m: m[0])           # the first of equals
+    return round(worst[0] / peak, 4), worst[2]
 
 
 def fair_share_slowdown(k, alone_s, compute_s):
