@@ -20,7 +20,8 @@ fabric, run by the same command.  Per job:
   last one's end; *together* is the median of those (of all, if none was),
   *alone* the median of the baseline's, and the *slowdown* together / alone;
 - its retransmitted bytes and #wrong;
-- ``crowding``: its most crowded link's bytes over its own bytes there, and
+- ``crowding``: how many times longer its bytes take to cross its links shared
+  fairly than alone (``shares.crowding``), and
   ``fair_share_slowdown``: what fair sharing of that link predicts from the
   link counts and the job alone (``shares.fair_share_slowdown``), the figure
   the measured slowdown is held against.

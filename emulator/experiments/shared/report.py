@@ -33,9 +33,9 @@ def lines(doc):
                        f"{f['offered_Mbps']:12.3f} {f['achieved_Mbps']:8.3f} "
                        f"{f['loss']:7.2%} {f['transfers']:9d} {_f(f['late_s_max']):>10s}")
     if any(j.get("fair_share_slowdown") for j in doc["jobs"]):
-        out.append("crowd k: the job's most crowded uplink's bytes over its own there; "
-                   "fair-share: the slowdown fair sharing of that link predicts, all its "
-                   "exposed communication meeting the others")
+        out.append("crowd k: how many times longer the job's bytes take to cross its "
+                   "links shared fairly than alone; fair-share: the slowdown that "
+                   "predicts, all its exposed communication meeting the others")
     out += uplink_lines(doc)
     return out
 
