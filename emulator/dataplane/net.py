@@ -469,11 +469,17 @@ class FabricNet:
             errors.append(str(e))
         # an instance goes whole: its daemons, then its namespace with its veth ends
         errors += ovs_instances.stop_all(self.instances)
+        return errors + self._nodes_and_links_down(t0, "teardown_bridges_s")
+
+    def _nodes_and_links_down(self, t0, switches_key):
+        """The teardown's last steps, the same for every fabric: stop the nodes, delete
+        the run's interfaces; the timings, the switches' own step (since ``t0``) named
+        ``switches_key``.  Its errors."""
         t1 = time.monotonic()
-        errors += terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
+        errors = terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
         t2 = time.monotonic()
         errors += delete_interfaces(self.state.tag)
         t3 = time.monotonic()
-        self.timings.update({"teardown_bridges_s": t1 - t0, "teardown_nodes_s": t2 - t1,
+        self.timings.update({switches_key: t1 - t0, "teardown_nodes_s": t2 - t1,
                              "teardown_links_s": t3 - t2, "teardown_s": t3 - t0})
         return errors

@@ -4,11 +4,10 @@ itself alone, the flow's report, the uplinks' owners; a cut during two jobs
 (``drill jobs``) charged to the job whose ring crosses it; and a bad jobs file refused
 before anything is built."""
 
-import json
-
 import yaml
 
-from tests.conftest import REPO, assert_contract, emulator, results_of, unless_stolen, verdict_of
+from tests.conftest import (REPO, assert_contract, drill_unless_stolen, emulator, results_of,
+                            unless_stolen, verdict_of)
 
 # no pass of its own under FABRIC_LAB_LAYOUT (tests/conftest.py): its runs name their
 # layout (shared, what 2 cores choose); the datapath instances are tested elsewhere
@@ -115,17 +114,10 @@ def test_a_cut_during_two_jobs_is_charged_to_the_job_whose_ring_crosses_it(tmp_p
         j["iterations"] = 3
     path.write_text(yaml.safe_dump(doc))
 
-    def measure(attempt):
-        base = tmp_path / f"try{attempt}"
-        p = emulator("drill", "jobs", *LAYOUT, "--workload", f"jobs:{path}", "-P",
-                     "spines=1", "--size-scale", "2000", "--fault", "leaf1-spine1",
-                     "--hold", "3", "--failover", "fast-failover", "--repeat", "1",
-                     "--results", str(base), timeout=400)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        (d,) = [x for x in base.iterdir() if x.name.startswith("drill-")]
-        return p, json.loads((d / "drill.json").read_text())
-    p, doc = unless_stolen(measure,
-                           lambda m: m[1]["modes"][0]["repeats"][0]["fidelity_detail"])
+    p, doc = drill_unless_stolen(tmp_path, "jobs", *LAYOUT, "--workload", f"jobs:{path}",
+                                 "-P", "spines=1", "--size-scale", "2000", "--fault",
+                                 "leaf1-spine1", "--hold", "3", "--failover",
+                                 "fast-failover", "--repeat", "1")
     assert_contract("drill.json", doc)
     (mode,) = doc["modes"]
     (rep,) = mode["repeats"]

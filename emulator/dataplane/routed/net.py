@@ -30,7 +30,7 @@ import signal
 import time
 
 from emulator.dataplane.links import hb
-from emulator.dataplane.links.ifaces import delete_interfaces, terminate_nodes, write_sysctl
+from emulator.dataplane.links.ifaces import write_sysctl
 from emulator.dataplane.net import FabricNet, name_intfs
 from emulator.dataplane.nodes import FabricHost
 from emulator.dataplane.routed.frr import Frr, Router
@@ -242,14 +242,7 @@ class RoutedNet(FabricNet):
         t0 = time.monotonic()
         if self.frr is not None:
             errors += self.frr.stop()
-        t1 = time.monotonic()
-        errors += terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
-        t2 = time.monotonic()
-        errors += delete_interfaces(self.state.tag)
-        t3 = time.monotonic()
-        self.timings.update({"teardown_frr_s": t1 - t0, "teardown_nodes_s": t2 - t1,
-                             "teardown_links_s": t3 - t2, "teardown_s": t3 - t0})
-        return errors
+        return errors + self._nodes_and_links_down(t0, "teardown_frr_s")
 
 
 def add_host_routes(ipr, host):
