@@ -14,7 +14,7 @@ VENV="${FABRIC_LAB_VENV:-$HERE/.venv}"
 APT_PACKAGES=(openvswitch-switch openvswitch-common mininet iperf3 ethtool
               iputils-ping iproute2 tcpdump tshark nftables procps psmisc curl
               openssh-client openssh-server openssl libtcmalloc-minimal4
-              clang libbpf-dev python3 python3-venv python3-pip)
+              clang libbpf-dev frr python3 python3-venv python3-pip)
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 2; }
@@ -163,6 +163,31 @@ start_ovs() {
     say "Open vSwitch: running"
 }
 
+# --control bgp runs FRR's daemons per router, started by the run itself (each under the
+# run's state directory): the package's own service must not run (its zebra would own
+# the machine's routing table and /var/run/frr). Stopped and disabled where systemd runs
+# it; elsewhere (containers, CI) the package's init script never started it.
+quiet_frr() {
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+        if systemctl is-enabled --quiet frr 2>/dev/null; then
+            timeout 60 systemctl disable frr >/dev/null 2>&1 || die "systemctl disable frr failed"
+        fi
+        if systemctl is-active --quiet frr 2>/dev/null; then
+            timeout 60 systemctl stop frr || die "systemctl stop frr failed"
+        fi
+    else
+        # no systemd: the package's init script may have started it (no policy-rc.d
+        # forbade it); its daemons keep their pid files in /run/frr, a run's never do
+        if ls /run/frr/*.pid >/dev/null 2>&1 && [ -x /usr/lib/frr/frrinit.sh ]; then
+            timeout 60 /usr/lib/frr/frrinit.sh stop >/dev/null 2>&1 || die "stopping frr failed"
+        fi
+        if [ -x /etc/init.d/frr ] && command -v update-rc.d >/dev/null; then
+            timeout 60 update-rc.d frr disable >/dev/null 2>&1 || true
+        fi
+    fi
+    say "FRR: installed; its own service stopped and disabled (runs start their own)"
+}
+
 # The eBPF programs (ECN marking at dequeue, PFC accounting) are C, compiled here with
 # clang into the package's build folder; a run compiles what is missing or stale itself.
 build_bpf() {
@@ -183,6 +208,7 @@ make_venv
 build_bpf
 tune_kernel
 start_ovs
+quiet_frr
 # a first result comes first: `run` measures the budget after it (the run says when
 # it has none)
 [ -z "${1:-}" ] && calibrate_once

@@ -10,7 +10,9 @@ published one: per rule, the first change sent -> the barrier reply over the
 rules; or the lag of the data plane, the barrier reply -> the last rule in
 Open vSwitch's table.  The ideal agent's figure for the same changes is
 printed beside it: what the proxy and Open vSwitch add by themselves.
-Exit status 1 when a profile is off by more than 25 %.  Last, the priority
+Exit status 1 when a profile is off by more than 25 %.  Each row says whether
+its figure is one the profile was built from (``profiles.independent``): then
+the row checks the emulation path, not the model.  Last, the priority
 dependence end to end: insertions of one priority against insertions in
 increasing order under an example slope (no profile carries one: the
 papers' figures for it are not in the stored references).
@@ -86,6 +88,11 @@ def main(argv=None):
               f"{f'{min(got):.2f}-{max(got):.2f}':>15} {err:>+7.1%} {ideal:>7.2f}  "
               + ("within" if abs(err) <= TOLERANCE else "OUTSIDE") + f" +-{TOLERANCE:.0%}")
         print(f"{'':<18} source: {bench.source}")
+        print(f"{'':<18} check: " + (
+            "independent (a figure the profile was not built from)"
+            if profiles.independent(name) else
+            "consistency only (the profile was built from this figure: the emulation "
+            "delivers the model's times; nothing about the model)"))
     print(f"({a.repeat} repeats each, a fresh bridge and proxy each; ideal: the same changes "
           "through the proxy with every delay 0, one repeat)")
     dependence(a.repeat)

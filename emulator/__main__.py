@@ -8,6 +8,7 @@ before anything is created.
 """
 
 import argparse
+import dataclasses
 import json
 import resource
 import sys
@@ -21,8 +22,10 @@ from emulator.experiments.spec.build import given_options
 from emulator.experiments.spec.fabric import add_fabric_args, load_fabric, parse_controller  # noqa: F401 (parse_controller: the pinned argument forms)
 from emulator.experiments.ui import cli as ui_cli
 from emulator.fabric import addressing, cluster, layout, presets, spec
+from emulator.fabric.routing import asn
 from emulator.report import files as reports
 from emulator.report import summary as report
+from lab.modes import Control
 from traffic.roce.frames import ROCE_MTUS
 
 
@@ -48,6 +51,9 @@ def build_parser():
     p.add_argument("--if-missing", action="store_true",
                    help="only when no budget of this machine is cached for it yet "
                         "(setup.sh calibrates so)")
+    p.add_argument("--control", choices=Control.names(), default=Control.default(),
+                   help="the data plane to measure: Open vSwitch's (openflow, default) or "
+                        "the routed fabric's kernel forwarding (bgp); cached apart")
 
 
     p = sub.add_parser("ui", help="a finished run's page (report.html), served on 127.0.0.1 "
@@ -60,6 +66,9 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="print the topology JSON document")
     p.add_argument("--picture", metavar="FILE.png",
                    help="draw the fabric (one row per tier) into FILE.png")
+    p.add_argument("--control", choices=Control.names(), default=None,
+                   help="plan it for this control plane (bgp: ASNs, per-leaf subnets, /31 "
+                        "links; default: the fabric file's, else openflow)")
 
     p = sub.add_parser("validate", help="check a fabric file without running it")
     p.add_argument("file")
@@ -98,7 +107,11 @@ def main(argv=None):
                 print(f"{name}:\n{presets.describe(name)}")
             return 0
         if args.command == "show":
-            fabric, _ = load_fabric(args)
+            fabric, source = load_fabric(args)
+            if args.control is not None:
+                fabric = dataclasses.replace(fabric, control=Control(args.control))
+            if fabric.control == Control.BGP:
+                asn.check(fabric, source)
             if args.yaml:
                 sys.stdout.write(spec.dump(fabric))
             elif args.json:
@@ -133,16 +146,17 @@ def main(argv=None):
             return 0
         if args.command == "calibrate":
             session.require_root()
-            session.check_dependencies()
+            session.check_dependencies([Control(args.control)])
             chosen = layout.parse(args.layout) if args.layout else None
-            doc = calibrate.known(args.mtu, args.datapath, chosen) if args.if_missing else None
+            doc = calibrate.known(args.mtu, args.datapath, chosen, control=args.control) \
+                if args.if_missing else None
             if doc is not None:
                 print(f"this machine's budget is cached (measured {doc.get('measured_at')}): "
                       f"{doc['hop_pps'] / 1e3:.1f}k switch-hop packets/s; "
                       "`emulator calibrate` measures it again")
                 return 0
             calibrate.calibrate(mtu=args.mtu, results=args.results, datapath=args.datapath,
-                                layout=chosen,
+                                layout=chosen, control=Control(args.control),
                                 searches=args.searches or calibrate.SEARCHES)
             return 0
         if args.command == "ui":

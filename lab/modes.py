@@ -17,7 +17,14 @@ other module spells a mode's name (tests/unit/test_architecture.py).
 * ``EvPolicy``    -- how an Ultra Ethernet sender picks each packet's entropy value;
 * ``CC``          -- congestion control at the sending NICs;
 * ``FlowControl`` -- link-level flow control, docs/lossless.md;
-* ``EcnAt``       -- where a switch port judges its queue for ECN marks.
+* ``EcnAt``       -- where a switch port judges its queue for ECN marks;
+* ``PathSet``     -- the paths a throughput bound lets flows split over
+  (emulator.fabric.analysis.bounds): a routing mode's ``path_set``;
+* ``Control``     -- the switches' control plane: the OpenFlow controller, or
+  eBGP between the switches (FRR, RFC 7938), docs/bgp.md;
+* ``Peering``     -- how BGP's sessions are addressed on the fabric's links.
+* ``Placement``   -- where a job of a shared cluster gets its hosts, docs/shared-clusters.md;
+* ``TrafficClass``-- the link class a job's or a background flow's frames ask for.
 """
 
 from enum import StrEnum
@@ -108,6 +115,12 @@ class Routing(Mode):
         """Decided per flowlet by the routers' data plane (dataplane.adaptive)."""
         return self in (Routing.UGAL, Routing.UGAL_L)
 
+    @property
+    def path_set(self):
+        """The paths this routing may take (UGAL's: minimal or through a third group)."""
+        return {Routing.MINIMAL: PathSet.MINIMAL,
+                Routing.VALIANT: PathSet.VALIANT}.get(self, PathSet.BOTH)
+
 
 Routing._default = Routing.MINIMAL
 
@@ -175,4 +188,53 @@ class EcnAt(Mode):
 
 EcnAt._default = EcnAt.DEQUEUE
 
-ENUMS = (LB, Entropy, Failover, Routing, Transport, Delivery, EvPolicy, CC, FlowControl, EcnAt)
+
+class PathSet(Mode):
+    MINIMAL = "minimal"     # one global hop (a dragonfly's), else the shortest paths
+    VALIANT = "valiant"     # through an intermediate group drawn from all groups
+    BOTH = "minimal+valiant"   # minimal or through a third group (UGAL's)
+
+
+PathSet._default = PathSet.MINIMAL
+
+
+class Control(Mode):
+    OPENFLOW = "openflow"   # Open vSwitch bridges programmed by an OpenFlow controller
+    BGP = "bgp"             # Linux routers running FRR: eBGP, BFD, kernel ECMP
+
+    @property
+    def routed(self):
+        """The switches are routers (their own FIBs), not bridges a controller programs."""
+        return self == Control.BGP
+
+
+Control._default = Control.OPENFLOW
+
+
+class Peering(Mode):
+    NUMBERED = "numbered"       # an eBGP session per link over its /31
+    UNNUMBERED = "unnumbered"   # over the interface's IPv6 link-local address (RFC 8950)
+
+
+Peering._default = Peering.NUMBERED
+
+
+class Placement(Mode):
+    PACKED = "packed"       # fill a leaf's hosts before the next leaf's
+    SPREAD = "spread"       # round-robin over the leaves
+    RANDOM = "random"       # a seeded random draw of the free hosts
+    EXPLICIT = "explicit"   # the hosts the jobs file lists
+
+
+Placement._default = Placement.PACKED
+
+
+class TrafficClass(Mode):
+    LOSSLESS = "lossless"         # the RoCE data class (PFC's lossless priority)
+    BEST_EFFORT = "best-effort"   # below it, where the links have classes
+
+
+TrafficClass._default = TrafficClass.LOSSLESS
+
+ENUMS = (LB, Entropy, Failover, Routing, Transport, Delivery, EvPolicy, CC, FlowControl, EcnAt,
+         PathSet, Control, Peering, Placement, TrafficClass)

@@ -157,3 +157,15 @@ def run_unless_stolen(tmp_path, *args):
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         return (p, *results_of(base))
     return unless_stolen(measure, lambda m: m[1]["traffic"]["fidelity"])
+
+
+def drill_unless_stolen(tmp_path, *args):
+    """``emulator drill ARGS`` of one mode and one repeat (again if ``unless_stolen``
+    says so): (process, drill.json)."""
+    def measure(attempt):
+        base = tmp_path / f"try{attempt}"
+        p = emulator("drill", *args, "--results", str(base), timeout=400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        (d,) = [x for x in base.iterdir() if x.name.startswith("drill-")]
+        return p, json.loads((d / "drill.json").read_text())
+    return unless_stolen(measure, lambda m: m[1]["modes"][0]["repeats"][0]["fidelity_detail"])

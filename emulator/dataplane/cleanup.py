@@ -2,7 +2,10 @@
 
 Only this project's leftovers, found by name and by environment (see
 ``runstate``): bridges, interfaces and nftables tables named ``fl<tag>...``, processes whose
-environment has ``FABRIC_LAB_RUN=<tag>``, and the runs' state directories.
+environment has ``FABRIC_LAB_RUN=<tag>`` (a BGP run's FRR daemons among them: their
+namespaces go with them, their sockets with the run's state directory, and the
+crash-log directories libfrr keeps per process, /var/tmp/frr/<daemon>.<pid>, are
+removed once they are killed), and the runs' state directories.
 Runs that are still alive (their lock is held) are left alone unless
 ``force``.  Other bridges, interfaces and processes are never touched, so
 there is no ``mn -c`` here.
@@ -18,6 +21,7 @@ import time
 from emulator.dataplane import runstate
 from emulator.dataplane.links.ifaces import delete_interfaces
 from emulator.dataplane.ovs.instances import pidfile_daemons
+from emulator.dataplane.routed import frr
 from emulator.dataplane.system import netlink, nft, ovs
 from emulator.errors import RunFailed
 
@@ -137,7 +141,9 @@ def clean(force=False, log=print):
         daemons = [pid for d in runstate.state_dirs(tag) for pid in pidfile_daemons(d, tag)]
         summary["instance_daemons"] += kill_processes(daemons)
         pids = [p for p, t in procs.items() if t == tag and p not in daemons]
+        routed = {p: frr.daemon_name(p) for p in pids}     # a BGP run's FRR daemons
         summary["processes"] += kill_processes(pids)
+        frr.remove_tmpdirs({p: name for p, name in routed.items() if name})
         before = {n for n, t in intfs.items() if t == tag}
         summary["errors"] += delete_interfaces(tag)
         summary["interfaces"] += sorted(before)
@@ -159,9 +165,11 @@ def clean(force=False, log=print):
 
 def leftovers(tag):
     """What of run ``tag`` is still on the machine: {kind: [names]} (empty when clean)."""
+    pids = sorted(runstate.processes_of(tag))
     out = {"bridges": [b for b, t in our_bridges().items() if t == tag],
            "interfaces": [i for i, t in our_interfaces().items() if t == tag],
            "nft_tables": [n for n, t in our_nft_tables().items() if t == tag],
-           "processes": sorted(runstate.processes_of(tag)),
+           "processes": pids,
+           "frr": [p for p in pids if frr.daemon_name(p)],
            "state_dirs": [d for d in runstate.state_dirs(tag) if os.path.exists(d)]}
     return {k: v for k, v in out.items() if v}

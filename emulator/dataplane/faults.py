@@ -17,6 +17,9 @@ netlink verb (``system.netlink``), never ``ip``:
   switch is dark, which is what a dead box looks like); recover sets them up;
 * controller crash: SIGKILL of the controller process; restart runs the same
   argv again (``Session.controller.start``), the switches reconnect;
+* under ``--control bgp`` (``dataplane.routed``): a control-plane crash (the
+  router's forwarding blackholed and its FRR daemons killed, carrier up) and
+  its recovery, and a daemon restart (``leaf1:bgpd``);
 * gray loss: an nftables ``netdev`` table of the run (``fl<tag>loss``) with an
   EGRESS chain on the chosen end dropping ``numgen random mod 100 < P``.
   Egress, because OVS's userspace datapath reads its ports with packet
@@ -375,6 +378,30 @@ class Injector:
             os.replace(stdout, f"{stdout}.{len(self.events)}")
         ctl.start(timeout=timeout)
         return self._log("controller_restart", "controller", t, pid=ctl.proc.pid)
+
+    # ---- a routed fabric's control plane (--control bgp: dataplane.routed) ------
+
+    def _routed(self, what):
+        if not hasattr(self.s.net, "control_plane_crash"):
+            raise ConfigError("fault", f"{what} is a routed fabric's fault: --control bgp")
+        return self.s.net
+
+    def control_plane_crash(self, name):
+        net = self._routed("a control-plane crash")
+        t = self.clock()
+        return self._log("cp_crash", name, t, **net.control_plane_crash(name))
+
+    def control_plane_recover(self, name):
+        net = self._routed("a control-plane recovery")
+        t = self.clock()
+        return self._log("cp_recover", name, t, **net.control_plane_recover(name))
+
+    def daemon_restart(self, target):
+        """``target``: ``SWITCH:DAEMON`` (``leaf1:bgpd``)."""
+        net = self._routed("a daemon restart")
+        switch, _, daemon = target.partition(":")
+        t = self.clock()
+        return self._log("daemon_restart", target, t, **net.daemon_restart(switch, daemon))
 
     def pfc_storm(self, target, on):
         """``target`` (fabric.lossless.storm_end) pauses its peer forever, or stops."""

@@ -26,7 +26,6 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 
 from emulator.dataplane.links import hb, shaping
-from emulator.dataplane.lossless import trim as trimming
 from emulator.dataplane.links.detect import Detector
 from emulator.dataplane.links.ifaces import (
     delete_interfaces,
@@ -37,6 +36,7 @@ from emulator.dataplane.links.ifaces import (
     write_sysctl,
 )
 from emulator.dataplane.lossless import pfc
+from emulator.dataplane.lossless import trim as trimming
 from emulator.dataplane.nodes import FabricHost, FabricLink, FabricSwitch
 from emulator.dataplane.ovs import instances as ovs_instances
 from emulator.dataplane.runstate import child_env
@@ -84,6 +84,13 @@ def socket_buffers(size, may_stay=False):
             f.write(old)
 
 
+def name_intfs(host, h):
+    """Mininet's record of a configured host's interfaces: address, prefix, MAC."""
+    for p in h["ports"]:
+        intf = host.intf(p["port"])
+        intf.ip, intf.prefixLen, intf.mac = p["ip"], p["prefix_len"], p["mac"]
+
+
 class FabricNet:
     """The running fabric of one run."""
 
@@ -91,7 +98,7 @@ class FabricNet:
                  queue_ms=shaping.DEFAULT_QUEUE_MS, shape=True, progress=None,
                  roce_mtu=shaping.ROCE_MTU, placement=(), controller_unix=None,
                  flow_control=FlowControl.NONE, tunnels=(), ssl=None, instance_netns=True,
-                 mtu=None, rmem_may_stay=False, trim=False):
+                 mtu=None, rmem_may_stay=False, cnp_band=False, trim=False):
         """``placement``: [(instance name, [switch names])] (``fabric.layout.place``;
         empty: every switch in the machine's Open vSwitch); instances reach the
         controller at ``controller_unix``, a unix socket path.  On one server of
@@ -100,7 +107,10 @@ class FabricNet:
         certificate paths) for an ``ssl:`` controller, and ``instance_netns`` False
         (the instance's daemon in this namespace, where the controller's address is
         routed), ``mtu`` for every interface when the tunnels carry less than
-        the RoCE MTU's (``fabric.cluster.check_mtu``)."""
+        the RoCE MTU's (``fabric.cluster.check_mtu``); ``cnp_band``: CNPs ahead of
+        the data at every lossy port (``links.shaping.add_cnp_band``, under DCQCN);
+        ``trim``: a lossy switch port's trimming classes (``lossless.trim.apply_tree``,
+        whose class ahead of data takes the CNPs too) instead."""
         self.topo = topo
         self.state = state
         self.datapath_type = datapath_type
@@ -118,6 +128,7 @@ class FabricNet:
         self.placement = [(name, list(group)) for name, group in placement]
         self.controller_unix = controller_unix
         self.flow_control = flow_control           # none | pfc: classes and a pause gate
+        self.cnp_band = cnp_band
         self.trim = trim                           # switch ports: two classes (lossless.trim)
         self.pfc = None                            # its running PFC (dataplane.lossless.pfc_run)
         self.tunnels = list(tunnels)
@@ -130,15 +141,7 @@ class FabricNet:
     # ----- build ---------------------------------------------------------
 
     def build(self):
-        t0 = time.monotonic()
-        setLogLevel("error")
-        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                          autoStaticArp=False, inNamespace=False)
-        self._start_instances()
-        self._start_nodes()
-        self.timings["nodes_s"] = time.monotonic() - t0
-        self._make_links()
-        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        t0 = self._nodes_and_links()
         # Hosts first: their ends are up (carrier on the switch ends) before any
         # bridge exists, so every switch connects with its host ports live.  The
         # other order made the first leaves connect with host ports down, and their
@@ -153,6 +156,20 @@ class FabricNet:
         self.timings["bridges_s"] = time.monotonic() - t1
         self.mn.built = True
         self.timings["build_s"] = time.monotonic() - t0
+
+    def _nodes_and_links(self):
+        """Mininet without a topology of its own, the datapath instances, the nodes
+        and the links between them, timed; when it began."""
+        t0 = time.monotonic()
+        setLogLevel("error")
+        self.mn = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                          autoStaticArp=False, inNamespace=False)
+        self._start_instances()
+        self._start_nodes()
+        self.timings["nodes_s"] = time.monotonic() - t0
+        self._make_links()
+        self.timings["links_s"] = time.monotonic() - t0 - self.timings["nodes_s"]
+        return t0
 
     def _start_instances(self):
         if not self.placement:
@@ -345,11 +362,11 @@ class FabricNet:
         """A TBF at the link rate; with PFC, classes and the lossless gate under it;
         with trimming, a switch port's strict-priority class ahead of data."""
         if self.flow_control == FlowControl.NONE:
-            if switch and self.trim:
+            if switch and self.trim:    # its class ahead of data carries CNPs too (small)
                 trimming.apply_tree(ipr, idx, rate_bps, shaping.tbf_params(
                     rate_bps, self.queue_ms, self.frame)["limit"], self.frame)
                 return
-            shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame)
+            shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame, self.cnp_band)
             return
         pfc.apply_tree(ipr, idx, rate_bps,
                        shaping.tbf_params(rate_bps, self.queue_ms, self.frame)["limit"],
@@ -390,10 +407,7 @@ class FabricNet:
                     hb.add(ipr, self.topo, h, self.queue_ms, self.frame, self.shape)  # rail-only
             except (OSError, NetlinkError) as e:
                 raise RunFailed(f"configuring host {h['name']}: {e}")
-            intfs = {p["port"]: host.intf(p["port"]) for p in h["ports"]}
-            for p in h["ports"]:
-                intfs[p["port"]].ip, intfs[p["port"]].prefixLen = p["ip"], p["prefix_len"]
-                intfs[p["port"]].mac = p["mac"]
+            name_intfs(host, h)
 
     # ----- run-time helpers ---------------------------------------------
 
@@ -412,6 +426,18 @@ class FabricNet:
         """``argv`` started in ``host``'s namespace (Mininet's ``popen``: stdout and
         stderr piped unless given), as a ``system.proc.Child``."""
         return proc.Child(self.hosts[host].popen(argv, **kwargs), f"{argv[0]} in {host}")
+
+    def cnp_band_packets(self):
+        """CNPs that went through the switch ports' CNP bands (0 without them; with
+        trimming a switch port's class ahead of data carries CNPs among other frames)."""
+        if not self.cnp_band or self.trim:
+            return 0
+        total = 0
+        with ns_sockets() as sock:
+            for sw, p in self._switch_ports():
+                ipr = sock(self.switch_netns(sw["name"]))
+                total += shaping.cnp_band_packets(ipr, ipr.link_lookup(ifname=p["intf"])[0])
+        return total
 
     def intf_counters(self):
         """{intf: (tx_bytes, rx_bytes, tx_packets)} for every switch interface."""
@@ -453,11 +479,17 @@ class FabricNet:
             errors.append(str(e))
         # an instance goes whole: its daemons, then its namespace with its veth ends
         errors += ovs_instances.stop_all(self.instances)
+        return errors + self._nodes_and_links_down(t0, "teardown_bridges_s")
+
+    def _nodes_and_links_down(self, t0, switches_key):
+        """The teardown's last steps, the same for every fabric: stop the nodes, delete
+        the run's interfaces; the timings, the switches' own step (since ``t0``) named
+        ``switches_key``.  Its errors."""
         t1 = time.monotonic()
-        errors += terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
+        errors = terminate_nodes(list(self.hosts.values()) + list(self.switches.values()))
         t2 = time.monotonic()
         errors += delete_interfaces(self.state.tag)
         t3 = time.monotonic()
-        self.timings.update({"teardown_bridges_s": t1 - t0, "teardown_nodes_s": t2 - t1,
+        self.timings.update({switches_key: t1 - t0, "teardown_nodes_s": t2 - t1,
                              "teardown_links_s": t3 - t2, "teardown_s": t3 - t0})
         return errors

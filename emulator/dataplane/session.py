@@ -48,6 +48,9 @@ from emulator.dataplane.ovs.controller_proc import (  # noqa: F401
     listening,
     wait_until,
 )
+from emulator.dataplane.routed import frr
+from emulator.dataplane.routed.setup import close as routed_close
+from emulator.dataplane.routed.setup import setup as routed_setup
 from emulator.dataplane.runstate import RunState, child_env, processes_of
 from emulator.dataplane.system import ovs as ovs_tools
 from emulator.dataplane.system.signals import Interrupted, signals_as_exceptions, signals_masked
@@ -56,7 +59,7 @@ from emulator.fabric import addressing, spec, switch_agent
 from emulator.fabric import layout as layouts
 from emulator.fabric.lossless import PfcConfig
 from emulator.fabric.runspec import RunSpec
-from lab.modes import EcnAt, Failover, FlowControl
+from lab.modes import CC, Control, EcnAt, Failover, FlowControl
 
 
 def require_root():
@@ -66,8 +69,16 @@ def require_root():
             "sudo .venv/bin/python -m emulator " + " ".join(sys.argv[1:]))
 
 
-def check_dependencies():
-    """One actionable message for a missing tool or daemon."""
+def check_dependencies(controls=None):
+    """One actionable message for a missing tool or daemon of the control planes
+    ``controls`` will run (default: OpenFlow's)."""
+    controls = set(controls or [Control.OPENFLOW])
+    if Control.BGP in controls:
+        if shutil.which("mnexec") is None:
+            raise EnvironmentProblem("missing mnexec: run sudo ./setup.sh (installs mininet)")
+        frr.check_installed()
+    if Control.OPENFLOW not in controls:
+        return
     missing = [t for t in ("ovs-vsctl", "ovs-ofctl", "mnexec", "ping", "ethtool")
                if shutil.which(t) is None]
     if missing:
@@ -185,6 +196,7 @@ class Session:
         self.reach_timeout = spec.reach_timeout
         self.progress = progress or (lambda msg: None)
         self.state = self.net = self.controller = None
+        self.fib = None                   # --control bgp: the routers' FIB events (routed.fib)
         self.results = {}
         self.teardown_errors = []
         self._server_problems = []       # a multi-server run's servers' OVS ERR lines
@@ -217,6 +229,8 @@ class Session:
         t0 = time.monotonic()
         self._ovs_log_offset = logs.ovs_log_offset()
         impair.require_netem(self.fabric)
+        if self.spec.control.routed:        # Linux routers running FRR (dataplane.routed)
+            return routed_setup(self, t0)
         send_buffer = None
         if self.servers:     # their own instances, each in a server's root namespace
             dp_type, dp_reason = "netdev", "the servers' own Open vSwitch instances"
@@ -228,6 +242,39 @@ class Session:
             cluster_net.refuse(self)
         else:
             layout_choice = self._resolve_layout(dp_type)
+        captures = self._open_run(dp_type, dp_reason,
+                                  {"openvswitch": ovs_tools.version()})
+        note = send_buffer and datapath.queue_capacity_note(self.topo, self.queue_ms,
+                                                            send_buffer)
+        if note:
+            self.progress(note)
+        if self.servers:
+            self.net = cluster_net.start(self, dp_type)
+        else:
+            placement = self._place(*layout_choice)
+            url = self._start_controller(unix=self.state.path("controller.sock")
+                                         if placement else None)
+            self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
+                                 shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
+                                 placement=placement,
+                                 controller_unix=self.agent.unix if self.agent
+                                 else self.controller and self.controller.unix,
+                                 flow_control=self.fabric.flow_control,
+                                 cnp_band=self.spec.cc == CC.DCQCN,
+                                 trim=self.trim is not None)
+        self.watch = ovs_instances.Watch(self.net.instances,
+                                         interrupt=self._signals is not None)
+        self.net.build()
+        self.watch.start()
+        t1 = self._lossless_and_marking()
+        if self.controller_spec == "builtin":
+            self._wait_installed()
+        self._reach_and_observe(t0, t1, captures)
+
+    def _open_run(self, dp_type, dp_reason, versions):
+        """The run's tag and state, its plan, results directory and the documents written
+        before anything is built (topology.json, run.yaml, fabric.yaml); the captures
+        asked for, checked against the plan."""
         self.state = RunState.create()
         self.topo = addressing.plan(self.fabric, self.state.tag, seed=self.seed)
         captures = capture.parse(self.capture_text, self.topo)
@@ -245,31 +292,14 @@ class Session:
             "datapath": {"type": dp_type, "reason": dp_reason},
             "mtu": {"roce": self.mtu, "interfaces": None},
             "command": sys.argv, "python": sys.version.split()[0],
-            "versions": {"openvswitch": ovs_tools.version()},   # the report adds the rest
+            "versions": dict(versions),    # the report adds the rest
         })
         self.progress(f"run {self.state.tag}: datapath {dp_type} ({dp_reason}); "
                       f"results in {self.dir}")
-        note = send_buffer and datapath.queue_capacity_note(self.topo, self.queue_ms,
-                                                            send_buffer)
-        if note:
-            self.progress(note)
-        if self.servers:
-            self.net = cluster_net.start(self, dp_type)
-        else:
-            placement = self._place(*layout_choice)
-            url = self._start_controller(unix=self.state.path("controller.sock")
-                                         if placement else None)
-            self.net = FabricNet(self.topo, self.state, dp_type, url, queue_ms=self.queue_ms,
-                                 shape=self.shape, progress=self.progress, roce_mtu=self.mtu,
-                                 placement=placement,
-                                 controller_unix=self.agent.unix if self.agent
-                                 else self.controller and self.controller.unix,
-                                 flow_control=self.fabric.flow_control,
-                                 trim=self.trim is not None)
-        self.watch = ovs_instances.Watch(self.net.instances,
-                                         interrupt=self._signals is not None)
-        self.net.build()
-        self.watch.start()
+        return captures
+
+    def _lossless_and_marking(self):
+        """PFC, ECN marking and the adaptive stage on the built fabric; the time after."""
         self.results["mtu"]["interfaces"] = self.net.mtu
         self.results["flow_control"] = self.fabric.flow_control
         if self.fabric.flow_control != FlowControl.NONE:
@@ -285,9 +315,11 @@ class Session:
             self.marker = DequeueMarker.for_session(self)
         if self.spec.adaptive:
             self.adaptive = stage_for(self)
-        t1 = time.monotonic()
-        if self.controller_spec == "builtin":
-            self._wait_installed()
+        return time.monotonic()
+
+    def _reach_and_observe(self, t0, t1, captures):
+        """Every host pair reachable (its time recorded), then the fabric file's
+        impairments, the captures and the telemetry."""
         pairs, how = check_pairs(self.topo)
         self.progress(f"waiting for the hosts to reach each other ({how})")
         seconds, rounds = wait_all_pairs(self.net, timeout=self.reach_timeout,
@@ -452,9 +484,13 @@ class Session:
             if self.pfc is not None:
                 self.pfc.close(self)
                 self.net.pfc = None
+            if self.fib is not None:
+                self.fib.stop()
+                self.fib = None
             if self.net is not None:
                 self.progress("tearing down")
                 self.teardown_errors += self.net.teardown()
+                routed_close(self)   # a BGP run: its routers' logs into the results
                 self._server_problems = getattr(self.net, "ovs_problems", [])
                 ovs_instances.keep_logs(self.net.instances, self.dir)
                 self.results.setdefault("timings", {}).update(

@@ -25,6 +25,11 @@ The result is cached per machine (``budget.machine_key``: host, CPU, cores,
 kernel, OVS version, datapath, frame size) in ``CACHE``; ``run``, ``drill``
 and ``compare`` read it before they start and warn when the load they will
 offer does not fit.
+
+``--control bgp`` measures the routed fabric's data plane the same way (the
+same fabric, trials, criteria and search): the kernel forwarding between the
+routers' namespaces, with the same shapers.  It is cached apart (key: FRR's
+version and the datapath ``routed``), and a BGP run is held against it.
 """
 
 import dataclasses
@@ -35,6 +40,7 @@ import time
 from emulator.dataplane.observe.counters import busy_share, machine_cpu
 from emulator.dataplane.ovs import datapath
 from emulator.dataplane.ovs import datapath as dp
+from emulator.dataplane.routed import frr
 from emulator.dataplane.session import Session
 from emulator.dataplane.system import proc
 from emulator.experiments.measure import budget
@@ -42,7 +48,9 @@ from emulator.experiments.measure.fidelity import STEAL_WARN
 from emulator.experiments.workloads.mix import measure, netns_of
 from emulator.fabric import layout as layouts
 from emulator.fabric import presets
+from emulator.fabric.routing.addresses import next_hop_mac
 from emulator.fabric.runspec import RunSpec
+from lab.modes import Control
 from traffic.roce.frames import frame_len_for_mtu
 
 CACHE = "/var/cache/fabric-lab/calibration.json"
@@ -76,13 +84,27 @@ def layout_key(layout):
     return "" if layout in (None, "shared") else f"|layout={layout}"
 
 
-def cached_budget(datapath, frame_len, path=CACHE, layout="shared"):
+ROUTED = "routed"            # the datapath of a BGP run's key: the kernel's forwarding
+
+
+def base_key(datapath, frame_len, control=Control.OPENFLOW):
+    """The cache key of a calibration (without its layout): Open vSwitch's version and
+    datapath, or under BGP FRR's version and ``routed``."""
+    if Control(control).routed:
+        return budget.machine_key(f"frr-{frr.version()}", ROUTED, frame_len)
+    return budget.machine_key(ovs_version(), datapath, frame_len)
+
+
+def cached_budget(datapath, frame_len, path=CACHE, layout="shared", control=Control.OPENFLOW):
     """The calibration of this machine and datapath ``layout`` for ``frame_len``, or
     for another frame size (a budget in packets carries over roughly: per-packet
     costs dominate), or None.  Another layout's budget never stands in: one
-    instance and several differ by a factor (docs/datapath-instances.md)."""
+    instance and several differ by a factor (docs/datapath-instances.md); nor does
+    another control plane's (``control``: the routed fabric forwards in the kernel)."""
+    if Control(control).routed:
+        layout = "shared"
     try:
-        base = budget.machine_key(ovs_version(), datapath, frame_len)
+        base = base_key(datapath, frame_len, control)
     except Exception:          # no OVS: no budget (the run itself will say why)
         return None
     suffix = layout_key(layout)
@@ -110,7 +132,7 @@ def _trial(session, src, dst, rate, frame_len, log):
     plan = {"duration": TRIAL_S, "frame_len": frame_len, "idle": 0.3,
             "streams": [{"name": src["name"], "netns": netns_of(session.net, src["name"]),
                          "intf": sport["port"], "src_mac": sport["mac"],
-                         "src_ip": sport["ip"], "dst_mac": dport["mac"],
+                         "src_ip": sport["ip"], "dst_mac": next_hop_mac(sport, dport),
                          "dst_ip": dport["ip"], "rate_bps": rate, "qps": 4}],
             "receivers": [{"name": dst["name"], "netns": netns_of(session.net, dst["name"]),
                            "intf": dport["port"]}]}
@@ -125,7 +147,8 @@ def _trial(session, src, dst, rate, frame_len, log):
     log(f"{rate / 1e6:8.1f} Mbit/s  {sent / TRIAL_S / 1e3:6.1f} kpps  lost {sent - received:6d}"
         f"  p50/p90/p99 {lat.get('p50')}/{lat.get('p90')}/{lat.get('p99')} ms"
         f"  emulation drops {doc['emulation_drops']['total']}"
-        f"  ovs-vswitchd {doc['cpu']['ovs_vswitchd']}  steal {steal:.0%}  -> {verdict}")
+        f"  ovs-vswitchd {doc['cpu']['ovs_vswitchd']}  machine {doc['cpu'].get('machine')}"
+        f"  steal {steal:.0%}  -> {verdict}")
     return ok, steal
 
 
@@ -153,10 +176,11 @@ def wait_quiet(out, busy_max=0.3, window_s=0.5, limit_s=10.0, sample=None,
 
 
 def calibrate(mtu=4096, results="results", datapath="auto", out=print,
-              max_bps=20e9, cache=CACHE, layout=None, searches=SEARCHES):
+              max_bps=20e9, cache=CACHE, layout=None, searches=SEARCHES,
+              control=Control.OPENFLOW):
     """Measure and cache this machine's budget for a datapath ``layout`` (None: the
-    one a run would choose), the median of ``searches`` searches per path; returns
-    the budget document."""
+    one a run would choose) or, under ``control`` bgp, for the routed fabric; the
+    median of ``searches`` searches per path; returns the budget document."""
     if searches < 1:
         raise ValueError(f"searches={searches}: at least one search per path")
     frame_len = frame_len_for_mtu(mtu)
@@ -164,9 +188,9 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
     if layout is not None:
         fabric = dataclasses.replace(fabric, layout=layout)
     spec = RunSpec(fabric, fabric_source={"calibration": True}, datapath=datapath, mtu=mtu,
-                   results=results)
+                   results=results, control=control)
     with Session(spec, progress=lambda m: out(f"... {m}")) as s:
-        used = s.results["layout"]["layout"]
+        used = s.results.get("layout", {}).get("layout", "shared")
         hosts = {h["name"]: h for h in s.topo["hosts"]}
         same = (hosts["h1"], hosts["h2"])           # both on leaf1: 1 switch hop
         across = (hosts["h1"], hosts["h3"])         # leaf1 -> spine1 -> leaf2: 3 hops
@@ -188,8 +212,8 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
         dp = s.results["datapath"]["type"]
     doc = budget.budget_doc(frame_len, budget.median(found["1 hop"]),
                             budget.median(found["3 hops"]),
-                            budget.machine_key(ovs_version(), dp, frame_len)
-                            + layout_key(used))
+                            base_key(dp, frame_len, control) + layout_key(used))
+    doc["control"] = str(control)
     doc["searches"] = {"one_hop_pps": [round(x) for x in found["1 hop"]],
                        "three_hop_pps": [round(x) for x in found["3 hops"]]}
     doc["layout"] = used
@@ -215,10 +239,12 @@ def calibrate(mtu=4096, results="results", datapath="auto", out=print,
     return doc
 
 
-def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
+def known(mtu=4096, datapath="auto", layout=None, cache=CACHE, control=Control.OPENFLOW):
     """The budget runs would read for what ``calibrate`` with these arguments
     measures (``cached_budget``), or None: ``calibrate --if-missing`` (setup.sh)
     measures only a machine that has none."""
+    if Control(control).routed:
+        return cached_budget(ROUTED, frame_len_for_mtu(mtu), path=cache, control=control)
     dp_type, _ = dp.detect(datapath)
     used, _ = layouts.resolve(calibration_fabric(), os.cpu_count() or 1, dp_type, os.environ,
                               asked=layout)
@@ -228,6 +254,15 @@ def known(mtu=4096, datapath="auto", layout=None, cache=CACHE):
 def say_load(streams, frame_len, datapath_request, out, fabric=None):
     """Print the share of this machine's cached budget, for the datapath layout
     ``fabric`` will run in, ``streams`` will use, or a warning."""
+    control = fabric.control if fabric is not None else Control.OPENFLOW
+    if Control(control).routed:        # the routers' kernels forward: their own budget
+        fits, message = budget.check(streams, cached_budget(ROUTED, frame_len,
+                                                            control=control))
+        message = f"routed fabric (--control bgp): {message}"
+        if not fits or "not known" in message:
+            message += " (`emulator calibrate --control bgp` measures the routed budget)"
+        out(f"... load: {message}" if fits else f"warning: {message}")
+        return
     dp_type, _ = datapath.detect(datapath_request)
     layout = "shared"
     if fabric is not None:

@@ -35,8 +35,10 @@ from emulator.dataplane.system.proc import PIPE, Child, TimedOut, attempt
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.options import add_control_args
 from emulator.fabric import addressing
 from emulator.fabric.addressing import home_leaf
+from emulator.fabric.routing.addresses import next_hop_mac
 from emulator.report import files as reports
 from traffic.roce.frames import udp_sport
 
@@ -296,7 +298,8 @@ def cut_loss(session, link, probe=None, qps=8, pps=250, before=1.5, after=3.0,
         watch.start()
         send = net.popen_in(src, py + [
             "send", "--intf", s["ports"][0]["port"], "--src-ip", s["ip"], "--dst-ip", d["ip"],
-            "--dst-mac", d["mac"], "--qps", str(qps), "--pps", str(pps * qps),
+            "--dst-mac", next_hop_mac(s["ports"][0], d["ports"][0]), "--qps", str(qps),
+            "--pps", str(pps * qps),
             "--duration", str(duration), "--frame-len", str(frame_len), "--out", tx_out],
             cwd=REPO)
         # Wait for the probe to flow (the sender takes a moment to start), then
@@ -364,6 +367,7 @@ def add_arguments(p):
     add_fabric_args(p)
     p.add_argument("--controller", default="builtin",
                    help="builtin (default), app:PATH.py or remote:HOST:PORT")
+    add_control_args(p)
     p.add_argument("--reachability", action="store_true",
                    help="all-pairs ping (the default when no other check is given)")
     p.add_argument("--path", action="append", default=[], metavar="SRC:DST:SPORT",

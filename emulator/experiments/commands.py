@@ -12,11 +12,13 @@ Sub-commands name what a flag used to choose, and the flags still work:
 
     drill chaos          = drill --chaos            random faults for --duration s
     drill workload       = drill --workload W       a drill under a collective or job
+    drill jobs           = drill --workload jobs:F  a drill under several jobs
     compare routing      = compare --routing M,...  a dragonfly's routing modes
     compare fabrics      = compare --fabrics F,...  the rail fabrics
     compare planes       = compare --planes         dual-plane vs single-plane
     compare cc           = compare --cc C,...       congestion control
     compare lossless     = compare --lossless on,off
+    compare jobs         = compare --placements P,...  placements x modes under several jobs
 """
 
 import importlib
@@ -25,8 +27,10 @@ from dataclasses import dataclass, field
 from emulator.dataplane import session as session_mod
 from emulator.dataplane.observe import run_yaml
 from emulator.errors import FabricError
+from emulator.experiments.shared import jobsfile
 from emulator.experiments.spec import build
 from emulator.experiments.spec.fabric import load_fabric
+from emulator.experiments.spec.options import parse_controls
 from emulator.experiments.ui import live
 from emulator.fabric import switch_agent
 
@@ -38,33 +42,42 @@ class Command:
     module: str               # its add_arguments/main
     flag: str = None          # the option that chose it before it had a name (its dest)
     flag_value: object = None  # that option's value when the sub-command is named alone
+    when: object = None        # chosen by its flag only when when(the flag's value) holds
     varying: tuple = ()       # RunSpec fields the command sets per variant (its modes)
     servers: bool = True      # may run on several servers
     shared: tuple = field(default=())   # extra modules adding options to its parser
+    controls: bool = False    # runs several control planes side by side (--control a,b)
 
 
 COMMANDS = (
     Command("run", "emulator.experiments.run"),
-    Command("drill", "emulator.experiments.drill.drill", varying=("failover",),
-            shared=("emulator.experiments.drill.chaos",)),
+    Command("drill", "emulator.experiments.drill.drill",
+            varying=("failover", "control", "lb"),
+            shared=("emulator.experiments.drill.chaos",), controls=True),
     Command("drill chaos", "emulator.experiments.drill.chaos", "chaos", True,
-            varying=("failover",)),
+            varying=("failover", "control")),
+    Command("drill jobs", "emulator.experiments.shared.drill", "workload", None,
+            varying=("failover",), servers=False, when=jobsfile.is_shared),
     Command("drill workload", "emulator.experiments.drill.workload", "workload", None,
-            varying=("failover",), servers=False),
+            varying=("failover", "control"), servers=False),
     Command("probe", "emulator.experiments.probe.probe", servers=False),
     Command("check", "emulator.experiments.check", servers=False),
-    Command("compare", "emulator.experiments.compare.compare", varying=("lb",), servers=False,
-            shared=("emulator.experiments.compare.routing", "emulator.experiments.compare.rails")),
+    Command("compare", "emulator.experiments.compare.compare", varying=("lb", "control"),
+            servers=False, controls=True,
+            shared=("emulator.experiments.compare.routing", "emulator.experiments.compare.rails",
+                    "emulator.experiments.shared.compare")),
     Command("compare routing", "emulator.experiments.compare.routing", "routing",
-            "minimal,valiant,ugal", varying=("routing",), servers=False),
+            "minimal,valiant,ugal", varying=("routing", "control"), servers=False),
     Command("compare fabrics", "emulator.experiments.compare.rails", "fabrics",
-            "rail-optimized,rail-only", servers=False),
+            "rail-optimized,rail-only", varying=("control",), servers=False),
     Command("compare planes", "emulator.experiments.compare.planes", "planes", True,
-            servers=False),
+            varying=("control",), servers=False),
     Command("compare cc", "emulator.experiments.compare.congestion", "cc", "none,dcqcn",
-            varying=("cc",), servers=False),
+            varying=("cc", "control"), servers=False),
     Command("compare lossless", "emulator.experiments.compare.lossless", "lossless", "on,off",
-            varying=("cc",), servers=False),
+            varying=("cc", "control"), servers=False),
+    Command("compare jobs", "emulator.experiments.shared.compare", "placements",
+            "packed,spread", varying=("lb", "job_placement"), servers=False),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 HELP = {
@@ -76,7 +89,7 @@ HELP = {
     "check": "hold a controller (app) to checks: reachability, a flow's path, loss under a "
              "link cut; PASS/FAIL",
     "compare": "load-balancing modes (ecmp, flowlet, dlb, spray) on the same collective: "
-               "busbw, uplink spread (compare routing|fabrics|planes|cc|lossless: other "
+               "busbw, uplink spread (compare routing|fabrics|planes|cc|lossless|jobs: other "
                "comparisons)",
 }
 
@@ -114,13 +127,18 @@ def resolve(args):
     named = getattr(args, "variant", None)
     if named:
         cmd = BY_NAME[f"{top} {named}"]
+        if cmd.when is not None and getattr(args, cmd.flag, None) \
+                and not cmd.when(getattr(args, cmd.flag)):
+            raise FabricError(f"{cmd.name}: --{cmd.flag.replace('_', '-')} "
+                              f"{getattr(args, cmd.flag)} is not for it")
         if cmd.flag_value is not None and not getattr(args, cmd.flag, None):
             setattr(args, cmd.flag, cmd.flag_value)
         elif cmd.flag_value is None and not getattr(args, cmd.flag, None):
             raise FabricError(f"{cmd.name} needs --{cmd.flag.replace('_', '-')}")
         return cmd
     for cmd in variants(top):
-        if getattr(args, cmd.flag, None):
+        value = getattr(args, cmd.flag, None)
+        if value and (cmd.when is None or cmd.when(value)):
             return cmd
     return BY_NAME[top]
 
@@ -144,8 +162,16 @@ def execute(args, out=print):
     if spec.fabric.cluster is not None and not cmd.servers:
         raise FabricError(f"{cmd.name} runs on one machine only: not with --servers "
                           "(run and drill under probes run on servers)")
+    controls = [spec.control]
+    if "control" in cmd.varying and getattr(args, "control", None):
+        controls = parse_controls(args.control)
+        if len(controls) == 1:              # one control plane: the run's own
+            spec = build.check(spec.replace(control=controls[0]))
+        elif not cmd.controls:
+            raise FabricError(f"{cmd.name}: one --control at a time (drill and compare "
+                              "take several)")
     session_mod.require_root()
-    session_mod.check_dependencies()
+    session_mod.check_dependencies(controls)
     return live.around(mod.main, cmd.name, spec, args, out)
 
 

@@ -14,12 +14,17 @@ from emulator.errors import ConfigError
 from emulator.experiments import calibrate
 from emulator.experiments.cli import FabricCLI
 from emulator.experiments.measure import budget
+from emulator.experiments.shared import jobsfile
+from emulator.experiments.shared import launch as shared_launch
+from emulator.experiments.shared import report as shared_report
 from emulator.experiments.spec.fabric import add_fabric_args, parse_controller
 from emulator.experiments.spec.options import (
     WORKLOADS,
     add_adaptive_args,
     add_capture_arg,
+    add_control_args,
     add_fidelity_args,
+    add_shared_args,
     add_switch_agent_arg,
     add_training_args,
     add_transport_args,
@@ -48,6 +53,7 @@ def add_arguments(p):
     g.add_argument("--queue-ms", type=float, default=30.0,
                    help="egress queue of every link, in ms at the link rate (default 30)")
     g = p.add_argument_group("control plane")
+    add_control_args(g)
     g.add_argument("--controller", type=parse_controller, default="builtin",
                    help="builtin (default), remote:HOST:PORT, or app:PATH.py")
     g.add_argument("--lb", choices=LB.names(), default=LB.default(),
@@ -70,11 +76,13 @@ def add_arguments(p):
                         "own ports' queues (UGAL-L)")
     g = p.add_argument_group("traffic")
     g.add_argument("--workload", default="mix", type=parse_workload,
-                   metavar="{" + ",".join(WORKLOADS) + ",simai:FILE}",
+                   metavar="{" + ",".join(WORKLOADS) + ",simai:FILE,jobs:FILE}",
                    help="mix: RoCEv2 flows across leaves (default); a collective: "
                         "nccl-tests-style run over all hosts (or --hosts); incast: every "
                         "host writes --sizes bytes to the first at once; simai:FILE: a "
                         "training job from a SimAI/AICB workload file (docs/training.md); "
+                        "simai:A,simai:B or jobs:FILE: several jobs and background traffic "
+                        "on one fabric (docs/shared-clusters.md); "
                         "adversarial, permutation: a dragonfly's patterns, every host "
                         "writes --sizes bytes to one host at link rate (docs/fabrics.md)")
     g.add_argument("--seed", type=int, default=1, metavar="N",
@@ -95,8 +103,10 @@ def add_arguments(p):
                    metavar="SRC:DST[:tcp|udp[:RATE]]",
                    help="iperf3 flow running alongside the workload, repeatable "
                         "(e.g. h1:h5:udp:10Mbps); results go into results.json")
-    g = p.add_argument_group("training jobs (--workload simai:FILE)")
+    g = p.add_argument_group("training jobs (--workload simai:FILE, simai:A,simai:B or "
+                             "jobs:FILE)")
     add_training_args(g)
+    add_shared_args(g)
     g = p.add_argument_group("RoCE transport and congestion control")
     add_transport_args(g)
     g = p.add_argument_group("fidelity")
@@ -131,8 +141,13 @@ def run(spec, out=print, view=None):
         patterns.pairs_for(fabric, spec.workload, spec.seed)     # a fabric of groups
         sizes = collective.parse_sizes(spec.sizes)[:1]
     patterns.check_routing(fabric, spec.routing)
-    path = training.workload_path(spec.workload)
+    several = jobsfile.is_shared(spec.workload)
+    path = None if several else training.workload_path(spec.workload)
     job = training.prepare(path, addressing.plan(fabric), spec, spec.mtu) if path else None
+    if several:
+        job = shared_launch.prepare(spec)
+        for note in job.notes:
+            out(f"... {note}")
     host_names = {h.name for h in fabric.hosts}
     background = [bg.parse_spec(b, host_names) for b in spec.background]
     if fabric.cluster is not None and (spec.cli or background or job):
@@ -171,8 +186,10 @@ def run(spec, out=print, view=None):
         out("controller reported problems:\n  " + "\n  ".join(problems[:10]))
         status = 1
     fid = (session.results.get("traffic") or session.results.get("collective")
-           or session.results.get("training") or session.results.get("pattern") or {}) \
-        .get("fidelity")
+           or session.results.get("training") or session.results.get("pattern")
+           or {}).get("fidelity")
+    if session.results.get("shared"):        # together, and each job alone
+        fid = {"verdict": session.results["shared"]["verdict"]}
     if status == 0 and spec.strict and fid and fid["verdict"] != "faithful":
         out("--strict: the measurement is emulator-bound; exit status 3")
         status = 3
@@ -211,6 +228,17 @@ def _workload_seconds(session, spec, sizes):
 
 def _workload(session, spec, sizes, out, job=None):
     """The workload part of ``run``; returns the exit status."""
+    if isinstance(job, shared_launch.Shared):
+        doc = shared_launch.run_shared(session, job, dict(
+            rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed,
+            qps=spec.qps or 1,
+            timeout_exp=spec.rc_timeout or collective.default_timeout_exp(session.queue_ms)),
+            progress=lambda m: out(f"... {m}"), baseline=spec.baseline)
+        session.results["shared"] = doc
+        for line in shared_report.lines(doc):
+            out(line)
+        return 1 if doc["wrong"] or doc["aborted"] or any(
+            j["wrong"] or j["aborted"] or j.get("alone_wrong") for j in doc["jobs"]) else 0
     if job is not None:
         t = training.run_job(session, job, dict(
             rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed,

@@ -8,7 +8,7 @@ datapath ids, OpenFlow ports, Linux names).  ``runspec``: a run's whole
 specification (the fabric and every setting).  ``layout`` (datapath
 instances), ``cluster`` (servers), ``lossless`` (PFC's pure state),
 ``switch_agent`` (switches' control-plane timing models), ``units``, and
-``analysis`` (what the fabric can carry: fluid ceilings, surviving pairs).
+``analysis`` (what the fabric can carry: LP bounds, fair shares, surviving pairs).
 
 May import: ``emulator.errors``, ``lab`` and this package.  Nothing here
 touches the machine, so all of it is unit-tested without root.

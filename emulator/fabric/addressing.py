@@ -32,12 +32,21 @@ the Linux-visible names), so the same fabric always gets the same plan:
     route through the host's own port in that island, with that port's IP as
     source: traffic for another rail leaves through the NIC of that rail.
 
+Under ``control: bgp`` (``fabric.control``) the switches are routers: a bonded
+host is planned as a host with one NIC per ToR (no NIC switch, one address
+per NIC), and ``routing.addresses.readdress`` gives the hosts per-leaf
+subnets and the switches their ASNs, link addresses and router MACs
+(docs/bgp.md).
+
 The topology document (``topology_document``) is what the controller — this
 project's or a user's — loads; docs/topology-schema.md describes it.
 """
 
 import ipaddress
 import re
+
+from emulator.fabric.routing import addresses as routed
+from lab.modes import Control
 
 PREFIX = "fl"
 TAG_RE = re.compile(r"^[0-9a-f]{4}$")
@@ -88,7 +97,8 @@ def plan(fabric, tag="0000", seed=None):
         raise ValueError(f"run tag {tag!r} is not 4 hex digits")
     counters = {}
     switches = []
-    nics = [n for n in fabric.hosts if n.bond]
+    bgp = fabric.control == Control.BGP
+    nics = [] if bgp else [n for n in fabric.hosts if n.bond]
     for node in list(fabric.switches) + nics:
         kind = "nic" if node.is_host else node.kind
         counters[kind] = counters.get(kind, 0) + 1
@@ -112,9 +122,10 @@ def plan(fabric, tag="0000", seed=None):
     island = islands(fabric)
     for node in fabric.hosts:
         ports, members = [], []
+        bond = node.bond and not bgp
         for lk in fabric.links_of(node.name):
             peer = lk.other(node.name)
-            if node.bond:
+            if bond:
                 members.append({"port": lk.end(node.name).port, "switch": peer.node,
                                 "switch_port": peer.number, "rate_bps": lk.rate_bps,
                                 "role": lk.role})
@@ -125,7 +136,7 @@ def plan(fabric, tag="0000", seed=None):
                           "prefix_len": SUBNET.prefixlen, "switch": peer.node,
                           "switch_port": peer.number, "rate_bps": lk.rate_bps})
         doc = {"name": node.name}
-        if node.bond:
+        if bond:
             k += 1
             ip, mac = host_address(k)
             ports.append({"port": BOND_INTF, "ip": ip, "mac": mac,
@@ -139,7 +150,7 @@ def plan(fabric, tag="0000", seed=None):
         hosts.append(doc)
     for h in hosts:
         h["routes"] = host_routes(h, hosts, island)
-    links = plan_links(fabric)
+    links = plan_links(fabric, bonds=not bgp)
     by_name = {sw["name"]: sw for sw in switches}
     kind_of = {n.name: n.kind for n in fabric.nodes}
     kind_of.update({sw["name"]: sw["kind"] for sw in switches})
@@ -159,7 +170,7 @@ def plan(fabric, tag="0000", seed=None):
             sw["ports"].append(entry)
     for sw in switches:
         sw["ports"].sort(key=lambda p: p["port"])
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "fabric": fabric.name,
         "run": tag,
@@ -169,6 +180,10 @@ def plan(fabric, tag="0000", seed=None):
         "hosts": hosts,
         "links": links,
     }
+    if bgp:
+        doc["control"] = str(Control.BGP)
+        routed.readdress(doc, fabric, island)
+    return doc
 
 
 def home_leaf(host):
@@ -176,18 +191,19 @@ def home_leaf(host):
     return host.get("leaf") or host["ports"][0]["switch"]
 
 
-def plan_links(fabric):
-    """The links as built: a bonded host's links start at its NIC switch."""
+def plan_links(fabric, bonds=True):
+    """The links as built: a bonded host's links start at its NIC switch (``bonds``
+    False: at the host, one NIC per ToR, as under BGP)."""
     links = []
     for h in fabric.hosts:
-        if h.bond:
+        if h.bond and bonds:
             rate = sum(lk.rate_bps for lk in fabric.links_of(h.name))
             links.append({"a": f"{nic_name(h.name)}:eth{NIC_HOST_PORT}",
                           "b": f"{h.name}:{BOND_INTF}", "rate_bps": rate})
     for lk in fabric.links:
         ends = []
         for ep in (lk.a, lk.b):
-            if fabric.node(ep.node).bond:
+            if fabric.node(ep.node).bond and bonds:
                 ends.append(f"{nic_name(ep.node)}:eth{nic_port(ep.port)}")
             else:
                 ends.append(str(ep))

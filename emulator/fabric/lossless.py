@@ -46,6 +46,8 @@ from lab.modes import FlowControl, Routing
 FLOW_CONTROLS = FlowControl.names()
 SECTION = "pfc"                       # the fabric file's lossless settings
 LOSSLESS_PRIORITY = 3                 # the RoCE data class of AI fabrics (DSCP 26)
+LOSSLESS_DSCP = 26                    # its DSCP: RoCE data of another DSCP is best effort
+BEST_EFFORT_DSCP = 0                  # what a best-effort job or flow sends (CS0)
 ROUTING_PHASES = {Routing.MINIMAL: 2, Routing.VALIANT: 3, Routing.UGAL: 3,
                   Routing.UGAL_L: 3}  # a dragonfly's classes
 PHASE_MAX_PORTS = 31                  # with several classes the stamp byte names 31 ports

@@ -13,6 +13,8 @@ Names:
     spine/superspine plane, or the rail of a multi-plane fabric); a link may
     carry ``role: standby`` (it carries traffic only once the active links
     toward the same next tier are down: dual-link active/standby);
+  * control: the switches' control plane (``openflow``, the default, or
+    ``bgp``: routers running eBGP, docs/bgp.md);
   * bond: a host may carry ``bond`` (``active-standby`` or ``active-active``):
     its ports are the two (or more) ports of ONE NIC with one IP and one MAC,
     each cabled to a different ToR (non-stacked dual-ToR).  In active-standby
@@ -24,7 +26,7 @@ from typing import Optional
 
 from emulator.fabric.lossless import SETTINGS
 from emulator.fabric.units import format_rate
-from lab.modes import FlowControl
+from lab.modes import Control, FlowControl
 
 HOST = "host"
 SWITCH_TIERS = {"leaf": 1, "spine": 2, "superspine": 3}
@@ -113,6 +115,7 @@ class Fabric:
     pfc: tuple = ()                     # ((PfcConfig field, value), ...): its pfc: settings
     cluster: object = None              # fabric.cluster.Cluster: the servers it runs on
     switch_agent: object = None         # fabric.switch_agent.Fleet of switch_agent:, if any
+    control: str = Control.OPENFLOW     # openflow | bgp: the switches' control plane
 
     def __post_init__(self):
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
@@ -184,5 +187,7 @@ class Fabric:
                 doc["placement"] = self.cluster.placement
         if self.switch_agent is not None:
             doc["switch_agent"] = self.switch_agent.as_dict()
+        if self.control != Control.OPENFLOW:
+            doc["control"] = str(self.control)
         doc["topology"] = {"nodes": nodes, "links": links}
         return doc

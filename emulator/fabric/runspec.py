@@ -25,7 +25,19 @@ from typing import Optional
 from emulator.errors import FabricError
 from emulator.fabric import spec as fabric_spec
 from emulator.fabric.model import Fabric
-from lab.modes import CC, LB, Delivery, EcnAt, EvPolicy, Failover, Routing, Transport
+from lab.modes import (
+    CC,
+    LB,
+    Control,
+    Delivery,
+    EcnAt,
+    EvPolicy,
+    Failover,
+    Peering,
+    Placement,
+    Routing,
+    Transport,
+)
 
 DEFAULT_QUEUE_MS = 30.0       # egress queue of every link, ms at the link rate
 DEFAULT_MTU = 4096            # RoCE path MTU, as AI fabrics run
@@ -33,19 +45,20 @@ DEFAULT_RC_RETRY = 7          # NCCL_IB_RETRY_CNT
 
 # The document's sections, and which field goes where (the order users read).
 SECTIONS = {
-    "control": ("controller", "lb", "failover", "routing", "hash_seed", "flowlet_frames",
-                "bfd_holddown", "switch_agent"),
+    "control": ("control", "controller", "lb", "failover", "routing", "hash_seed",
+                "flowlet_frames", "bfd_holddown", "switch_agent", "bfd", "peering"),
     "dataplane": ("datapath", "queue_ms", "mtu", "shape", "ecn", "ecn_at", "trim", "trim_at"),
     "transport": ("transport", "cc", "cc_params", "rc_timeout", "rc_retry", "job_seed", "pds",
                   "ev_policy", "ev_set"),
     "workload": ("workload", "duration", "sizes", "qps", "ring", "hosts", "seed",
                  "background", "gpus_per_host", "iterations", "real_rate", "nvlink_rate",
-                 "size_scale", "real_hop_latency"),
+                 "size_scale", "real_hop_latency", "jobs", "job_placement", "baseline"),
     "observe": ("capture", "telemetry", "ui", "ui_bind", "cli", "strict"),
     "run": ("results", "reach_timeout"),
 }
 ENUMS = {"lb": LB, "failover": Failover, "routing": Routing, "transport": Transport,
-         "cc": CC, "ecn_at": EcnAt, "pds": Delivery, "ev_policy": EvPolicy}
+         "cc": CC, "ecn_at": EcnAt, "control": Control, "peering": Peering,
+         "pds": Delivery, "ev_policy": EvPolicy}
 TUPLES = ("cc_params", "hosts", "background")
 
 
@@ -57,6 +70,7 @@ class RunSpec:
     # where the fabric came from: {"preset": NAME, "params": [K=V, ...]} or {"file": PATH}
     fabric_source: dict = field(default_factory=dict, compare=False)
     # control plane
+    control: Optional[Control] = None      # openflow | bgp; None: the fabric's (fabric.control)
     controller: str = "builtin"            # builtin | app:PATH.py | remote:HOST:PORT
     lb: LB = LB.default()
     failover: Failover = Failover.default()
@@ -65,6 +79,8 @@ class RunSpec:
     flowlet_frames: Optional[int] = None   # --lb dlb's flowlet timer, frame times
     bfd_holddown: Optional[str] = None     # BASE:MAX s, the controller's BFD hold-down
     switch_agent: Optional[str] = None     # ideal | hardware | FILE; None: the fabric's
+    bfd: Optional[str] = None              # BGP's BFD, INTERVALxMULT; None: FRR's 300x3
+    peering: Peering = Peering.default()   # BGP sessions over numbered /31s or unnumbered
     # data plane
     datapath: str = "auto"                 # auto | kernel | user
     queue_ms: float = DEFAULT_QUEUE_MS
@@ -99,6 +115,12 @@ class RunSpec:
     nvlink_rate: Optional[str] = None
     size_scale: Optional[float] = None
     real_hop_latency: str = "14us"         # a real ring step (NCCL's per-hop figure)
+    # a shared cluster (workload jobs:FILE): the jobs file's document, paths resolved
+    # (so run.yaml reruns it without the file); every job's placement instead of the
+    # file's (compare jobs); each job also run alone for its slowdown
+    jobs: Optional[dict] = field(default=None, hash=False)
+    job_placement: Optional[Placement] = None
+    baseline: bool = False
     # observe and interact
     capture: Optional[str] = None
     telemetry: Optional[int] = None
@@ -113,12 +135,30 @@ class RunSpec:
     def __post_init__(self):
         if not isinstance(self.fabric, Fabric):
             raise TypeError(f"RunSpec.fabric must be a Fabric, not {type(self.fabric).__name__}")
+        # the run's control plane is the fabric's unless the run names one; the fabric
+        # then carries it, so every plan made of it (addressing.plan) is the run's
+        control = self.fabric.control if self.control is None else self.control
+        object.__setattr__(self, "control", control)
+        if self.fabric.control != control:
+            try:
+                object.__setattr__(self, "fabric", dataclasses.replace(
+                    self.fabric, control=Control.parse(control, "control")))
+            except ValueError as e:
+                raise FabricError(str(e)) from None
         for name, enum in ENUMS.items():
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, enum.parse(value, name))
             except ValueError as e:
                 raise FabricError(str(e)) from None
+        if self.job_placement is not None:
+            try:
+                object.__setattr__(self, "job_placement",
+                                   Placement.parse(self.job_placement, "job_placement"))
+            except ValueError as e:
+                raise FabricError(str(e)) from None
+        if self.jobs is not None and not isinstance(self.jobs, dict):
+            raise FabricError("jobs: the jobs file's mapping")
         for name in TUPLES:
             value = getattr(self, name)
             if value is not None and not isinstance(value, tuple):

@@ -30,7 +30,7 @@ from emulator.fabric.lossless import parse_flow_control, parse_settings
 from emulator.fabric.model import BOND_MODES, HOST, KINDS, LINK_ROLES, Endpoint, Fabric, Link, Node
 from emulator.fabric.switch_agent import parse_fabric
 from emulator.fabric.units import parse_duration, parse_rate
-from lab.modes import FlowControl
+from lab.modes import Control, FlowControl
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 PORT_RE = re.compile(r"^eth([0-9]{1,5})$")
@@ -44,7 +44,9 @@ TOP_KEYS = {"name": "fabric name", "topology": "nodes and links",
             "placement": "which server carries which switch: auto, pod, plane or rail",
             "pfc": "lossless settings: watchdog, detection, restoration, xoff_frames",
             "switch_agent": "the switches' OpenFlow agents per kind: ideal, hardware or "
-                            "parameters (docs/failover.md)"}
+                            "parameters (docs/failover.md)",
+            "control": "the switches' control plane: openflow (default) or bgp (eBGP "
+                       "between routers, docs/bgp.md)"}
 TOPOLOGY_KEYS = {"defaults", "nodes", "links"}
 DEFAULTS_KEYS = {"rate"}
 NODE_KEYS = {"kind", "hash_seed", "pod", "plane", "bond"}
@@ -75,16 +77,20 @@ _StrictLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
 
 
-def load_file(path):
-    """Read and validate a fabric file; raise ConfigError on any problem."""
+def read_text(path, what):
+    """The text of the file ``what`` names ("fabric file"), or one ConfigError."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read()
     except OSError as e:
-        raise ConfigError(None, f"cannot read fabric file: {e.strerror}", source=str(path))
+        raise ConfigError(None, f"cannot read {what}: {e.strerror}", source=str(path))
     except UnicodeDecodeError:
-        raise ConfigError(None, "fabric file is not UTF-8 text", source=str(path))
-    return load_text(text, source=str(path))
+        raise ConfigError(None, f"{what} is not UTF-8 text", source=str(path))
+
+
+def load_file(path):
+    """Read and validate a fabric file; raise ConfigError on any problem."""
+    return load_text(read_text(path, "fabric file"), source=str(path))
 
 
 def load_text(text, source="<fabric>"):
@@ -166,8 +172,15 @@ def parse(data, source="<fabric>"):
             agents = parse_fabric(data["switch_agent"])
         except ConfigError as e:
             fail(e.where, e.message)
+    control = Control.default()
+    if "control" in data:
+        value = data["control"]
+        if not isinstance(value, str) or value not in Control.names():
+            fail("control", f"{value!r}: use one of {', '.join(Control.names())}")
+        control = Control(value)
     return Fabric(name=name, nodes=tuple(nodes), links=tuple(links), layout=layout,
-                  flow_control=flow_control, pfc=pfc, cluster=cluster, switch_agent=agents)
+                  flow_control=flow_control, pfc=pfc, cluster=cluster, switch_agent=agents,
+                  control=control)
 
 
 def _flow_control(data, fail):

@@ -30,6 +30,7 @@ import shlex
 import sys
 from importlib import metadata
 
+from emulator.report import bgp as bgp_report
 from emulator.report.summary import adaptive_text, fidelity_lines, layout_text, pfc_text
 from emulator.report.training import training_lines
 
@@ -226,6 +227,8 @@ def markdown(results, topo, pictures, summary_text=None):
     out.append(_md_table(("switch", "kind", "dpid", "ports"),
                          [(s["name"], s["kind"], s["dpid_hex"], len(s["ports"]))
                           for s in topo["switches"]]))
+    if r.get("bgp"):
+        out += bgp_report.markdown(r["bgp"])
     if r.get("lossless"):
         out += ["", "## Lossless fabric", "", "```", pfc_text(r["lossless"]), "```"]
     if r.get("adaptive"):

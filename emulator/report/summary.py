@@ -3,6 +3,7 @@
 from emulator.fabric import lossless, units
 from emulator.fabric.presets import oversubscription
 from emulator.fabric.units import format_rate
+from emulator.report import bgp as bgp_report
 from emulator.report.training import training_lines
 from lab.modes import LB, FlowControl
 
@@ -186,6 +187,8 @@ def summary(results, topo):
         out.append(f"reachability: {reach['reachable']}/{reach['pairs']} host pairs "
                    f"({reach.get('checked', 'every host pair')}, ICMP echo, "
                    f"{reach['rounds']} round(s), {reach['wait_s']:.2f}s)")
+    if r.get("bgp"):
+        out.append(bgp_report.summary_line(r["bgp"]))
     if r.get("lossless"):
         out.append(pfc_text(r["lossless"]))
     if r.get("adaptive"):

@@ -149,3 +149,17 @@ def test_the_far_end_counts_a_frame_in_the_class_it_crossed_in():
         assert words(m, 1 * n + 1)[pfc.E_EG_OUT // 8] == LEN     # off A's class-1 queue
         assert words(m, 1 * n + 2)[pfc.E_ING // 8] == LEN        # into B's class-1 buffer
         assert words(m, 0 * n + 2)[pfc.E_ING // 8] == 0
+
+
+def test_roce_data_of_another_dscp_rides_best_effort_unaccounted():
+    t = FrameTemplate("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
+                      0x100, frame_len=LEN, dscp=0)
+    with entries(2, {0: (2 * LEN, 3 * LEN)}) as m:
+        with loaded(m, "pfc_egress", 1) as fd:
+            ret, _, priority = bpf.test_run_skb(fd, t.raw)
+            assert ret == pfc.TC_ACT_OK and priority == pfc.CLASS_BEST
+            assert words(m, 1)[pfc.E_EG_IN // 8] == 0
+        with loaded(m, "pfc_ingress", 0, up_key=1, stamp=1) as fd:
+            ret, out = bpf.test_run(fd, t.raw)
+            assert ret == pfc.XDP_PASS and out[pfc.STAMP_OFF] == 0    # neither stamped
+            assert words(m, 0)[pfc.E_ING // 8] == 0                    # nor counted

@@ -5,8 +5,8 @@ import csv
 import json
 
 from emulator.experiments.training import simai
-from tests.conftest import (REPO, assert_contract, emulator, results_of, unless_stolen,
-                            verdict_of)
+from tests.conftest import (REPO, assert_contract, drill_unless_stolen, emulator, results_of,
+                            unless_stolen, verdict_of)
 
 MICRO = f"{REPO}/tests/data/simai/microAllReduce.txt"
 PP2 = f"{REPO}/tests/data/simai/aicb_gpt7b_l4_tp2_pp2_ga4_aiob.txt"
@@ -106,16 +106,9 @@ def test_a_workload_with_more_ranks_than_the_fabric_is_refused_before_anything_i
 
 
 def test_a_drill_under_a_training_job_finds_the_disturbed_iteration(tmp_path):
-    def measure(attempt):
-        base = tmp_path / f"try{attempt}"
-        p = emulator("drill", "--workload", f"simai:{MICRO}", "--gpus-per-host", "1",
-                     "--size-scale", "40", "--fault", "leaf1-spine1", "--failover",
-                     "fast-failover", "--repeat", "1", "--results", str(base), timeout=400)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        (d,) = [x for x in base.iterdir() if x.name.startswith("drill-")]
-        return p, json.loads((d / "drill.json").read_text())
-    p, doc = unless_stolen(measure,
-                           lambda m: m[1]["modes"][0]["repeats"][0]["fidelity_detail"])
+    p, doc = drill_unless_stolen(tmp_path, "--workload", f"simai:{MICRO}", "--gpus-per-host",
+                                 "1", "--size-scale", "40", "--fault", "leaf1-spine1",
+                                 "--failover", "fast-failover", "--repeat", "1")
     assert_contract("drill.json", doc)
     (mode,) = doc["modes"]
     (rep,) = mode["repeats"]

@@ -304,6 +304,7 @@ def test_no_sub_package_is_left_without_its_init():
 # ---- one run specification, mode names once, rooms by stage ---------------------
 
 MODE_KEYWORDS = {"lb", "failover", "routing", "transport", "cc", "flow_control", "mode", "at",
+                 "control", "peering",
                  "ecn_at", "entropy", "default", "choices"}
 
 

@@ -126,7 +126,7 @@ def test_layouts_pack_by_name_with_c_offsets():
     assert ecnq.CONFIG.offsets["red.kmin"] == 16 and ecnq.CONFIG.offsets["trim.at"] == 48
     assert ecnq.CONFIG.size == 88
     assert pfc.ENTRY.size == pfc.ENTRY_SIZE == 136 and pfc.E_LATE == 128
-    assert pfc.CONFIG.offsets["red.min_len"] == 96
+    assert pfc.CONFIG.offsets["dscp"] == 72 and pfc.CONFIG.offsets["red.min_len"] == 104
     with pytest.raises(ValueError, match="missing"):
         ecnq.CONFIG.pack_fields(index=0)
     red = ecnq.red(1000, 2000, 0.0, 500)

@@ -32,6 +32,21 @@ def test_fast_recovery_then_additive_increase():
     assert r.rt == pytest.approx(min(LINE, rt + p.rai_bps))
 
 
+def test_timers_keep_their_length_in_frame_times_at_any_line_rate():
+    """Tuned at 40 Mbit/s (20 ms timers, a 10 ms CNP interval); ten times as long at
+    4 Mbit/s, where a frame takes ten times as long; a value given is kept."""
+    p = DcqcnParams(LINE)
+    assert (p.alpha_timer_ns, p.increase_timer_ns, p.cnp_interval_ns) == (
+        20 * MS, 20 * MS, 10 * MS)
+    slow = DcqcnParams(4e6)
+    assert (slow.alpha_timer_ns, slow.increase_timer_ns, slow.cnp_interval_ns) == (
+        200 * MS, 200 * MS, 100 * MS)
+    assert (slow.rai_bps, slow.min_bps) == (4e6 / 40, 4e6 / 100)
+    assert DcqcnParams(4e6, cnp_interval_ns=5 * MS).cnp_interval_ns == 5 * MS
+    with pytest.raises(ValueError, match="increase_timer_ns"):
+        DcqcnParams(4e6, increase_timer_ns=0)
+
+
 def test_rate_never_exceeds_line_nor_falls_below_min():
     p = DcqcnParams(LINE)
     r = Dcqcn(p, 0)

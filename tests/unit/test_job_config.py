@@ -78,3 +78,21 @@ def test_a_compute_label_is_a_string():
     assert j.programs[0][0].label == "it0.L1.ig"
     with pytest.raises(JobConfigError, match=r"programs\[0\]\[0\]: label"):
         load_job(doc([[{"op": "compute", "ns": 5, "label": 3}], []]))
+
+
+def test_until_ops_daemons_and_owners_are_checked():
+    from traffic.jobs.config import owner_of
+    eps = [{"intf": "eth0", "ip": "10.0.0.1", "rate_bps": 4e7},
+           {"intf": "eth1", "ip": "10.0.0.2", "rate_bps": 4e7}]
+    ok = load_job({"endpoints": eps, "ranks": [0, 1], "daemons": [1],
+                   "programs": [[{"op": "until", "ns": 5}], []]})
+    assert ok.programs[0][0].kind == "until" and ok.programs[0][0].ns == 5
+    assert ok.daemons == {1}
+    for bad, says in (({"daemons": [0, 1]}, "at least one rank"),
+                      ({"daemons": [2]}, "daemons"),
+                      ({"programs": [[{"op": "until", "ns": -1}], []]}, "ns, an integer")):
+        doc = dict({"endpoints": eps, "ranks": [0, 1], "programs": [[], []]}, **bad)
+        with pytest.raises(JobConfigError, match=says):
+            load_job(doc)
+    assert owner_of("a/it0.L3.fwd.TP0") == "a" and owner_of("it0.L3") == ""
+    assert owner_of("bg.store/w.h3/12") == "bg.store"

@@ -172,3 +172,49 @@ def test_a_compute_ops_label_is_kept_in_its_record():
     recs = p.rank_records(0)
     assert recs[0]["label"] == "it0.L3.fwd" and "label" not in recs[1]
     assert recs[0]["end_ns"] - recs[0]["start_ns"] == 2 * MS
+
+
+def until(ms):
+    return {"op": "until", "ns": ms * MS}
+
+
+def test_until_holds_a_rank_to_a_point_of_the_job_clock_and_not_once_past_it():
+    j = job([[until(7), coll("ar", [0, 1])], [compute(9), until(4), coll("ar", [0, 1])]])
+    p = JobProgram(j.programs, j.instances)
+    launched = run(p, {"ar": 12 * MS})
+    # rank 0 idles until 7 ms; rank 1 computes to 9 ms, already past its until 4 ms
+    assert launched == {"ar": 9 * MS}
+    r0, r1 = p.rank_records(0), p.rank_records(1)
+    assert r0[0] == {"op": "until", "start_ns": 0, "end_ns": 7 * MS}
+    assert r1[1] == {"op": "until", "start_ns": 9 * MS, "end_ns": 9 * MS}
+
+
+def test_daemon_ranks_need_not_finish_but_a_job_rank_waiting_on_them_must():
+    send = {"op": "send", "id": "bg/x1", "peer": 3, "bytes": 4096}
+    recv = {"op": "recv", "id": "bg/x1", "peer": 2, "bytes": 4096}
+    j = load_job({"endpoints": [{"intf": f"eth{i}", "ip": f"10.0.0.{i + 1}", "rate_bps": 4e7}
+                                for i in range(2)],
+                  "ranks": [0, 1, 0, 1], "daemons": [2, 3],
+                  "programs": [[compute(2)], [compute(3)], [until(1), send, until(50)],
+                               [recv]]})
+    p = JobProgram(j.programs, j.instances, j.daemons)
+    assert [i.id for i in p.advance(1 * MS)] == ["bg/x1"]
+    assert not p.finished()                      # the job's ranks still compute
+    p.advance(3 * MS)
+    assert p.finished()                          # the daemons' transfer still runs
+    strict = JobProgram(j.programs, j.instances)
+    strict.advance(1 * MS)
+    strict.advance(3 * MS)
+    assert not strict.finished()                 # without daemons every rank must end
+
+
+def test_frozen_ranks_take_no_further_op_and_set_no_timer():
+    send = {"op": "send", "id": "bg/x1", "peer": 1, "bytes": 4096}
+    recv = {"op": "recv", "id": "bg/x1", "peer": 0, "bytes": 4096}
+    j = job([[until(5), send], [recv]])
+    p = JobProgram(j.programs, j.instances)
+    p.advance(0)
+    assert p.next_timer() == 5 * MS
+    p.freeze([0, 1])
+    assert p.advance(6 * MS) == [] and p.next_timer() is None   # the send never starts
+    assert p.rank_records(0)[-1]["op"] == "until"

@@ -69,3 +69,16 @@ def test_either_transports_outbound_takes_the_rank_engines_call():
     out = Outbound(0, A[1], A[0], {1: B[1]}, {1: B[0]}, mtu=1024, qps=2)
     out.prepare(1)
     assert len(out.packets(3, 1, 1, 5000, 123)) == 5
+
+
+def test_a_class_of_its_own_gets_qps_of_its_own_with_its_dscp():
+    out = Outbound(0, A[1], A[0], {1: B[1]}, {1: B[0]}, mtu=1024, qps=2, dscp=26,
+                   class_dscp=[26, 0], tag_class=[0, 0, 1])
+    default, other = out.packets(1, 0, 1, 4096), out.packets(2, 0, 1, 4096)
+    assert sorted({qp_key(p)[1] for p in default}) == [0, 1]
+    assert sorted({qp_key(p)[1] for p in other}) == [2, 3]
+    assert {parse(p[0].raw).dscp for p in default} == {26}
+    assert {parse(p[0].raw).dscp for p in other} == {0}
+    # each class's QPs start their own PSNs and carry whole messages
+    assert [p[1] for p in other if qp_key(p)[1] == 2] == [0, 1]
+    assert {p[0].opcode for p in other} == {0x06, 0x08}            # WRITE FIRST, LAST

@@ -81,3 +81,21 @@ def test_run_refuses_valiant_and_patterns_off_a_dragonfly_before_building(capsys
     assert "valiant routing is a dragonfly's" in capsys.readouterr().err
     assert main(["run", "-p", "leaf-spine", "--workload", "permutation"]) == 2
     assert "permutation needs a fabric of groups" in capsys.readouterr().err
+
+
+def test_the_regime_and_its_warm_up():
+    """Open loop only on a lossless fabric without congestion control; the closed
+    loop's window opens after DCQCN's climb back, not after the queues fill."""
+    assert patterns.regime(True, "none") == "lossless, open-loop"
+    assert patterns.regime(False, "dcqcn") == "lossy, closed-loop (RC + dcqcn)"
+    assert patterns.regime(True, "dcqcn") == "lossless, closed-loop (RC + dcqcn)"
+    assert patterns.regime(False, "none") == "lossy, closed-loop (RC retransmission)"
+    ms = 1_000_000
+    line = [[t * ms, t * 500] for t in range(1, 2000)]     # 4 Mbit/s at 1 ms frames
+    flows = [{"tx_first_ns": 0, "tx_drained_ns": 1000 * ms, "rx_timeline": line,
+              "rate_bps": 4e6}]
+    result = {"collectives": [dict(flows[0], id="h1>h2")]}
+    got = {o: patterns.steady([("h1", "h2")], result, {"h1": 4e6}, 500, o) for o in (1, 0)}
+    assert got[1]["window"]["start_s"] == pytest.approx(0.032)
+    assert got[0]["window"]["start_s"] == pytest.approx(0.6)
+    assert got[1]["mean"] == pytest.approx(1.0, abs=0.01) == got[0]["mean"]

@@ -90,7 +90,7 @@ def test_compare_fabrics_refuses_bad_input_before_building(argv, msg, monkeypatc
         raise AssertionError("nothing may be built")
     monkeypatch.setattr(session, "Session", no_build)
     monkeypatch.setattr(session, "require_root", lambda: None)
-    monkeypatch.setattr(session, "check_dependencies", lambda: None)
+    monkeypatch.setattr(session, "check_dependencies", lambda controls=None: None)
     args = ["compare", "--fabrics", "rail-optimized,rail-only", "--results", "/nonexistent"]
     assert main(args + argv) == 2
     assert msg in capsys.readouterr().err

@@ -108,6 +108,37 @@ def test_every_number_of_every_profile_says_where_it_comes_from():
     assert all(name in listed for name in profiles.PRESETS) and "ideal" in listed
 
 
+def test_each_profile_is_rebuilt_from_the_published_figures_it_names():
+    # BUILT_FROM lists every figure a profile's parameters take, so a benchmark whose
+    # figure is not among them really checks something the profile was not built from
+    def rebuilt(param, figs):
+        if param == "table_rate":
+            return round(1e3 / figs[0], 3)
+        if param == "modify_factor" and len(figs) == 2:
+            return figs[1] / figs[0]
+        return figs[0]
+    defaults = Params()
+    for name, p in profiles.PRESETS.items():
+        numbers = {k for k, v in p.as_dict().items()
+                   if v != getattr(defaults, k) and not isinstance(v, bool)}
+        assert set(profiles.BUILT_FROM[name]) == numbers, name
+        for param, figs in profiles.BUILT_FROM[name].items():
+            assert getattr(p, param) == pytest.approx(rebuilt(param, figs)), (name, param)
+
+
+def test_a_benchmark_is_independent_only_of_a_figure_its_profile_was_not_built_from(
+        monkeypatch):
+    for name, bench in profiles.BENCH.items():
+        assert profiles.independent(name) == (bench.published_ms
+                                              not in profiles.built_from(name)), name
+    # a check figure of its own (the time of another pattern, say) makes it independent
+    other = profiles.BENCH["hardware"]._replace(published_ms=5.0)
+    monkeypatch.setitem(profiles.BENCH, "hardware", other)
+    assert profiles.independent("hardware")
+    monkeypatch.setitem(profiles.BENCH, "hardware", other._replace(published_ms=8.0))
+    assert not profiles.independent("hardware")
+
+
 def test_every_profile_parses_by_name_and_as_a_base(tmp_path):
     for name, p in profiles.PRESETS.items():
         assert sa.parse(name) == p

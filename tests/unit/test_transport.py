@@ -94,6 +94,34 @@ def test_timeout_goes_back_to_the_oldest_with_backoff():
     assert r.deadline == p.timeout_ns + 2 * p.timeout_ns     # doubled
 
 
+def test_a_go_back_survives_packets_the_nic_had_queued_before_it():
+    """A NIC hands frames to its interface ahead of the QP's bookkeeping: after a
+    NAK, a new frame the interface had refused (its transmit ring, a paused link)
+    leaves before the resends.  The window stays in PSN order: an ACK frees the
+    resent packets it covers, and a timeout goes back to the oldest outstanding."""
+    p = params(retry_cnt=7)
+    r = Requester(p)
+    send(r, range(10))
+    r.nak(3, 1)                                     # 0..2 arrived
+    r.sent(10, "pkt10", 2)                          # the ring's frame, new, leaves first
+    for psn, pkt in [r.next_resend() for _ in range(3)]:
+        r.sent(psn, pkt, 3, again=True)             # 3, 4, 5 go again; 6..9 wait
+    assert [x[0] for x in r.window] == [3, 4, 5, 10]
+    assert r.ack(4, 4) and [x[0] for x in r.window] == [5, 10]
+    assert r.poll(4 + p.timeout_ns)                 # nothing more: the timer fires
+    assert drain(r) == [5, 6, 7, 8, 9, 10]          # from the oldest, not the head 10
+
+
+def test_a_timeout_before_the_resends_left_goes_back_to_them():
+    p = params(retry_cnt=7)
+    r = Requester(p)
+    send(r, range(6))
+    r.nak(2, 1)
+    r.sent(6, "pkt6", 2)                            # the ring's frame; 2..5 still wait
+    assert r.poll(2 + p.timeout_ns)
+    assert drain(r) == [2, 3, 4, 5, 6]
+
+
 def test_retry_limit_fails_the_qp():
     p = params(retry_cnt=2)
     r = Requester(p)

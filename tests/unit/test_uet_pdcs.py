@@ -163,3 +163,22 @@ def test_an_idle_pdc_closes_on_both_sides():
     assert [c.ctl_type for c in closes if c and c.ptype == layout.CTRL] == \
         [layout.CTRL_CLOSE_CMD]
     assert ca["placed_packets"] == 0 and cb["placed_packets"] == 64   # kept once closed
+
+
+def test_a_class_of_its_own_gets_pdcs_of_its_own_with_its_dscp():
+    # a job's traffic class (shared clusters): its packets on PDCs of their own, its DSCP
+    net = Net(1)
+    pd = UetPdcs(config(), net.to(1), MAC[0], IP[0], seed=11, peer_ip={1: IP[1]},
+                 peer_mac={1: MAC[1]})
+    out = UetOutbound(0, IP[0], MAC[0], {1: IP[1]}, {1: MAC[1]}, 4096, 2, pd, dscp=26,
+                      class_dscp=[26, 0], tag_class=[0, 0, 1])
+    out.prepare(1)
+    default, other = out.packets(1, 0, 1, 4 * 4096, 0), out.packets(2, 0, 1, 4 * 4096, 0)
+    assert sorted({packet_key(p)[1] for p in default}) == [0, 1]
+    assert sorted({packet_key(p)[1] for p in other}) == [2, 3]
+    assert {p[0].raw[15] >> 2 for p in default} == {26}
+    assert {p[0].raw[15] >> 2 for p in other} == {0}
+    # each PDC numbers its own PSNs; the last packet of the message on each asks for an ACK
+    psns = [p[1] for p in other if packet_key(p)[1] == 2]
+    assert len(psns) == 2 and psns[1] == psns[0] + 1
+    assert [p[0].ar for p in other] == [False, False, True, True]

@@ -192,20 +192,26 @@ def test_bad_ui_options_are_one_clear_error():
 
 
 # every command and sub-command that accepts --ui, from the command line
+SPREAD = "examples/shared/llama-spread.yaml"
 REFUSED = {"drill workload": ["drill", "workload", "--workload", "allreduce"],
            "drill chaos": ["drill", "chaos"],
            "compare routing": ["compare", "routing", "-p", "dragonfly"],
            "compare fabrics": ["compare", "fabrics"],
            "compare planes": ["compare", "planes"],
            "compare cc": ["compare", "cc"],
-           "compare lossless": ["compare", "lossless"]}
+           "compare lossless": ["compare", "lossless"],
+           "compare jobs": ["compare", "jobs", "--workload", "jobs:" + SPREAD],
+           "drill jobs": ["drill", "jobs", "--workload", "jobs:" + SPREAD]}
 FLAGS = {"drill workload": ["drill", "--workload", "allreduce"],     # the flag forms
          "drill chaos": ["drill", "--chaos"],
          "compare routing": ["compare", "-p", "dragonfly", "--routing", "minimal,valiant"],
          "compare fabrics": ["compare", "--fabrics", "rail-only"],
          "compare planes": ["compare", "--planes"],
          "compare cc": ["compare", "--cc", "none,dcqcn"],
-         "compare lossless": ["compare", "--lossless", "on,off"]}
+         "compare lossless": ["compare", "--lossless", "on,off"],
+         "compare jobs": ["compare", "--placements", "packed,spread",
+                          "--workload", "jobs:" + SPREAD],
+         "drill jobs": ["drill", "--workload", "jobs:" + SPREAD]}
 
 
 def test_every_command_that_takes_ui_serves_it_or_refuses_it_in_one_line(tmp_path, capsys):

@@ -23,6 +23,7 @@ Ops::
     {"op": "wait", "ids": ["it0.dp.ar"]}
     {"op": "send", "id": "it0.pp.0", "peer": 2, "bytes": 1048576}
     {"op": "recv", "id": "it0.pp.0", "peer": 0, "bytes": 1048576}
+    {"op": "until", "ns": 5000000000}      (idle until the job's clock reads ns)
 
 A collective ``id`` appears once in the program of each of its ``members``
 (with the same kind, group, members, bytes, local_ns and fabric; ``blocking``
@@ -33,6 +34,17 @@ endpoint are adjacent, cyclically, and their hop costs ``local_ns`` on top);
 A ``wait`` names earlier non-blocking collectives of its rank.  A ``send``
 and a ``recv`` of one id pair two ranks that name each other, same bytes (the
 send is eager: ``job_program``).
+
+Several jobs in one process (the emulator's shared clusters): an id may begin
+with its *owner* and a slash (``a/it0.L3.fwd.TP0``, ``bg.store/w.h3.12``);
+the NICs count the bytes of each flow (QP) per owner (``owner_of``).
+``owner_dscp`` ({owner: DSCP}) puts an owner's instances in a traffic class of
+their own: QPs of their own per connection (``qps`` more per class) whose
+frames carry that DSCP (the others carry ``dscp``).
+``daemons``: ranks whose programs are cut off once every other rank has
+finished (background traffic scheduled for longer than the jobs run): they
+start nothing new, and what they have on the wire gets ``job.DRAIN_NS`` to
+finish (what is still running then is reported as it stood, ``cut_off``).
 """
 
 import json
@@ -64,14 +76,21 @@ JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Tran
                 # next-hop MACs from the neighbour tables, ARP given this long (s)
                 "resolve_timeout_s": 10.0,
                 # the whole job ends (aborted) after this many seconds (null: no limit)
-                "deadline_s": None}
+                "deadline_s": None,
+                # per instance, the bytes its receiver accepted over time and when its
+                # sender sent its last new packet; every DCQCN cut and go-back traced
+                # (a throughput pattern's window, experiments.workloads.goodput)
+                "timelines": False}
+JOB_KEYS = ("endpoints", "ranks", "programs", "daemons", "owner_dscp")
+MAX_QPS = 16                          # QPs per connection, every class's (qpn: 4 bits)
 ENDPOINT_KEYS = {"netns", "intf", "ip", "mac", "next_hop_mac", "name", "rate_bps"}
 OP_KEYS = {"compute": ({"ns"}, {"label"}),
            "coll": ({"id", "kind", "members", "bytes"}, {"group", "blocking", "local_ns",
                                                          "fabric"}),
            "wait": ({"ids"}, set()),
            "send": ({"id", "peer", "bytes"}, set()),
-           "recv": ({"id", "peer", "bytes"}, set())}
+           "recv": ({"id", "peer", "bytes"}, set()),
+           "until": ({"ns"}, set())}
 
 
 class JobConfigError(ConfigError):
@@ -80,9 +99,9 @@ class JobConfigError(ConfigError):
 
 @dataclass(frozen=True)
 class Op:
-    kind: str                 # compute | coll | wait | send | recv
+    kind: str                 # compute | coll | wait | send | recv | until
     id: str = None
-    ns: int = 0
+    ns: int = 0               # compute: how long; until: the job clock it waits for
     ids: tuple = ()
     blocking: bool = True
     label: str = None         # a compute op's name for the reports (``it0.L3.fwd``)
@@ -117,6 +136,10 @@ class Job:
     tick_ns: int
     resolve_timeout_s: float
     deadline_s: float
+    timelines: bool = False
+    daemons: frozenset = frozenset()   # ranks cut off when the others have finished
+    classes: tuple = ()                # DSCPs of the classes: the NIC's own, then others
+    owner_class: dict = None           # owner -> its class (index into ``classes``)
 
 
 def load_job(doc):
@@ -126,7 +149,7 @@ def load_job(doc):
             doc = json.load(f)
     if not isinstance(doc, dict):
         raise JobConfigError("the job config is a JSON object")
-    unknown = set(doc) - set(JOB_DEFAULTS) - {"endpoints", "ranks", "programs"}
+    unknown = set(doc) - set(JOB_DEFAULTS) - set(JOB_KEYS)
     if unknown:
         raise JobConfigError(f"unknown keys {sorted(unknown)}")
     cfg = dict(JOB_DEFAULTS, **doc)
@@ -149,15 +172,40 @@ def load_job(doc):
         raise JobConfigError("0 < tick_ms <= 50, time_scale > 0, resolve_timeout_s > 0")
     if cfg["deadline_s"] is not None and not cfg["deadline_s"] > 0:
         raise JobConfigError("deadline_s: null or > 0")
+    if not isinstance(cfg["timelines"], bool):
+        raise JobConfigError("timelines: true or false")
     programs, seen = [], {}
     for r, prog in enumerate(progs):
         if not isinstance(prog, list):
             raise JobConfigError(f"programs[{r}]: a list of ops")
         programs.append(tuple(_op(r, i, op, len(ranks), seen) for i, op in enumerate(prog)))
     instances = _instances(seen, ranks)
+    daemons = cfg.get("daemons") or []
+    if not isinstance(daemons, list) or any(not _int(r) or not 0 <= r < len(ranks)
+                                            for r in daemons):
+        raise JobConfigError(f"daemons: a list of rank indices 0..{len(ranks) - 1}")
+    if len(set(daemons)) == len(ranks):
+        raise JobConfigError("daemons: at least one rank must not be a daemon")
+    owner_dscp = cfg.get("owner_dscp") or {}
+    if not isinstance(owner_dscp, dict) or any(
+            not isinstance(k, str) or not _int(v) or not 0 <= v < 64
+            for k, v in owner_dscp.items()):
+        raise JobConfigError("owner_dscp: {owner: DSCP 0..63}")
+    classes = [nic["dscp"]] + sorted(set(owner_dscp.values()) - {nic["dscp"]})
+    if nic["qps"] * len(classes) > MAX_QPS:
+        raise JobConfigError(f"qps {nic['qps']} x {len(classes)} classes: at most "
+                             f"{MAX_QPS} QPs per connection")
+    owner_class = {o: classes.index(d) for o, d in owner_dscp.items()}
     return Job(tuple(eps), tuple(ranks), tuple(programs), instances, nic,
                float(cfg["time_scale"]), int(cfg["tick_ms"] * 1e6),
-               float(cfg["resolve_timeout_s"]), cfg["deadline_s"])
+               float(cfg["resolve_timeout_s"]), cfg["deadline_s"], cfg["timelines"],
+               frozenset(daemons), tuple(classes), owner_class)
+
+
+def owner_of(cid):
+    """The owner an instance id names before its first slash ('' for none)."""
+    head, sep, _ = cid.partition("/")
+    return head if sep else ""
 
 
 def _int(x):
@@ -191,12 +239,12 @@ def _op(r, i, op, nranks, seen):
     need, opt = OP_KEYS[kind]
     if need - set(op) or set(op) - need - opt - {"op"}:
         raise JobConfigError(f"{where}: {kind} needs {sorted(need)}, may have {sorted(opt)}")
-    if kind == "compute":
+    if kind in ("compute", "until"):
         if not _int(op["ns"]) or op["ns"] < 0:
             raise JobConfigError(f"{where}: ns, an integer >= 0")
         if not isinstance(op.get("label", ""), str):
             raise JobConfigError(f"{where}: label, a string")
-        return Op("compute", ns=op["ns"], label=op.get("label"))
+        return Op(kind, ns=op["ns"], label=op.get("label"))
     if kind == "wait":
         ids = op["ids"]
         if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):

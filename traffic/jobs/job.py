@@ -42,7 +42,7 @@ from array import array
 from lab.modes import Transport
 from traffic.engine import _cpu, percentiles, write_doc
 from traffic.jobs.coll import NetRun, steps_of
-from traffic.jobs.config import JobConfigError, load_job
+from traffic.jobs.config import JobConfigError, load_job, owner_of
 from traffic.jobs.nic import JobNic
 from traffic.jobs.program import Deadlock, JobProgram
 from traffic.nic.netns import entered
@@ -53,6 +53,8 @@ from traffic.ranks.report import bandwidths
 LATE_BIN_NS = 100_000             # lateness histogram: 0.1 ms bins up to 1 s
 LATE_BINS = 10_000
 POLL_CAP_S = 0.05                 # the longest wait with no timer due
+DRAIN_NS = 30_000_000_000         # daemons' transfers on the wire when the job ends: their
+                                  # time to finish before they are cut off
 
 
 def talks(job):
@@ -78,12 +80,21 @@ class JobEngine:
         for a, b in self.pairs:
             self.partners[a].add(b)
             self.partners[b].add(a)
+        # each instance's owner (``job_config.owner_of``), by tag: the NICs count per owner
+        self.owners = sorted({owner_of(c) for c in job.instances})
+        tag_owner = [0] * (len(job.instances) + 1)
+        tag_class = [0] * (len(job.instances) + 1) if job.owner_class else None
+        for inst in job.instances.values():
+            tag_owner[inst.tag] = self.owners.index(owner_of(inst.id))
+            if tag_class is not None:
+                tag_class[inst.tag] = job.owner_class.get(owner_of(inst.id), 0)
         self.nics = []
         try:
             for i, spec in enumerate(eps):
                 self.nics.append(JobNic(i, spec, job.nic,
                                         {j: eps[j] for j in self.partners[i]}, clock,
-                                        job.tick_ns))
+                                        job.tick_ns, job.timelines, tag_owner, job.classes,
+                                        tag_class))
         except BaseException:
             self.close()
             raise
@@ -104,7 +115,7 @@ class JobEngine:
                 ip = self.job.endpoints[a]["ip"]
                 mac = self.nics[b].peer_mac[a]
                 stack.uet.prepare(socket.inet_aton(ip), mac, ip)
-                for q in range(nic_cfg["qps"]):
+                for q in range(nic_cfg["qps"] * max(1, len(self.job.classes))):
                     stack.rc.prepare(socket.inet_aton(ip), mac, ip,
                                      qpn(a, b, q, nic_cfg["qpn_seed"]))
         # a full GC pass over scapy's objects stalls the loop for tens of ms: exempt them
@@ -152,7 +163,7 @@ class JobEngine:
     def run(self, stop=lambda: False):
         job, clock, nics = self.job, self.clock, self.nics
         tick = job.tick_ns
-        prog = JobProgram(job.programs, job.instances)
+        prog = JobProgram(job.programs, job.instances, job.daemons)
         runs, ended, late_start = {}, {}, {}
         rc = Transport(job.nic["transport"]).reliable
         sel = selectors.DefaultSelector()
@@ -164,7 +175,7 @@ class JobEngine:
         cpu0 = _cpu()
         t0 = clock()
         deadline = t0 + int(job.deadline_s * 1e9) if job.deadline_s else None
-        ready, prev = nics, None
+        ready, prev, closing = nics, None, None
 
         def launch(now):
             for inst in prog.advance(now - t0):
@@ -208,8 +219,14 @@ class JobEngine:
                 aborted = "stopped"
             elif deadline is not None and now >= deadline:
                 aborted = "deadline_s passed"
-            elif not runs and prog.finished():
-                break
+            elif prog.finished() and all(self.daemon_only(r.inst) for r in runs.values()):
+                if not runs:
+                    break
+                if closing is None:           # the daemons start nothing new; what they
+                    prog.freeze(job.daemons)  # have on the wire finishes
+                    closing = now
+                elif now - closing > DRAIN_NS:
+                    break
             elif not runs:
                 try:
                     prog.check(now - t0)
@@ -247,14 +264,30 @@ class JobEngine:
         cpu = _cpu() - cpu0
         wall = clock() - t0
         sel.close()
-        for cid, run in runs.items():  # still running when the job was aborted
+        cut = set()
+        for cid, run in runs.items():  # still running: the job aborted, or daemons' cut off
             ended[cid] = (run, run.wrong())
+            if not aborted:
+                cut.add(cid)
         return self.result(prog, ended, late_start, t0, wall, cpu, wakeups, hist, late,
-                           stalls, aborted)
+                           stalls, aborted, cut)
 
     # -- the result ----------------------------------------------------------------------
+    def timeline(self, inst, t0):
+        """A send/recv pair's timeline (ns since the job began): when the sender's
+        first new packet left and when its queue of new ones ran empty; the bytes the
+        receiver accepted, [[arrival ns, bytes so far], ...]."""
+        src, dst = (self.nics[e] for e in inst.endpoints)
+        first, drained = src.tx_first.get(inst.tag), src.tx_drained.get(inst.tag)
+        return {"tx_first_ns": None if first is None else first - t0,
+                "tx_drained_ns": None if drained is None else drained - t0,
+                "rx_timeline": [[t - t0, b] for t, b in dst.rx_line.get(inst.tag, ())]}
+    def daemon_only(self, inst):
+        """Every member of ``inst`` is a daemon (cut off when the others have finished)."""
+        return bool(self.job.daemons) and set(inst.members) <= self.job.daemons
+
     def result(self, prog, ended, late_start, t0, wall, cpu, wakeups, hist, late, stalls,
-               aborted):
+               aborted, cut=frozenset()):
         job, nics = self.job, self.nics
         names = [e["name"] for e in job.endpoints]
         insts = []
@@ -270,12 +303,17 @@ class JobEngine:
             if inst.id in ended:
                 run, (missing, corrupted) = ended[inst.id]
                 parts = [p.nic for p in run.parts]
+                if inst.id in cut:      # a daemon's transfer the job's end cut off
+                    missing = corrupted = None
                 row.update({"chunks_missing": missing, "chunks_corrupted": corrupted,
-                            "wrong": missing + corrupted,
+                            "wrong": None if missing is None else missing + corrupted,
+                            "cut_off": inst.id in cut,
                             "bytes_sent": sum(n.tx_bytes.get(inst.tag, 0) for n in parts),
                             "bytes_received": sum(n.rx_bytes.get(inst.tag, 0) for n in parts),
                             "retransmitted_bytes": sum(n.retx_bytes.get(inst.tag, 0)
                                                        for n in parts)})
+                if inst.kind == "p2p" and job.timelines:
+                    row.update(self.timeline(inst, t0))
                 if net_end is not None and net_end > start and inst.kind != "p2p":
                     link = min(job.endpoints[e]["rate_bps"] for e in inst.endpoints)
                     bw = bandwidths(inst.kind, len(inst.endpoints), inst.nbytes,
@@ -290,7 +328,7 @@ class JobEngine:
             insts.append(row)
         ranks = [{"rank": r, "endpoint": names[job.ranks[r]], "ops": prog.rank_records(r),
                   "end_ns": prog.t[r]} for r in range(len(job.ranks))]
-        eps = [nic.result(t0) for nic in nics]
+        eps = [nic.result(t0, self.owners) for nic in nics]
         sent = sum(e["data_frames_sent"] for e in eps)
         received = sum(e["data_frames_received"] for e in eps)
         control = sum(e["control_frames_sent"] + e["control_frames_received"] for e in eps)

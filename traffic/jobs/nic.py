@@ -52,6 +52,7 @@ SO_TIMESTAMPNS = 35
 TIMESPEC = struct.Struct("=qq")
 ANC_SIZE = socket.CMSG_SPACE(TIMESPEC.size)
 CONTROL_BACKLOG = 4096            # control frames waiting for room, at most
+TRACE_LIMIT = 20_000              # DCQCN cuts and go-backs traced per NIC (``timelines``)
 SIOCGIFMTU = 0x8921
 
 
@@ -59,8 +60,10 @@ class JobNic:
     """Endpoint ``index`` of a job (``spec``: its ``endpoints`` entry; ``nic``: the
     validated NIC keys; ``peers``: endpoint index -> spec)."""
 
-    def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000):
+    def __init__(self, index, spec, nic, peers, clock=time.monotonic_ns, tick_ns=1_000_000,
+                 timelines=False, tag_owner=None, classes=(), tag_class=None):
         self.index, self.spec, self.clock = index, spec, clock
+        self.tag_owner = tag_owner   # tag -> owner index (``job_config.owner_of``), or None
         self.name, self.ip, self.rate = spec["name"], spec["ip"], spec["rate_bps"]
         self.cfg = nic
         self.cost = (nic["mtu"] + 100) * 8
@@ -104,17 +107,20 @@ class JobNic:
         # the transport it sends with (``rc``: RC's QPs or UET's PDCs), and both it answers
         self.stack = Stack(dict(nic, rate_bps=self.rate), self.send_control, self.mac,
                            self.ip, self.peer_ip, self.peer_mac, rate_slack_ns=2 * tick_ns,
-                           seed=(nic["qpn_seed"] or 0) * 1000 + index)
+                           seed=(nic["qpn_seed"] or 0) * 1000 + index,
+                           trace_limit=TRACE_LIMIT if timelines else 500)
         self.rc = self.stack.send
         self.uet = nic["transport"] == Transport.UET
         if self.uet:
             self.out = UetOutbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                                    nic["mtu"], nic["qps"], self.rc, nic["dscp"],
-                                   nic["qpn_seed"])
+                                   nic["qpn_seed"], class_dscp=classes or None,
+                                   tag_class=tag_class)
         else:
             self.out = Outbound(index, self.ip, self.mac, self.peer_ip, self.peer_mac,
                                 nic["mtu"], nic["qps"], nic["dscp"], nic["qpn_seed"],
-                                nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc)
+                                nic["entropy"], int(nic["flowlet_gap_ms"] * 1e6), self.rc,
+                                class_dscp=classes or None, tag_class=tag_class)
         self.queue = SendQueues(qp_key)
         self.ring = deque()                    # (packet, resent?) the interface refused
         self.ctl_wait = deque()                # control frames the interface refused
@@ -131,7 +137,13 @@ class JobNic:
         self.corrupt = {}      # (tag, step) -> corrupted packets
         self.last_rx = {}      # tag -> last arrival of its data (ns)
         self.rx_bytes, self.tx_bytes, self.retx_bytes = {}, {}, {}    # per tag
+        # per flow (QP) and owner: flow id << 16 | owner index -> [bytes, resent bytes]
+        self.flow_tx = {}
         self.unsent = {}       # tag -> packets queued, never sent yet
+        # tag -> when its first new packet left, when its queue of new ones ran empty
+        self.tx_first, self.tx_drained = {}, {}
+        # tag -> [(arrival ns, bytes accepted so far)] (``timelines``), else None
+        self.rx_line = {} if timelines else None
         self.last_ack = None
         # when the transport's timers need a look (``poll_rc``): None while none runs
         self.rc_due = None
@@ -240,15 +252,26 @@ class JobNic:
 
     def _sent(self, batch, again, now):
         rc, unsent, tx, retx = self.rc, self.unsent, self.tx_bytes, self.retx_bytes
+        owner, ftx = self.tag_owner, self.flow_tx
         total = 0
         for pkt, a in zip(batch, again):
             tag, n = pkt[3], pkt[0].len
             total += n
             tx[tag] = tx.get(tag, 0) + n
+            k = pkt[2] << 16 | (owner[tag] if owner else 0)
+            f = ftx.get(k)
+            if f is None:
+                f = ftx[k] = [0, 0]
+            f[0] += n
             if a:
                 retx[tag] = retx.get(tag, 0) + n
+                f[1] += n
             else:
                 unsent[tag] -= 1
+                if tag not in self.tx_first:
+                    self.tx_first[tag] = now
+                if not unsent[tag]:
+                    self.tx_drained[tag] = now
             if rc is not None:
                 rc.sent(qp_key(pkt), pkt[1], pkt, now, a)
         self.bucket.consume(total * 8)
@@ -315,7 +338,9 @@ class JobNic:
             entry[1].add(index)
             if len(entry[1]) == entry[0]:
                 self.done.setdefault(tag, []).append((chunk, peer))
-            self.rx_bytes[tag] = self.rx_bytes.get(tag, 0) + n
+            got_bytes = self.rx_bytes[tag] = self.rx_bytes.get(tag, 0) + n
+            if self.rx_line is not None:
+                self.rx_line.setdefault(tag, []).append((ts, got_bytes))
             self.last_rx[tag] = ts
             if first is None:
                 first = ts
@@ -350,7 +375,9 @@ class JobNic:
             entry[1].add(d.index)
             if len(entry[1]) == entry[0]:
                 self.done.setdefault(d.tag, []).append((d.chunk, key[2]))
-            self.rx_bytes[d.tag] = self.rx_bytes.get(d.tag, 0) + n
+            got_bytes = self.rx_bytes[d.tag] = self.rx_bytes.get(d.tag, 0) + n
+            if self.rx_line is not None:
+                self.rx_line.setdefault(d.tag, []).append((ts, got_bytes))
             self.last_rx[d.tag] = ts
         return True
 
@@ -366,7 +393,19 @@ class JobNic:
         self.done.pop(tag, None)
 
     # -- results -------------------------------------------------------------------------
-    def result(self, t0):
+    def flows(self, owners=("",)):
+        """What this NIC sent per flow (QP) and owner: peer, QP, owner, bytes (frames
+        on the wire), the resent part of them."""
+        out = []
+        for k, (n, resent) in sorted(self.flow_tx.items()):
+            flow, own = k >> 16, k & 0xFFFF
+            peer = (flow >> 8) & 0xFFF
+            out.append({"peer": self.peer_name.get(peer, peer), "peer_index": peer,
+                        "qp": flow & 0xFF, "owner": owners[own] if own < len(owners) else own,
+                        "bytes": n, "retransmitted_bytes": resent})
+        return out
+
+    def result(self, t0, owners=("",)):
         self.drops += socket_drops(self.rx)
         flows = self.acct.summary(timeline=False)
         doc = {"name": self.name, "ip": self.ip, "rate_bps": self.rate,
@@ -380,12 +419,16 @@ class JobNic:
                "link_down_frames": self.sender.link_down,
                "queued_unsent": len(self.queue) + len(self.ring),
                "entropy_changes": self.out.entropy.changes,
-               "rx_flows": flows["total"]}
+               "rx_flows": flows["total"], "tx_flows": self.flows(owners)}
         if self.rc is not None:
             doc["transport"] = self.stack.counters()
             # (ms since the job began, peer, rate after the cut) of the first CNPs
-            doc["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), r)
-                                 for t, p, r in self.stack.rc.trace]
+            # (ms since the job began, peer, rate after the cut, alpha after it)
+            doc["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), r, a)
+                                 for t, p, r, a in self.stack.rc.trace]
+            if self.rx_line is not None:   # (ms, peer, "nak"|"timeout") of RC's go-backs
+                doc["go_backs"] = [(round((t - t0) / 1e6, 3), self.peer_name.get(p, p), k)
+                                   for t, p, k in self.stack.rc.events]
             if self.uet:
                 doc["uet"] = uet_summary(self.rc, t0)
             doc["failed_qps"] = [{"peer": self.peer_name.get(p, p), "qp": q}

@@ -1,7 +1,9 @@
 """The ranks' programs, op by op (pure: the caller passes the time; no sockets).
 
 Model.  Every rank runs its ops in order on its own timeline.  ``compute``
-keeps the rank busy for ``ns`` (a timer).  A ``coll`` (and each side of a
+keeps the rank busy for ``ns`` (a timer); ``until`` keeps it idle until its
+timeline reaches ``ns`` (a start offset, a transfer on a schedule; at once
+if it is past that already).  A ``coll`` (and each side of a
 ``send``/``recv`` pair) is an *instance* shared by its members: a member
 reaching it *arrives*; the instance starts when the last member arrives (the
 real synchronisation of a collective).  A blocking op holds its rank until the
@@ -45,10 +47,12 @@ class _State:
 
 
 class JobProgram:
-    """Runs ``programs`` (rank -> tuple of ``job_config.Op``) over ``instances``."""
+    """Runs ``programs`` (rank -> tuple of ``job_config.Op``) over ``instances``;
+    ``daemons``: ranks whose programs need not finish (``finished``)."""
 
-    def __init__(self, programs, instances):
+    def __init__(self, programs, instances, daemons=frozenset()):
         self.ops = programs
+        self.daemons = frozenset(daemons)
         n = len(programs)
         self.st = {cid: _State(inst) for cid, inst in instances.items()}
         self.pc = [0] * n
@@ -59,6 +63,7 @@ class JobProgram:
         self._launch = []
         self._dirty = True               # something may move (else only at ``_due``)
         self._due = None
+        self.frozen = frozenset()        # ranks that take no further op (``freeze``)
 
     # -- what the caller does -------------------------------------------------------
     def advance(self, now):
@@ -71,12 +76,18 @@ class JobProgram:
         while moved:
             moved = False
             for r in range(len(self.ops)):
-                while self._step(r, now):
+                while r not in self.frozen and self._step(r, now):
                     moved = True
         out, self._launch = self._launch, []
         self._dirty = False
         self._due = self._next_timer()
         return out
+
+    def freeze(self, ranks):
+        """``ranks`` take no further op (daemons once the job is over: what they have
+        running still ends)."""
+        self.frozen = frozenset(ranks)
+        self._dirty = True
 
     def network_done(self, cid, t):
         """The network part of ``cid`` ended at ``t``; it ends ``local_ns`` later."""
@@ -90,14 +101,22 @@ class JobProgram:
         return self._next_timer() if self._dirty else self._due
 
     def _next_timer(self):
-        due = [b for b in self.busy if b is not None]
-        for waits in self.blocked:
-            if waits and all(s.end is not None for s in waits):
+        due = [b for r, b in enumerate(self.busy) if b is not None and r not in self.frozen]
+        for r, waits in enumerate(self.blocked):
+            if waits and r not in self.frozen and all(s.end is not None for s in waits):
                 due.append(max(s.end for s in waits))
         return min(due, default=None)
 
     def finished(self):
-        """Every rank is past its last op and every instance has ended."""
+        """Every rank is past its last op and every instance has ended; with daemons,
+        every other rank is past its last op and every instance it is a member of
+        has ended (the daemons' own may still run)."""
+        if self.daemons:
+            mine = [r for r in range(len(self.ops)) if r not in self.daemons]
+            return all(self.pc[r] == len(self.ops[r]) and self.busy[r] is None
+                       and not self.blocked[r] for r in mine) \
+                and all(s.end is not None for s in self.st.values() if s.start is not None
+                        and not set(s.inst.members) <= self.daemons)
         return all(pc == len(ops) for pc, ops in zip(self.pc, self.ops)) \
             and all(b is None for b in self.busy) and not any(self.blocked) \
             and all(s.end is not None for s in self.st.values() if s.start is not None)
@@ -158,6 +177,9 @@ class JobProgram:
             self.busy[r] = self.t[r] + op.ns
             if op.label:
                 rec["label"] = op.label
+            return True
+        if op.kind == "until":
+            self.busy[r] = max(self.t[r], op.ns)
             return True
         if op.kind == "wait":
             rec["ids"] = list(op.ids)

@@ -34,10 +34,16 @@ class Outbound:
     number to its IP and next-hop MAC (the MACs may be filled in later)."""
 
     def __init__(self, me, ip, mac, peer_ip, peer_mac, mtu, qps, dscp=26, qpn_seed=None,
-                 entropy=Entropy.QP, flowlet_gap_ns=1_000_000, rc=None):
+                 entropy=Entropy.QP, flowlet_gap_ns=1_000_000, rc=None, class_dscp=None,
+                 tag_class=None):
         self.me, self.ip, self.mac = me, ip, mac
         self.peer_ip, self.peer_mac = peer_ip, peer_mac
         self.mtu, self.qps, self.dscp, self.seed = mtu, qps, dscp, qpn_seed
+        # traffic classes: class c's packets go on QPs c*qps .. (c+1)*qps-1 with DSCP
+        # class_dscp[c] (a real NIC gives every class QPs of its own: one QP's packets
+        # in two switch queues would come out of order); tag_class: tag -> class
+        self.class_dscp = list(class_dscp or [dscp])
+        self.tag_class = tag_class
         self.rc = rc                  # RankQPs: every QP a template is built for is its
         self.entropy = EntropyPolicy(entropy, flowlet_gap_ns)
         self.templates = {}           # (peer, qp, opcode, payload) -> FrameTemplate
@@ -58,14 +64,15 @@ class Outbound:
             t = self.templates[key] = FrameTemplate(
                 self.mac, self.peer_mac[peer], self.ip, self.peer_ip[peer], dst_qpn=q,
                 src_qpn=q, opcode=opcode, frame_len=HEADERS_LEN + extra + payload,
-                dscp=self.dscp, ecn=2, ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))  # ECT(0)
+                dscp=self.class_dscp[qp // self.qps], ecn=2, ackreq=opcode in ("WRITE_LAST", "WRITE_ONLY"))  # ECT(0)
             if self.rc:
                 self.rc.add_qp((peer, qp), q)
         return t
 
     def prepare(self, peer):
-        """Build the full-size frames of every QP to ``peer`` now (scapy: ~1 ms each)."""
-        for q in range(self.qps):
+        """Build the full-size frames of every QP (of every class) to ``peer`` now
+        (scapy: ~1 ms each)."""
+        for q in range(self.qps * len(self.class_dscp)):
             for op in OPCODES:
                 self.template(peer, q, op, self.mtu)
 
@@ -77,10 +84,11 @@ class Outbound:
         out = []
         per_qp = [len(range(q, count, qps)) for q in range(qps)]
         psns = self.psn
+        base = self.tag_class[tag] * qps if self.tag_class else 0
         for i in range(count):
-            q = i % qps
+            q = base + i % qps
             payload = max(min(mtu, nbytes - i * mtu), PROBE.size)
-            op = opcode_for("WRITE", i // qps, per_qp[q])
+            op = opcode_for("WRITE", i // qps, per_qp[q - base])
             key = (peer, q)
             psn = psns.get(key, 0)
             psns[key] = (psn + 1) & PSN_MASK

@@ -406,7 +406,8 @@ class Rank:
                            "retry_cnt": self.cfg["retry_cnt"]}
             t0 = results[0]["t_start_ns"] if results else (
                 self.qps.trace[0][0] if self.qps.trace else 0)
-            extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r) for t, p, r in self.qps.trace]
+            extra["dcqcn_cuts"] = [(round((t - t0) / 1e6, 3), p, r)
+                                  for t, p, r, _alpha in self.qps.trace]
             extra["failed_qps"] = [{"peer": self.ranks[peer].get("name") or peer, "qp": q}
                                    for peer, q in self.qps.failed()]
             extra["per_qp"] = self.qps.per_qp()

@@ -18,16 +18,18 @@ UET_PORT_BYTES = (4793).to_bytes(2, "big")
 
 class Stack:
     """The transports of one NIC (``cfg``: a rank config, or a job's NIC keys with
-    ``rate_bps``); ``send_frame`` puts a control frame on the wire."""
+    ``rate_bps``); ``send_frame`` puts a control frame on the wire; ``trace_limit``:
+    RC's DCQCN cuts and go-backs traced (``RankQPs``)."""
 
-    def __init__(self, cfg, send_frame, mac, ip, peer_ip, peer_mac, rate_slack_ns=0, seed=None):
+    def __init__(self, cfg, send_frame, mac, ip, peer_ip, peer_mac, rate_slack_ns=0, seed=None,
+                 trace_limit=500):
         self.send = self.rc = self.uet = None
         if not Transport(cfg["transport"]).reliable:
             return
         sends_uet = cfg["transport"] == Transport.UET
         self.rc = RankQPs(cfg["rc_params"], send_frame, mac, ip, cfg["dscp"],
                           ooo=out_of_order(cfg), rate_slack_ns=rate_slack_ns,
-                          **({} if sends_uet else cc_params(cfg)))
+                          trace_limit=trace_limit, **({} if sends_uet else cc_params(cfg)))
         self.uet = UetPdcs(uet_config(cfg), send_frame, mac, ip, cfg["dscp"], seed=seed,
                            peer_ip=peer_ip, peer_mac=peer_mac)
         self.send = self.uet if sends_uet else self.rc

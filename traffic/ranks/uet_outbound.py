@@ -27,10 +27,15 @@ from traffic.uet.pdcs import packet_key
 class UetOutbound:
     """The outgoing packets of NIC ``me`` over its ``pdcs`` (``uet.pdcs.UetPdcs``)."""
 
-    def __init__(self, me, ip, mac, peer_ip, peer_mac, mtu, qps, pdcs, dscp=26, qpn_seed=None):
+    def __init__(self, me, ip, mac, peer_ip, peer_mac, mtu, qps, pdcs, dscp=26, qpn_seed=None,
+                 class_dscp=None, tag_class=None):
         self.me, self.ip, self.mac = me, ip, mac
         self.peer_ip, self.peer_mac = peer_ip, peer_mac
         self.mtu, self.qps, self.dscp, self.seed = mtu, qps, dscp, qpn_seed
+        # traffic classes, as ``Outbound``'s: class c's packets go on PDCs c*qps ..
+        # (c+1)*qps-1 with DSCP class_dscp[c]; tag_class: tag -> class
+        self.class_dscp = list(class_dscp or [dscp])
+        self.tag_class = tag_class
         self.pdcs = pdcs
         self.rod = pdcs.p.pds.rod                 # ROD requests
         self.cc_state = pdcs.p.cc == CC.RCCC      # requests carry the credit target
@@ -44,13 +49,14 @@ class UetOutbound:
         if t is None:
             t = self.templates[key] = DataTemplate(
                 self.mac, self.peer_mac[peer], self.ip, self.peer_ip[peer], payload,
-                self.dscp, 2, ar, self.rod, self.cc_state, self.mtu)
+                self.class_dscp[pdc // self.qps], 2, ar, self.rod, self.cc_state, self.mtu)
             self.pdcs.add_qp((peer, pdc), qpn(self.me, peer, pdc, self.seed))
         return t
 
     def prepare(self, peer):
-        """Build the full-size frames to ``peer`` and its control frames now."""
-        for q in range(self.qps):
+        """Build the full-size frames to ``peer`` (on every class's PDCs) and its control
+        frames now."""
+        for q in range(self.qps * len(self.class_dscp)):
             for ar in (False, True):
                 self.template(peer, q, self.mtu, ar)
         self.pdcs.prepare(socket.inet_aton(self.peer_ip[peer]), self.peer_mac[peer],
@@ -60,12 +66,13 @@ class UetOutbound:
         """The packet tuples of one chunk of ``nbytes`` to ``peer``, over the PDCs."""
         mtu, qps = self.mtu, self.qps
         count = max(1, -(-nbytes // mtu))
+        base = self.tag_class[tag] * qps if self.tag_class else 0
         last = {}
         for i in range(count):
-            last[i % qps] = i
+            last[base + i % qps] = i
         out = []
         for i in range(count):
-            q = i % qps
+            q = base + i % qps
             payload = max(min(mtu, nbytes - i * mtu), PROBE.size)
             t = self.template(peer, q, payload, last[q] == i)
             psn = self.pdcs.assign_psn((peer, q), t.len, now)

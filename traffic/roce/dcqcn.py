@@ -16,32 +16,47 @@ Notification point (the receiver's NIC): at most one CNP per QP per
 ``cnp_interval`` for packets arriving with ECN CE (``CnpPacer``).
 
 The paper's constants are for 40 Gbit/s and microsecond RTTs; the lab's
-links run at tens of Mbit/s with millisecond queues, so the timers are
-scaled to milliseconds and Rai/Rhai to fractions of the line rate; g is
-the paper's 1/256.  The NP's CNP interval (the paper's 50 us) is 10 ms: a
-shorter one lets a QP be cut for every marked packet of a queue it has
-already stopped feeding (the queue drains at Mbit/s, not Gbit/s), and
-utilisation drops; a longer one lets the first loop overshoot more
-(docs/transport.md has the sweep).
+links run at a few to tens of Mbit/s, where a 4 KB frame takes milliseconds
+and the emulated bandwidth-delay product is 1-3 frames, so the paper's
+ratios to the RTT and to the frame time cannot both hold.  What each keeps:
+
+* the timers (alpha, rate increase) and the NP's CNP interval keep their
+  length in *frame times at the line rate*: 20 ms and 10 ms at
+  ``REFERENCE_BPS`` (40 Mbit/s, where they were tuned: 24 and 12 frames of
+  4170 bytes), ten times that at 4 Mbit/s.  A QP learns of congestion only
+  through its own frames (a CNP needs a marked one), so the pace of its
+  increases must be set in frames it sends: with timers fixed in ms, a QP at
+  an eighth of 4 Mbit/s (a frame every 67 ms) saw three increase events
+  between two of its frames, and every cut was undone before it could show
+  (docs/dragonfly.md).  At 40 Mbit/s nothing changes;
+* g (the paper's 1/256 per alpha period), the byte counter (bytes, hence
+  frames), F, and Rai/Rhai/the minimum rate as fractions of the line rate
+  (the paper's 40 Mbit/s is line/1000; line/40 recovers within a run of
+  seconds).
+
+The CNP interval (the paper's 50 us, about its timers' 55 us; half of them
+here) keeps a QP from being cut for every marked packet of a queue it has
+already stopped feeding (docs/transport.md has the sweep).
 """
 
 from dataclasses import dataclass
 
 MS = 1_000_000
+REFERENCE_BPS = 40e6      # the line rate the timers were tuned at (docs/transport.md)
 
 
 @dataclass(frozen=True)
 class DcqcnParams:
     line_bps: float
     g: float = 1 / 256
-    alpha_timer_ns: int = 20 * MS
-    increase_timer_ns: int = 20 * MS
+    alpha_timer_ns: int = None               # default 20 ms x REFERENCE_BPS / line
+    increase_timer_ns: int = None            # default 20 ms x REFERENCE_BPS / line
     byte_counter: int = 256 * 1024
     fast_recovery_steps: int = 5             # F
     rai_bps: float = None                    # default line / 40
     rhai_bps: float = None                   # default line / 8
     min_bps: float = None                    # default line / 100
-    cnp_interval_ns: int = 10 * MS
+    cnp_interval_ns: int = None              # default 10 ms x REFERENCE_BPS / line
 
     def __post_init__(self):
         if self.line_bps <= 0 or not 0 < self.g < 1:
@@ -49,6 +64,13 @@ class DcqcnParams:
         for name, frac in (("rai_bps", 40), ("rhai_bps", 8), ("min_bps", 100)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, self.line_bps / frac)
+        scale = REFERENCE_BPS / self.line_bps    # the same frame times at any line rate
+        for name, ms in (("alpha_timer_ns", 20), ("increase_timer_ns", 20),
+                         ("cnp_interval_ns", 10)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, int(round(ms * MS * scale)))
+            elif getattr(self, name) <= 0:
+                raise ValueError(f"{name}: > 0 required")
 
 
 class Dcqcn:

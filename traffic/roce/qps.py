@@ -38,7 +38,7 @@ class RankQPs:
     """
 
     def __init__(self, params, send_frame, my_mac, my_ip, dscp=26, dcqcn=None, ooo=False,
-                 timely=None, rate_slack_ns=0):
+                 timely=None, rate_slack_ns=0, trace_limit=500):
         self.p = params
         # how far a rate-limited QP may catch up after a late look (a caller that
         # wakes on a tick sends what fell due meanwhile, as a bucket of that depth)
@@ -51,7 +51,9 @@ class RankQPs:
         self.next_ok = {}        # (peer, qp) -> earliest next send (ns) at the QP's rate
         self.pacer = CnpPacer(dcqcn.cnp_interval_ns) if dcqcn else None
         self.ce_received = self.cnps_sent = self.cnps_received = 0
-        self.trace = []          # (ns, peer, rate after the cut) of the first CNPs
+        # (ns, peer, rate after the cut, alpha after it) of the first CNPs, and
+        # (ns, peer, "nak"|"timeout") of the first go-backs: ``trace_limit`` each
+        self.trace, self.events, self.trace_limit = [], [], trace_limit
         self.send_frame = send_frame
         self.my_mac, self.my_ip, self.dscp = my_mac, my_ip, dscp
         self.req = {}            # (peer, qp) -> Requester
@@ -144,11 +146,13 @@ class RankQPs:
                 if rp is None:
                     rp = self.rp[key] = Dcqcn(self.dcqcn, now)
                 rp.cnp(now)
-                if len(self.trace) < 500:
-                    self.trace.append((now, key[0], round(rp.rate_bps)))
+                if len(self.trace) < self.trace_limit:
+                    self.trace.append((now, key[0], round(rp.rate_bps), round(rp.alpha, 4)))
             return
         r = self.req[key]
         if c.is_nak:
+            if len(self.events) < self.trace_limit:
+                self.events.append((now, key[0], "nak"))
             r.nak(c.psn, now)
             self.any_failed = self.any_failed or r.failed
             self._queue(key)
@@ -216,6 +220,8 @@ class RankQPs:
                 self.armed.discard(key)       # idle or failed: armed again by ``sent``
                 continue
             if now >= r.deadline and r.poll(now):
+                if len(self.events) < self.trace_limit:
+                    self.events.append((now, key[0], "timeout"))
                 self.any_failed = self.any_failed or r.failed
                 self._queue(key)
             if r.deadline is not None and (due is None or r.deadline < due):

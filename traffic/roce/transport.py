@@ -117,7 +117,19 @@ class Requester:
     # -- what the caller does ----------------------------------------------------
     def sent(self, psn, packet, now, again=False):
         """``packet`` with ``psn`` left now (``again``: it came from ``next_resend``)."""
-        self.window.append((psn, packet))
+        w = self.window
+        if w and psn_diff(psn, w[-1][0]) < 0:
+            # older than the newest sent: a resend leaving after packets the NIC
+            # had already handed to its interface before the go-back (its transmit
+            # ring).  Kept in PSN order, else an ACK would stop at the newer head
+            # and the next go-back would start past the older packets: they were
+            # never sent again, and the QP never recovered
+            i = len(w)
+            while i > 0 and psn_diff(w[i - 1][0], psn) > 0:
+                i -= 1
+            w.insert(i, (psn, packet))
+        else:
+            w.append((psn, packet))
         if again:
             self.retransmitted += 1
         else:
@@ -171,8 +183,7 @@ class Requester:
         self.timeouts_in_row += 1
         if not self._use_retry():
             return True
-        oldest = self.window[0][0] if self.window else self.resend[0][0]
-        self._go_back(oldest)
+        self._go_back(self._oldest())
         self.deadline = now + self.p.rto_ns(self.timeouts_in_row)
         return True
 
@@ -193,6 +204,12 @@ class Requester:
                 q.popleft()
                 progress = True
         return progress
+
+    def _oldest(self):
+        """The oldest PSN outstanding: the older head of the window and of the
+        packets to go again (each in PSN order)."""
+        heads = [q[0][0] for q in (self.window, self.resend) if q]
+        return min(heads, key=lambda p: psn_diff(p, heads[0]))
 
     def _go_back(self, psn):
         """Send again, in PSN order, every outstanding packet from ``psn`` on."""

@@ -13,6 +13,8 @@ libbpf's ``<bpf/bpf_helpers.h>``), one source per family:
   XDP, ``ar_egress`` tc egress; model in dataplane.adaptive);
 - ``ugal.bpf.c``: a dragonfly's UGAL at the source router (``ugal_ingress``
   XDP, ``ugal_egress`` tc egress; model in dataplane.adaptive.ugal);
+- ``flows.bpf.c``: a link's RoCEv2 bytes per source and destination, counted
+  where they arrive (``flows_in`` tc ingress; dataplane.observe.flows);
 - ``ar_common.h``: what those two share: the port, control and flowlet maps
   and the steps of a decision (queue, route, flowlet slot, accounting);
 - ``parse.h``: the one parse of Ethernet / IPv4 / UDP / RoCEv2 BTH, each

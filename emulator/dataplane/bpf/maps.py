@@ -1,11 +1,12 @@
 """The ``bpf(2)`` calls the runs and tests make themselves, through ctypes: array
-maps (create, lookup, update) and ``BPF_PROG_TEST_RUN`` (the kernel runs a
+and hash maps (create, lookup, update, walk) and ``BPF_PROG_TEST_RUN`` (the kernel runs a
 program once on a given frame, which is how the programs are tested).
 
 Attribute layouts follow ``union bpf_attr`` in linux/bpf.h.
 """
 
 import ctypes
+import errno
 import os
 import struct
 
@@ -13,7 +14,8 @@ from emulator.errors import EnvironmentProblem
 
 MAP_HASH, MAP_ARRAY, MAP_PROG_ARRAY = 1, 2, 3
 F_MMAPABLE = 1 << 10
-_MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _PROG_TEST_RUN = 0, 1, 2, 3, 10
+_MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _MAP_NEXT_KEY, _PROG_TEST_RUN = \
+    0, 1, 2, 3, 4, 10
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _ATTR = 128
 SKB_SIZE = 192                        # sizeof(struct __sk_buff)
@@ -76,6 +78,28 @@ class Map:
         raw = struct.pack("<I", key) if isinstance(key, int) else bytes(key)
         k = ctypes.create_string_buffer(raw, self.key_size)
         _sys(_MAP_DELETE, struct.pack("<IIQ", self.fd, 0, _ptr(k)))
+
+    def items(self):
+        """[(key bytes, value bytes)] of every entry of a hash map (an entry deleted
+        meanwhile is skipped)."""
+        out, key = [], None
+        nxt = ctypes.create_string_buffer(self.key_size)
+        while True:
+            cur = ctypes.create_string_buffer(key, self.key_size) if key is not None else None
+            try:
+                _sys(_MAP_NEXT_KEY, struct.pack("<IIQQ", self.fd, 0,
+                                                _ptr(cur) if cur is not None else 0,
+                                                _ptr(nxt)))
+            except OSError as e:
+                if e.errno == errno.ENOENT:      # past the last key
+                    return out
+                raise
+            key = nxt.raw
+            try:
+                out.append((key, self.lookup(key)))
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise
 
     def close(self):
         if self.fd is not None:

@@ -84,6 +84,7 @@ struct pfc_cfg {
 	__u64 nends;            /* entries per class */
 	__u64 classes;          /* lossless priorities: 1, or one per routing phase */
 	__u64 phase;            /* this end's egress starts a new routing phase */
+	__u64 dscp;             /* the lossless class's DSCP: other RoCE data is best effort */
 	struct red red;
 };
 
@@ -94,16 +95,19 @@ const volatile struct pfc_cfg cfg = {};
 #define STAMP_LEN (offsetof(struct bth, resv8a) + 1)
 #define STAMP_END (BTH_OFF + STAMP_LEN)                 /* 47 */
 
-enum roce_class { NOT_ROCE, CONTROL, LOSSLESS };
+enum roce_class { NOT_ROCE, CONTROL, LOSSLESS, BEST_EFFORT };
 
 /* The class of an IPv4 RoCEv2 frame (with its stamp byte in line, ``f`` its
- * headers), or NOT_ROCE. */
+ * headers), or NOT_ROCE: ACK/NAK and CNP ride the control class, data of the
+ * lossless DSCP the lossless class, data of any other DSCP best effort. */
 static __always_inline enum roce_class roce_class(void *data, void *data_end, struct roce *f)
 {
 	if (!parse_roce(data, data_end, STAMP_LEN, f))
 		return NOT_ROCE;
 	if (f->bth->opcode == OP_ACKNOWLEDGE || f->bth->opcode == OP_CNP)
 		return CONTROL;
+	if ((f->ip->tos >> DSCP_SHIFT) != cfg.dscp)
+		return BEST_EFFORT;
 	return LOSSLESS;
 }
 
@@ -161,6 +165,10 @@ int pfc_egress(struct __sk_buff *skb)
 	}
 	if (class == CONTROL) {
 		skb->priority = CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	if (class == BEST_EFFORT) {
+		skb->priority = CLASS_BEST;
 		return TC_ACT_OK;
 	}
 	stamp = f.bth->resv8a;

@@ -36,8 +36,11 @@ from emulator.fabric.units import parse_duration
 
 
 def parse_interval(text):
-    """``--bfd``: milliseconds (``5``, ``5ms``), 2..1000; 1 ms flaps on this platform."""
+    """``--bfd``: milliseconds (``5``, ``5ms``, ``5x3``: Open vSwitch's multiplier is 3),
+    2..1000; 1 ms flaps on this platform."""
     t = str(text).strip().lower()
+    if t.endswith("x3"):
+        t = t[:-2]
     try:
         ms = round(parse_duration(t + "ms" if t.isdigit() else t) * 1e3, 6)
     except ValueError:

@@ -5,12 +5,28 @@ backlog that ``tc -s`` / netlink stats report per link (the egress queue of
 an emulated switch port).  The queue is sized in time at the link rate
 (``queue_ms``), as switch buffers are: a 40 Mbit/s link with 30 ms holds
 150 kB.  netem is not used (this kernel lacks it).
+
+With DCQCN a port also keeps a strict-priority band for CNPs (``cnp_band``),
+as RoCE fabrics give CNPs a class of their own (NVIDIA's default: DSCP 48,
+priority 6, strict): under the TBF, HTB 10: serves class 10:10 (CNPs: RoCEv2,
+BTH opcode 0x81, matched by u32; a 64 kB byte FIFO) before 10:30 (everything
+else: a byte FIFO of the TBF's own limit, the queue as before).  Without it a
+CNP waits behind the data of every congested queue on its way back, and a
+sender is cut again and again for congestion it has already answered.  The
+TBF's counters still cover both bands.
 """
 
 import socket
 import struct
 
-from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
+from emulator.dataplane.system.nlmsg import (  # noqa: F401
+    NLMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    attrs,
+    error_of,
+    messages,
+)
 from emulator.fabric.units import ROCE_MTU, link_mtu  # noqa: F401 (re-exported)
 
 MTU_FRAME = 1514
@@ -31,10 +47,51 @@ def tbf_params(rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME):
     return {"rate": rate, "burst": burst, "limit": limit}
 
 
-def apply(ipr, index, rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME):
-    """Install the shaper on interface ``index`` of the namespace of ``ipr``."""
-    ipr.tc("add", "tbf", index=index, handle=0x10000,
-           **tbf_params(rate_bps, queue_ms, frame))
+def apply(ipr, index, rate_bps, queue_ms=DEFAULT_QUEUE_MS, frame=MTU_FRAME, cnp_band=False):
+    """Install the shaper on interface ``index`` of the namespace of ``ipr``; with
+    ``cnp_band``, CNPs ahead of everything else (``add_cnp_band``)."""
+    params = tbf_params(rate_bps, queue_ms, frame)
+    ipr.tc("add", "tbf", index=index, handle=0x10000, **params)
+    if cnp_band:
+        add_cnp_band(ipr, index, params["limit"], frame)
+
+
+BAND_HTB = 0x100000                     # HTB 10: under the TBF's class 1:1
+CNP_CLASS, DATA_CLASS = 0x100010, 0x100030
+CNP_FIFO, DATA_FIFO = 0x310000, 0x300000
+CNP_QUEUE = 64 << 10                    # bytes of CNPs a port holds (about 900)
+ETH_P_IP = 0x0800
+# u32 keys from the IPv4 header (value/mask+offset): UDP, destination port 4791
+# (RoCEv2), BTH opcode 0x81 (CNP); the lab's RoCE frames carry no IP options
+CNP_KEYS = ["0x00110000/0x00ff0000+8", "0x000012b7/0x0000ffff+20",
+            "0x81000000/0xff000000+28"]
+
+
+def add_cnp_band(ipr, index, limit, frame=MTU_FRAME):
+    """HTB 10: under the TBF 1: of ``index``: CNPs in 10:10 (priority 0), the rest in
+    10:30 (priority 1, a byte FIFO of ``limit``, the TBF's own queue)."""
+    # a bfifo: the system layer's netlink knows it (pfifo's options, its limit in bytes)
+    ipr.tc("add", "htb", index=index, handle=BAND_HTB, parent=0x10001,
+           default=DATA_CLASS & 0xFFFF)
+    ipr.tc("add-class", "htb", index=index, handle=BAND_HTB | 1, parent=BAND_HTB,
+           rate="10gbit", ceil="10gbit", quantum=frame)
+    for classid, prio, fifo, size in ((CNP_CLASS, 0, CNP_FIFO, CNP_QUEUE),
+                                      (DATA_CLASS, 1, DATA_FIFO, limit)):
+        ipr.tc("add-class", "htb", index=index, handle=classid, parent=BAND_HTB | 1,
+               rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
+        ipr.tc("add", "bfifo", index=index, handle=fifo, parent=classid, limit=size)
+    ipr.tc("add-filter", "u32", index=index, parent=BAND_HTB, prio=1, protocol=ETH_P_IP,
+           target=CNP_CLASS, keys=CNP_KEYS)
+
+
+def cnp_band_packets(ipr, index):
+    """Frames that went through the CNP band of ``index`` (0 without one)."""
+    for msg in ipr.get_qdiscs(index=index):
+        if msg.get_attr("TCA_KIND") == "bfifo" and msg["parent"] == CNP_CLASS:
+            basic = (msg.get_attr("TCA_STATS2") or {}) and \
+                msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+            return (basic or {}).get("packets", 0)
+    return 0
 
 
 def stats(ipr, index):

@@ -8,8 +8,9 @@ is built from three parts:
 - *classes*: each interface's egress is a TBF at the link rate whose child
   is an HTB doing strict priority only (every class may use 10 Gbit/s):
   10:10 network control (RoCE ACK/NAK and CNP, frames of at most 256 bytes),
-  10:20 lossless RoCE data, whose own leaf is a TBF that is the pause gate,
-  and 10:30 best effort.  A dragonfly has a lossless class per routing phase
+  10:20 lossless RoCE data (of the lossless DSCP, 26), whose own leaf is a
+  TBF that is the pause gate, and 10:30 best effort (RoCE data of any other
+  DSCP among it).  A dragonfly has a lossless class per routing phase
   (10:20, 10:21, 10:22 with gates 20:, 21:, 22:; fabric.lossless).  A tc
   egress program sets each frame's class (``skb->priority``).
 - *accounting* (one BPF array map, an entry per interface end, ``E_*``): a
@@ -39,6 +40,7 @@ import struct
 
 from emulator.dataplane import bpf
 from emulator.dataplane.lossless.ecnq import red
+from emulator.fabric.lossless import LOSSLESS_DSCP
 
 # one map entry per interface end (pfc.bpf.c's struct pfc_entry): s64 fields, byte offsets
 ENTRY = bpf.Layout("pfc_entry", [(name, "q") for name in (
@@ -144,13 +146,14 @@ def kick_frame(src_mac=b"\x02\0\0\0\0\x01"):
 # the per-end constants of pfc.bpf.c (its const volatile ``cfg``)
 CONFIG = bpf.Layout("pfc_cfg", [
     ("key", "Q"), ("base", "q"), ("up_key", "Q"), ("up_base", "q"), ("stamp", "Q"),
-    ("ecn", "Q"), ("nends", "Q"), ("classes", "Q"), ("phase", "Q"), ("red.kmin", "q"),
+    ("ecn", "Q"), ("nends", "Q"), ("classes", "Q"), ("phase", "Q"), ("dscp", "Q"),
+    ("red.kmin", "q"),
     ("red.kmax", "q"), ("red.pmul", "Q"), ("red.min_len", "Q")])
 MAP = "pfc_ends"
 
 
 def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain=None,
-             classes=1, nends=0, phase=False):
+             classes=1, nends=0, phase=False, dscp=LOSSLESS_DSCP):
     """The two programs of interface end ``key`` on map ``ends`` (a ``bpf.Map`` of
     ENTRY values), as fds (``bpf.Programs``):
 
@@ -172,11 +175,12 @@ def programs(ends, key, base, up_key, up_base, stamp, ecn=None, min_len=0, chain
     ``classes`` lossless priorities (one per routing phase): the map holds a
     block of ``nends`` entries per class; ``phase``: this end's egress moves a
     frame to the next class (the start of a routing phase: a global link).
+    RoCE data frames of another DSCP than ``dscp`` ride best effort, unaccounted.
     """
     marking = red(ecn.kmin, ecn.kmax, ecn.pmax, min_len) if ecn is not None else \
         red(0, 0, 0.0, 0)
     config = CONFIG.pack_fields(key=key, base=base, up_key=up_key, up_base=up_base,
                                 stamp=stamp, ecn=int(ecn is not None), nends=nends,
-                                classes=classes, phase=int(phase), **marking)
+                                classes=classes, phase=int(phase), dscp=dscp, **marking)
     maps = {MAP: ends, **({bpf.CHAIN_MAP: chain} if chain is not None else {})}
     return bpf.load("pfc", config, CONFIG, maps, value_layouts=[ENTRY])

@@ -28,7 +28,14 @@ import socket
 import struct
 import time
 
-from emulator.dataplane.links.nlmsg import NLMSG, NLMSG_DONE, NLMSG_ERROR, attrs, error_of, messages  # noqa: F401
+from emulator.dataplane.system.nlmsg import (  # noqa: F401
+    NLMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    attrs,
+    error_of,
+    messages,
+)
 from emulator.errors import RunFailed
 from emulator.fabric.addressing import home_leaf
 from traffic.nic.netns import entered

@@ -8,6 +8,9 @@ through a process or a netlink socket, and the signals around them.
 - ``netlink``: pyroute2's verbs (links, addresses, routes, qdiscs, lookups)
   on a socket made inside a namespace (``/proc/<pid>/ns/net``), each call
   with Ctrl-C held until it is done, and ``ip route get``;
+- ``nlmsg``: the framing of raw netlink replies (messages, attributes,
+  errors) the dumps and ``fibmon`` decode;
+- ``fibmon``: a router's FIB and links watched from rtnetlink events;
 - ``tc`` (netem), ``ovs`` (ovs-vsctl, ovs-ofctl, ovs-appctl, ovsdb-tool)
   and ``nft`` (the run's nftables tables): the tools' checked calls;
 - ``signals``: SIGINT/SIGTERM/SIGHUP as exceptions, and their holding while

@@ -22,21 +22,21 @@ from contextlib import contextmanager
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import tcmsg
-
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
 
 from emulator.dataplane.system.proc import run
 from emulator.dataplane.system.signals import signals_masked
 from traffic.nic.netns import entered
 
-# bfifo, a byte-limited FIFO, takes pfifo's options (struct tc_fifo_qopt: a limit),
-# which this netlink library knows only under pfifo's name
-tcmsg.plugins.setdefault("bfifo", tcmsg.plugins["pfifo"])
-
 __all__ = ["Netlink", "NetlinkError", "netns_of", "ns_sockets", "delete_link",
            "route_get", "ENODEV"]
 
 ENODEV = 19            # NetlinkError.code: no such device (e.g. its veth peer went first)
+
+
+# pyroute2 knows pfifo; bfifo takes the same options (struct tc_fifo_qopt, its limit
+# in bytes): a byte FIFO under an HTB class (links.shaping.add_cnp_band)
+tc_plugins.setdefault("bfifo", tc_plugins["pfifo"])
 
 
 def netns_of(pid):
@@ -77,6 +77,10 @@ class Netlink:
 
     def route(self, *args, **kwargs):
         return self._held(self._ipr.route, *args, **kwargs)
+
+    def rule(self, *args, **kwargs):
+        """``rule('add', src=..., src_len=32, table=N, priority=N)``: policy routing."""
+        return self._held(self._ipr.rule, *args, **kwargs)
 
     def tc(self, *args, **kwargs):
         """``tc('add', 'tbf', index=i, ...)``, ``tc('add-class', 'htb', ...)``, ..."""
@@ -137,7 +141,17 @@ def delete_link(name, netns=None):
         return True
 
 
-def route_get(toward, timeout=10):
+def route_get(toward, timeout=10, netns=None, **flow):
     """The kernel's routes toward address ``toward`` (``ip -j route get``: a list
-    of {dst, dev, prefsrc, ...}); RunFailed if there is none."""
-    return json.loads(run(["ip", "-j", "route", "get", toward], timeout=timeout))
+    of {dst, dev, prefsrc, ...}); RunFailed if there is none.  ``netns``: in that
+    namespace; ``flow``: the rest of the lookup's key, as ``ip route get`` names it
+    (``from_``, ``iif``, ``ipproto``, ``sport``, ``dport``): with them the kernel
+    hashes the five-tuple a multipath route would (an input lookup when ``iif``
+    is given)."""
+    argv = ["ip", "-j", "route", "get", toward]
+    for key in ("from_", "iif", "ipproto", "sport", "dport"):
+        if flow.get(key) is not None:
+            argv += [key.rstrip("_"), str(flow[key])]
+    if netns:
+        argv = ["nsenter", f"--net={netns}", *argv]
+    return json.loads(run(argv, timeout=timeout))

@@ -40,6 +40,7 @@ import os
 import statistics
 
 from emulator.dataplane.observe import run_yaml
+from emulator.dataplane.routed.setup import LB_UNDER_BGP
 from emulator.dataplane.session import make_results_dir, write_json
 from emulator.errors import ConfigError
 from emulator.experiments import calibrate
@@ -48,12 +49,15 @@ from emulator.experiments.compare import stream as stream_cmp
 from emulator.experiments.compare import training as training_cmp
 from emulator.experiments.compare.stream import cut_times, during
 from emulator.experiments.measure import budget
+from emulator.experiments.measure.paths import ring_draw
 from emulator.experiments.measure.uplinks import (
     RINGS,
     SAMPLE_S,
+    collisions,
     ecmp_expectation,
     load_bound,
     ring_connections,
+    ring_hops,
     ring_indices,
     spread,
     uplink_series,
@@ -61,6 +65,7 @@ from emulator.experiments.measure.uplinks import (
 )
 from emulator.experiments.measure.watch import CounterSampler
 from emulator.experiments.repeat import Mode, each_mode
+from emulator.experiments.spec.build import check as check_spec
 from emulator.experiments.spec.build import (
     command_doc,
     parse_variant,
@@ -72,6 +77,7 @@ from emulator.experiments.spec.options import (
     add_adaptive_args,
     add_capture_arg,
     add_cc_param_arg,
+    add_control_args,
     add_ecn_at_arg,
     add_fidelity_args,
     add_job_seed_arg,
@@ -79,6 +85,7 @@ from emulator.experiments.spec.options import (
     add_uet_args,
     compare_defaults,
     nic_lb,
+    parse_controls,
     rank_transport,
     workload_choice,
 )
@@ -126,7 +133,8 @@ class Repetition(Mode):
             sampler.stop()
         series = uplink_series(s.topo, sampler.samples)
         row = rep["rows"][-1]
-        out = {"mode": self.mode, "transport": str(spec.transport), "lb": str(spec.lb),
+        mode = f"{spec.control}/{self.mode}" if spec.control.routed else self.mode
+        out = {"mode": mode, "transport": str(spec.transport), "lb": str(spec.lb),
                "seed": spec.hash_seed, "job_seed": spec.job_seed,
                "ring": self.ring, "qps": self.qps, "dir": s.dir,
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
@@ -144,8 +152,14 @@ class Repetition(Mode):
         if rep.get("uet"):
             out["uet"] = rep["uet"]
         if spec.lb == LB.ECMP and spec.transport != Transport.UET:
-            out["expected"] = round(ecmp_expectation(
-                ring_connections(ranks, order), spines, self.qps)["efficiency"], 3)
+            exp = ecmp_expectation(ring_connections(ranks, order), spines, self.qps)
+            out["expected"] = round(exp["efficiency"], 3)
+            out["p_no_collision"] = round(exp["p_no_collision"], 3)
+            # the draw the switches' hash made for this job's QPs, traced
+            load, out["collided"] = collisions(
+                ring_draw(s, ranks, ring_hops(ranks, order), self.qps, spec.job_seed),
+                self.qps)
+            out["draw"] = load
         return out
 
     def close(self):
@@ -242,6 +256,7 @@ def plot(runs, path):
 def add_arguments(p):
     """``emulator compare``'s options, its sub-commands' included."""
     add_fabric_args(p)
+    add_control_args(p, several=True)
     p.add_argument("--planes", action="store_true",
                    help="instead of modes: HPN dual-plane vs the single-plane fabric (preset "
                         "dual-plane, planes=2 vs planes=1), same hosts and workload, one shared "
@@ -322,6 +337,7 @@ def add_arguments(p):
 def prepare(args):
     """What a comparison of modes implies before its spec is built (spec.options): an
     AllReduce unless a workload is named."""
+    args.hash_seed_given = args.hash_seed is not None
     compare_defaults(args, workload="allreduce")
 
 
@@ -360,7 +376,9 @@ def main(spec, args, out=print):
     job0 = spec.job_seed
     out(f"... job seeds {job0}..{job0 + args.reps - 1} (QP numbers of each repetition's job; "
         f"--job-seed {job0} replays them)")
-    runs = repetitions(spec, plan, sizes, args, out)
+    runs = []
+    for control, spec_c, plan_c in control_plans(spec, plan, args, out):
+        runs += repetitions(spec_c, plan_c, sizes, args, out)
     rows = summarize(runs)
     text = table(rows)
     write_json(os.path.join(base, "compare.json"),
@@ -376,6 +394,31 @@ def main(spec, args, out=print):
         out("--strict: some runs were emulator-bound; exit status 3")
         return 3
     return 0
+
+
+def control_plans(spec, plan, args, out):
+    """[(control plane, its spec, its plan)] of ``--control`` (one or a comma list).
+    Under BGP the routers' kernels hash (ecmp; the NICs may still spray): the other
+    modes are left out, said so; each router hashes with its own seed (the plan's
+    per-switch seeds) unless ``--hash-seed`` named one, and the repetitions' draws
+    differ by their jobs' QP numbers."""
+    out_plans = []
+    for c in [c or spec.control for c in parse_controls(args.control)]:
+        spec_c, plan_c = spec.replace(control=c), plan
+        if c.routed:
+            plan_c = [k for k in plan if parse_variant(k[0])[1] in LB_UNDER_BGP]
+            left = sorted({k[0] for k in plan} - {k[0] for k in plan_c})
+            if left:
+                out(f"... {c}: {', '.join(left)} left out (the routers' kernels hash the "
+                    "five-tuple: ecmp, or spray from the NICs)")
+            if not getattr(args, "hash_seed_given", True):
+                spec_c = spec_c.replace(hash_seed=None)
+            check_spec(spec_c)
+        if plan_c:
+            out_plans.append((c, spec_c, plan_c))
+    if not out_plans:
+        raise ConfigError("--modes", "nothing to compare under these control planes")
+    return out_plans
 
 
 def parse_transports(text, spec):
@@ -421,6 +464,8 @@ def summarize(runs):
                      "reordered": sum(r["reordered"] for r in rs),
                      "wrong": sum(r["wrong"] for r in rs),
                      "repeated": sum(1 for r in rs if r.get("disturbed_attempts")),
+                     "no_collision": sum(1 for r in rs if r.get("collided") is False),
+                     "p_no_collision": rs[0].get("p_no_collision"),
                      "transport": rs[0].get("transport", "rc"),
                      "transport_counts": _sum_counts(r.get("transport_counts") for r in rs),
                      "emulator_bound": sum(1 for r in rs if r.get("fidelity", {})
@@ -480,6 +525,9 @@ def table(rows):
             f"{r['lb_min']:5.3f}..{r['lb_max']:5.3f} "
             f"{exp:>8s} {f(r['max_over_mean'], '11.3f')} {f(r['jain'], '6.3f')} "
             f"{r['reordered']:9d} {r['wrong']:6d} {r['reps']:4d} " + fidelity_cell(r))
+    for r in rows:
+        if r.get("p_no_collision") is not None:
+            lines.append(draws_line(r))
     lines += transport_lines(rows)
     if any(r.get("emulator_bound") for r in rows):
         lines.append("EMULATOR-BOUND rows measured this machine's CPU, not load balancing: "
@@ -488,6 +536,15 @@ def table(rows):
         lines.append("repeated: a repetition the machine set the pace of was run again with "
                      "the same seeds (its attempts: disturbed_attempts in compare.json)")
     return "\n".join(lines)
+
+
+def draws_line(row):
+    """ECMP's draws against balls into bins: repetitions whose traced paths put no two
+    connections on one link, and the expectation with its binomial spread."""
+    n, p = row["reps"], row["p_no_collision"]
+    sd = (n * p * (1 - p)) ** 0.5
+    return (f"{row['mode']}: {row['no_collision']} of {n} draws put no two connections on "
+            f"one link (balls into bins: {n * p:.1f} +- {sd:.1f})")
 
 
 def disturbed_attempt(run):

@@ -39,6 +39,7 @@ from emulator.experiments.workloads import collective
 from emulator.experiments.workloads.collective import parse_sizes
 from emulator.experiments.workloads.mix import EngineProcess, child_env, netns_of
 from emulator.fabric import addressing, lossless
+from emulator.fabric.routing.addresses import next_hop_mac
 from lab.modes import CC, LB, FlowControl, Transport
 from traffic.roce.frames import frame_len_for_mtu
 
@@ -105,7 +106,7 @@ def streams_plan(net, topo, pairs, duration, frame_len, share=0.5, timeline_ms=1
         dp = d["ports"][0]
         streams.append({"name": f"{src}:{sp['port']}", "netns": netns_of(net, src),
                         "intf": sp["port"], "src_mac": sp["mac"], "src_ip": sp["ip"],
-                        "dst_mac": d["mac"], "dst_ip": dp["ip"],
+                        "dst_mac": next_hop_mac(sp, dp), "dst_ip": dp["ip"],
                         "rate_pps": sp["rate_bps"] * share / (frame_len * 8), "qps": 1,
                         "first_flow": i, "qpns": [0x7F0001 + i]})
         receivers[dst] = {"name": f"{dst}:{dp['port']}", "netns": netns_of(net, dst),

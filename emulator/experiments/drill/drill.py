@@ -45,6 +45,7 @@ from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.ovs import datapath
 from emulator.errors import ConfigError, RunFailed
 from emulator.experiments import calibrate, ui
+from emulator.experiments.bgp import drill as bgp_drill
 from emulator.experiments.drill import adaptive as drill_adaptive
 from emulator.experiments.drill import agent as drill_agent
 from emulator.experiments.drill import traffic as drill_traffic
@@ -56,7 +57,13 @@ from emulator.experiments.drill.probes import (
     probe_pairs,
     probe_rate,
 )
-from emulator.experiments.drill.stats import flow_result, summarise, summary_line, table
+from emulator.experiments.drill.stats import (
+    control_table,
+    flow_result,
+    summarise,
+    summary_line,
+    table,
+)
 from emulator.experiments.measure import budget, fidelity
 from emulator.experiments.measure.convergence import (
     controller_convergence,
@@ -67,22 +74,24 @@ from emulator.experiments.measure.convergence import (
 from emulator.experiments.measure.paths import crosses, fault_ports, flow_paths, unexpected_downs
 from emulator.experiments.repeat import Mode, each_mode
 from emulator.experiments.spec import scenario
+from emulator.experiments.spec.build import check as check_spec
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
 from emulator.experiments.spec.options import (
     LB_MODES,
     add_adaptive_args,
     add_capture_arg,
+    add_control_args,
     add_switch_agent_arg,
     add_training_args,
     add_transport_args,
+    parse_controls,
     parse_holddown,
     parse_seed,
 )
 from emulator.experiments.spec.scenario import default_fault
 from emulator.fabric import addressing, layout, switch_agent
 from emulator.fabric.units import parse_duration
-from emulator.report.files import pyplot
 from emulator.report.summary import pfc_text
 from lab.modes import LB, Failover
 from traffic.roce.frames import ROCE_MTUS
@@ -91,12 +100,13 @@ MODES = Failover.names()
 
 
 def drill_workload(text):
-    """``--workload``: a collective or ``simai:FILE``."""
+    """``--workload``: a collective, ``simai:FILE`` or several jobs (``jobs:FILE``)."""
     if text in ("allreduce", "allgather", "reducescatter", "alltoall") or \
-            text.startswith("simai:"):
+            text.startswith(("simai:", "jobs:")):
         return text
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
-                                     "allgather, reducescatter, alltoall, simai:FILE)")
+                                     "allgather, reducescatter, alltoall, simai:FILE, "
+                                     "jobs:FILE)")
 
 
 def add_arguments(p):
@@ -110,15 +120,19 @@ def add_arguments(p):
     p.add_argument("--scenario", metavar="FILE", help="timed fault schedule (YAML, faults:)")
     p.add_argument("--repeat", type=int, default=5, help="repeats per mode (default 5)")
     p.add_argument("--failover", default=Failover.default(), metavar="MODE[,MODE...]",
-                   help="none, controller, fast-failover, or a comma list to compare")
+                   help="none, controller, fast-failover, or a comma list to compare "
+                        "(OpenFlow; BGP repairs with its own withdrawals)")
+    add_control_args(p, several=True, bfd=False)
     p.add_argument("--detect", default="1ms", metavar="DELAY|os",
                    help="modeled loss-of-signal detection: the switches at a cut link's ends "
                         "are told this long after the cut (default 1ms, typical of hardware); "
                         "'os' leaves it to Open vSwitch's own carrier polling (13-85 ms here)")
-    p.add_argument("--bfd", default=None, metavar="MS",
-                   help="run BFD on every inter-switch link at this interval (2-1000 ms): "
-                        "detects gray failures (--fault LINK:loss:P) and feeds port liveness "
-                        "to fast-failover and the controller; default off")
+    p.add_argument("--bfd", default=None, metavar="MS|INTERVALxMULT",
+                   help="OpenFlow: run BFD on every inter-switch link at this interval (2-1000 "
+                        "ms; Open vSwitch's multiplier is 3): detects gray failures (--fault "
+                        "LINK:loss:P) and feeds port liveness to fast-failover and the "
+                        "controller; default off.  --control bgp: every eBGP session's BFD "
+                        "(default 300x3, FRR's defaults)")
     p.add_argument("--bfd-holddown", default=None, metavar="BASE:MAX|0",
                    help="with --bfd: a port whose BFD session failed stays down for BASE s "
                         "after it comes back, doubling per flap up to MAX s (default with "
@@ -150,9 +164,10 @@ def add_arguments(p):
                    help="probe on these rails (host ports, from 1) of multi-NIC hosts; "
                         "default all")
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
-    p.add_argument("--lb", choices=LB_MODES, default=LB.default(),
+    p.add_argument("--lb", default=LB.default(), metavar="MODE[,MODE...]",
                    help="load balancing (default ecmp): the controller's, or the switches' "
-                        "data plane (dlb, packet)")
+                        "data plane (dlb, packet); a comma list adds a row per further mode "
+                        f"(with the last --failover mode); one of {', '.join(LB_MODES)}")
     add_adaptive_args(p)
     p.add_argument("--hash-seed", type=parse_seed, default=None, metavar="per-switch|N",
                    help="ECMP hash seed: per-switch (default) or one N for every switch")
@@ -229,7 +244,8 @@ def holddown_for(args):
 def restore_event(events):
     """The first restoring event of a repeat's injected ``events``: (t_ns, kind) or (None, None)."""
     for e in events:
-        if e["kind"] in ("link_up", "switch_recover", "loss_stop", "controller_restart"):
+        if e["kind"] in ("link_up", "switch_recover", "loss_stop", "controller_restart",
+                         "cp_recover"):
             return e["t_ns"], e["kind"]
     return None, None
 
@@ -247,18 +263,21 @@ class ProbeDrill(Mode):
         self.say = lambda m: out(f"... [{mode}] {m}")
         self.page = ui.attached.of(args, s, f"drill, failover={mode}").__enter__()
         self.late = self.inj = self.watch = None
+        self.routed = s.spec.control.routed     # BGP's routers repair, no controller
 
     def start(self):
         s, args, events = self.s, self.args, self.events
         scenario.check_targets(events, s.topo, s.fabric.flow_control)
-        if args.bfd:
+        if self.routed:
+            bgp_drill.settle(s)                     # converged before the first repeat
+        elif args.bfd:
             self.interval = bfd.parse_interval(args.bfd)
             self.late = bfd.LateSends(s.topo, s.net)    # what OVS logs of late BFD sends
             self.late.mark()
             bfd.enable(s.topo, self.interval, progress=self.say, net=s.net)
             # sessions starting look like BFD downs: wait out their hold-down
             try:
-                wait_for(lambda: self.mode == Failover.NONE
+                wait_for(lambda: s.spec.failover == Failover.NONE
                          or not ports_down(s.controller.converged()),
                          30, "the controller to route over every port after BFD came up")
             except RunFailed as e:
@@ -287,6 +306,7 @@ class ProbeDrill(Mode):
         t_start = time.monotonic()
         if late:
             late.mark()
+        updates0 = bgp_drill.updates(s) if self.routed else None
         sent, recv, timelines, dur, fid = drill_traffic.repeat(
             s, self.inj, self.pairs, events, args, os.path.join(s.dir, f"repeat{r}"),
             before=self.watch and self.watch.snapshot)
@@ -306,21 +326,33 @@ class ProbeDrill(Mode):
                                      calm_from),
                          crosses=self.crossing.get(k), path=self.paths.get(k))
                  for k, n in sorted(sent.items())}
-        with open(s.controller.log_path, errors="replace") as f:
-            conv = controller_convergence(f.read(), t_fault, t_rest)
-        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv, "fidelity": fid,
+        for f in flows.values():
+            f["local"], f["exposed"] = bgp_drill.classify(f["path"], events, s.topo)
+        routed = {}
+        if self.routed:
+            routed["bgp"] = bgp_drill.verdict(s, evs, t_fault, t_rest, updates0)
+            conv = bgp_drill.as_controller(routed["bgp"])
+        else:
+            with open(s.controller.log_path, errors="replace") as f:
+                conv = controller_convergence(f.read(), t_fault, t_rest)
+        verdict = {"repeat": r, "events": evs, "flows": flows, "controller": conv, **routed,
+                   "fidelity": fid,
                    "switch_agent": drill_agent.for_repeat(s, conv, t_fault, self.predicted),
                    **({"adaptive": self.watch.reaction(evs)} if self.watch else {})}
         self.page.repeats.append(verdict)
         if r == 0 and self.page.keep(timelines):      # kept for report.html too
-            plot(timelines, t_fault, t_rest, self.crossing,
-                 os.path.join(self.base, f"throughput-{self.mode}.png"), self.mode)
+            drill_traffic.plot(timelines, t_fault, t_rest, self.crossing,
+                 os.path.join(self.base, f"throughput-{file_part(self.mode)}.png"),
+                 self.mode)
         return verdict
 
     def settle(self, verdict):
+        if self.routed:                # sessions back, every FIB as it was
+            bgp_drill.settle(self.s)
+            return
         t_rest, rest_kind = restore_event(verdict["events"])
         try:
-            wait_restored(self.s, self.mode, t_rest, kind=rest_kind)
+            wait_restored(self.s, self.s.spec.failover, t_rest, kind=rest_kind)
         except RunFailed as e:     # ports still down: BFD's hold-down kept doubling
             if not (self.late and ports_down(self.s.controller.converged())):
                 raise
@@ -350,41 +382,72 @@ class ProbeDrill(Mode):
             self.page.__exit__(None, None, None)
 
 
-def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
-    """Throughput per flow around the fault (Agg PNG)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 5))
-    for key, (t0, tl) in sorted(timelines.items()):
-        xs, ys = [], []
-        for i in range(0, len(tl), bin_ms):
-            xs.append((t0 + i * 1e6 - t_fault) / 1e6)
-            ys.append(sum(tl[i:i + bin_ms]) * 8 / (bin_ms / 1e3) / 1e6)
-        ax.plot(xs, ys, lw=0.8, ls="-" if crossing.get(key) else ":",
-                label=f"{key}{' (crosses)' if crossing.get(key) else ''}")
-    ax.axvline(0, color="red", lw=1)
-    if t_restore is not None:
-        ax.axvline((t_restore - t_fault) / 1e6, color="green", lw=1)
-    ax.set_xlabel("ms since fault (red); restore in green")
-    ax.set_ylabel(f"Mbit/s ({bin_ms} ms bins)")
-    ax.set_title(f"probe throughput per flow, failover={mode}")
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def prepare(args):
     """What a drill implies before its spec is built: BFD's hold-down (``holddown_for``)."""
     args.bfd_holddown = holddown_for(args)
 
 
+def file_part(label):
+    """A row's label as a file name's part (``openflow/controller``: ``openflow-controller``)."""
+    return str(label).replace("/", "-")
+
+
+def mode_plan(spec, args):
+    """[(label, RunSpec changes)]: the rows of the drill's table.  Under OpenFlow one per
+    ``--failover`` mode with the first ``--lb``, then one per further ``--lb`` (data-plane
+    DLB) with the last failover mode; under BGP one (``bgp+bfd``: its own repair)."""
+    controls = [c or spec.control for c in parse_controls(args.control)]
+    lbs = parse_lbs(args.lb)
+    failovers = parse_modes(args.failover)
+    rows = []
+    for c in controls:
+        if c.routed:
+            rows.append((f"{c}+bfd", {"control": c, "lb": LB.ECMP}))
+            continue
+        tag = f"{c}/" if len(controls) > 1 else ""
+        for f in failovers:
+            rows.append((f"{tag}{f}" + (f"+{lbs[0]}" if lbs[0] != LB.ECMP else ""),
+                         {"control": c, "failover": f, "lb": lbs[0]}))
+        for lb in lbs[1:]:
+            rows.append((f"{tag}{failovers[-1]}+{lb}",
+                         {"control": c, "failover": failovers[-1], "lb": lb}))
+    return rows
+
+
+def parse_lbs(text):
+    """``--lb ecmp,dlb`` -> [LB]."""
+    try:
+        out = [LB.parse(x.strip(), "--lb") for x in str(text).split(",") if x.strip()]
+    except ValueError as e:
+        raise ConfigError("--lb", str(e)) from None
+    if not out:
+        raise ConfigError("--lb", f"{text!r}: a load-balancing mode or a comma list")
+    return out
+
+
+def predictions(spec, args, events, openflow, topo, agent, base, out):
+    """{failover mode: the switch agents' predicted convergence} of the OpenFlow rows
+    with the first OpenFlow row's load balancing (``drill_agent.predictions``)."""
+    if not openflow:
+        return {}
+    first = openflow[0]
+    of_spec = spec.replace(control=first["control"], lb=first["lb"])
+    modes = list(dict.fromkeys(c["failover"] for c in openflow if c["lb"] == first["lb"]))
+    dp_type = datapath.detect(spec.datapath)[0]
+    return drill_agent.predictions(of_spec, args, events, modes, topo, agent, dp_type, base,
+                                   out, ProbeDrill)
+
+
 def main(spec, args, out=print):
     """``emulator drill``: returns the exit status."""
     fabric = spec.fabric
-    modes = parse_modes(args.failover)
+    plan = mode_plan(spec, args)
     parse_detect(args.detect)
     agent = switch_agent.for_run(spec.switch_agent, fabric, spec.controller)
-    if args.bfd:
+    for _, changes in plan:       # each row's own checks (BGP's refusals), before any build
+        check_spec(spec.replace(**changes))
+    openflow = [c for _, c in plan if not c["control"].routed]
+    if args.bfd and openflow:
         bfd.parse_interval(args.bfd)
         if fabric.cluster is not None:
             raise ConfigError("--bfd", "BFD sessions run on one machine only: not with "
@@ -406,28 +469,40 @@ def main(spec, args, out=print):
         raise ConfigError("--resolution", f"{args.resolution!r}: a time such as 1ms or 2ms")
     rails = parse_rails(args.rails)
     planned = planned_flows(topo, args.probes, args.qps, rails)
-    dp_type = datapath.detect(spec.datapath)[0]
-    used, _ = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
-    args.pps, note = probe_rate(topo, planned, args.frame_len, resolution,
-                                calibrate.cached_budget(dp_type, args.frame_len, layout=used),
-                                args.pps)
+    if openflow:               # the smaller budget when OpenFlow's fabric is among them
+        dp_type = datapath.detect(spec.datapath)[0]
+        used, _ = layout.resolve(fabric, os.cpu_count() or 1, dp_type, os.environ)
+        known = calibrate.cached_budget(dp_type, args.frame_len, layout=used)
+    else:
+        known = calibrate.cached_budget(calibrate.ROUTED, args.frame_len,
+                                        control=plan[0][1]["control"])
+    args.pps, note = probe_rate(topo, planned, args.frame_len, resolution, known, args.pps)
     if note:
         out(f"... {note}")
-    calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
-                         budget.path_hops(topo, s, d)) for s, d, n in planned],
-                       args.frame_len, spec.datapath, out, fabric)
+    for c in dict.fromkeys(c["control"] for _, c in plan):
+        calibrate.say_load([(args.pps * n * args.frame_len * 8, args.frame_len,
+                             budget.path_hops(topo, s, d)) for s, d, n in planned],
+                           args.frame_len, spec.datapath, out, spec.replace(control=c).fabric)
     base = os.path.abspath(os.path.join(spec.results, time.strftime("drill-%Y%m%d-%H%M%S")))
     os.makedirs(base, exist_ok=False)
     run_yaml.write(base, spec, command=command_doc("drill", args))
-    predicted = drill_agent.predictions(spec, args, events, modes, topo, agent, dp_type, base,
-                                        out, ProbeDrill)
-    results = each_mode(spec.replace(results=base), "failover", modes, args.repeat, lambda s, m:
-                        ProbeDrill(s, m, args, events, base, out, predicted.get(m)), out)
+    changes = dict(plan)
+    predicted = predictions(spec, args, events, openflow, topo, agent, base, out)
+
+    def make(s, m):
+        c = changes[m]
+        p = (None if c["control"].routed or c["lb"] != openflow[0]["lb"]
+             else predicted.get(c["failover"]))
+        return ProbeDrill(s, m, args, events, base, out, p)
+    results = each_mode(spec.replace(results=base), lambda m: changes[m], list(changes),
+                        args.repeat, make, out)
     doc = {"events": [vars(e) for e in events], "args": command_doc("drill", args)["options"],
            "modes": results, "switch_agent": drill_agent.doc_entry(agent)}
     with open(os.path.join(base, "drill.json"), "w") as f:
         json.dump(doc, f, indent=1)
     out(table(results))
+    if len(plan) > 1 or plan[0][1]["control"].routed:
+        out(control_table(results))
     for line in drill_adaptive.lines(results):
         out(line)
     drill_agent.print_text(agent, results, out)

@@ -187,6 +187,81 @@ def table(results):
     return "\n".join(lines)
 
 
+def control_split(repeats):
+    """Over ``repeats``: the loss windows of crossing flows whose own leaf is an end of
+    the fault (local) and of the others (remote), detection, convergence, the BGP
+    UPDATEs, and the lost packets of the flows that do not cross it: those none of
+    whose equal-cost paths does (``untouched``, must be 0) and those a shrinking ECMP
+    group may move (``exposed``, counted apart)."""
+    flows = [f for r in repeats for f in r["flows"].values()]
+    cross = [f for f in flows if f["crosses"]]
+    bgp = [r["bgp"] for r in repeats if r.get("bgp")]
+    last = [b["last_switch"] for b in bgp if b.get("last_switch")]
+    return {
+        "local_loss_ms": stats([f["loss_window_ms"] for f in cross if f.get("local")]),
+        "remote_loss_ms": stats([f["loss_window_ms"] for f in cross if not f.get("local")]),
+        "detection_ms": stats([r["controller"]["first_port_status_ms"] for r in repeats
+                               if r.get("controller")]),
+        "convergence_ms": stats([r["controller"]["convergence_ms"] for r in repeats
+                                 if r.get("controller")]),
+        "not_converged": sum(1 for r in repeats if not r.get("controller")),
+        "last_switch": max(set(last), key=last.count) if last else None,
+        "bgp_updates": stats([b["updates_sent"] for b in bgp]) if bgp else None,
+        "hardware_fib_ms": stats([b["hardware_fib_ms"] for b in bgp
+                                  if b.get("hardware_fib_ms") is not None]) if bgp else None,
+        "untouched_flows": sum(1 for f in flows if not f["crosses"] and not f.get("exposed")),
+        "untouched_lost": sum(f["fault_lost_packets"] for f in flows
+                              if not f["crosses"] and not f.get("exposed")),
+        "exposed_flows": sum(1 for f in flows if not f["crosses"] and f.get("exposed")),
+        "exposed_lost": sum(f["fault_lost_packets"] for f in flows
+                            if not f["crosses"] and f.get("exposed")),
+        "emulator_bound": sum(1 for r in repeats if r.get("fidelity", {}).get(
+            "verdict", "faithful") != "faithful"),
+        "repeats": len(repeats)}
+
+
+def control_table(results):
+    """The control planes side by side (OpenFlow's controller, fast-failover, data-plane
+    DLB, BGP with BFD): per mode the local and remote flows' loss windows (lost / pps,
+    median and max), detection and convergence (median), BGP's UPDATEs per repeat,
+    what the flows that do not cross the fault lost, fidelity."""
+    def mm(st):
+        return "-" if not st else f"{st['median']:.1f} / {st['max']:.1f}"
+
+    def med(st):
+        return "-" if not st else f"{st['median']:.1f}"
+    lines = [f"{'mode':<26} {'local ms':>13} {'remote ms':>13} {'detect ms':>9} "
+             f"{'converge ms':>11} {'last':>7} {'updates':>7} {'untouched':>9} "
+             f"{'exposed':>9}  fidelity",
+             f"{'':<26} {'median / max':>13} {'median / max':>13} {'median':>9} "
+             f"{'median':>11} {'switch':>7} {'median':>7} {'lost':>9} {'lost':>9}"]
+    for res in results:
+        c = control_split(res["repeats"])
+        res["summary"]["control"] = c
+        upd = "-" if not c["bgp_updates"] else f"{c['bgp_updates']['median']:g}"
+        conv = med(c["convergence_ms"]) + (f" ({c['not_converged']} never)"
+                                           if c["not_converged"] else "")
+        fid = (f"EMULATOR-BOUND in {c['emulator_bound']}/{c['repeats']}"
+               if c["emulator_bound"] else "faithful")
+        lines.append(f"{res['mode']:<26} {mm(c['local_loss_ms']):>13} "
+                     f"{mm(c['remote_loss_ms']):>13} {med(c['detection_ms']):>9} "
+                     f"{conv:>11} {c['last_switch'] or '-':>7} {upd:>7} "
+                     f"{c['untouched_lost']:>4}/{c['untouched_flows']:<4} "
+                     f"{c['exposed_lost']:>4}/{c['exposed_flows']:<4}  {fid}")
+    lines.append("local: crossing flows whose own leaf is an end of the fault (it repairs "
+                 "them itself); remote: the other crossing flows; untouched: lost packets / "
+                 "flows none of whose equal-cost paths crosses the fault (must be 0); "
+                 "exposed: those a shrinking ECMP group may move; BGP's convergence lasts "
+                 "until no router's FIB routes through the fault (docs/bgp.md)")
+    hw = [(res["mode"], res["summary"]["control"]["hardware_fib_ms"]) for res in results
+          if res["summary"]["control"].get("hardware_fib_ms")]
+    for mode, st in hw:
+        lines.append(f"{mode}: with a hardware FIB (200 route changes/s, the switch-agent "
+                     f"model's table rate) convergence would be {st['median']:.1f} ms "
+                     "(median)")
+    return "\n".join(lines)
+
+
 # ---- drills under a collective or a training job ------------------------------
 
 def disturbed(rows, t_fault_ns):

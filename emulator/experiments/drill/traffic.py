@@ -16,6 +16,8 @@ import time
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.spec import scenario
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
+from emulator.fabric.routing.addresses import next_hop_mac
+from emulator.report.files import pyplot
 
 
 def faulted_links(events, topo):
@@ -26,7 +28,7 @@ def faulted_links(events, topo):
         if ev.action in ("cut", "flap", "loss"):
             a, _, b = ev.target.replace("-", ":").partition(":")
             names |= {f"{a}->{b}", f"{b}->{a}"}
-        elif ev.action == "crash":
+        elif ev.action in ("crash", "cp_crash"):
             for a, b in links:
                 if ev.target in (a, b):
                     names |= {f"{a}->{b}", f"{b}->{a}"}
@@ -39,7 +41,8 @@ def probe_plan(net, pairs, args, duration):
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
-                        "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dst["mac"],
+                        "src_mac": sp["mac"], "src_ip": sp["ip"],
+                        "dst_mac": next_hop_mac(sp, dp),
                         "dst_ip": dst["ip"], "rate_pps": args.pps * len(qpns),
                         "qps": len(qpns), "first_flow": first, "qpns": list(qpns)})
         key = (dst["name"], dp["port"])
@@ -107,3 +110,26 @@ def repeat(s, inj, pairs, events, args, work, before=None):
     fid = watch.verdict(e["sent_packets"], lost=lost_frames(res), engine=e,
                         faulted=faulted_links(events, s.topo))
     return sent, recv, timelines, duration, fid
+
+
+def plot(timelines, t_fault, t_restore, crossing, path, mode, bin_ms=5):
+    """Throughput per flow around the fault (Agg PNG)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for key, (t0, tl) in sorted(timelines.items()):
+        xs, ys = [], []
+        for i in range(0, len(tl), bin_ms):
+            xs.append((t0 + i * 1e6 - t_fault) / 1e6)
+            ys.append(sum(tl[i:i + bin_ms]) * 8 / (bin_ms / 1e3) / 1e6)
+        ax.plot(xs, ys, lw=0.8, ls="-" if crossing.get(key) else ":",
+                label=f"{key}{' (crosses)' if crossing.get(key) else ''}")
+    ax.axvline(0, color="red", lw=1)
+    if t_restore is not None:
+        ax.axvline((t_restore - t_fault) / 1e6, color="green", lw=1)
+    ax.set_xlabel("ms since fault (red); restore in green")
+    ax.set_ylabel(f"Mbit/s ({bin_ms} ms bins)")
+    ax.set_title(f"probe throughput per flow, failover={mode}")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -5,7 +5,8 @@ Model.  ``drill --workload allreduce`` (or ``drill workload``) runs, per
 failover mode, one fabric and per repeat one collective of ``--iterations``
 calls of ``--sizes`` bytes over the RC transport (``traffic.roce.transport``);
 ``--workload simai:FILE`` runs a training job (``training.launch``) of
-``--iterations`` iterations (default 3) instead.  The fault schedule is
+``--iterations`` iterations (default 3) instead; several jobs (``jobs:FILE``)
+are ``drill jobs`` (``shared.drill``).  The fault schedule is
 injected while it runs: the events' times count from the moment the work
 starts (rank 0 says ``calls``, the job engine ``ready``, in their logs).
 The ranks' and the engine's times are CLOCK_MONOTONIC, the injector's clock,
@@ -197,7 +198,7 @@ class WorkloadDrill(Mode):
 
     def settle(self, v):
         t_rest, rest_kind = restore_event(v["events"])
-        wait_restored(self.s, self.mode, t_rest, kind=rest_kind,
+        wait_restored(self.s, self.s.spec.failover, t_rest, kind=rest_kind,
                       timeout=restore_timeout(getattr(self, "scaled", None)))
 
     def line(self, v):
@@ -273,16 +274,20 @@ class TrainingDrill(WorkloadDrill):
         self.job_extra = dict(rank_transport(spec), **nic_lb(spec.lb), qpn_seed=spec.job_seed,
                               timeout_exp=spec.rc_timeout or default_timeout_exp(s.queue_ms))
 
-    def repeat(self, r):
-        s = self.s
-        log = os.path.join(s.dir, "training", "job.log")
+    def scheduled(self, room, run, what):
+        """``run()`` under the fault schedule, the clock starting when the job log in
+        ``room`` says ready: (its result, the injected events)."""
+        log = os.path.join(self.s.dir, room, "job.log")
         if os.path.exists(log):
             os.remove(log)           # the last repeat's "ready" must not start this one
-        t, injected = under_schedule(
-            self.inj, self.events, lambda: training.run_job(
-                s, self.job, self.job_extra, progress=self.say,
-                faulted=faulted_links(self.events, s.topo)),
-            lambda: log_says(log, "ready"), "the training job")
+        return under_schedule(self.inj, self.events, run, lambda: log_says(log, "ready"),
+                              what)
+
+    def repeat(self, r):
+        s = self.s
+        t, injected = self.scheduled("training", lambda: training.run_job(
+            s, self.job, self.job_extra, progress=self.say,
+            faulted=faulted_links(self.events, s.topo)), "the training job")
         verdict = training_verdict(t, injected[0]["t_ns"])
         verdict["events"] = injected
         verdict["fidelity"] = t["fidelity"]["verdict"]

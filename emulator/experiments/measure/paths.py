@@ -16,6 +16,7 @@ from emulator.dataplane.faults import parse_link
 from emulator.dataplane.ovs.instances import SYSTEM
 from emulator.experiments.spec import scenario
 from emulator.fabric.lossless import paused_hop
+from traffic.ranks.config import qpn
 from traffic.roce.frames import udp_sport
 
 
@@ -30,6 +31,8 @@ def trace_path(topo, src_name, hp, dp, sport, net=None, first=None):
     the Open vSwitch carrying that switch in ``net`` (default: the machine's);
     ``first``: the port it leaves its first switch by, if that switch's data
     plane chose it (adaptive routing), traced on from there."""
+    if net is not None and getattr(net, "paths", None) is not None:
+        return net.paths.path(src_name, hp, dp, sport)     # routers: their kernels' choice
     sw = {x["name"]: x for x in topo["switches"]}
     hosts = {h["name"] for h in topo["hosts"]}
     node, in_port, path = hp["switch"], hp["switch_port"], [hop(src_name, hp["port"])]
@@ -70,6 +73,20 @@ def flow_paths(s, pairs, qps=None):
     return out
 
 
+def ring_draw(s, topo, hops, qps, job_seed):
+    """The traced paths of a ring's cross-leaf connections ``hops`` ([(src, dst)] host
+    indices of ``topo``), ``qps`` QPs each with the QP numbers a job of ``job_seed``
+    gives them (``traffic.ranks.config.qpn``): the draw ECMP's hash made."""
+    hosts = topo["hosts"]
+    out = []
+    for i, j in hops:
+        hp, dp = hosts[i]["ports"][0], hosts[j]["ports"][0]
+        for q in range(qps):
+            n = qpn(i, j, q, job_seed)
+            out.append(trace_path(topo, hosts[i]["name"], hp, dp, udp_sport(n, n), s.net))
+    return out
+
+
 def link_ends(target, topo):
     """{(node, port name)}: both ends of the link a fault names (``faults.parse_link``)."""
     (a, port), b = parse_link(target, topo) if isinstance(target, str) else target
@@ -88,8 +105,8 @@ def crosses(path, events, topo):
         if ev.action in ("pfc_storm", "pfc_storm_stop"):
             if paused_hop(ev.target, topo) in hops:
                 return True
-        elif ev.action in ("crash", "recover"):
-            if ev.target in nodes:
+        elif ev.action in ("crash", "recover") + scenario.ROUTED_ONLY:
+            if ev.target.partition(":")[0] in nodes:
                 return True
         elif ev.action != scenario.CONTROLLER:
             if hops & link_ends(ev.target, topo):
@@ -103,8 +120,9 @@ def fault_ports(events, topo):
     dpid = {sw["name"]: sw["dpid"] for sw in topo["switches"]}
     out = set()
     for ev in events:
-        if ev.action in ("pfc_storm", "pfc_storm_stop", "deadlock", "deadlock_stop"):
-            continue                            # pauses and routes: no port goes down
+        if ev.action in ("pfc_storm", "pfc_storm_stop", "deadlock", "deadlock_stop") + \
+                scenario.ROUTED_ONLY:
+            continue                            # pauses, routes, daemons: no port goes down
         if ev.action in ("crash", "recover"):
             for sw in topo["switches"]:
                 for p in sw["ports"]:

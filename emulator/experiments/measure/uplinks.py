@@ -42,8 +42,8 @@ def ring_indices(topo, ring):
     return [c[k] for k in range(depth) for c in cols if k < len(c)]
 
 
-def ring_connections(topo, ring):
-    """[(src leaf, dst leaf)] of the ring's cross-leaf hops."""
+def ring_hops(topo, ring):
+    """[(src rank, dst rank)] (host indices) of the ring's cross-leaf hops."""
     hl = host_leaves(topo)
     n = len(hl)
     if ring in ("naive", "topology"):
@@ -51,8 +51,25 @@ def ring_connections(topo, ring):
             range(n), {i: leaf for i, (_, leaf) in enumerate(hl)})
     else:
         order = ring
-    hops = [(hl[order[i]][1], hl[order[(i + 1) % n]][1]) for i in range(n)]
-    return [h for h in hops if h[0] != h[1]]
+    hops = [(order[i], order[(i + 1) % n]) for i in range(n)]
+    return [(i, j) for i, j in hops if hl[i][1] != hl[j][1]]
+
+
+def ring_connections(topo, ring):
+    """[(src leaf, dst leaf)] of the ring's cross-leaf hops."""
+    hl = host_leaves(topo)
+    return [(hl[i][1], hl[j][1]) for i, j in ring_hops(topo, ring)]
+
+
+def collisions(paths, qps):
+    """{switch hop: QPs} of the links the traced ``paths`` (one per QP) leave switches
+    by toward another switch, and whether two connections share one (a link loaded
+    above ``qps`` QPs: ``ecmp_expectation``'s collision)."""
+    load = {}
+    for path in paths:
+        for h in path[1:-2]:                 # switch hops but the last, toward the host
+            load[h] = load.get(h, 0) + 1
+    return load, max(load.values(), default=0) > qps
 
 
 def ecmp_expectation(connections, paths, qps=1, trials=20000, seed=1):

@@ -40,6 +40,7 @@ from emulator.dataplane.links.detect import Detector
 from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.bgp.isolate import RoutedIsolator
 from emulator.experiments.measure.convergence import wait_for, wait_restored
 from emulator.experiments.measure.paths import choose, ecmp_width, link_ends, trace_path
 from emulator.experiments.measure.stats import percentile
@@ -47,9 +48,11 @@ from emulator.experiments.measure.watch import Watch
 from emulator.experiments.probe import prober as pr
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.fabric import add_fabric_args
+from emulator.experiments.spec.options import add_control_args
 from emulator.experiments.spec.scenario import default_fault
 from emulator.experiments.workloads.mix import EngineProcess, child_env, lost_frames, netns_of
 from emulator.fabric import addressing
+from emulator.fabric.routing.addresses import next_hop_mac
 from lab.modes import Failover
 from traffic.roce.frames import udp_sport
 
@@ -79,6 +82,7 @@ def add_arguments(p):
     p.add_argument("--no-isolate", dest="isolate", action="store_false",
                    help="report the suspects, leave the links up")
     p.add_argument("--failover", choices=Failover.names(), default=Failover.default())
+    add_control_args(p)
     p.add_argument("--frame-len", type=int, default=128)
     p.add_argument("--queue-ms", type=float, default=30.0)
     p.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
@@ -142,7 +146,8 @@ def engine_plan(net, chosen, args, duration):
         sp, dp = src["ports"][0], dst["ports"][0]
         streams.append({"name": f"{src['name']}:{sp['port']}>{dst['name']}",
                         "netns": netns_of(net, src["name"]), "intf": sp["port"],
-                        "src_mac": sp["mac"], "src_ip": sp["ip"], "dst_mac": dp["mac"],
+                        "src_mac": sp["mac"], "src_ip": sp["ip"],
+                        "dst_mac": next_hop_mac(sp, dp),
                         "dst_ip": dp["ip"], "rate_pps": args.pps, "qps": 1,
                         "first_flow": int(key.split("#")[1]), "first_qpn": qpn,
                         "phase": i / len(chosen)})       # spread over the interval
@@ -318,7 +323,7 @@ def main(spec, args, out=print):
         raise ConfigError("--min-loss", "a percentage in (0, 100)")
     if not pr.probe_pairs(topo):
         raise ConfigError("probe", "the fabric needs hosts on two leaves")
-    if args.isolate and spec.failover == Failover.NONE:
+    if args.isolate and spec.failover == Failover.NONE and not spec.control.routed:
         raise ConfigError("--failover", "none never routes around a link set down, so the "
                                         "prober could not isolate it: use controller or "
                                         "fast-failover, or --no-isolate")
@@ -336,11 +341,12 @@ def main(spec, args, out=print):
         cover = {"paths": len(paths), "pairs": len(pr.probe_pairs(s.topo)),
                  "covered": covered, "links": total, "uncovered": missing,
                  "trace_s": round(time.monotonic() - t0, 2)}
+        how = "the routers' kernels" if s.spec.control.routed else "ofproto/trace"
         out(f"... {len(paths)} probe paths over {cover['pairs']} host pairs, checked with "
-            f"ofproto/trace in {cover['trace_s']} s; {covered}/{total} directed links "
+            f"{how} in {cover['trace_s']} s; {covered}/{total} directed links "
             f"covered{': missing ' + ', '.join(missing) if missing else ''}")
         inj = Injector(s, nft_name="probe")
-        isolator = Detector(s, 0.0)
+        isolator = RoutedIsolator(s) if s.spec.control.routed else Detector(s, 0.0)
         try:
             for r in range(args.repeat):
                 reps.append(repeat(s, inj, isolator, chosen, fault, args,

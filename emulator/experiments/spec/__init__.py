@@ -8,5 +8,6 @@ options and loading: file, preset, layout, servers, controller), ``options``
 ``scenario`` (fault schedules: ``--fault`` specs and scenario files).
 
 May import: emulator.errors, emulator.fabric, emulator.dataplane (parsers of
-option values), lab, traffic, and experiments' workloads for their parsers.
+option values), lab, traffic, and experiments' workloads and shared (the jobs
+file) for their parsers.
 """

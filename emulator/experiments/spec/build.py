@@ -10,7 +10,9 @@ what a workload implies is resolved here, so the spec says what ran:
   fabric's queues (``dataplane.lossless.ecn.default_ecn``); under NSCC 0.2 to 0.8
   BDP (``spec.uet``);
 * ``--trim-at`` left out with ``--trim``: one BDP (``spec.uet``);
-* ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs.
+* ``--job-seed`` left out: drawn now, so ``run.yaml`` replays the same QPs;
+* ``--workload jobs:FILE``: the file's document, read now (``jobs``), so
+  ``run.yaml`` reruns it without the file.
 
 Then the spec is checked against the fabric (transport, congestion-control
 parameters, captures, telemetry port, switch agents, the page): one
@@ -25,7 +27,9 @@ import socket
 from emulator.dataplane.lossless import ecn
 from emulator.dataplane.lossless.ecn import default_ecn
 from emulator.dataplane.observe import capture
+from emulator.dataplane.routed.setup import check as check_routed
 from emulator.errors import ConfigError, FabricError
+from emulator.experiments.shared import jobsfile
 from emulator.experiments.spec import ccparams
 from emulator.experiments.spec import uet as uet_spec
 from emulator.fabric import addressing, switch_agent
@@ -61,7 +65,8 @@ def implied_cc(workload, transport, cc):
         return cc
     if transport == Transport.UET:
         return CC.NSCC
-    trains = str(workload).startswith("simai:") or workload in ("adversarial", "permutation")
+    trains = str(workload).startswith(("simai:", "jobs:")) or \
+        workload in ("adversarial", "permutation")
     return CC.DCQCN if trains and transport == Transport.RC else CC.NONE
 
 
@@ -124,6 +129,8 @@ def complete(spec):
         changes["trim_at"] = uet_spec.default_trim_at(spec.fabric, spec.mtu)
     if spec.job_seed is None:
         changes["job_seed"] = secrets.randbelow(1 << 32)
+    if spec.jobs is None and str(spec.workload).startswith(jobsfile.PREFIX):
+        changes["jobs"] = jobsfile.load_file(spec.workload[len(jobsfile.PREFIX):]).document
     if changes:
         spec = spec.replace(**changes)
     check(spec)
@@ -149,6 +156,10 @@ def check(spec):
         if spec.ecn is not None and spec.ecn_at == EcnAt.ENQUEUE:
             raise ConfigError("--trim", "trimming counts the queues at dequeue (eBPF): "
                                         "use it with --ecn-at dequeue")
+        if spec.control.routed:
+            raise ConfigError("--trim", f"the routers of --control {spec.control} keep one "
+                                        "queue per port (no class ahead of data): trimming "
+                                        "needs --control openflow")
     ccparams.parse(list(spec.cc_params), spec.cc)
     ecn.parse(spec.ecn, at=spec.ecn_at)
     if spec.capture:
@@ -159,6 +170,8 @@ def check(spec):
         raise ConfigError("--ui-bind", "needs --ui")
     if spec.ui and spec.fabric.cluster is not None:
         raise ConfigError("--ui", "runs on one machine only: not with --servers")
+    if spec.control.routed:
+        check_routed(spec)
     return spec
 
 
@@ -207,6 +220,8 @@ def from_file(doc, args, given, where, fabric=None, source=None, out=None):
                if next((d for d, g in RENAMED.items() if g == f), f) in given}
     if fabric is not None:
         changes.update(fabric=fabric, fabric_source=source or {})
+    if "workload" in changes:
+        changes["jobs"] = None           # another jobs file: read it anew
     if "cc" in changes and "ecn" not in changes:
         changes["ecn"] = None            # the new congestion control's implied marking
     return complete(base.replace(**changes))

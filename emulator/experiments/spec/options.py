@@ -5,7 +5,18 @@ import argparse
 from emulator.errors import ConfigError
 from emulator.experiments.spec import ccparams
 from emulator.experiments.spec import uet as uet_spec
-from lab.modes import CC, LB, Delivery, EcnAt, EvPolicy, Failover, Transport
+from lab.modes import (
+    CC,
+    LB,
+    Control,
+    Delivery,
+    EcnAt,
+    EvPolicy,
+    Failover,
+    Peering,
+    Placement,
+    Transport,
+)
 from traffic.roce.frames import ROCE_MTUS
 from traffic.uet.layout import TRIM_BYTES
 
@@ -19,6 +30,48 @@ def nic_lb(mode):
     reorder, as spraying does: RoCE NICs with adaptive-routing support accept it)."""
     mode = LB(mode)
     return {"entropy": str(mode.entropy), "ooo": mode.reorders}
+
+
+def add_control_args(p, several=False, bfd=True):
+    """``--control`` (openflow|bgp; ``several``: a comma list shown side by side),
+    ``--peering`` and, unless the command has its own, ``--bfd`` (docs/bgp.md)."""
+    if several:
+        p.add_argument("--control", default=None, metavar="openflow|bgp[,...]",
+                       help="the switches' control plane: openflow (OVS bridges and the "
+                            "controller; default, or the fabric file's control:), bgp "
+                            "(Linux routers running FRR: eBGP, BFD, kernel ECMP), or a "
+                            "comma list to compare side by side")
+    else:
+        p.add_argument("--control", choices=Control.names(), default=None,
+                       help="the switches' control plane: openflow (OVS bridges and the "
+                            "controller; default, or the fabric file's control:) or bgp "
+                            "(Linux routers running FRR: eBGP on every link, BFD, kernel "
+                            "ECMP; docs/bgp.md)")
+    p.add_argument("--peering", choices=Peering.names(), default=Peering.default(),
+                   help="--control bgp: a session per link over its /31 (numbered, "
+                        "default) or over IPv6 link-local addresses (unnumbered, RFC 8950)")
+    if bfd:
+        p.add_argument("--bfd", default=None, metavar="INTERVALxMULT",
+                       help="--control bgp: BFD on every session at INTERVAL ms, down after "
+                            "MULT missed packets (default 300x3, FRR's defaults)")
+
+
+def parse_controls(text, where="--control"):
+    """``--control openflow,bgp`` -> [Control]; None -> [the default]."""
+    if text is None:
+        return [None]
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(Control.parse(part, "control"))
+        except ValueError as e:
+            raise ConfigError(where, str(e)) from None
+    if not out:
+        raise ConfigError(where, f"{text!r}: openflow, bgp or a comma list of them")
+    return list(dict.fromkeys(out))
 
 
 def add_adaptive_args(p):
@@ -202,21 +255,36 @@ WORKLOADS = ("mix", "allreduce", "allgather", "reducescatter", "alltoall", "inca
 
 
 def parse_workload(text):
-    """``run --workload``: a name of WORKLOADS or ``simai:FILE``."""
-    if text in WORKLOADS or text.startswith("simai:"):
+    """``run --workload``: a name of WORKLOADS, ``simai:FILE``, several jobs
+    (``simai:A,simai:B``) or a jobs file (``jobs:FILE``)."""
+    if text in WORKLOADS or text.startswith(("simai:", "jobs:")):
         return text
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE)")
+        f"invalid choice: {text!r} (choose from {', '.join(WORKLOADS)}, simai:FILE, "
+        "simai:A,simai:B, jobs:FILE)")
+
+
+def add_shared_args(p, baseline=True):
+    """A shared cluster's options (``--workload jobs:FILE``): every job's placement over
+    the file's, and (``baseline``) each job run alone too, for its slowdown."""
+    p.add_argument("--job-placement", default=None, choices=Placement.names(),
+                   help="every job's placement instead of the jobs file's (packed: a leaf "
+                        "filled first; spread: round-robin over leaves; random: from each "
+                        "job's seed; explicit: the listed hosts); docs/shared-clusters.md")
+    if baseline:
+        p.add_argument("--baseline", action="store_true", default=None,
+                       help="after the jobs together, run each job alone (same placement, "
+                            "seeds and fabric): each job's slowdown = together / alone")
 
 
 def workload_choice(text):
     """``compare --workload``: a collective or a training job's file."""
     if text in ("allreduce", "allgather", "reducescatter", "alltoall", "incast",
-                "adversarial", "permutation") or text.startswith("simai:"):
+                "adversarial", "permutation") or text.startswith(("simai:", "jobs:")):
         return text       # adversarial, permutation: with --routing (a dragonfly's patterns)
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from allreduce, "
                                      "allgather, reducescatter, alltoall, incast, "
-                                     "adversarial, permutation, simai:FILE)")
+                                     "adversarial, permutation, simai:FILE, jobs:FILE)")
 
 
 def add_switch_agent_arg(p):

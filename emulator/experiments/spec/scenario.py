@@ -11,6 +11,8 @@ flowing.  Actions map one to one onto ``faults.Injector`` methods:
     loss LINK percent: P [side]          loss_start;  loss_stop: LINK
     pfc_storm NODE|LINK                  pfc_storm (on);  pfc_storm_stop: NODE|LINK
     deadlock: routes                     pfc_run.misroute (on);  deadlock_stop: routes
+    cp_crash/cp_recover SWITCH           control_plane_crash / _recover (--control bgp)
+    restart SWITCH:DAEMON                daemon_restart (--control bgp: leaf1:bgpd)
 
 A scenario file::
 
@@ -23,7 +25,8 @@ A scenario file::
 A ``--fault`` spec is an inject/restore pair: ``leaf1-spine1`` (cut, both
 ends), ``leaf1-spine1:cut:a`` (one end), ``leaf1-spine1:flap:5:200ms``,
 ``leaf1-spine1:loss:5``, ``spine1:crash``, ``controller:kill``,
-``h1:pfc-storm``, ``deadlock``; it becomes
+``h1:pfc-storm``, ``deadlock``, ``spine1:cp-crash`` and ``leaf1:restart:bgpd``
+(a BGP fabric's); it becomes
 [inject at ``at``, restore at ``at + hold``].
 
 Every problem raises one ``ConfigError`` naming its place
@@ -41,7 +44,7 @@ from emulator.dataplane.lossless.pfc_run import misroute
 from emulator.errors import ConfigError
 from emulator.fabric import units
 from emulator.fabric.lossless import deadlock_plan, storm_end
-from lab.modes import FlowControl
+from lab.modes import Control, FlowControl
 
 CONTROLLER = "controller"     # the controller's fault: its action and target (controller:kill)
 
@@ -55,7 +58,10 @@ ACTIONS = {
     "loss": {"percent": "percent", "side": "side"}, "loss_stop": {},
     "pfc_storm": {}, "pfc_storm_stop": {},
     "deadlock": {}, "deadlock_stop": {},
+    "cp_crash": {}, "cp_recover": {}, "restart": {},
 }
+DAEMONS = ("zebra", "bfdd", "bgpd")          # what ``restart`` may restart
+ROUTED_ONLY = ("cp_crash", "cp_recover", "restart")
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ def _target(action, value, where):
         raise ConfigError(where, f"{value!r}: a node or link name")
     if action == CONTROLLER and value not in ("kill", "restart"):
         raise ConfigError(where, f"{value!r}: kill or restart")
+    if action == "restart" and value.partition(":")[2] not in DAEMONS:
+        raise ConfigError(where, f"{value!r}: SWITCH:DAEMON, the daemon one of "
+                                 f"{', '.join(DAEMONS)} (e.g. leaf1:bgpd)")
     return value
 
 
@@ -199,8 +208,16 @@ def fault_spec(text, at_s=1.0, hold_s=1.0):
         if args:
             raise ConfigError(where, "crash takes no arguments")
         return [Event(at_s, "crash", target), Event(at_s + hold_s, "recover", target)]
+    if kind == "cp-crash":
+        if args:
+            raise ConfigError(where, "cp-crash takes no arguments: spine1:cp-crash")
+        return [Event(at_s, "cp_crash", target), Event(at_s + hold_s, "cp_recover", target)]
+    if kind == "restart":
+        if len(args) != 1:
+            raise ConfigError(where, "restart takes the daemon: leaf1:restart:bgpd")
+        return [Event(at_s, "restart", _target("restart", f"{target}:{args[0]}", where))]
     raise ConfigError(where, f"unknown fault kind {kind!r} (cut, flap, loss, crash, kill, "
-                             "pfc-storm)")
+                             "pfc-storm, cp-crash, restart)")
 
 
 def check_targets(events, topo, flow_control=FlowControl.NONE):
@@ -216,9 +233,13 @@ def check_targets(events, topo, flow_control=FlowControl.NONE):
                                   "a PFC storm needs a lossless fabric: -P lossless=true or "
                                   "lossless: true in the fabric file")
             storm_end(ev.target, topo)
-        elif ev.action in ("crash", "recover"):
-            if ev.target not in switches:
-                raise ConfigError(f"fault {ev.action}", f"unknown switch {ev.target!r}")
+        elif ev.action in ("crash", "recover", "cp_crash", "cp_recover", "restart"):
+            name = ev.target.partition(":")[0]
+            if name not in switches:
+                raise ConfigError(f"fault {ev.action}", f"unknown switch {name!r}")
+            if ev.action in ROUTED_ONLY and topo.get("control") != Control.BGP:
+                raise ConfigError(f"fault {ev.action}", "a routed fabric's fault: it needs "
+                                                        "--control bgp")
         elif ev.action != CONTROLLER:
             parse_link(ev.target, topo, where=f"fault {ev.action}")
 
@@ -246,6 +267,12 @@ def execute(injector, ev):
         return injector.pfc_storm(ev.target, ev.action == "pfc_storm")
     if ev.action in ("deadlock", "deadlock_stop"):
         return misroute(injector, ev.action == "deadlock")
+    if ev.action == "cp_crash":
+        return injector.control_plane_crash(ev.target)
+    if ev.action == "cp_recover":
+        return injector.control_plane_recover(ev.target)
+    if ev.action == "restart":
+        return injector.daemon_restart(ev.target)
     raise ValueError(ev.action)
 
 

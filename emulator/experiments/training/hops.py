@@ -93,9 +93,12 @@ def hop_latency(result, rate_bps):
 
 
 def prologue_end(result):
-    """When the calibration ended (ns since the job's start; 0 without one)."""
+    """When the calibration ended, or the job's start offset (an ``until`` after it, on a
+    shared cluster) if later (ns since the job's start; 0 without either)."""
     ends = [c["end_ns"] for c in result["collectives"]
             if c["id"].startswith(CAL) and c.get("end_ns") is not None]
+    ends += [rec["end_ns"] for r in result["ranks"] for rec in r["ops"]
+             if rec["op"] == "until" and rec.get("end_ns") is not None]
     return max(ends, default=0)
 
 

@@ -145,8 +145,9 @@ def choose_scale(real_iteration_s, rate_ratio, cap=math.inf, target_s=30.0):
     return min(cap, max(1.0, real_iteration_s * rate_ratio / target_s))
 
 
-def build_job(workload, hosts, options=None):
-    """Place ``workload`` on ``hosts`` and write every rank's program (module docstring)."""
+def build_job(workload, hosts, options=None, placement=None):
+    """Place ``workload`` on ``hosts`` and write every rank's program (module docstring);
+    ``placement``: the ranks already placed (a shared cluster's ``Placement`` tuple)."""
     o = options or JobOptions()
     if workload.policy not in SUPPORTED:
         raise ConfigError("workload", f"policy {workload.policy} is not one the lab runs; "
@@ -154,7 +155,8 @@ def build_job(workload, hosts, options=None):
     if o.iterations < 1 or (o.scale is not None and o.scale <= 0) or o.mtu < 1:
         raise ConfigError("options", "iterations >= 1, scale > 0 and mtu >= 1 are needed")
     par = workload.parallel
-    placement = place(hosts, o.gpus_per_host, par["all_gpus"])
+    if placement is None:
+        placement = place(hosts, o.gpus_per_host, par["all_gpus"])
     n = len(placement)
     groups = form_groups(n, par["tp"], par["pp"], par["ep"])
     ratio = o.real_rate_bps / min(p.share_bps for p in placement)

@@ -83,16 +83,7 @@ def prepare(path, topo, args, mtu):
 def job_config(session, job, extra):
     """The ``traffic.jobs.config`` document of ``job`` on ``session``'s fabric."""
     doc = jobs.job_document(job)
-    by_host = {h["name"]: h for h in session.topo["hosts"]}
-    endpoints = []
-    for ep in doc["endpoints"]:
-        h = by_host[ep["host"]]
-        port = next(p for p in h["ports"] if p["port"] == ep["port"])
-        endpoints.append({"netns": f"/proc/{session.net.hosts[h['name']].pid}/ns/net",
-                          "intf": port["port"], "ip": port["ip"], "mac": port["mac"],
-                          "name": h["name"] if len(h["ports"]) == 1
-                          else f"{h['name']}:{port['port']}",
-                          "rate_bps": ep["rate_bps"]})
+    endpoints = endpoint_configs(session, doc["endpoints"])
     cal = hops.calibration(job.placement, job.options.mtu)
     programs = [c + p for c, p in zip(cal, doc["programs"])]
     cfg = {"endpoints": endpoints, "ranks": doc["ranks"], "programs": programs,
@@ -100,6 +91,26 @@ def job_config(session, job, extra):
     cfg.update({k: v for k, v in extra.items() if v is not None})
     return cfg
 
+
+
+def endpoint_configs(session, endpoints):
+    """The job engine's endpoints of ``endpoints`` ([{"host", "port", "rate_bps"}]) on
+    ``session``'s fabric: each NIC's namespace, interface, addresses and name (the
+    host's, or host:port on a host with several NICs)."""
+    by_host = {h["name"]: h for h in session.topo["hosts"]}
+    out = []
+    for ep in endpoints:
+        h = by_host[ep["host"]]
+        port = next(p for p in h["ports"] if p["port"] == ep["port"])
+        out.append({"netns": f"/proc/{session.net.hosts[h['name']].pid}/ns/net",
+                    "intf": port["port"], "ip": port["ip"], "mac": port["mac"],
+                    "name": endpoint_name(h, port["port"]), "rate_bps": ep["rate_bps"]})
+    return out
+
+
+def endpoint_name(host, port):
+    """An endpoint's name in the engine's result: the host, or host:port (several NICs)."""
+    return host["name"] if len(host["ports"]) == 1 else f"{host['name']}:{port}"
 
 
 def run_engine(cfg_path, res_path, out_dir, timeout, what):

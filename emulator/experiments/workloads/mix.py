@@ -18,6 +18,7 @@ from emulator.dataplane.links.impair import fault_names
 from emulator.dataplane.observe import counters
 from emulator.experiments.measure import fidelity
 from emulator.experiments.workloads import workload
+from emulator.fabric.routing.addresses import next_hop_mac
 from emulator.fabric.units import format_rate
 from traffic.roce.frames import frame_len_for_mtu
 
@@ -35,7 +36,7 @@ def plan_for(net, pairs, duration, qps, frame_len, idle=0.5):
         streams.append({
             "name": f"{src['name']}:{sport['port']}", "netns": netns_of(net, src["name"]),
             "intf": sport["port"], "src_mac": sport["mac"], "src_ip": sport["ip"],
-            "dst_mac": dport["mac"], "dst_ip": dport["ip"],
+            "dst_mac": next_hop_mac(sport, dport), "dst_ip": dport["ip"],
             "rate_bps": int(sport["rate_bps"] * share), "qps": qps,
             "first_flow": i * qps, "first_qpn": 0x100 + i * qps})
         key = (dst["name"], dport["port"])

@@ -10,13 +10,19 @@ rate* and the network accepts what it can.
 * ``permutation``: a random permutation of the hosts drawn from ``seed``
   (no host to itself).
 
-Measured, per host: the accepted throughput of the flow it sends, as a
-fraction of its injection rate = size / (its transfer's network time, from
-its start to the last byte acknowledged) / link rate; ``throughput_fraction`` is the mean over hosts
-(``min_fraction`` the lowest).  Per switch-to-switch link direction: the
-utilisation over the run (bytes sent / (time x rate)), summarised for the
-local and the global links.  Beside it the fluid ceilings of the pattern
-(emulator.fabric.analysis.fluid) for each routing mode.
+Measured (``goodput``, experiments.measure.goodput): each flow's saturated
+goodput, in a window after a warm-up in which every sender still has data
+queued, as a fraction of its injection rate; their mean and the lowest
+flow, or the reason there is no window.  Beside it the completion-based
+figure (``completion``: bytes over each transfer's own time, start to last
+byte acknowledged).  The regime: open-loop on a lossless fabric without
+congestion control (the senders are backlogged throughout, as a steady-state
+simulator's sources), closed-loop otherwise (the transport's goodput).  Per
+switch-to-switch link direction the utilisation over the run, summarised for
+the local and the global links; the transport's counters (retransmitted
+frames, timeouts, NAKs, CNPs).  Held against the pattern's LP bounds for each
+path set (emulator.fabric.analysis.bounds) and, for the fixed splits, the
+fair share (emulator.fabric.analysis.fluid).
 """
 
 import json
@@ -25,10 +31,12 @@ import re
 import time
 
 from emulator.errors import ConfigError, RunFailed
+from emulator.experiments.measure import goodput
 from emulator.experiments.measure.watch import Watch
 from emulator.experiments.training.launch import job_fidelity, run_engine
-from emulator.fabric.analysis import fluid
-from lab.modes import LB, Entropy, Routing
+from emulator.fabric.analysis import bounds, fluid
+from lab.modes import CC, LB, Entropy, FlowControl, Routing
+from traffic.roce.frames import frame_len_for_mtu
 
 PATTERNS = ("adversarial", "permutation")
 
@@ -86,8 +94,9 @@ def job_document(session, pairs, size, extra=None):
 
 
 def fractions(pairs, result, link_bps):
-    """[{host, dst, fraction}]: each flow's accepted rate over the injection rate, from
-    its transfer's network time in the job result (None: it never completed)."""
+    """[{host, dst, fraction}]: each flow's completion-based rate over the injection
+    rate, from its transfer's network time in the job result (None: it never
+    completed)."""
     by_id = {c["id"]: c for c in result["collectives"]}
     out = []
     for s, d in pairs:
@@ -98,6 +107,60 @@ def fractions(pairs, result, link_bps):
         out.append({"host": s, "dst": d, "fraction": frac,
                     "time_s": None if t is None else round(t, 4)})
     return out
+
+
+def steady(pairs, result, rate_of, frame_bytes, open_loop):
+    """The saturated goodput document (experiments.measure.goodput) of the pattern's
+    flows, from the job's per-pair timelines; ``rate_of``: host -> injection bps;
+    ``open_loop``: the network paces the senders (the short warm-up), else their
+    congestion control (the long one)."""
+    by_id = {c["id"]: c for c in result["collectives"]}
+    flows = [dict(by_id.get(f"{s}>{d}", {}), rate_bps=rate_of[s]) for s, d in pairs]
+    frame = goodput.frame_time_ns(frame_bytes, min(rate_of[s] for s, _ in pairs))
+    doc = goodput.saturated(flows, frame, goodput.WARMUP_FRAMES if open_loop
+                            else goodput.CLOSED_LOOP_WARMUP_FRAMES)
+    if doc["per_flow"] is not None:
+        doc["per_flow"] = dict(zip((s for s, _ in pairs), doc["per_flow"]))
+    return doc
+
+
+def transport(result):
+    """The transport's totals over every NIC: data frames sent, retransmitted (and
+    their share), go-backs by timeout and by NAK, CNPs, CE-marked arrivals, DCQCN
+    cuts traced and the last alpha of each QP's reaction point."""
+    eps = result["endpoints"]
+    t = [e.get("transport", {}) for e in eps]
+    sent = sum(e["data_frames_sent"] for e in eps)
+    retx = sum(x.get("retransmitted_packets", 0) for x in t)
+    return {"data_frames_sent": sent, "retransmitted_frames": retx,
+            "retransmitted_share": round(retx / sent, 4) if sent else None,
+            "timeouts": sum(x.get("timeouts", 0) for x in t),
+            "naks_received": sum(x.get("naks_received", 0) for x in t),
+            "cnps_sent": sum(x.get("cnps_sent", 0) for x in t),
+            "ce_received": sum(x.get("ce_received", 0) for x in t),
+            "dcqcn_cuts": sum(len(e.get("dcqcn_cuts", ())) for e in eps)}
+
+
+def open_loop(lossless, cc):
+    """The network's flow control alone paces the senders (no end-to-end control)."""
+    return lossless and cc == CC.NONE
+
+
+FABRIC_KIND = {True: "lossless", False: "lossy"}   # a regime's label of its fabric
+
+
+def regime(lossless, cc):
+    """``lossless, open-loop`` (no end-to-end rate control: every sender backlogged,
+    the network's credits decide) or ``... closed-loop (...)`` (the transport's)."""
+    if open_loop(lossless, cc):
+        return "lossless, open-loop"
+    return (f"{FABRIC_KIND[bool(lossless)]}, closed-loop "
+            f"({'RC retransmission' if cc == CC.NONE else f'RC + {cc}'})")
+
+
+def path_set(routing):
+    """The path set a routing mode's bound is taken over (its name)."""
+    return str(Routing(routing).path_set)
 
 
 def utilisation(topo, before, after, seconds):
@@ -178,14 +241,18 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     return its report (results.json ``pattern``)."""
     topo, net = session.topo, session.net
     pairs = pairs_for(session.fabric, pattern, seed)
-    link = min(h["ports"][0]["rate_bps"] for h in topo["hosts"])
+    rate_of = {h["name"]: h["ports"][0]["rate_bps"] for h in topo["hosts"]}
+    link = min(rate_of.values())
     out_dir = os.path.join(session.dir, "pattern")
     os.makedirs(out_dir, exist_ok=True)
     cfg_path, res_path = (os.path.join(out_dir, f"job.{x}.json") for x in ("config", "result"))
+    doc = job_document(session, pairs, size, extra)
+    doc["timelines"] = True
     with open(cfg_path, "w") as f:
-        json.dump(job_document(session, pairs, size, extra), f)
-    ceilings = fluid.ceilings(session.fabric, pairs)
-    low = max(0.05, ceilings["minimal"]["saturation"] / 2)
+        json.dump(doc, f)
+    limits = {ps: bounds.bounds(session.fabric, pairs, ps) for ps in bounds.PATH_SETS}
+    fair = fluid.fair_shares(session.fabric, pairs)
+    low = max(0.05, limits["minimal"]["bound_min"] / 2)
     timeout = 120 + 4 * size * 8 / link / low
     progress(f"{pattern}: {len(pairs)} hosts each write {size} bytes to one host at "
              f"{link / 1e6:g} Mbit/s (one job engine)")
@@ -196,6 +263,8 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     watch.stop()
     t1 = time.monotonic()
     after = net.intf_counters()
+    # CNPs the switch ports served ahead of the data (None: no CNP band, no DCQCN)
+    band = net.cnp_band_packets() if getattr(net, "cnp_band", False) else None
     routing = session.routing
     share = ugal_share(session) if Routing(routing).adaptive else \
         nonminimal_share(session) if routing != Routing.MINIMAL else 0.0
@@ -207,31 +276,49 @@ def run_pattern(session, pattern, size, seed=1, extra=None, progress=print):
     per_host = fractions(pairs, result, link)
     mean, lowest = summary(per_host)
     seconds = max((p["time_s"] or 0 for p in per_host), default=0) or (t1 - t0)
+    lossless = session.fabric.flow_control != FlowControl.NONE
+    cc = (extra or {}).get("cc", CC.NONE)
     return {"pattern": pattern, "seed": seed if pattern == "permutation" else None,
             "size": size, "link_bps": link, "hosts": len(pairs),
-            "throughput_fraction": mean, "min_fraction": lowest, "per_host": per_host,
+            "regime": regime(lossless, cc),
+            "goodput": steady(pairs, result, rate_of, frame_len_for_mtu(doc["mtu"]),
+                              open_loop(lossless, cc)),
+            "completion": {"mean": mean, "min": lowest, "per_host": per_host},
             "utilisation": utilisation(topo, before, after, seconds),
-            "nonminimal_share": share,
-            "ceilings": ceilings, "wrong": result["job"]["wrong"],
-            "failed_qps": result["job"]["failed_qps"],
+            "nonminimal_share": share, "bounds": limits, "fair_share": fair,
+            "transport": dict(transport(result), cnp_band_frames=band),
+            "wrong": result["job"]["wrong"],
+            "failed_qps": result["job"]["failed_qps"], "aborted": result["job"]["aborted"],
             "time_s": round(seconds, 3), "engine": result["engine"],
             "fidelity": job_fidelity(watch, result, (t0, t1))}
 
 
 def lines(rep, routing=None):
     """Text lines of a pattern report."""
-    c = rep["ceilings"]
-    mode = routing or Routing.MINIMAL
-    ceiling = c.get(mode, c["optimum"])
-    u = rep["utilisation"]
+    mode = Routing(routing or Routing.MINIMAL)
+    b = rep["bounds"][path_set(mode)]
+    fair = rep["fair_share"].get(mode)
+    g, c, u, t = rep["goodput"], rep["completion"], rep["utilisation"], rep["transport"]
+    if g["window"] is not None:
+        steady_text = (f"  saturated goodput / injection ({rep['regime']}): mean "
+                       f"{g['mean']:.3f}, lowest flow {g['min']:.3f}, over "
+                       f"{g['window']['seconds']:.2f} s ({g['window']['frames']:.0f} frame "
+                       f"times after a warm-up of {g['warmup_frames']})")
+    else:
+        steady_text = f"  saturated goodput ({rep['regime']}): no steady window: {g['no_window']}"
     return [f"{rep['pattern']}" + (f" (seed {rep['seed']})" if rep["seed"] is not None else "")
             + f": {rep['hosts']} hosts x {rep['size']} bytes at {rep['link_bps'] / 1e6:g} "
               f"Mbit/s, {rep['time_s']:.2f} s",
-            f"  accepted throughput / injection: mean {rep['throughput_fraction']:.3f}, "
-            f"lowest {rep['min_fraction']:.3f}; fluid ceiling ({mode}) mean "
-            f"{ceiling['mean']:.3f}, saturation {ceiling['saturation']:.3f}; optimum "
-            f"(minimal + Valiant) {c['optimum']['mean']:.3f} / {c['optimum']['saturation']:.3f}",
+            steady_text,
+            f"  LP bounds over the {b['path_set']} paths: lowest flow {b['bound_min']:.3f}, "
+            f"mean {b['bound_mean']:.3f}"
+            + (f"; fair share of the fixed split: mean {fair['mean']:.3f}" if fair else ""),
+            f"  completion-based (bytes / each transfer's own time): mean {c['mean']:.3f}, "
+            f"lowest {c['min']:.3f}",
             f"  link utilisation: local mean {u['local']['mean']} max {u['local']['max']}; "
             f"global mean {u['global']['mean']} max {u['global']['max']}; sent "
             f"non-minimally: {rep.get('nonminimal_share')}",
+            f"  transport: {t['retransmitted_frames']} of {t['data_frames_sent']} data frames "
+            f"retransmitted, {t['timeouts']} timeouts, {t['naks_received']} NAKs, "
+            f"{t['cnps_sent']} CNPs; failed QPs {len(rep['failed_qps'])}, wrong {rep['wrong']}",
             f"  fidelity: {rep['fidelity']['verdict']}"]

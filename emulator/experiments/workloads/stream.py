@@ -27,6 +27,7 @@ from emulator.errors import ConfigError
 from emulator.experiments.measure.paths import trace_path
 from emulator.experiments.measure.stats import percentile
 from emulator.experiments.workloads.collective import REPO
+from emulator.fabric.routing.addresses import next_hop_mac
 from traffic.nic.netns import entered
 from traffic.roce.frames import udp_sport
 
@@ -99,7 +100,7 @@ class Stream:
             hp = self.src["ports"][0]
             argv = [sys.executable, "-m", "traffic", "send", "--intf", hp["port"],
                     "--src-ip", hp["ip"], "--dst-ip", self.dst["ports"][0]["ip"],
-                    "--dst-mac", self.dst["ports"][0]["mac"],
+                    "--dst-mac", next_hop_mac(hp, self.dst["ports"][0]),
                     "--rate", str(int(self.rate)), "--duration", f"{self.duration_s:.3f}",
                     "--frame-len", str(self.frame_len), "--dscp", "0",
                     "--first-qpn", hex(STREAM_QPN)]

@@ -1,4 +1,7 @@
-"""Fluid ceilings of a dragonfly's routing modes (pure: no I/O, no clock).
+"""Fair shares of a dragonfly's fixed-split routing modes (pure: no I/O, no clock).
+
+An estimate, not a bound: the upper bounds are emulator.fabric.analysis.bounds
+(linear programs over each mode's paths).
 
 Model.  Every flow (source host -> destination host) injects at most its
 host link's rate; links are directed, with their rates.  A *routing mode*
@@ -17,22 +20,11 @@ gives each flow fixed shares over switch paths:
 ``max_min(flows)`` is the max-min fair allocation of those fixed shares
 (progressive filling: all unfrozen flows grow together until a link fills;
 the flows crossing it freeze), each flow at most 1 (its injection rate).
-
-Two figures per mode (``ceilings``): the *mean* of the max-min fair rates
-(what ``throughput_fraction``, the mean over hosts, is held to) and the
-*saturation* rate, the one every flow gets at once (the lowest max-min
-rate; BookSim's saturation throughput, the figure the literature quotes:
-adversarial minimal 1/(a*p), Valiant 9/16 on a=4, h=2, p=2).
-
-The *optimum* frees the shares: every flow may split itself over its
-minimal and Valiant paths as it likes.  Its saturation rate is the maximum
-concurrent flow (``concurrent``: Garg-Koenemann, within (1 - 3 eps), the
-routing found is feasible); its mean, ``optimum``: progressive filling where
-each increment goes on the flow's least-loaded option, a lower bound.
+``fair_shares`` gives per mode the *mean* of the max-min fair rates and the
+*lowest* of them.  UGAL has no fixed split, hence no fair share here.
 Everything works on the ``Fabric`` model; a switch's group is its ``pod``.
 """
 
-import math
 import random
 from collections import deque
 
@@ -188,90 +180,15 @@ def max_min(cap, shares):
     return rate
 
 
-def optimum(cap, options, quantum=1 / 64):
-    """Rates when every flow splits freely over its ``options`` (list of lists of share dicts).
-
-    Progressive filling in ``quantum`` steps: each round every unfrozen flow
-    adds ``quantum`` on its option whose fullest link has the most room
-    (ties: the first); a flow with no option left that fits freezes.  A
-    lower bound on the max-min optimum over those paths.
-    """
-    rate = [0.0] * len(options)
-    used = {k: 0.0 for k in cap}
-    active = list(range(len(options)))
-    while active:
-        still = []
-        for f in active:
-            best, room = None, 0.0
-            for opt in options[f]:
-                r = min((cap[k] - used[k]) / v for k, v in opt.items() if v > EPS)
-                if r > room + EPS:
-                    best, room = opt, r
-            q = min(quantum, 1 - rate[f], room)
-            if best is None or q <= EPS:
-                continue
-            for k, v in best.items():
-                used[k] += q * v
-            rate[f] += q
-            if rate[f] < 1 - 1e-7 and room > q + EPS:
-                still.append(f)
-        active = still
-    return rate
-
-
-def concurrent(cap, options, eps=0.1):
-    """Max concurrent flow: the largest fraction every flow gets at once when each
-    splits freely over its ``options`` (Garg-Koenemann / Fleischer, within a
-    factor (1 - 3 eps) of the optimum; the routing found, scaled to fit, is
-    feasible, so the value returned is achievable)."""
-    links = [k for k in cap if cap[k] > 0]
-    m = len(links)
-    delta = (1 + eps) / ((1 + eps) * m) ** (1 / eps)
-    length = {k: delta / cap[k] for k in links}
-    routed = [0.0] * len(options)
-    load = {k: 0.0 for k in links}
-
-    def total():
-        return sum(length[k] * cap[k] for k in links)
-    budget = math.ceil(math.log((1 + eps) / delta, 1 + eps)) + 1
-    for _ in range(budget * 4):
-        if total() >= 1:
-            break
-        for f, opts in enumerate(options):
-            left = 1.0
-            while left > EPS and total() < 1:
-                best = min(opts, key=lambda o: sum(length[k] * v for k, v in o.items()))
-                u = min([left] + [cap[k] / v for k, v in best.items() if v > EPS])
-                for k, v in best.items():
-                    if v > EPS:
-                        load[k] += u * v
-                        length[k] *= 1 + eps * u * v / cap[k]
-                routed[f] += u
-                left -= u
-    worst = max(load[k] / cap[k] for k in links)
-    return min(1.0, min(routed) / worst) if worst > 0 else 1.0
-
-
-def ceilings(fabric, pairs, modes=(Routing.MINIMAL, Routing.VALIANT), eps=0.1):
-    """Fluid ceilings for ``pairs`` [(src host, dst host)], as fractions of injection.
-
-    {mode: {"mean": mean of the max-min fair rates, "saturation": the rate every
-    flow gets at once (the lowest max-min rate: BookSim's saturation
-    throughput)}} for each routing mode, and ``optimum`` over the minimal and
-    Valiant paths split freely: "mean" from ``optimum`` (a lower bound),
-    "saturation" from ``concurrent``.
-    """
+def fair_shares(fabric, pairs, modes=(Routing.MINIMAL, Routing.VALIANT)):
+    """{mode: {"mean": mean of the max-min fair rates, "lowest": the lowest of them}} of
+    ``pairs`` [(src host, dst host)] under each fixed-split mode, as fractions of
+    injection."""
     g = Graph(fabric)
     out = {}
     for mode in modes:
         rates = max_min(g.cap, [getattr(g, mode)(s, d) for s, d in pairs])
-        out[mode] = {"mean": round(_mean(rates), 4), "saturation": round(min(rates), 4)}
-    options = [[g.minimal(s, d)] + [g.via(s, d, k) for k in g.groups()
-                                    if k not in (g.group[g.home[s]], g.group[g.home[d]])]
-               for s, d in pairs]
-    sat = max([concurrent(g.cap, options, eps)] + [out[m]["saturation"] for m in modes])
-    mean = max([_mean(optimum(g.cap, options)), sat] + [out[m]["mean"] for m in modes])
-    out["optimum"] = {"mean": round(mean, 4), "saturation": round(sat, 4)}
+        out[mode] = {"mean": round(_mean(rates), 4), "lowest": round(min(rates), 4)}
     return out
 
 
@@ -317,5 +234,4 @@ def permutation(fabric, seed):
             return list(zip(hosts, dst))
 
 
-__all__ = ["Graph", "max_min", "optimum", "ceilings", "link_split", "adversarial",
-           "permutation"]
+__all__ = ["Graph", "max_min", "fair_shares", "link_split", "adversarial", "permutation"]

@@ -24,8 +24,8 @@ ports ``groups-1..G-1`` stay unused when ``groups < G + 1``.
 
 Labels: every switch carries ``pod`` = its group (the controller's dragonfly
 routing and ``layout: pod`` read it); a link between switches of different
-pods is a global link.  All links default to one rate (the judged fluid
-ceilings assume it); ``local_rate`` and ``global_rate`` may differ.
+pods is a global link.  All links default to one rate (the textbook bounds
+1/(ap) and 9/16 assume it); ``local_rate`` and ``global_rate`` may differ.
 """
 
 from emulator.errors import ConfigError

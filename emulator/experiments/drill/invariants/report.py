@@ -18,6 +18,7 @@ from emulator.experiments.spec import scenario
 from traffic.nic.pacing import DEFAULT_LAG_NS
 
 JITTER_NS = int(allowances.JITTER_MS * 1e6)
+FABRIC_KIND = {True: "lossless", False: "lossy"}   # the soak's label of its fabric
 
 
 def lead_ns(pps, in_flight_ms=None, allow=True):
@@ -160,7 +161,7 @@ def report(faults, ran, converged, paths, topo, pps=1000.0, lossless=False):
                        "untouched_lost_packets": actual - calm,
                        "untouched_queue_lost_packets": sum(
                            r["untouched_queue_lost_packets"] for r in rows)},
-            "fabric": "lossless" if lossless else "lossy",
+            "fabric": FABRIC_KIND[bool(lossless)],
             "fidelity": (fid or {}).get("verdict"),
             "emulation_drops": (fid or {}).get("emulation_drops"),
             "network_drops": (fid or {}).get("network_drops"),
