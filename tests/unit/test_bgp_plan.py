@@ -9,6 +9,7 @@ import pytest
 
 from emulator.errors import ConfigError, FabricError
 from emulator.experiments.drill.drill import file_part, mode_plan
+from emulator.experiments.spec.build import check as check_spec
 from emulator.fabric import addressing, presets, spec
 from emulator.fabric.model import Fabric, Node
 from emulator.fabric.routing import addresses, asn, frrconf
@@ -224,3 +225,12 @@ def test_the_drills_rows_side_by_side_and_their_file_names():
                       "openflow/fast-failover+dlb", "bgp+bfd"]
     assert rows[-1][1]["control"] == Control.BGP and rows[-1][1]["lb"] == LB.ECMP
     assert all("/" not in file_part(label) for label in labels)
+
+
+def test_trimming_is_refused_under_bgp():
+    # the routers' ports get no trimming classes (dataplane.routed)
+    s = RunSpec(presets.build("leaf-spine", {}), control="bgp", transport="uet", cc="nscc",
+                trim=134)
+    with pytest.raises(ConfigError, match="--control openflow"):
+        check_spec(s)
+    check_spec(s.replace(control=Control.OPENFLOW))
