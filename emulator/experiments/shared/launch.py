@@ -49,7 +49,7 @@ from emulator.experiments.training import launch as training
 from emulator.fabric import addressing
 from emulator.fabric.lossless import BEST_EFFORT_DSCP, LOSSLESS_DSCP
 from emulator.fabric.units import parse_duration, parse_rate
-from lab.modes import LB, Entropy, FlowControl, Placement, TrafficClass
+from lab.modes import LB, Entropy, FlowControl, Placement, TrafficClass, Transport
 from traffic.ranks.config import qpn
 from traffic.roce.frames import udp_sport
 
@@ -270,8 +270,10 @@ def paths_of(session, shared, result, seed):
 
 
 def per_flow_paths(spec):
-    """Whether every byte of a flow takes one path (per-flow hashing): it can be traced."""
-    return not spec.adaptive and LB(spec.lb).entropy == Entropy.QP
+    """Whether every byte of a flow takes one path (per-flow hashing): it can be traced.
+    Not under UET: its senders give each packet an entropy value of their own."""
+    return (not spec.adaptive and LB(spec.lb).entropy == Entropy.QP
+            and spec.transport != Transport.UET)
 
 
 def _ip(topo, endpoint):
