@@ -6,6 +6,10 @@ import json
 
 from emulator.experiments.training import simai
 from tests.conftest import (REPO, assert_contract, drill_unless_stolen, emulator, results_of,
+
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is the job engine and its
+# report; the hosts it runs on are never in a datapath instance
+LAYOUT_INDEPENDENT = True
                             unless_stolen, verdict_of)
 
 MICRO = f"{REPO}/tests/data/simai/microAllReduce.txt"
