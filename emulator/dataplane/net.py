@@ -19,6 +19,7 @@ and removed by ``teardown`` (called from ``finally``), so an interrupted build
 leaves nothing behind.  Mininet objects are kept so ``--cli`` works.
 """
 
+import json
 import time
 from contextlib import contextmanager
 
@@ -452,14 +453,27 @@ class FabricNet:
                 out[p["intf"]] = None
         return out
 
-    def controllers_connected(self):
-        """Bridges whose controller connection is up."""
-        connected = 0
+    def controller_status(self, switches):
+        """What each of ``switches``' Open vSwitch says of its controller connection:
+        {name: "connected" or its rconn state and last error}, for a message."""
+        out = {}
         for ovs in self.ovses():
-            text = ovs.vsctl("--format=csv", "--columns=_uuid,is_connected",
-                             "list", "controller", timeout=10)
-            connected += sum(1 for line in text.splitlines()[1:] if line.endswith("true"))
-        return connected
+            mine = {sw["bridge"]: sw["name"] for sw in self.topo["switches"]
+                    if sw["name"] in switches and self.ovs_of[sw["name"]] is ovs}
+            if not mine:
+                continue
+            rows = json.loads(ovs.vsctl("--format=json", "--columns=_uuid,is_connected,status",
+                                        "list", "controller", timeout=10))["data"]
+            status = {uuid: (up, dict(st[1])) for (_, uuid), up, st in rows}
+            bridges = json.loads(ovs.vsctl("--format=json", "--columns=name,controller",
+                                           "list", "bridge", timeout=10))["data"]
+            for name, ctl in bridges:
+                if name in mine:
+                    up, st = status.get(ctl[1], (False, {})) if ctl[0] == "uuid" else (
+                        False, {"state": "no controller set"})
+                    out[mine[name]] = "connected" if up else ", ".join(
+                        f"{k} {v}" for k, v in sorted(st.items())) or "not connected"
+        return out
 
     # ----- teardown -------------------------------------------------------
 

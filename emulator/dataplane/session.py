@@ -388,12 +388,29 @@ class Session:
         n = len(self.topo["switches"])
         self.progress(f"waiting for the controller to install {n} switches")
 
-        def installed():
+        def waiting():
             done = {e.get("dpid") for e in self.controller.converged()
                     if e.get("event") == "connect"}
-            return len(done) >= n
-        wait_until(installed, self.reach_timeout, "the controller to install every switch",
-                   interval=0.1)
+            return [sw["name"] for sw in self.topo["switches"] if sw["dpid"] not in done]
+        try:
+            wait_until(lambda: not waiting(), self.reach_timeout,
+                       "the controller to install every switch", interval=0.1)
+        except RunFailed as e:
+            raise RunFailed(f"{e}; {self._not_installed(waiting())}") from None
+
+    def _not_installed(self, names):
+        """Which switches the controller has not installed, what their Open vSwitch
+        says of the connection, and what the controller logged that went wrong."""
+        try:
+            status = self.net.controller_status(names)
+        except (RunFailed, OSError, ValueError) as e:
+            status = {"(their status)": f"unreadable: {e}"}
+        said = "; ".join(f"{n}: {status.get(n, 'status unknown')}" for n in names)
+        problems = controller_problems(self.controller.log_path)[-3:]
+        alive = "" if self.controller.alive() else "; the controller process has exited"
+        return (f"not installed: {said}{alive}"
+                + (f"; the controller logged: {' | '.join(problems)}" if problems else "")
+                + f" (its log: {self.controller.log_path})")
 
     def _impair(self):
         """The fabric file's impairments, once the whole fabric was seen reachable."""

@@ -6,6 +6,9 @@ import json
 
 from tests.conftest import assert_contract, emulator
 
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is compare.json's keys
+LAYOUT_INDEPENDENT = True
+
 
 def test_compare_writes_the_pinned_keys(tmp_path):
     p = emulator("compare", "--modes", "ecmp", "--workload", "allreduce", "--reps", "1",

@@ -61,10 +61,12 @@ def test_two_instances_carry_the_fabric_and_it_is_reachable(two):
                 for p in sw["ports"]} <= set(ports)
     # every bridge reached the controller through its unix socket (OVS writes the
     # connection's state to its database every few seconds)
+    names = [sw["name"] for sw in two.topo["switches"]]
     deadline = time.monotonic() + 20
-    while two.net.controllers_connected() != 8:
-        assert time.monotonic() < deadline, "bridges not connected to the controller"
+    while set((status := two.net.controller_status(names)).values()) != {"connected"}:
+        assert time.monotonic() < deadline, f"bridges not connected to the controller: {status}"
         time.sleep(0.5)
+    assert sorted(status) == sorted(names)
     ctl = two.net.ovs("leaf1").vsctl("get", "controller", two.topo["switches"][0]["bridge"],
                                      "target")
     assert ctl.strip().strip('"').startswith("unix:") and tag in ctl

@@ -38,7 +38,7 @@ SHORTER = {
     "compare -p dragonfly": ["--reps", "1", "--sizes", "192K",
                              "-P", "a=2", "-P", "h=1", "-P", "p=1"],
     "compare --fabrics": ["--reps", "1", "--sizes", "256K"],
-    "run -P hosts_per_leaf=4 --baseline": ["--iterations", "1"],
+    "run -P hosts_per_leaf=4 --baseline": ["--iterations", "1", "--size-scale", "3000"],
     "run --controller": ["--duration", "2"],
     "show": None,
     "validate": None,

@@ -8,6 +8,9 @@ import yaml
 
 from tests.conftest import emulator, results_of
 
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is run.yaml, not the datapath
+LAYOUT_INDEPENDENT = True
+
 ARGS = ["-P", "hosts_per_leaf=1", "-P", "leaves=2", "-P", "spines=2", "--duration", "1",
         "--hash-seed", "7", "--failover", "controller", "--queue-ms", "20"]
 

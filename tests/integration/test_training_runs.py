@@ -8,6 +8,10 @@ from emulator.experiments.training import simai
 from tests.conftest import (REPO, assert_contract, drill_unless_stolen, emulator, results_of,
                             unless_stolen, verdict_of)
 
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is the job engine and its
+# report; the hosts it runs on are never in a datapath instance
+LAYOUT_INDEPENDENT = True
+
 MICRO = f"{REPO}/tests/data/simai/microAllReduce.txt"
 PP2 = f"{REPO}/tests/data/simai/aicb_gpt7b_l4_tp2_pp2_ga4_aiob.txt"
 

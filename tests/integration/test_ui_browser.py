@@ -29,6 +29,9 @@ import pytest
 from tests.conftest import REPO
 from tests.integration.browser import Browser
 
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is the page, not the datapath
+LAYOUT_INDEPENDENT = True
+
 CUT = "leaf1-spine1"
 
 

@@ -12,6 +12,9 @@ import urllib.request
 
 from tests.conftest import REPO
 
+# no pass of its own under FABRIC_LAB_LAYOUT: its subject is the page, not the datapath
+LAYOUT_INDEPENDENT = True
+
 SMALL = ["-p", "leaf-spine", "-P", "spines=2", "-P", "leaves=2", "-P", "hosts_per_leaf=1"]
 
 

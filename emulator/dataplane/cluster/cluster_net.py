@@ -197,6 +197,16 @@ class ClusterNet:
         """The Open vSwitch carrying ``switch``, as far as ``appctl`` (ofproto/trace)."""
         return _RemoteOvs(self.workers[self.where[switch]], switch)
 
+    def controller_status(self, switches):
+        """{switch: its controller connection as its server's Open vSwitch sees it}."""
+        by_server = {}
+        for sw in switches:
+            by_server.setdefault(self.where[sw], []).append(sw)
+        replies = in_parallel(lambda name: self.workers[name].call(
+            "controller_status", switches=by_server[name]), list(by_server))
+        return {sw: f"{st} (server {name})" for name, r in replies.items()
+                for sw, st in r["status"].items()}
+
     def measure_clocks(self, samples=5):
         """{server: its CLOCK_MONOTONIC minus this machine's, in ns}: the midpoint of
         the quickest of ``samples`` round trips (off by at most half of it)."""

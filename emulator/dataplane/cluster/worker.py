@@ -127,7 +127,7 @@ def tunnel_kinds():
     return have
 OPS = ("build", "ping", "ranks", "engine_start", "engine_go", "engine_wait_line",
        "engine_result", "engine_kill", "counters", "snapshot", "links", "appctl", "detect", "clock",
-       "teardown")
+       "controller_status", "teardown")
 
 
 def _delete_link(name):
@@ -313,6 +313,10 @@ class Worker:
     def appctl(self, req):
         """``ovs-appctl`` of the instance carrying ``switch`` (e.g. ofproto/trace)."""
         return {"text": self.net.ovs(req["switch"]).appctl(*req["args"], timeout=20)}
+
+    def controller_status(self, req):
+        """What this server's Open vSwitch says of ``switches``' controller connections."""
+        return {"status": self.net.controller_status(req["switches"])}
 
     def detect(self, req):
         """Tell this server's switches of ``ports``' loss of signal (or its return) at

@@ -100,8 +100,8 @@ class RoutedNet(FabricNet):
         """None: a router sees its carrier go itself (no modelled loss of signal)."""
         return None
 
-    def controllers_connected(self):
-        return 0
+    def controller_status(self, switches):
+        return {}
 
     # ----- build ---------------------------------------------------------------
 
