@@ -59,12 +59,13 @@ GROUPS = ("TP", "DP", "EP", "DP_EP", "PP", "CAL")   # CAL: a measurement before 
 SHARED = ("mtu", "qps", "dscp", "burst", "transport", "timeout_exp", "retry_cnt", "cc",
           "cc_params", "qpn_seed", "entropy", "flowlet_gap_ms", "step_timeout_s",
           "gap_threshold_ms", "ooo", "pds", "ev_policy", "ev_set", "uet_rtt_ms",
-          "uet_rto_min_ms", "trim", "close_idle_ms")
+          "uet_rto_min_ms", "uet_rto_max_ms", "trim", "close_idle_ms")
 JOB_DEFAULTS = {"mtu": 4096, "qps": 1, "dscp": 26, "burst": 8, "transport": Transport.RC,
                 "timeout_exp": 15, "retry_cnt": 7, "cc": CC.NONE, "cc_params": {},
                 "qpn_seed": None, "entropy": Entropy.QP, "flowlet_gap_ms": 1.0, "ooo": None,
                 "pds": Delivery.RUD, "ev_policy": EvPolicy.REPS, "ev_set": 256,
-                "uet_rtt_ms": None, "uet_rto_min_ms": None, "trim": False,
+                "uet_rtt_ms": None, "uet_rto_min_ms": None, "uet_rto_max_ms": None,
+                "trim": False,
                 "close_idle_ms": 2000.0,
                 "step_timeout_s": None, "gap_threshold_ms": 10.0,
                 # the emulator's time scale (compute ns in the programs are scaled already)

@@ -46,10 +46,12 @@ DEFAULTS = {"collective": "allreduce", "sizes": [1 << 20], "rate_bps": 40e6,
             "cc": CC.NONE, "cc_params": {},
             # Ultra Ethernet (transport uet): the PDC's delivery, its EV policy and set,
             # the network's RTT its timers and NSCC scale to (null: 4 frame times of the
-            # rate plus 2 ms), the retransmission timer's floor (null: 4 RTTs), whether
-            # the switches trim, how long an idle PDC stays open
+            # rate plus 2 ms), the retransmission timer's floor (null: 4 RTTs) and
+            # ceiling (null: RC's timeout, or the floor if above it), whether the
+            # switches trim, how long an idle PDC stays open
             "pds": Delivery.RUD, "ev_policy": EvPolicy.REPS, "ev_set": 256,
-            "uet_rtt_ms": None, "uet_rto_min_ms": None, "trim": False, "close_idle_ms": 2000.0,
+            "uet_rtt_ms": None, "uet_rto_min_ms": None, "uet_rto_max_ms": None, "trim": False,
+            "close_idle_ms": 2000.0,
             # the job's QP numbers (``qpn``): None numbers them by rank, an int draws
             # them as a NIC gives every job new ones (hence new UDP source ports)
             "qpn_seed": None}
@@ -103,9 +105,14 @@ def load_config(doc):
             or not isinstance(cfg["ev_set"], int) or not 1 <= cfg["ev_set"] <= 16384:
         raise ConfigError(f"pds: one of {Delivery.names()}; ev_policy: one of "
                           f"{EvPolicy.names()}; ev_set: 1..16384")
-    if any(cfg[k] is not None and not cfg[k] > 0 for k in ("uet_rtt_ms", "uet_rto_min_ms")) \
+    timers = ("uet_rtt_ms", "uet_rto_min_ms", "uet_rto_max_ms")
+    if any(cfg[k] is not None and not cfg[k] > 0 for k in timers) \
             or not cfg["close_idle_ms"] > 0:
-        raise ConfigError("uet_rtt_ms, uet_rto_min_ms: null or > 0; close_idle_ms > 0")
+        raise ConfigError("uet_rtt_ms, uet_rto_min_ms, uet_rto_max_ms: null or > 0; "
+                          "close_idle_ms > 0")
+    if None not in (cfg["uet_rto_min_ms"], cfg["uet_rto_max_ms"]) \
+            and cfg["uet_rto_max_ms"] < cfg["uet_rto_min_ms"]:
+        raise ConfigError("uet_rto_max_ms: at least uet_rto_min_ms")
     try:
         cc_params(cfg)
     except (TypeError, ValueError) as e:
@@ -175,8 +182,9 @@ def uet_config(cfg):
     rtt = network_rtt_ns(cfg)
     cc = CC(cfg["cc"]) if CC(cfg["cc"]).transport == Transport.UET else \
         CC.NSCC if cfg["transport"] != Transport.UET else CC.NONE
-    rto = RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
     floor = int(cfg["uet_rto_min_ms"] * 1e6) if cfg.get("uet_rto_min_ms") else 4 * rtt
+    rto = int(cfg["uet_rto_max_ms"] * 1e6) if cfg.get("uet_rto_max_ms") else \
+        RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
     # ACK coalescing by the same share of a BDP as htsim's 16 KB of its 150 KB: a
     # quarter BDP here (two 4 KB packets at 40 Mbit/s), one MTU at least, 16 KB at most
     bdp = cfg["rate_bps"] / 8 * rtt / 1e9

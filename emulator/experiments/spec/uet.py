@@ -9,12 +9,16 @@ traffic engines' own passes.  From it, as htsim's ``main_uec`` sets its fabric:
   at 0.8 (``KMIN:KMAX:1``);
 - the trimming threshold (``--trim-at``, when ``--trim`` is on and it is left
   out): one BDP queued at a port (htsim's queue with trimming is 1 BDP);
-- the retransmission timer's floor: the RTT plus six drains of the deepest
-  queue a packet meets (htsim's minimum RTO): the trimming threshold's with
-  ``--trim``, else a link's whole queue (``--queue-ms``);
+- the retransmission timer's bounds, as htsim sets its minimum RTO (the RTT plus
+  six drains of a queue): its floor from the queue NSCC keeps (the trimming
+  threshold with ``--trim``, else the ECN marking's ceiling, else a link's
+  queue), its ceiling from the deepest one a packet can wait in (a link's whole
+  queue, ``--queue-ms``); between them the timer follows the measured round
+  trips (``srtt + 4 rttvar``, ``traffic.uet.pds``);
 - the rank config keys of the UET transport (``rank_keys``).
 """
 
+from emulator.dataplane.lossless import ecn as ecn_marking
 from emulator.dataplane.lossless.ecn import Ecn
 from emulator.fabric import addressing
 from lab.modes import EcnAt
@@ -55,16 +59,29 @@ def default_trim_at(fabric, mtu):
 RTO_DRAINS = 6         # htsim's minimum RTO: six queue drains past the RTT
 
 
-def rto_min_ms(spec):
-    """The PDCs' retransmission timer floor (ms): the RTT and ``RTO_DRAINS`` drains of
-    the trimming threshold (``--trim``) or of a link's queue."""
-    rtt = network_rtt_ms(spec.fabric, spec.mtu)
+def kept_queue_bytes(spec):
+    """The queue NSCC keeps a port at (bytes), or None when nothing bounds it below a
+    link's whole queue: the trimming threshold (a frame past it is cut), else the
+    ECN marking's ceiling (every frame past it is marked, and the window shrinks)."""
     if spec.trim is not None:
-        at = spec.trim_at or default_trim_at(spec.fabric, spec.mtu)
-        drain = at * 8 / hosts_rate(spec.fabric) * 1e3
-    else:
-        drain = spec.queue_ms
-    return rtt + RTO_DRAINS * drain
+        return spec.trim_at or default_trim_at(spec.fabric, spec.mtu)
+    marking = ecn_marking.parse(spec.ecn, at=spec.ecn_at) if spec.ecn else None
+    return None if marking is None else marking.kmax
+
+
+def rto_bounds_ms(spec):
+    """The PDCs' retransmission timer (floor, ceiling) in ms: the RTT and
+    ``RTO_DRAINS`` drains of the queue NSCC keeps, and of a link's whole queue.  A
+    floor from the whole queue kept a lost packet waiting 12 s on compare's 2000 ms
+    queues (2026-11-28-uet.md's cut) where its EV could have been retired in tens
+    of milliseconds."""
+    rtt = network_rtt_ms(spec.fabric, spec.mtu)
+    whole = rtt + RTO_DRAINS * spec.queue_ms
+    kept = kept_queue_bytes(spec)
+    if kept is None:
+        return whole, whole
+    drain = kept * 8 / hosts_rate(spec.fabric) * 1e3
+    return min(whole, rtt + RTO_DRAINS * drain), whole
 
 
 def rank_keys(spec):
@@ -72,7 +89,8 @@ def rank_keys(spec):
     return {"pds": str(spec.pds), "ev_policy": str(spec.ev_policy), "ev_set": spec.ev_set,
             "trim": spec.trim is not None,
             "uet_rtt_ms": round(network_rtt_ms(spec.fabric, spec.mtu), 3),
-            "uet_rto_min_ms": round(rto_min_ms(spec), 3)}
+            "uet_rto_min_ms": round(rto_bounds_ms(spec)[0], 3),
+            "uet_rto_max_ms": round(rto_bounds_ms(spec)[1], 3)}
 
 
 MIN_TRIM = TRIM_BYTES
