@@ -183,3 +183,17 @@ def test_reps_retires_a_lost_value_freezes_and_then_explores_again():
     # after the hold, it may be drawn again; a good answer un-retires it
     p.feedback(vals[3], evs.GOOD, 2000)
     assert dead not in p.retired_at
+
+
+def test_a_value_that_worked_and_then_lost_a_packet_leaves_the_freezes_cycle():
+    # a path dies under values recycled before: the freeze cycles only those still alive
+    p = evs.Reps(64, salt=9, seed=3, freeze_ns=100, hold_ns=1000)
+    vals = [p.next(0) for _ in range(6)]
+    for v in vals:
+        p.feedback(v, evs.GOOD, 1)
+    dead = vals[:2]                               # both worked, then their path died
+    for v in dead:
+        p.feedback(v, evs.LOST, 10)
+    assert p.retired == 2
+    frozen = [p.next(20 + t) for t in range(24)]
+    assert set(frozen) == set(vals[2:])           # every live value, no dead one

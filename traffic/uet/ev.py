@@ -13,7 +13,8 @@ switches' ECMP hash turns each into a path.  Two policies (``lab.modes.EvPolicy`
   came back ECN-marked or trimmed is not recycled.  A packet lost (its timer
   fired) *retires* its EV: exploration skips it for ``hold_ns``, and the sender
   *freezes* for ``freeze_ns``: it stops exploring and cycles the buffer's EVs,
-  recycled or not, so it keeps to paths that worked.  After a freeze it
+  recycled or not, so it keeps to paths that worked; a retired EV leaves the
+  buffer, so a path that worked before it died is not cycled on.  After a freeze it
   explores 16 packets, as htsim does.  (htsim freezes only with trimming on, and
   retires nothing; retiring is this lab's addition, so that a dead path's values
   stay out of exploration: ``retired`` and ``last_retired_ns`` say when.)
@@ -148,6 +149,13 @@ class Reps(_Policy):
                 self.retired += 1
             self.retired_at[i] = now
             self.last_retired_ns = now
+            # a value that worked before the path died leaves the cycle too: a freeze
+            # that kept cycling it lost a packet in every few, each after a timer
+            for buf in (self.fresh, self.ring):
+                if i in buf:
+                    kept = [x for x in buf if x != i]
+                    buf.clear()
+                    buf.extend(kept)
             if self.frozen_until is None and self.explore == 0:
                 self.freezes += 1
                 self.frozen_until = now + self.freeze_ns
