@@ -187,3 +187,24 @@ def test_uet_ranks_add_up_to_one_report_with_its_lines():
     assert "# transport uet: 6 packets retransmitted (0 by NACK, 4 by trim, 2 by timeout), " \
            "10 placed out of order, 4 trimmed received, 2 EVs retired" in text
     assert "# uet: nscc, EV policy reps over 256 values; 2 EVs retired, the last 812 ms" in text
+
+
+def test_a_call_whose_ranks_started_apart_reports_its_span_on_one_clock():
+    # an incast: the senders started 400 ms before the receiver, whose own time leaves
+    # out what had arrived by then (a paused fabric held it)
+    from traffic.ranks.report import combine, table
+
+    def rank(i, start_ms, time_s):
+        return {"rank": i, "collective": "incast", "nranks": 3, "link_bps": 40e6,
+                "results": [{"size": 1 << 18, "time_s": time_s, "bytes_sent": 0,
+                             "bytes_received": 0, "chunks_missing": 0, "chunks_corrupted": 0,
+                             "t_start_ns": int(start_ms * 1e6)}]}
+    rep = combine([rank(0, 1400, 0.234), rank(1, 1000, 0.25), rank(2, 1010, 0.26)])
+    (row,) = rep["rows"]
+    assert row["time_s"] == 0.26                       # the slowest rank's own time
+    assert row["span_s"] == pytest.approx(0.634)       # 1000 ms -> 1634 ms
+    assert row["start_skew_s"] == pytest.approx(0.4)
+    assert "started 400 ms apart; from the first start to the last end 634.0 ms" in table(rep)
+    # ranks that started together get no such line
+    rep = combine([rank(0, 1000, 0.3), rank(1, 1001, 0.3), rank(2, 1002, 0.3)])
+    assert "apart" not in table(rep)

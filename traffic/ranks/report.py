@@ -3,7 +3,11 @@
 Model.  Each rank writes ``{"rank", "collective", "nranks", "link_bps",
 "results": [{"size", "time_s", "bytes_sent", "bytes_received",
 "chunks_missing", "chunks_corrupted"}]}``.  Per size, the reported time is
-the slowest rank's (a collective ends when its last rank ends), #wrong sums
+the slowest rank's (a collective ends when its last rank ends), each rank
+timing from its own start; ``span_s`` is the call on one clock, from the first
+rank's start to the last rank's end, and ``start_skew_s`` how far apart the
+ranks started (ranks that start late find data already sent to them, which
+their own time leaves out: an incast into a paused fabric).  #wrong sums
 every rank's missing and corrupted chunks (nccl-tests counts wrong elements;
 we count chunks, as we carry no data).  algbw = size / time, busbw = algbw x
 2(n-1)/n (AllReduce) or (n-1)/n (the others); efficiency = busbw / link rate.
@@ -48,6 +52,11 @@ def combine(rank_results):
                "redop": REDOP[coll], "root": -1, "time_s": t, "wrong": wrong,
                "ranks_reporting": len(per)}
         row.update(bandwidths(coll, n, r0["size"], t, link))
+        if all("t_start_ns" in p for p in per):
+            first_ns = min(p["t_start_ns"] for p in per)
+            row["span_s"] = max(p["t_start_ns"] - first_ns + p["time_s"] * 1e9
+                                for p in per) / 1e9
+            row["start_skew_s"] = (max(p["t_start_ns"] for p in per) - first_ns) / 1e9
         if all("transport" in p for p in per):
             row["transport"] = _sum_counts(p["transport"] for p in per)
             # the share of what the NICs sent that went again: goodput lost to the transport
@@ -127,6 +136,11 @@ def table(report):
             f" {r['root']:5d} {r['time_s'] * 1e6:10.1f} {r['algbw_GBps']:12.4f}"
             f" {r['busbw_GBps']:12.4f} {r['algbw_Mbps']:12.2f} {r['busbw_Mbps']:12.2f}"
             f" {eff} {r['wrong']:7d}")
+    skewed = [r for r in report["rows"] if r.get("start_skew_s", 0) > 0.1 * r["time_s"]]
+    for r in skewed:
+        lines.append(f"# size {r['size']}: the ranks started {r['start_skew_s'] * 1e3:.0f} ms "
+                     f"apart; from the first start to the last end {r['span_s'] * 1e3:.1f} ms "
+                     "(one clock)")
     tr = report.get("transport")
     if tr:
         failed = ", ".join(f"{q['rank']}->{q['peer']} qp{q['qp']}"
