@@ -4,7 +4,7 @@ import pytest
 
 from lab.modes import EvPolicy
 from traffic.uet import ev as evs
-from traffic.uet.cc import REF_BDP, Credit, Nscc, NsccParams, Scheduler
+from traffic.uet.cc import BASE_RISE, BASE_SAMPLES, REF_BDP, Credit, Nscc, NsccParams, Scheduler
 
 MS = 1_000_000
 RATE = 40e6
@@ -12,7 +12,10 @@ RTT = 5 * MS
 
 
 def nscc(**kw):
-    return Nscc(NsccParams(RATE, 4096, RTT, **kw))
+    """A window whose base RTT was measured at the network RTT."""
+    c = Nscc(NsccParams(RATE, 4096, RTT, **kw))
+    c.first_rtts = [RTT] * BASE_SAMPLES
+    return c
 
 
 def acks(c, start, n, rtt, ecn=False, size=4096, step=None):
@@ -197,3 +200,22 @@ def test_a_value_that_worked_and_then_lost_a_packet_leaves_the_freezes_cycle():
     assert p.retired == 2
     frozen = [p.next(20 + t) for t in range(24)]
     assert set(frozen) == set(vals[2:])           # every live value, no dead one
+
+
+def test_the_base_rtt_is_the_shortest_of_the_first_round_trips_within_a_bound():
+    # the switches and engines add their own latency to the links' frame times: the
+    # window's bound follows the base RTT measured, at most BASE_RISE network RTTs
+    c = Nscc(NsccParams(RATE, 4096, RTT))
+    model = c.maxwnd
+    acks(c, 0, BASE_SAMPLES - 1, int(1.6 * RTT))
+    assert c.base_rtt == RTT and c.maxwnd == model         # not before 8 samples
+    acks(c, 10 * MS, 1, int(1.7 * RTT))
+    assert c.base_rtt == int(1.6 * RTT) and c.maxwnd == pytest.approx(1.6 * model, rel=1e-3)
+    acks(c, 20 * MS, 1, int(1.2 * RTT))                    # later, a shorter one lowers it
+    assert c.base_rtt == int(1.2 * RTT)
+    c = Nscc(NsccParams(RATE, 4096, RTT))
+    acks(c, 0, BASE_SAMPLES, 5 * RTT)                      # a standing queue from the start
+    assert c.base_rtt == BASE_RISE * RTT
+    c = Nscc(NsccParams(RATE, 4096, RTT))
+    acks(c, 0, BASE_SAMPLES, RTT // 2)                     # never below the network RTT
+    assert c.base_rtt == RTT and c.maxwnd == model
