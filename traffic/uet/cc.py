@@ -254,11 +254,12 @@ class Nscc:
     def _measure_base(self, rtt):
         """The base RTT as measured: the shortest of the first ``BASE_SAMPLES`` round
         trips, if longer than the network RTT, up to ``BASE_RISE`` of it.  The
-        network RTT counts the links' frame times and the engines' passes; the
-        userspace switches add their own per hop (0.2-0.4 ms a packet-hop at these
-        rates, docs/platform.md), which a window of 1.5 model BDPs left uncovered:
-        the window stayed at its bound and the default AllReduce at 0.88-0.91 of
-        the line (2026-11-29-uet-timers.md)."""
+        network RTT counts the links' frame times and the engines' passes, not the
+        userspace switches' own latency per hop (0.2-0.4 ms a packet-hop at low
+        rates, docs/platform.md); a real NIC's NSCC is given its fabric's measured
+        base RTT.  On the default fabric the first round trips came within about
+        1.1 network RTTs, so the bound moves little there
+        (docs/results/2026-11-29-uet-timers.md)."""
         self.first_rtts.append(rtt)
         if len(self.first_rtts) < BASE_SAMPLES:
             return
