@@ -364,8 +364,8 @@ class FabricNet:
         with trimming, a switch port's strict-priority class ahead of data."""
         if self.flow_control == FlowControl.NONE:
             if switch and self.trim:    # its class ahead of data carries CNPs too (small)
-                trimming.apply_tree(ipr, idx, rate_bps, shaping.tbf_params(
-                    rate_bps, self.queue_ms, self.frame)["limit"], self.frame)
+                trimming.apply_tree(ipr, idx, shaping.tbf_params(
+                    rate_bps, self.queue_ms, self.frame), self.frame)
                 return
             shaping.apply(ipr, idx, rate_bps, self.queue_ms, self.frame, self.cnp_band)
             return

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from traffic_fixtures import ECN_RATE, checksum_ok, run, wait_until
+from traffic_fixtures import ECN_RATE, checksum_ok, jumbo_veth, wait_until
 from traffic_fixtures import lab  # noqa: F401  (a fixture)
 
 from emulator.dataplane import bpf
@@ -129,15 +129,10 @@ def test_a_trimming_port_charges_a_trimmed_frame_its_trimmed_length(lab):
 
     from emulator.dataplane.links import shaping
     whole = layout.frame_len_for_mtu(4096)
-    b = lab.ns("b")
-    ia, ib = lab.veth(None, "a", b, "b")
-    for ns, i in ((None, ia), (b, ib)):
-        run("ip", "link", "set", i, "mtu", "4300", ns=ns)
-        run("sysctl", "-qw", f"net.ipv6.conf.{i}.disable_ipv6=1", ns=ns)
+    ia, ib, b = jumbo_veth(lab)
     with IPRoute() as ipr:
         idx = ipr.link_lookup(ifname=ia)[0]
-        trim.apply_tree(ipr, idx, ECN_RATE,
-                        shaping.tbf_params(ECN_RATE, 30.0, whole)["limit"], whole)
+        trim.apply_tree(ipr, idx, shaping.tbf_params(ECN_RATE, 30.0, whole), whole)
     marker = ecnq.DequeueMarker(None, [(ia, f"/run/netns/{b}", ib, ECN_RATE)], whole, 30.0,
                                 whole, trim=trim.Trim(at=5 * whole)).install()
     try:

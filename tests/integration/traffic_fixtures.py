@@ -143,18 +143,25 @@ ECN_RATE = 40e6
 ECN_FRAME = 4158              # a 4096-byte RoCE MTU frame
 
 
-def shaped_veth(lab):
-    """A veth from the root namespace to namespace ``b``, jumbo MTU, the root end
-    shaped as a 40 Mbit/s switch port with 30 ms of queue: (root end, b end, b)."""
-    from pyroute2 import IPRoute
-
-    from emulator.dataplane.links import shaping
+def jumbo_veth(lab):
+    """A veth from the root namespace to namespace ``b``, jumbo MTU, no IPv6:
+    (root end, b end, b)."""
     b = lab.ns("b")
     ia, ib = lab.veth(None, "a", b, "b")
     for ns, i in ((None, ia), (b, ib)):
         run("ip", "link", "set", i, "mtu", "4300", ns=ns)
         # no IPv6 chatter (router solicitations, MLD) in the queue being counted
         run("sysctl", "-qw", f"net.ipv6.conf.{i}.disable_ipv6=1", ns=ns)
+    return ia, ib, b
+
+
+def shaped_veth(lab):
+    """``jumbo_veth`` with its root end shaped as a 40 Mbit/s switch port with 30 ms
+    of queue: (root end, b end, b)."""
+    from pyroute2 import IPRoute
+
+    from emulator.dataplane.links import shaping
+    ia, ib, b = jumbo_veth(lab)
     with IPRoute() as ipr:
         shaping.apply(ipr, ipr.link_lookup(ifname=ia)[0], ECN_RATE, 30.0, ECN_FRAME + 14)
     return ia, ib, b

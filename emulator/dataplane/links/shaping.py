@@ -67,19 +67,26 @@ CNP_KEYS = ["0x00110000/0x00ff0000+8", "0x000012b7/0x0000ffff+20",
             "0x81000000/0xff000000+28"]
 
 
-def add_cnp_band(ipr, index, limit, frame=MTU_FRAME):
-    """HTB 10: under the TBF 1: of ``index``: CNPs in 10:10 (priority 0), the rest in
-    10:30 (priority 1, a byte FIFO of ``limit``, the TBF's own queue)."""
+def add_priority_band(ipr, index, high, data, frame=MTU_FRAME):
+    """HTB 10: under the TBF 1: of ``index``, strict priority: ``high`` (priority 0)
+    ahead of ``data`` (priority 1, where unclassified frames go), each a (class id,
+    byte FIFO handle, FIFO limit in bytes)."""
     # a bfifo: the system layer's netlink knows it (pfifo's options, its limit in bytes)
     ipr.tc("add", "htb", index=index, handle=BAND_HTB, parent=0x10001,
-           default=DATA_CLASS & 0xFFFF)
+           default=data[0] & 0xFFFF)
     ipr.tc("add-class", "htb", index=index, handle=BAND_HTB | 1, parent=BAND_HTB,
            rate="10gbit", ceil="10gbit", quantum=frame)
-    for classid, prio, fifo, size in ((CNP_CLASS, 0, CNP_FIFO, CNP_QUEUE),
-                                      (DATA_CLASS, 1, DATA_FIFO, limit)):
+    for prio, (classid, fifo, size) in enumerate((high, data)):
         ipr.tc("add-class", "htb", index=index, handle=classid, parent=BAND_HTB | 1,
                rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
         ipr.tc("add", "bfifo", index=index, handle=fifo, parent=classid, limit=size)
+
+
+def add_cnp_band(ipr, index, limit, frame=MTU_FRAME):
+    """HTB 10: under the TBF 1: of ``index``: CNPs in 10:10 (priority 0), the rest in
+    10:30 (priority 1, a byte FIFO of ``limit``, the TBF's own queue)."""
+    add_priority_band(ipr, index, (CNP_CLASS, CNP_FIFO, CNP_QUEUE),
+                      (DATA_CLASS, DATA_FIFO, limit), frame)
     ipr.tc("add-filter", "u32", index=index, parent=BAND_HTB, prio=1, protocol=ETH_P_IP,
            target=CNP_CLASS, keys=CNP_KEYS)
 

@@ -34,11 +34,11 @@ program's constants.
 import struct
 from dataclasses import dataclass
 
+from emulator.dataplane.links import shaping
 from emulator.dataplane.observe.counters import link_names
 from emulator.errors import RunFailed
 from traffic.uet.layout import TRIM_BYTES, TRIM_DSCP
 
-HTB_HANDLE = 0x100000
 CLASS_HIGH, CLASS_DATA = 0x100010, 0x100020     # 10:10 strict priority, 10:20 data
 FIFO_HIGH, FIFO_DATA = 0x300000, 0x200000
 HIGH_LIMIT = 256 << 10                           # the priority class's byte FIFO
@@ -68,28 +68,18 @@ class Trim:
                 f"(DSCP {self.dscp}, ahead of data)")
 
 
-NO_TRIM = {"trim.at": 0, "trim.size": 0, "trim.dscp": 0, "trim.high": 0, "trim.small": 0}
+NO_TRIM = dict.fromkeys(Trim().config(), 0)
 
 
-def apply_tree(ipr, index, rate_bps, queue_limit, frame):
-    """A switch port's shaper with trimming: TBF 1: at ``rate_bps`` (its bucket as
-    ``shaping.tbf_params``) -> HTB 10: (strict priority only) -> 10:10 (trimmed
+def apply_tree(ipr, index, params, frame):
+    """A switch port's shaper with trimming: TBF 1: of ``params``
+    (``shaping.tbf_params``) -> HTB 10: (strict priority only) -> 10:10 (trimmed
     frames and acknowledgements, a byte FIFO of HIGH_LIMIT) and 10:20 (the rest, a
-    byte FIFO of ``queue_limit``, the link's queue); the TBF's size table (``STAB``)
+    byte FIFO of the TBF's limit, the link's queue); the TBF's size table (``STAB``)
     charges a trimmed frame its trimmed length."""
-    rate = rate_bps // 8
-    burst = max(2 * frame, rate // 1000)
-    ipr.tc("add", "tbf", index=index, handle=0x10000, rate=rate, burst=burst,
-           limit=queue_limit, stab=STAB)
-    ipr.tc("add", "htb", index=index, handle=HTB_HANDLE, parent=0x10001,
-           default=CLASS_DATA & 0xFFFF)
-    ipr.tc("add-class", "htb", index=index, handle=HTB_HANDLE | 1, parent=HTB_HANDLE,
-           rate="10gbit", ceil="10gbit", quantum=frame)
-    for classid, prio, fifo, limit in ((CLASS_HIGH, 0, FIFO_HIGH, HIGH_LIMIT),
-                                       (CLASS_DATA, 1, FIFO_DATA, queue_limit)):
-        ipr.tc("add-class", "htb", index=index, handle=classid, parent=HTB_HANDLE | 1,
-               rate="10gbit", ceil="10gbit", prio=prio, quantum=frame)
-        ipr.tc("add", "bfifo", index=index, handle=fifo, parent=classid, limit=limit)
+    ipr.tc("add", "tbf", index=index, handle=0x10000, stab=STAB, **params)
+    shaping.add_priority_band(ipr, index, (CLASS_HIGH, FIFO_HIGH, HIGH_LIMIT),
+                              (CLASS_DATA, FIFO_DATA, params["limit"]), frame)
 
 
 def record(session, marker):

@@ -134,21 +134,12 @@ class FabricCollector:
                     continue
         yield pkts
         if s.marker is not None and s.ecn is not None:   # --ecn: CE marks per switch port
-            marks = CounterMetricFamily("fabric_link_ecn_marked_packets",
-                                        "ECN-capable frames this link's queue marked CE",
-                                        labels=["link"])
-            for intf, n in sorted(s.marker.marks().items()):
-                if intf in self.links:
-                    marks.add_metric([self.links[intf]], n)
-            yield marks
+            yield self._per_link("fabric_link_ecn_marked_packets",
+                                 "ECN-capable frames this link's queue marked CE",
+                                 s.marker.marks())
         if s.marker is not None and getattr(s, "trim", None) is not None:   # --trim
-            trims = CounterMetricFamily("fabric_link_trimmed_packets",
-                                        "UET data frames this link's queue trimmed",
-                                        labels=["link"])
-            for intf, n in sorted(s.marker.trims().items()):
-                if intf in self.links:
-                    trims.add_metric([self.links[intf]], n)
-            yield trims
+            yield self._per_link("fabric_link_trimmed_packets",
+                                 "UET data frames this link's queue trimmed", s.marker.trims())
         if s.pfc is not None:
             yield from pfc_metrics(s.pfc.live())
         if getattr(s, "adaptive", None) is not None:     # --lb dlb|packet
@@ -178,6 +169,14 @@ class FabricCollector:
         doc = (s.results.get("traffic") or s.results.get("collective") or {}).get("fidelity")
         fid.add_metric([], -1 if doc is None else int(doc["verdict"] == "faithful"))
         yield fid
+
+    def _per_link(self, name, doc, counts):
+        """A counter family of ``counts`` ({switch port: n}) labelled by link direction."""
+        family = CounterMetricFamily(name, doc, labels=["link"])
+        for intf, n in sorted(counts.items()):
+            if intf in self.links:
+                family.add_metric([self.links[intf]], n)
+        return family
 
 
 class Telemetry:

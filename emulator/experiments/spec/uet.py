@@ -86,11 +86,11 @@ def rto_bounds_ms(spec):
 
 def rank_keys(spec):
     """The rank (and job NIC) config keys of ``spec``'s UET transport."""
+    rto_min, rto_max = rto_bounds_ms(spec)
     return {"pds": str(spec.pds), "ev_policy": str(spec.ev_policy), "ev_set": spec.ev_set,
             "trim": spec.trim is not None,
             "uet_rtt_ms": round(network_rtt_ms(spec.fabric, spec.mtu), 3),
-            "uet_rto_min_ms": round(rto_bounds_ms(spec)[0], 3),
-            "uet_rto_max_ms": round(rto_bounds_ms(spec)[1], 3)}
+            "uet_rto_min_ms": round(rto_min, 3), "uet_rto_max_ms": round(rto_max, 3)}
 
 
 MIN_TRIM = TRIM_BYTES
