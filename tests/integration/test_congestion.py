@@ -1,13 +1,16 @@
 """Congestion control on a real fabric (root): a 7 -> 1 incast on the default
 fabric with deep (lossless stand-in) queues and ECN marking, ``compare --cc
-none,dcqcn,timely``.  DCQCN and TIMELY hold the bottleneck queue far below
+none,dcqcn,timely,dcqcn+nscc``.  DCQCN and TIMELY hold the bottleneck queue far below
 what no congestion control lets it reach, every chunk arrives, and the root's capture decodes in
-tshark as RoCEv2 ACKs (AETH) and CNPs with valid ICRCs.  About 30 s."""
+tshark as RoCEv2 ACKs (AETH) and CNPs with valid ICRCs.  With RoCE senders (DCQCN) and
+UET senders (NSCC) taking turns, both kinds reach the one root and each gets a share.
+About 40 s."""
 
 import json
 import subprocess
 import sys
 
+import pytest
 from scapy.utils import rdpcap
 
 from tests.conftest import REPO
@@ -16,7 +19,7 @@ from traffic.roce.rcframes import parse_control
 
 def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):
     p = subprocess.run([sys.executable, "-m", "emulator", "compare", "--cc",
-                        "none,dcqcn,timely",
+                        "none,dcqcn,timely,dcqcn+nscc",
                         "--reps", "1", "--sizes", "512K", "--sample-ms", "5",
                         "--capture", "h1", "--results", str(tmp_path)],
                        cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -54,3 +57,22 @@ def test_dcqcn_holds_the_incast_queue_below_no_cc(tmp_path):
     frames = [bytes(f) for f in rdpcap(str(cap))]
     control = [c for c in (parse_control(f) for f in frames) if c is not None]
     assert control and all(c.icrc_ok for c in control)
+    # RoCE and UET senders in turn into one root: every chunk of both arrives, each
+    # sender on the transport of its congestion control, each kind a share
+    mixed = rows["dcqcn+nscc"]
+    assert mixed["wrong"] == 0 and mixed["died"] == 0, mixed
+    assert {k: v["senders"] for k, v in mixed["shares"].items()} == {"dcqcn": 4, "nscc": 3}
+    assert sum(v["share"] for v in mixed["shares"].values()) == pytest.approx(1, abs=0.01)
+    assert all(v["share"] > 0.1 for v in mixed["shares"].values()), mixed
+    assert 0 < mixed["jain"] <= 1
+    run = [r for r in doc["runs"] if r["cc"] == "dcqcn+nscc"][0]
+    coll = base / run["dir"].rsplit("/", 1)[-1] / "collective"
+    sent = {}
+    for k in range(1, 8):
+        cfg = json.loads((coll / f"rank{k}.config.json").read_text())
+        res = json.loads((coll / f"rank{k}.json").read_text())
+        sent[(cfg["transport"], cfg["cc"])] = sent.get((cfg["transport"], cfg["cc"]), 0) \
+            + res["data_frames_sent"]
+    assert set(sent) == {("rc", "dcqcn"), ("uet", "nscc")} and all(sent.values()), sent
+    root = json.loads((coll / "rank0.json").read_text())["transport"]
+    assert root["placed_packets"] > 0 and root["cnps_sent"] > 0, root   # UET data, RC CNPs

@@ -2,8 +2,8 @@
 
 A NIC sends over one transport (``transport`` of its config: RoCE RC or UET)
 and answers both, as a NIC that speaks RoCEv2 and UET takes each frame by its UDP
-port (4791, 4793): so RC and UET senders may share a receiver (``compare
-lossless --transport rc+uet``).  ``Stack`` holds the sending one (``send``, the
+port (4791, 4793): so RC and UET senders may share a receiver (``compare --cc
+dcqcn+nscc``).  ``Stack`` holds the sending one (``send``, the
 ``RankQPs`` or ``UetPdcs`` the engines drive) and the other for receiving, with
 default settings; ``poll``, ``next_deadline`` and ``counters`` cover both.
 """

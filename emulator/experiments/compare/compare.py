@@ -263,10 +263,12 @@ def add_arguments(p):
                         "hash seed and per-switch seeds: busbw, per-link byte spread, egress "
                         "queue backlog per tier (emulator/experiments/compare/planes.py)")
     lossless_cmp.add_arguments(p)
-    p.add_argument("--cc", default=None, metavar="none,dcqcn",
+    p.add_argument("--cc", default=None, metavar="none,dcqcn,dcqcn+nscc",
                    help="instead of modes: congestion control at the senders on an incast "
                         "(or alltoall), ECN marking from --ecn: bottleneck queue, "
-                        "utilisation, Jain fairness, CNPs, marks (experiments/compare/)")
+                        "utilisation, Jain fairness, CNPs, marks; nscc and rccc ride UET; "
+                        "A+B: the senders take A and B in turn (RoCE and UET NICs sharing "
+                        "the fabric), each kind's share (experiments/compare/congestion.py)")
     p.add_argument("--ecn", default=None, metavar="K|KMIN:KMAX:PMAX",
                    help="--cc: ECN marking at every switch port (default 100KB:400KB:1, scaled down to fit shallow --queue-ms: Kmax at most half a queue)")
     add_ecn_at_arg(p)
@@ -279,7 +281,7 @@ def add_arguments(p):
     p.add_argument("--transport", dest="transports", default=None, metavar="rc,uet",
                    help="transports side by side: every mode of --modes over each (uet "
                         "sprays by itself: with it the NICs' spray and flowlet modes are "
-                        "left out); with --lossless, rc+uet shares one fabric between them "
+                        "left out); --cc dcqcn+nscc shares one fabric between them "
                         "(docs/uet.md)")
     add_uet_args(p)
     add_adaptive_args(p)

@@ -16,6 +16,10 @@ collective.  Per run (``analyse``, pure):
 - its utilisation: bytes it sent over its link rate x that busy time;
 - fairness: Jain's index over the senders' throughputs (bytes over the
   time each sender's own call took);
+- with two kinds of sender (a mode ``A+B``, e.g. ``dcqcn+nscc``: the senders
+  take A and B in turn, each on the transport its congestion control rides,
+  RoCE RC or UET, into one receiver that answers both): each kind's share of
+  what the senders achieved, against its share of the senders;
 - completion time, retransmissions, timeouts, CNPs and ECN marks, and
   ``died``: runs in which a QP ran out of retries (the job aborted).
 
@@ -32,8 +36,9 @@ from emulator.dataplane.observe import run_yaml
 from emulator.dataplane.session import Session, make_results_dir, write_json
 from emulator.errors import ConfigError
 from emulator.experiments.measure.queues import QueueSampler
-from emulator.experiments.measure.stats import jain, percentile
+from emulator.experiments.measure.stats import jain, median, percentile
 from emulator.experiments.spec import ccparams
+from emulator.experiments.spec import uet as uet_spec
 from emulator.experiments.spec.build import command_doc
 from emulator.experiments.spec.options import compare_defaults
 from emulator.experiments.workloads import collective
@@ -94,21 +99,76 @@ def analyse(times, ports, backlog, sent, drops, kmin=0):
 
 
 def sender_throughputs(ranks, collective):
-    """Bytes/s of each sender's timed calls (incast: every rank but the root)."""
-    out = []
+    """{rank: bytes/s of its timed calls} of the senders (incast: every rank but the root)."""
+    out = {}
     for r in ranks:
         if collective == "incast" and r["rank"] == 0:
             continue
         t = sum(x["time_s"] for x in r["results"])
         b = sum(x["bytes_sent"] - x.get("retransmitted_bytes", 0) for x in r["results"])
-        out.append(b / t if t > 0 else None)
+        out[r["rank"]] = b / t if t > 0 else None
     return out
 
 
-def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
-    """One Session with ``cc`` at the senders (``cc_params``: its --cc-param values)
-    and ``ecn`` (an Ecn) at every switch port; returns its measurements."""
-    with Session(spec.replace(lb=LB.ECMP, cc=cc, ecn=ecn.spec(), ecn_at=ecn.at)) as s:
+def parse_modes(text):
+    """``--cc none,dcqcn,dcqcn+nscc``: [(label, (CC, ...))]; a mode is the senders'
+    congestion control, or two joined by ``+`` that the senders take in turn."""
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        parts = item.split("+")
+        if any(x not in CC_MODES for x in parts) or len(parts) > 2 \
+                or len(set(parts)) < len(parts):
+            raise ConfigError("--cc", f"{item!r}: one of {', '.join(CC_MODES)}, or two of them "
+                                      "joined by + (dcqcn+nscc: the senders take them in turn)")
+        out.append((item, tuple(CC(x) for x in parts)))
+    if not out:
+        raise ConfigError("--cc", "no mode given")
+    return out
+
+
+def sender_kind(mode, rank, collective):
+    """The congestion control of ``rank`` under ``mode`` (a tuple of CC): the senders
+    take the mode's parts in turn (an incast's root, which sends no data, the first)."""
+    k = rank - 1 if collective == "incast" else rank
+    return mode[max(k, 0) % len(mode)]
+
+
+def sender_keys(cc, spec, params):
+    """A rank's config keys for congestion control ``cc``, on the transport it rides
+    (NSCC, RCCC: UET, with ``spec``'s UET keys; the others: RoCE RC)."""
+    t = cc.transport or Transport.RC
+    keys = {"transport": t, "cc": cc, "cc_params": params.get(cc) or {}}
+    return dict(keys, **uet_spec.rank_keys(spec)) if t == Transport.UET else keys
+
+
+def shares(mode, throughputs, collective):
+    """Per part of a mixed ``mode``: its senders, their median throughput (Mbit/s) and
+    their part of what all senders achieved ({} for a mode of one part)."""
+    if len(mode) < 2:
+        return {}
+    total = sum(v for v in throughputs.values() if v)
+    out = {}
+    for cc in mode:
+        mine = [v for r, v in throughputs.items() if sender_kind(mode, r, collective) == cc]
+        got = [v for v in mine if v is not None]
+        out[str(cc)] = {"senders": len(mine),
+                        "median_Mbps": round(median(got) * 8 / 1e6, 3) if got else None,
+                        "share": round(sum(got) / total, 4) if total else None,
+                        "fair_share": round(len(mine) / len(throughputs), 4)}
+    return out
+
+
+def run_one(spec, label, mode, rep, sizes, ecn, args, progress=print, cc_params=None):
+    """One Session with ``mode`` (a tuple of CC, ``label`` its name) at the senders
+    (``cc_params``: {CC: its --cc-param values}) and ``ecn`` (an Ecn) at every switch
+    port; returns its measurements."""
+    params = cc_params or {}
+    cc = next((c for c in mode if c == CC.DCQCN), mode[0])    # the fabric's CNP band
+    uet = all(c.transport == Transport.UET for c in mode)
+    spec = spec.replace(lb=LB.ECMP, cc=cc, ecn=ecn.spec(), ecn_at=ecn.at,
+                        transport=Transport.UET if uet else Transport.RC)
+    keys = {c: sender_keys(c, spec, params) for c in mode}
+    with Session(spec) as s:
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
                   "name": f"{sw['name']}->{p['peer']}"}
                  for sw in s.topo["switches"] for p in sw["ports"]]
@@ -117,8 +177,8 @@ def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
         try:
             report = collective.run_collective(
                 s, spec.workload, sizes, hosts=list(spec.hosts) if spec.hosts else None, qps=1,
-                warmup=0,
-                rank_extra={"transport": Transport.RC, "cc": cc, "cc_params": cc_params or {}})
+                warmup=0, rank_extra=keys[mode[0]],
+                rank_keys=lambda r: keys[sender_kind(mode, r, spec.workload)])
         finally:
             sampler.stop()
         ranks = collective.rank_results(os.path.join(s.dir, "collective"))
@@ -131,13 +191,14 @@ def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
             series = {"t": [round(t, 4) for t in times], "backlog": sampler.backlog[k]}
         row = report["rows"][0]
         tr = report.get("transport", {})
-        out = {"cc": cc, "rep": rep, "dir": s.dir, "time_s": max(r["time_s"]
+        rates = sender_throughputs(ranks, spec.workload)
+        out = {"cc": label, "rep": rep, "dir": s.dir, "time_s": max(r["time_s"]
                                                                  for r in report["rows"]),
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                "wrong": sum(r["wrong"] for r in report["rows"]),
                "failed_qps": report.get("failed_qps", []),
                "bottleneck": bott, "series": series,
-               "jain": jain(sender_throughputs(ranks, spec.workload)),
+               "jain": jain(rates.values()), "shares": shares(mode, rates, spec.workload),
                "retransmitted": tr.get("retransmitted_packets"),
                "timeouts": tr.get("timeouts"), "naks": tr.get("naks_sent"),
                "cnps": tr.get("cnps_sent"), "ce_received": tr.get("ce_received"),
@@ -146,7 +207,7 @@ def run_one(spec, cc, rep, sizes, ecn, args, progress=print, cc_params=None):
                "cpu": report["fidelity"]["cpu"]}
     out["marks"] = s.results.get("ecn", {}).get("marked_total")
     steal = out["cpu"].get("machine_steal")
-    progress(f"... cc {cc} rep {rep + 1}: {out['time_s']:.2f} s, queue p99 "
+    progress(f"... cc {label} rep {rep + 1}: {out['time_s']:.2f} s, queue p99 "
              f"{(bott or {}).get('queue_p99_bytes')} B, {out['fidelity']}"
              + (f" (hypervisor steal {steal:.0%})" if steal else ""))
     return out
@@ -175,18 +236,22 @@ def summarize(runs, kmax):
                      "marks": med(lambda r: r["marks"]),
                      "wrong": sum(r["wrong"] for r in rs),
                      "died": sum(bool(r.get("failed_qps")) for r in rs),
-                     "faithful": sum(r["fidelity"] == "faithful" for r in rs)})
+                     "faithful": sum(r["fidelity"] == "faithful" for r in rs),
+                     "shares": {part: {k: med(lambda r: r["shares"][part][k])
+                                       for k in ("senders", "median_Mbps", "share",
+                                                 "fair_share")}
+                                for part in (rs[0].get("shares") or {})}})
     return rows
 
 
 def table(rows):
-    head = (f"{'cc':6s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
+    head = (f"{'cc':11s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
             f"{'p99/Kmax':>8s} {'p99late':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
     lines = [head]
     f = cell
     for r in rows:
-        lines.append(f"{r['cc']:6s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
+        lines.append(f"{r['cc']:11s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
                      f"{f(r['queue_p99'], '8d')} {f(r['queue_mean'], '8d')} "
                      f"{f(r['queue_p99_over_kmax'], '8.2f')} {f(r['queue_p99_late'], '8d')} "
                      f"{f(r['utilisation'], '5.2f')} "
@@ -194,6 +259,14 @@ def table(rows):
                      f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
                      f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "
                      f"{r['died']:4d} {r['faithful']}/{r['reps']}")
+    for r in rows:
+        parts = r.get("shares") or {}
+        g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        if parts:
+            lines.append(f"  {r['cc']}: " + "; ".join(
+                f"{part} senders ({x['senders']}) got {g(x['share'])} of the senders' "
+                f"throughput (their fair share {g(x['fair_share'])}), median "
+                f"{g(x['median_Mbps'])} Mbit/s each" for part, x in parts.items()))
     for r in rows:
         if 0 < r.get("late_reps", r["reps"]) < r["reps"]:
             lines.append(f"  {r['cc']} p99late: median of the {r['late_reps']} of {r['reps']} "
@@ -225,11 +298,7 @@ def plot(runs, path, kmax):
 def main(spec, args, out=print):
     """``emulator compare --cc ...`` (``compare cc``): returns the exit status."""
     fabric = spec.fabric
-    modes = [m.strip() for m in args.cc.split(",") if m.strip()]
-    bad = [m for m in modes if m not in CC_MODES]
-    if bad or not modes:
-        raise ConfigError("--cc", f"unknown mode {bad[0]!r}; one of {CC_MODES}" if bad
-                          else "no mode given")
+    modes = parse_modes(args.cc)
     if spec.workload not in ("incast", "alltoall"):
         raise ConfigError("--workload", "--cc compares incast or alltoall")
     ecn = (ecn_mod.parse(spec.ecn, at=spec.ecn_at) if spec.ecn
@@ -239,13 +308,13 @@ def main(spec, args, out=print):
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     sizes = parse_sizes(args.sizes or "1M")
-    params = {cc: ccparams.parse(list(spec.cc_params), cc) for cc in modes
-              if cc != CC.NONE}
+    params = {cc: ccparams.parse(list(spec.cc_params), cc)
+              for cc in dict.fromkeys(c for _, mode in modes for c in mode) if cc != CC.NONE}
     base = make_results_dir(spec.results, "cc")
     run_yaml.write(base, spec, command=command_doc("compare cc", args))
     spec = spec.replace(results=base, cc_params=())
-    runs = [run_one(spec, cc, rep, sizes, ecn, args, progress=out, cc_params=params.get(cc))
-            for rep in range(args.reps) for cc in modes]
+    runs = [run_one(spec, label, mode, rep, sizes, ecn, args, progress=out, cc_params=params)
+            for rep in range(args.reps) for label, mode in modes]
     rows = summarize(runs, ecn.kmax)
     text = table(rows)
     write_json(os.path.join(base, "cc.json"),

@@ -98,11 +98,13 @@ def expected_seconds(collective, n, sizes, rate_bps):
 
 def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None, qps=1,
                    ring="naive", rate_bps=None, warmup=1, progress=None, rank_extra=None,
-                   faulted=()):
+                   faulted=(), rank_keys=None):
     """Run the collective on ``session``'s fabric; return the report dict.
 
     ``rank_extra``: more rank config keys for every rank (e.g. the NIC's
     ``entropy`` mode for load-balancing comparisons, emulator/experiments/compare/compare.py);
+    ``rank_keys``: a function of the rank index giving keys of that rank's own on top
+    (senders of two transports sharing a fabric, emulator/experiments/compare/congestion.py);
     ``faulted``: link names ('a->b') that faults take down meanwhile (a drill).
     """
     if collective not in COLLECTIVES:
@@ -116,6 +118,8 @@ def run_collective(session, collective="allreduce", sizes=(1 << 20,), hosts=None
     for cfg in configs:
         cfg["timeout_exp"] = timeout_exp
         cfg.update({k: v for k, v in (rank_extra or {}).items() if v is not None})
+        if rank_keys is not None:
+            cfg.update(rank_keys(cfg["rank"]))
     n = len(configs)
     ideal = expected_seconds(collective, n, list(sizes) + list(sizes[:warmup]),
                              configs[0]["rate_bps"])
