@@ -166,8 +166,11 @@ def run_one(spec, label, mode, rep, sizes, ecn, args, progress=print, cc_params=
     cc = next((c for c in mode if c == CC.DCQCN), mode[0])    # the fabric's CNP band
     uet = all(c.transport == Transport.UET for c in mode)
     spec = spec.replace(lb=LB.ECMP, cc=cc, ecn=ecn.spec(), ecn_at=ecn.at,
-                        transport=Transport.UET if uet else Transport.RC)
-    keys = {c: sender_keys(c, spec, params) for c in mode}
+                        transport=Transport.UET if uet else Transport.RC,
+                        # another draw each repetition: ECMP's hash and the QPs' ports
+                        hash_seed=None if spec.hash_seed is None else spec.hash_seed + rep,
+                        job_seed=None if spec.job_seed is None else spec.job_seed + rep)
+    keys = {c: dict(sender_keys(c, spec, params), qpn_seed=spec.job_seed) for c in mode}
     with Session(spec) as s:
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
                   "name": f"{sw['name']}->{p['peer']}"}
@@ -192,7 +195,8 @@ def run_one(spec, label, mode, rep, sizes, ecn, args, progress=print, cc_params=
         row = report["rows"][0]
         tr = report.get("transport", {})
         rates = sender_throughputs(ranks, spec.workload)
-        out = {"cc": label, "rep": rep, "dir": s.dir, "time_s": max(r["time_s"]
+        out = {"cc": label, "rep": rep, "seed": spec.hash_seed, "job_seed": spec.job_seed,
+               "dir": s.dir, "time_s": max(r["time_s"]
                                                                  for r in report["rows"]),
                "busbw_Mbps": row["busbw_Mbps"], "efficiency": row["efficiency"],
                "wrong": sum(r["wrong"] for r in report["rows"]),
@@ -207,7 +211,8 @@ def run_one(spec, label, mode, rep, sizes, ecn, args, progress=print, cc_params=
                "cpu": report["fidelity"]["cpu"]}
     out["marks"] = s.results.get("ecn", {}).get("marked_total")
     steal = out["cpu"].get("machine_steal")
-    progress(f"... cc {label} rep {rep + 1}: {out['time_s']:.2f} s, queue p99 "
+    progress(f"... cc {label} rep {rep + 1} (seed {spec.hash_seed}, job {spec.job_seed}): "
+             f"{out['time_s']:.2f} s, jain {cell(out['jain'], '4.2f')}, queue p99 "
              f"{(bott or {}).get('queue_p99_bytes')} B, {out['fidelity']}"
              + (f" (hypervisor steal {steal:.0%})" if steal else ""))
     return out
