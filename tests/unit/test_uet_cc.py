@@ -219,3 +219,33 @@ def test_the_base_rtt_is_the_shortest_of_the_first_round_trips_within_a_bound():
     c = Nscc(NsccParams(RATE, 4096, RTT))
     acks(c, 0, BASE_SAMPLES, RTT // 2)                     # never below the network RTT
     assert c.base_rtt == RTT and c.maxwnd == model
+
+
+def test_the_bound_leaves_room_for_what_the_receiver_holds_unacknowledged():
+    held = 16384
+    p = NsccParams(RATE, 4096, RTT, held_bytes=held)
+    c = Nscc(p)
+    assert c.maxwnd == pytest.approx(1.5 * p.bdp + held)
+    for _ in range(BASE_SAMPLES):                   # a longer measured base RTT
+        c.on_ack(0, 4096, rtt_ns=int(1.6 * RTT))
+    assert c.maxwnd == pytest.approx(1.5 * 1.6 * p.bdp + held, rel=1e-3)
+    with pytest.raises(ValueError):
+        NsccParams(RATE, 4096, RTT, held_bytes=-1)
+
+
+def test_a_ranks_receiver_coalesces_as_htsims_and_its_window_bound_follows():
+    from traffic.ranks.config import ACK_BYTES, load_config, uet_config
+    ranks = [{"ip": "10.0.0.1", "intf": "eth0"}, {"ip": "10.0.0.2", "intf": "eth0"}]
+    cfg = load_config({"rank": 0, "ranks": ranks, "transport": "uet", "cc": "nscc"})
+    u = uet_config(cfg)
+    assert ACK_BYTES == 16384 and u.pds.ack_bytes == ACK_BYTES      # four 4 KB packets
+    assert u.nscc.held_bytes == ACK_BYTES
+    assert Nscc(u.nscc).maxwnd == pytest.approx(1.5 * u.nscc.bdp + ACK_BYTES)
+    # --cc-param held_bytes overrides the room (0: htsim's bound alone)
+    cfg = load_config({"rank": 0, "ranks": ranks, "transport": "uet", "cc": "nscc",
+                       "cc_params": {"held_bytes": 0}})
+    assert Nscc(uet_config(cfg).nscc).maxwnd == pytest.approx(1.5 * uet_config(cfg).nscc.bdp)
+    # 8 KB packets: still 16 KB, two packets an ACK
+    cfg = load_config({"rank": 0, "ranks": ranks, "transport": "uet", "cc": "nscc",
+                       "mtu": 8192})
+    assert uet_config(cfg).pds.ack_bytes == ACK_BYTES

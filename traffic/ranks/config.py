@@ -21,6 +21,7 @@ from traffic.uet.pds import PdsParams
 
 TRANSPORTS = Transport.names()
 CC_MODES = CC.names()
+ACK_BYTES = 16384                 # a UET receiver's ACK coalescing (htsim's, four 4 KB packets)
 
 
 def out_of_order(cfg):
@@ -185,14 +186,15 @@ def uet_config(cfg):
     floor = int(cfg["uet_rto_min_ms"] * 1e6) if cfg.get("uet_rto_min_ms") else 4 * rtt
     rto = int(cfg["uet_rto_max_ms"] * 1e6) if cfg.get("uet_rto_max_ms") else \
         RcParams(timeout_exp=cfg["timeout_exp"]).timeout_ns
-    # ACK coalescing by the same share of a BDP as htsim's 16 KB of its 150 KB: a
-    # quarter BDP here (two 4 KB packets at 40 Mbit/s), one MTU at least, 16 KB at most
-    bdp = cfg["rate_bps"] / 8 * rtt / 1e9
+    # ACK coalescing as htsim's receiver (UecSink::_bytes_unacked_threshold): once
+    # 16 KB arrived unacknowledged, four 4 KB packets; one MTU at least.  NSCC's
+    # window bound leaves room for it (``NsccParams.held_bytes``)
+    ack = max(cfg["mtu"], ACK_BYTES)
     pds = PdsParams(rto_ns=max(rto, floor), rto_min_ns=floor, retry_cnt=cfg["retry_cnt"],
-                    ack_bytes=int(min(16384, max(cfg["mtu"], bdp / 4))), ack_delay_ns=rtt,
-                    rod=cfg["pds"] == Delivery.ROD)
+                    ack_bytes=ack, ack_delay_ns=rtt, rod=cfg["pds"] == Delivery.ROD)
     nscc = NsccParams(cfg["rate_bps"], cfg["mtu"], rtt, trimming=bool(cfg["trim"]),
-                      **(cfg["cc_params"] if cc == CC.NSCC else {}))
+                      **dict({"held_bytes": ack},
+                             **(cfg["cc_params"] if cc == CC.NSCC else {})))
     return UetConfig(line_bps=cfg["rate_bps"], mtu=cfg["mtu"],
                      frame_len=uet_frame_len(cfg["mtu"], cc == CC.RCCC), pds=pds,
                      ev_policy=EvPolicy(cfg["ev_policy"]), ev_set=cfg["ev_set"], cc=cc,

@@ -28,7 +28,10 @@ increase when delay is near zero for a whole window.  Quick adapt: when
 congestion is severe (a NACK, or delay above 4 targets) the window drops to
 what was actually delivered in the last base RTT + target, once per that time.
 A NACK (a trimmed packet) takes its bytes off the window; a timeout too.  The
-window stays between one MTU and 1.5 BDP (``maxwnd``).
+window stays between one MTU and 1.5 BDP plus what the receiver may hold
+unacknowledged (``maxwnd``; ``held_bytes``, its ACK coalescing: htsim's 16 KB is a
+tenth of its 150 KB BDP and fits in the half BDP above the pipe, the lab's 26.8 KB
+BDP leaves 13.4 KB there, less than one coalesced ACK's worth, so the bound adds it).
 
 Scaling to the emulated rates.  htsim sets the constants from a reference
 network of 100 Gbit/s and 12 us (``initNsccParams``): ``a`` = BDP / reference BDP,
@@ -82,10 +85,12 @@ class NsccParams:
     gamma: float = 0.8
     delay_alpha: float = 0.0125       # the average delay's EWMA gain
     maxwnd_bdps: float = 1.5
+    held_bytes: int = 0               # the receiver's ACK coalescing: added to the bound
 
     def __post_init__(self):
-        if self.line_bps <= 0 or self.mtu <= 0 or self.network_rtt_ns <= 0:
-            raise ValueError("line_bps, mtu and network_rtt_ns > 0 required")
+        if self.line_bps <= 0 or self.mtu <= 0 or self.network_rtt_ns <= 0 \
+                or self.held_bytes < 0:
+            raise ValueError("line_bps, mtu and network_rtt_ns > 0, held_bytes >= 0 required")
         if self.target_qdelay_ns is None:
             object.__setattr__(self, "target_qdelay_ns", int(
                 self.network_rtt_ns * (0.75 if self.trimming else 1.0)))
@@ -93,6 +98,11 @@ class NsccParams:
     @property
     def bdp(self):
         return self.line_bps / 8 * self.network_rtt_ns / 1e9
+
+    def maxwnd(self, rtt_ns):
+        """The window's bound for a base RTT of ``rtt_ns``: ``maxwnd_bdps`` BDPs of it
+        and what the receiver may hold unacknowledged."""
+        return self.maxwnd_bdps * self.line_bps / 8 * rtt_ns / 1e9 + self.held_bytes
 
     @property
     def a(self):
@@ -117,7 +127,7 @@ class Nscc:
         self.adjust_bytes = 8 * p.mtu
         self.fast_delay = p.network_rtt_ns / 12
         self.base_rtt = p.network_rtt_ns
-        self.maxwnd = p.maxwnd_bdps * p.bdp
+        self.maxwnd = p.maxwnd(p.network_rtt_ns)
         self.first_rtts = []            # the first BASE_SAMPLES round trips (``_measure_base``)
         self.min_cwnd = p.mtu
         self.cwnd = self.maxwnd
@@ -266,7 +276,7 @@ class Nscc:
         base = min(min(self.first_rtts), BASE_RISE * self.p.network_rtt_ns)
         if base > self.base_rtt:
             self.base_rtt = base
-            self.maxwnd = self.p.maxwnd_bdps * self.p.line_bps / 8 * base / 1e9
+            self.maxwnd = self.p.maxwnd(base)
 
     def _new_base(self, rtt):
         """A round trip shorter than the base RTT: the base RTT, and the window's
@@ -277,8 +287,7 @@ class Nscc:
         if rtt >= self.base_rtt:
             return
         self.base_rtt = rtt
-        self.maxwnd = max(self.p.maxwnd_bdps * self.p.line_bps / 8 * rtt / 1e9,
-                          2 * self.min_cwnd)
+        self.maxwnd = max(self.p.maxwnd(rtt), 2 * self.min_cwnd)
 
     def _bounds(self):
         self.cwnd = min(max(self.cwnd, self.min_cwnd), self.maxwnd)
