@@ -171,3 +171,39 @@ def test_the_sack_bitmap_follows_an_ack_psn_beyond_its_reach():
     assert cack == psn(0) and base == psn(100 - 63)
     assert bitmap == 1 << 63
     assert r.data(psn(5000), 1000, 0) == (DROPPED, None)     # past the tracked window
+
+
+def test_a_window_lost_together_is_one_loss_each_not_retries_of_one_packet():
+    """Packets sent a millisecond apart on a path that then died expire one poll after
+    another: each timed out once, none was retried, so the PDC lives (retry_cnt 2)."""
+    s = Sender(params(), START)
+    for k in range(6):
+        s.sent(s.assign(), f"pkt{k}", 1000, k * MS, 0xC000 + k)
+    fired = [s.poll(s.deadline()) for _ in range(6)]
+    assert [len(f) for f in fired] == [1] * 6 and s.timeouts_in_row == 6
+    assert not s.failed
+    # one packet that keeps timing out fails it at its retry_cnt + 1-th expiry
+    assert drain(s) == [psn(k) for k in range(6)]
+    t = 1000 * MS
+    for expiry in (2, 3):
+        s.sent(psn(0), "pkt0", 1000, t, 0xC000, again=True)
+        t = s.deadline()
+        s.poll(t)
+        drain(s)
+        assert s.failed == (expiry == 3)
+
+
+def test_progress_starts_every_packets_count_again():
+    s = sender(2, now=0)                                 # psn 0 and 1 in flight
+    s.poll(80 * MS)                                      # both expire once
+    assert drain(s) == [psn(0), psn(1)]
+    s.sent(psn(0), "pkt0", 1000, 80 * MS, 0xC000, again=True)
+    s.sent(psn(1), "pkt1", 1000, 80 * MS, 0xC001, again=True)
+    s.ack(psn(0), psn(0), [], 90 * MS, False)            # progress: psn 1's count restarts
+    for expiry in (1, 2, 3):
+        t = s.deadline()
+        s.poll(t)
+        assert drain(s) == ([] if s.failed else [psn(1)])
+        assert s.failed == (expiry == 3)                 # retry_cnt 2: the third fails
+        if not s.failed:
+            s.sent(psn(1), "pkt1", 1000, t, 0xC001, again=True)

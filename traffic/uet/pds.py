@@ -18,8 +18,12 @@ outstanding until acknowledged.
   goes again (a retransmission by timeout).  ``rto`` follows the round trips
   (``srtt + 4 rttvar``, RFC 6298's, Karn's samples only) between ``rto_min_ns``
   and ``rto_ns``, doubled per timeout without progress up to ``2**backoff_cap``;
-  ``retry_cnt`` + 1 timeouts in a row without any progress fail the PDC
-  (the job's error, as RC's "retry counter exceeded").
+  a packet that timed out ``retry_cnt`` + 1 times with no progress since its
+  first fails the PDC (the job's error, as RC's "retry counter exceeded").  The
+  count is the packet's own: a window of packets lost together on a dead path
+  expires one after another, and those are one loss each, not retries of one
+  packet (RC counts its one timer's expiries: one PSN at a time is outstanding
+  for it, go-back-N).
 - Retransmissions are counted by cause: ``retx_nack``, ``retx_trim``,
   ``retx_timeout``.
 
@@ -56,7 +60,7 @@ class PdsParams:
     rto_ns: int = 134_217_728       # the retransmission timer's upper bound
     rto_min_ns: int = 20_000_000    # ... and lower bound
     backoff_cap: int = 3            # doubling per timeout without progress, up to 2**cap
-    retry_cnt: int = 7              # timeouts in a row without progress before failing
+    retry_cnt: int = 7              # a packet's timeouts without progress before failing
     ack_bytes: int = 16384          # coalescing: ACK once this many bytes arrived ...
     ack_delay_ns: int = 4_000_000   # ... or this long after the first unacknowledged one
     window: int = 4096              # PSNs a receiver tracks past its cumulative PSN
@@ -75,11 +79,13 @@ class PdsParams:
 
 
 class _Out:
-    __slots__ = ("packet", "size", "sent_ns", "sends", "ev", "waiting")
+    __slots__ = ("packet", "size", "sent_ns", "sends", "ev", "waiting", "expiries", "epoch")
 
     def __init__(self, packet, size, now, ev):
         self.packet, self.size, self.sent_ns, self.sends, self.ev = packet, size, now, 1, ev
         self.waiting = False        # queued to go again
+        self.expiries = 0           # its timeouts since the PDC last made progress ...
+        self.epoch = 0              # ... counted in this progress epoch (Sender.epoch)
 
 
 class AckResult:
@@ -107,6 +113,7 @@ class Sender:
         self.inflight = 0               # bytes sent and neither acknowledged nor lost
         self.srtt = self.rttvar = None
         self.timeouts_in_row = 0
+        self.epoch = 0                  # progress so far: ACKs that acknowledged bytes
         self.failed = False
         self.retx_nack = self.retx_trim = self.retx_timeout = 0
         self.timeouts = self.nacks = self.acks = self.sent_first = 0
@@ -175,6 +182,7 @@ class Sender:
             r.progress = True
             self.timeouts_in_row = 0
             self.last_progress_ns = now
+            self.epoch += 1             # every packet's count of timeouts starts again
         return r
 
     def _done(self, psn, r, ecn):
@@ -248,6 +256,7 @@ class Sender:
         if due is None or now < due:
             return lost
         rto = self.rto()
+        worst = 0
         while self.order:
             t, psn = self.order[0]
             o = self.out.get(psn)
@@ -259,11 +268,15 @@ class Sender:
             self.order.popleft()
             self.timeouts += 1
             self.retx_timeout += 1
+            if o.epoch != self.epoch:
+                o.epoch, o.expiries = self.epoch, 0
+            o.expiries += 1
+            worst = max(worst, o.expiries)
             self._queue(psn, o)
             lost.append((o.ev, "lost"))
         if lost:
             self.timeouts_in_row += 1
-            if self.timeouts_in_row > self.p.retry_cnt:
+            if worst > self.p.retry_cnt:
                 self.failed = True
                 self.resend.clear()
         return lost
