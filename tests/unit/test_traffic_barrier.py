@@ -54,3 +54,31 @@ def test_ranks_leave_together_not_a_round_apart(seed):
     assert all(t is not None for t in left)
     assert min(left) >= max(arrivals)            # nobody leaves before the last arrived
     assert max(left) - min(left) < 0.040, left   # typically ~1 ms; a round is 50 ms
+
+
+def test_an_abort_reaches_every_peer_from_several_source_ports():
+    """A job's abort goes out from more than one source port (each its own ECMP path:
+    the one that just died may carry the barrier's own port), every copy an abort."""
+    ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    port = 47000 + random.randrange(1000)
+    b = [Barrier(i, ips, port=port) for i in range(3)]
+    try:
+        b[0].abort(ports=4)
+        for peer in b[1:]:
+            sources = set()
+            deadline = time.monotonic() + 2
+            while len(sources) < 5 and time.monotonic() < deadline:
+                try:
+                    data, addr = peer.sock.recvfrom(64)
+                except BlockingIOError:
+                    time.sleep(0.01)
+                    continue
+                assert data[-1] & 4 and int.from_bytes(data[4:8], "big") == 0
+                sources.add(addr[1])
+            assert len(sources) == 5 and port in sources     # its own port and 4 more
+        b[0].abort(ports=0)
+        b[1].serve()
+        assert b[1].aborted_by == 0
+    finally:
+        for x in b:
+            x.close()

@@ -22,6 +22,7 @@ BARRIER_PORT = 4792
 READY_PORT = 4793
 DONE_PORT = 4794
 HELLO = struct.Struct("!4sIB")
+ABORT_PORTS = 15        # an abort's copies from other source ports (``Barrier.abort``)
 MAGIC = b"FLTB"
 
 
@@ -44,11 +45,12 @@ class Barrier:
     def close(self):
         self.sock.close()
 
-    def _send(self, flag):
+    def _send(self, flag, sock=None):
+        sock = sock or self.sock
         for i, ip in enumerate(self.ips):
             if i != self.me:
                 try:
-                    self.sock.sendto(HELLO.pack(MAGIC, self.me, flag), (ip, self.port))
+                    sock.sendto(HELLO.pack(MAGIC, self.me, flag), (ip, self.port))
                 except OSError:
                     pass        # no route/ARP yet: the next round retries
 
@@ -78,11 +80,20 @@ class Barrier:
                 except OSError:
                     pass
 
-    def abort(self):
+    def abort(self, ports=ABORT_PORTS):
         """Tell every peer the job is over (a QP of ours failed), as NCCL aborts a
-        communicator on a fatal transport error; sent three times (UDP)."""
-        for _ in range(3):
-            self._send(4)
+        communicator on a fatal transport error.  The fabric may have just lost a
+        path (what made the QP fail): copies from the same port would all hash onto
+        it, so the message goes once from this socket and once from each of
+        ``ports`` more sockets of other source ports, each another ECMP draw."""
+        self._send(4)
+        for _ in range(ports):
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as extra:
+                try:
+                    extra.bind((self.ips[self.me], 0))
+                except OSError:
+                    continue
+                self._send(4, extra)
 
     def wait(self, timeout_s, also=(), socks=(), tick=None):
         """Return once every peer was heard (and said so, or 1 s passed); else TimeoutError.
