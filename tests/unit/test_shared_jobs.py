@@ -442,3 +442,23 @@ def test_fair_sharing_stretches_only_the_exposed_communication():
     # no alone time, or no link: no prediction
     assert shares.fair_share_slowdown(2.0, 0.0, 1.0) is None
     assert shares.fair_share_slowdown(2.0, None, 1.0) is None
+
+
+def test_a_lossy_fabric_says_the_classes_have_no_effect_whatever_was_asked():
+    """One queue per link: a job that asked nothing (the lossless default) is told so
+    too, not only one that asked for best effort."""
+    from types import SimpleNamespace
+
+    from emulator.experiments.shared.launch import classes
+    from lab.modes import FlowControl
+    job = SimpleNamespace(name="a", traffic_class=TrafficClass.LOSSLESS)
+    ckpt = SimpleNamespace(name="ckpt", traffic_class=TrafficClass.LOSSLESS)
+    be = SimpleNamespace(name="be", traffic_class=TrafficClass.BEST_EFFORT)
+    dscp, notes = classes(SimpleNamespace(jobs=[job], background=[ckpt]), FlowControl.NONE)
+    assert dscp == {} and len(notes) == 1 and "no effect here" in notes[0]
+    assert "asked for best effort" not in notes[0]
+    dscp, notes = classes(SimpleNamespace(jobs=[job], background=[be]), FlowControl.NONE)
+    assert dscp == {} and "(be asked for best effort)" in notes[0]
+    dscp, notes = classes(SimpleNamespace(jobs=[job], background=[be]), FlowControl.PFC)
+    assert dscp == {"be": dscp["be"]} and "lossless class" in notes[0]
+    assert classes(SimpleNamespace(jobs=[], background=[]), FlowControl.NONE) == ({}, [])

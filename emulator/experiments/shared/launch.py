@@ -157,11 +157,12 @@ def classes(plan, flow_control):
     asked = [(x, x.traffic_class) for x in (*plan.jobs, *plan.background)]
     best = [x.name for x, c in asked if c == TrafficClass.BEST_EFFORT]
     if flow_control == FlowControl.NONE:
-        if not best:
+        if not asked:
             return {}, []
-        return {}, [f"traffic class: {', '.join(best)} asked for best-effort; this "
-                    "fabric's links have one queue (lossy, no classes), so every class "
-                    "shares it: the classes have no effect here"]
+        said = f" ({', '.join(best)} asked for best effort)" if best else ""
+        return {}, ["traffic class: this fabric's links have one queue (lossy, no "
+                    f"classes): every job and flow shares it, whatever its class column "
+                    f"says{said}; the classes have no effect here"]
     rest = [x.name for x, c in asked if c != TrafficClass.BEST_EFFORT]
     notes = [f"traffic class: {', '.join(rest) or 'none'} in the {flow_control} fabric's "
              f"lossless class (DSCP {LOSSLESS_DSCP})"]
