@@ -76,6 +76,16 @@ def test_cpu_near_budget_is_noted_not_judged():
     assert d["verdict"] == "faithful" and len(d["warnings"]) == 2
 
 
+def test_a_completion_time_near_saturation_is_noted():
+    near = fidelity.verdict(10_000, counters(machine_busy=0.93), timing=True)
+    assert near["verdict"] == "faithful"
+    assert any("93% busy, near saturation" in w for w in near["warnings"])
+    assert not fidelity.verdict(10_000, counters(machine_busy=0.89), timing=True)["warnings"]
+    assert not fidelity.verdict(10_000, counters(machine_busy=0.93))["warnings"]   # no timing
+    assert fidelity.verdict(10_000, counters(machine_busy=0.96),
+                            timing=True)["verdict"] == "emulator-bound"
+
+
 def test_hypervisor_steal_is_noted_with_its_share(tmp_path):
     d = fidelity.verdict(10_000, counters(machine_steal=0.09))
     assert d["verdict"] == "faithful" and d["cpu"]["machine_steal"] == 0.09
