@@ -9,10 +9,11 @@ from emulator.experiments.compare.congestion import (
     sender_keys,
     sender_kind,
     shares,
+    split_params,
     summarize,
     table,
 )
-from emulator.experiments.spec import build
+from emulator.experiments.spec import build, ccparams
 from emulator.experiments.spec import uet as uet_spec
 from emulator.fabric import presets
 from emulator.fabric.runspec import RunSpec
@@ -45,13 +46,28 @@ def test_each_cc_rides_its_transport_with_the_runs_uet_keys():
                                   **{"cc": "dcqcn", "queue_ms": 2000}))
     params = {CC.DCQCN: {"g": 0.0625}}
     rc = sender_keys(CC.DCQCN, spec, params)
-    assert rc == {"transport": Transport.RC, "cc": CC.DCQCN, "cc_params": {"g": 0.0625}}
+    assert (rc["transport"], rc["cc"], rc["cc_params"]) == (Transport.RC, CC.DCQCN,
+                                                            {"g": 0.0625})
     uet = sender_keys(CC.NSCC, spec, params)
-    assert uet["transport"] == Transport.UET and uet["cc"] == CC.NSCC
-    assert uet["cc_params"] == {}
-    # the timers and RTT a UET NIC of this fabric is given
-    assert {k: uet[k] for k in uet_spec.rank_keys(spec)} == uet_spec.rank_keys(spec)
+    assert (uet["transport"], uet["cc"], uet["cc_params"]) == (Transport.UET, CC.NSCC, {})
+    # every NIC, RoCE ones too, receives UET as the run sets it (delivery, timers, RTT)
+    for keys in (rc, uet):
+        assert {k: keys[k] for k in uet_spec.rank_keys(spec)} == uet_spec.rank_keys(spec)
     assert sender_keys(CC.NONE, spec, {})["transport"] == Transport.RC
+
+
+def test_rccc_is_refused_in_a_mix_and_parameters_go_to_the_parts_that_know_them():
+    with pytest.raises(ConfigError) as e:
+        parse_modes("dcqcn+rccc")
+    assert "rccc" in str(e.value)
+    assert parse_modes("rccc") == [("rccc", (CC.RCCC,))]
+    got = split_params(["g=0.0625", "maxwnd_bdps=2", "held_bytes=16K"],
+                       [CC.NONE, CC.DCQCN, CC.NSCC])
+    assert got == {CC.DCQCN: ["g=0.0625"], CC.NSCC: ["maxwnd_bdps=2", "held_bytes=16K"]}
+    assert ccparams.parse(got[CC.NSCC], CC.NSCC) == {"maxwnd_bdps": 2, "held_bytes": 16384}
+    with pytest.raises(ConfigError) as e:
+        split_params(["g=0.0625"], [CC.NONE, CC.NSCC])
+    assert "'g=0.0625'" in str(e.value) and "--cc-param" in str(e.value)
 
 
 def test_each_kinds_share_against_its_fair_share():
@@ -89,3 +105,6 @@ def test_the_table_says_each_kinds_share():
         in text
     (plain,) = summarize([dict(run, cc="dcqcn", shares={})], kmax=30000)
     assert plain["shares"] == {} and "fair share" not in table([plain])
+    # a longer label widens the column: every row's time starts in one place
+    wide = table([row, dict(row, cc="dcqcn+timely", shares={})]).splitlines()
+    assert len({ln.index(" 1.00 ") for ln in wide[1:3]}) == 1

@@ -4,15 +4,17 @@ background schedules, and the uplink share arithmetic."""
 
 import os
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
 from emulator.errors import ConfigError
 from emulator.experiments.shared import background, jobsfile, merge, placement, shares
+from emulator.experiments.shared.launch import classes
 from emulator.experiments.training import hops, simai
 from emulator.experiments.training import job as jobs
 from emulator.fabric import addressing, presets
-from lab.modes import Placement, TrafficClass
+from lab.modes import FlowControl, Placement, TrafficClass
 from tests.conftest import REPO
 
 LLAMA = os.path.join(REPO, "tests", "data", "simai",
@@ -447,10 +449,6 @@ def test_fair_sharing_stretches_only_the_exposed_communication():
 def test_a_lossy_fabric_says_the_classes_have_no_effect_whatever_was_asked():
     """One queue per link: a job that asked nothing (the lossless default) is told so
     too, not only one that asked for best effort."""
-    from types import SimpleNamespace
-
-    from emulator.experiments.shared.launch import classes
-    from lab.modes import FlowControl
     job = SimpleNamespace(name="a", traffic_class=TrafficClass.LOSSLESS)
     ckpt = SimpleNamespace(name="ckpt", traffic_class=TrafficClass.LOSSLESS)
     be = SimpleNamespace(name="be", traffic_class=TrafficClass.BEST_EFFORT)

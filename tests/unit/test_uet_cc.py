@@ -3,6 +3,7 @@
 import pytest
 
 from lab.modes import EvPolicy
+from traffic.ranks.config import ACK_BYTES, load_config, uet_config
 from traffic.uet import ev as evs
 from traffic.uet.cc import BASE_RISE, BASE_SAMPLES, REF_BDP, Credit, Nscc, NsccParams, Scheduler
 
@@ -234,7 +235,6 @@ def test_the_bound_leaves_room_for_what_the_receiver_holds_unacknowledged():
 
 
 def test_a_ranks_receiver_coalesces_as_htsims_and_its_window_bound_follows():
-    from traffic.ranks.config import ACK_BYTES, load_config, uet_config
     ranks = [{"ip": "10.0.0.1", "intf": "eth0"}, {"ip": "10.0.0.2", "intf": "eth0"}]
     cfg = load_config({"rank": 0, "ranks": ranks, "transport": "uet", "cc": "nscc"})
     u = uet_config(cfg)

@@ -120,6 +120,10 @@ def parse_modes(text):
                 or len(set(parts)) < len(parts):
             raise ConfigError("--cc", f"{item!r}: one of {', '.join(CC_MODES)}, or two of them "
                                       "joined by + (dcqcn+nscc: the senders take them in turn)")
+        if len(parts) > 1 and CC.RCCC in parts:
+            raise ConfigError("--cc", f"{item!r}: rccc needs its receiver to grant credit, "
+                                      "and a mix's receiver is the first part's NIC: use "
+                                      "rccc alone, or nscc in a mix")
         out.append((item, tuple(CC(x) for x in parts)))
     if not out:
         raise ConfigError("--cc", "no mode given")
@@ -135,10 +139,24 @@ def sender_kind(mode, rank, collective):
 
 def sender_keys(cc, spec, params):
     """A rank's config keys for congestion control ``cc``, on the transport it rides
-    (NSCC, RCCC: UET, with ``spec``'s UET keys; the others: RoCE RC)."""
+    (NSCC, RCCC: UET; the others: RoCE RC), with ``spec``'s UET keys whatever it
+    sends with: every NIC receives UET too, as the run sets it (delivery, timers)."""
     t = cc.transport or Transport.RC
-    keys = {"transport": t, "cc": cc, "cc_params": params.get(cc) or {}}
-    return dict(keys, **uet_spec.rank_keys(spec)) if t == Transport.UET else keys
+    return dict({"transport": t, "cc": cc, "cc_params": params.get(cc) or {}},
+                **uet_spec.rank_keys(spec))
+
+
+def split_params(items, ccs):
+    """``--cc-param`` items ({CC: its items}) given to every part of ``ccs`` that knows
+    the name; an item no part knows is an error naming it."""
+    ccs = [c for c in ccs if c != CC.NONE]
+    out = {c: [x for x in items if x.partition("=")[0].strip() in ccparams.names(c)]
+           for c in ccs}
+    for x in items:
+        if not any(x in mine for mine in out.values()):
+            raise ConfigError("--cc-param", f"{x!r}: no congestion control of --cc has it "
+                                            f"({', '.join(map(str, ccs)) or 'none'})")
+    return out
 
 
 def shares(mode, throughputs, collective):
@@ -154,7 +172,8 @@ def shares(mode, throughputs, collective):
         out[str(cc)] = {"senders": len(mine),
                         "median_Mbps": round(median(got) * 8 / 1e6, 3) if got else None,
                         "share": round(sum(got) / total, 4) if total else None,
-                        "fair_share": round(len(mine) / len(throughputs), 4)}
+                        "fair_share": round(len(mine) / len(throughputs), 4)
+                        if throughputs else None}
     return out
 
 
@@ -168,8 +187,10 @@ def run_one(spec, label, mode, rep, sizes, ecn, args, progress=print, cc_params=
     spec = spec.replace(lb=LB.ECMP, cc=cc, ecn=ecn.spec(), ecn_at=ecn.at,
                         transport=Transport.UET if uet else Transport.RC,
                         # another draw each repetition: ECMP's hash and the QPs' ports
-                        hash_seed=None if spec.hash_seed is None else spec.hash_seed + rep,
-                        job_seed=None if spec.job_seed is None else spec.job_seed + rep)
+                        hash_seed=None if spec.hash_seed is None
+                        else (spec.hash_seed + rep) % 2**32,
+                        job_seed=None if spec.job_seed is None
+                        else (spec.job_seed + rep) % 2**32)
     keys = {c: dict(sender_keys(c, spec, params), qpn_seed=spec.job_seed) for c in mode}
     with Session(spec) as s:
         ports = [{"intf": p["intf"], "rate_bps": p["rate_bps"],
@@ -250,13 +271,14 @@ def summarize(runs, kmax):
 
 
 def table(rows):
-    head = (f"{'cc':11s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
+    w = max([11] + [len(r["cc"]) for r in rows])
+    head = (f"{'cc':{w}s} {'time_s':>7s} {'q_max':>8s} {'q_p99':>8s} {'q_mean':>8s} "
             f"{'p99/Kmax':>8s} {'p99late':>8s} {'util':>5s} {'jain':>5s} {'drops':>6s} {'retx':>6s} "
             f"{'RTOs':>5s} {'CNPs':>6s} {'marks':>6s} {'#wrong':>6s} {'died':>4s} faithful")
     lines = [head]
     f = cell
     for r in rows:
-        lines.append(f"{r['cc']:11s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
+        lines.append(f"{r['cc']:{w}s} {f(r['time_s'], '7.2f')} {f(r['queue_max'], '8d')} "
                      f"{f(r['queue_p99'], '8d')} {f(r['queue_mean'], '8d')} "
                      f"{f(r['queue_p99_over_kmax'], '8.2f')} {f(r['queue_p99_late'], '8d')} "
                      f"{f(r['utilisation'], '5.2f')} "
@@ -313,8 +335,9 @@ def main(spec, args, out=print):
     if args.reps < 1:
         raise ConfigError("--reps", "at least 1")
     sizes = parse_sizes(args.sizes or "1M")
-    params = {cc: ccparams.parse(list(spec.cc_params), cc)
-              for cc in dict.fromkeys(c for _, mode in modes for c in mode) if cc != CC.NONE}
+    ccs = list(dict.fromkeys(c for _, mode in modes for c in mode))
+    params = {cc: ccparams.parse(items, cc)
+              for cc, items in split_params(list(spec.cc_params), ccs).items()}
     base = make_results_dir(spec.results, "cc")
     run_yaml.write(base, spec, command=command_doc("compare cc", args))
     spec = spec.replace(results=base, cc_params=())

@@ -4,8 +4,8 @@ The names are those of ``traffic.roce.dcqcn.DcqcnParams``,
 ``traffic.roce.timely.TimelyParams`` and ``traffic.uet.cc.NsccParams`` without
 their unit suffix; a value takes the
 unit its field has: a duration for ``*_ns`` fields (``cnp_interval=20ms``),
-a rate for ``*_bps`` ones (``rai=500Kbps``), bytes for ``byte_counter``
-(``256K``), a plain number otherwise (``g=0.0625``).  The result is the rank
+a rate for ``*_bps`` ones (``rai=500Kbps``), bytes for ``byte_counter`` and
+``*_bytes`` (``256K``), a plain number otherwise (``g=0.0625``).  The result is the rank
 config's ``cc_params`` ({field: number}), checked here against the
 dataclass so a wrong name or value stops the run before anything is built.
 """
@@ -43,7 +43,7 @@ def _value(field, text):
         return int(round(parse_duration(text) * 1e9))
     if field.endswith("_bps"):
         return parse_rate(text)
-    if field == "byte_counter":
+    if field == "byte_counter" or field.endswith("_bytes"):
         (size,) = parse_sizes(text, "--cc-param")
         return size
     number = float(text)
