@@ -17,7 +17,8 @@ outstanding until acknowledged.
 - A timer per packet: a packet not acknowledged ``rto`` after it left is lost and
   goes again (a retransmission by timeout).  ``rto`` follows the round trips
   (``srtt + 4 rttvar``, RFC 6298's, Karn's samples only) between ``rto_min_ns``
-  and ``rto_ns``, doubled per timeout without progress up to ``2**backoff_cap``;
+  and ``rto_ns``, doubled per retry of the most-retried packet since the last
+  progress, up to ``2**backoff_cap``;
   a packet that timed out ``retry_cnt`` + 1 times with no progress since its
   first fails the PDC (the job's error, as RC's "retry counter exceeded").  The
   count is the packet's own: a window of packets lost together on a dead path
@@ -275,7 +276,9 @@ class Sender:
             self._queue(psn, o)
             lost.append((o.ev, "lost"))
         if lost:
-            self.timeouts_in_row += 1
+            # the backoff follows the most-retried packet since the last progress: a
+            # window lost together backs off once, not once per packet's expiry
+            self.timeouts_in_row = max(self.timeouts_in_row, worst)
             if worst > self.p.retry_cnt:
                 self.failed = True
                 self.resend.clear()
