@@ -88,7 +88,11 @@ class Barrier:
         ``ports`` more sockets of other source ports, each another ECMP draw."""
         self._send(4)
         for _ in range(ports):
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as extra:
+            try:
+                extra = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except OSError:
+                return              # out of sockets: the copies sent so far
+            with extra:
                 try:
                     extra.bind((self.ips[self.me], 0))
                 except OSError:
