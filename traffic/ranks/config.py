@@ -17,11 +17,10 @@ from traffic.roce.transport import RcParams
 from traffic.uet.cc import NsccParams
 from traffic.uet.layout import frame_len_for_mtu as uet_frame_len
 from traffic.uet.pdcs import UetConfig
-from traffic.uet.pds import PdsParams
+from traffic.uet.pds import ACK_BYTES, PdsParams
 
 TRANSPORTS = Transport.names()
 CC_MODES = CC.names()
-ACK_BYTES = 16384                 # a UET receiver's ACK coalescing (htsim's, four 4 KB packets)
 
 
 def out_of_order(cfg):

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from traffic.uet.layout import NACK_ROD_OOO, NACK_TRIMMED, PSN_MASK, psn_diff
 
 SACK_BITS = 64
+ACK_BYTES = 16384       # a receiver's ACK coalescing: htsim's, four 4 KB packets
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,9 @@ class PdsParams:
 
     rto_ns: int = 134_217_728       # the retransmission timer's upper bound
     rto_min_ns: int = 20_000_000    # ... and lower bound
-    backoff_cap: int = 3            # doubling per timeout without progress, up to 2**cap
+    backoff_cap: int = 3            # doubling per retry of the worst packet, up to 2**cap
     retry_cnt: int = 7              # a packet's timeouts without progress before failing
-    ack_bytes: int = 16384          # coalescing: ACK once this many bytes arrived ...
+    ack_bytes: int = ACK_BYTES      # coalescing: ACK once this many bytes arrived ...
     ack_delay_ns: int = 4_000_000   # ... or this long after the first unacknowledged one
     window: int = 4096              # PSNs a receiver tracks past its cumulative PSN
     rod: bool = False               # reliable ordered delivery (one EV, go-back-N)

@@ -286,9 +286,9 @@ def table(rows):
                      f"{f(r['retransmitted'], '6d')} {f(r['timeouts'], '5d')} "
                      f"{f(r['cnps'], '6d')} {f(r['marks'], '6d')} {r['wrong']:6d} "
                      f"{r['died']:4d} {r['faithful']}/{r['reps']}")
+    g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for r in rows:
         parts = r.get("shares") or {}
-        g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         if parts:
             lines.append(f"  {r['cc']}: " + "; ".join(
                 f"{part} senders ({x['senders']}) got {g(x['share'])} of the senders' "
