@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from traffic.ranks.barrier import Barrier
+from traffic.ranks.barrier import BARRIER_PORT, DONE_PORT, READY_PORT, Barrier
+from traffic.roce.frames import ROCE_PORT
+from traffic.uet.layout import UET_PORT
 
 N = 6
 
@@ -82,3 +84,10 @@ def test_an_abort_reaches_every_peer_from_several_source_ports():
     finally:
         for x in b:
             x.close()
+
+
+def test_the_barriers_ports_are_not_a_transports():
+    # a rank's capture sockets hand RoCEv2's and UET's ports to their transports'
+    # receive paths; a hello there would be parsed as a data frame
+    ports = {BARRIER_PORT, READY_PORT, DONE_PORT}
+    assert len(ports) == 3 and not ports & {ROCE_PORT, UET_PORT}

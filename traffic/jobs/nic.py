@@ -37,7 +37,7 @@ from traffic.nic.receiver import (
     PACKET_OUTGOING,
     nothing_more,
     open_capture,
-    open_sink,
+    open_sinks,
     socket_drops,
 )
 from traffic.nic.sender import _DOWN, _FULL, MSG_DONTWAIT, ROOM_WAIT_NS, Sender, open_raw
@@ -71,11 +71,12 @@ class JobNic:
         # tokens (else it would cap the rate below the link's), at least ``burst`` frames
         depth = max(max(1, nic["burst"]) * self.cost, 2 * self.rate * tick_ns / 1e9)
         batch = min(64, max(1, nic["burst"], -(-int(depth) // self.cost)))
-        self.rx = self.sink = self.sender = self.ctl = self.udp = None
+        self.rx = self.sender = self.ctl = self.udp = None
+        self.sinks = []
         try:
             with entered(spec.get("netns")):
                 self.rx = open_capture(spec["intf"])
-                self.sink = open_sink()
+                self.sinks = open_sinks()
                 # a NIC's transmit ring: a few frames in the interface's queue (the
                 # send buffer counts a frame until it leaves), the rest wait in the QPs
                 self.sender = Sender(spec["intf"], batch=batch,
@@ -153,7 +154,7 @@ class JobNic:
         self.control_received = self.control_dropped = self.other_frames = 0
 
     def close(self):
-        for s in (self.rx, self.sink, self.ctl, self.udp):
+        for s in (self.rx, *self.sinks, self.ctl, self.udp):
             if s is not None:
                 s.close()
         if self.sender is not None:

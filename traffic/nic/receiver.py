@@ -9,7 +9,8 @@ shared by every namespace of a host: one-way latency is meaningful).
 
 A UDP socket bound to port 4791 ("sink") is held open meanwhile so that the
 kernel does not answer every RoCE datagram with an ICMP port unreachable; it
-is never read, its small buffer just overflows.
+is never read, its small buffer just overflows (``open_sinks``: one per
+transport's port, RoCEv2's and UET's, for the ranks and the job engine).
 
 Flows are keyed ``"<source IP>#<flow id>"`` (the sender CLI uses the same
 keys for its per-flow counts), so several senders may use the same ids.
@@ -26,7 +27,8 @@ import struct
 import time
 
 from traffic.nic.accounting import Accounting
-from traffic.roce.frames import parse
+from traffic.roce.frames import ROCE_PORT, parse
+from traffic.uet.layout import UET_PORT
 
 ETH_P_IP = 0x0800
 PACKET_OUTGOING = 4
@@ -69,7 +71,7 @@ def socket_drops(sock):
     return struct.unpack("II", raw)[1]
 
 
-def open_sink(port=4791):
+def open_sink(port=ROCE_PORT):
     """UDP socket on ``port`` that keeps the kernel from sending ICMP errors."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -81,6 +83,11 @@ def open_sink(port=4791):
         s.close()
         return None
     return s
+
+
+def open_sinks(ports=(ROCE_PORT, UET_PORT)):
+    """``open_sink`` of each transport's port: the sockets this process holds."""
+    return [s for s in map(open_sink, ports) if s is not None]
 
 
 class Receiver:

@@ -1,13 +1,14 @@
 """The ranks' start barrier and next-hop MAC resolution (``python -m traffic rank``).
 
-Each rank sends a small UDP "hello" (port 4792) to every peer every 50 ms
+Each rank sends a small UDP "hello" (port 4794) to every peer every 50 ms
 until it has heard every peer and every peer has said it heard everyone
 (or 1 s after it heard everyone); a rank that has just heard everyone says
 so at once, not at its next round, so the ranks leave within a round trip
 of the last one's arrival (a collective's start skew), not 50 ms apart.
 The hellos also make the kernel resolve ARP, so the next-hop MAC of each
-peer can then be read from the neighbour table.  A rank keeps answering hellos after it left the barrier (``serve``),
-so a peer still inside it hears everyone.  A second barrier on the next
+peer can then be read from the neighbour table.  A rank keeps answering
+hellos after it left the barrier (``serve``), so a peer still inside it
+hears everyone.  A second barrier on the next
 port (``READY_PORT``) lets ranks start together once each has built its
 frames, and a third (``DONE_PORT``) lets them leave together once all are
 done, each still answering its peers' late retransmissions meanwhile.
@@ -18,9 +19,10 @@ import socket
 import struct
 import time
 
-BARRIER_PORT = 4792
-READY_PORT = 4793
-DONE_PORT = 4794
+# past RoCEv2's 4791 and UET's 4793: a rank's capture sockets take those for data
+BARRIER_PORT = 4794
+READY_PORT = 4795
+DONE_PORT = 4796
 HELLO = struct.Struct("!4sIB")
 ABORT_PORTS = 15        # an abort's copies from other source ports (``Barrier.abort``)
 MAGIC = b"FLTB"

@@ -47,7 +47,7 @@ from traffic.nic.receiver import (
     PACKET_OUTGOING,
     nothing_more,
     open_capture,
-    open_sink,
+    open_sinks,
     socket_drops,
 )
 from traffic.nic.sender import Sender
@@ -95,7 +95,7 @@ class Rank:
         self.rx = open_capture(self.intf)
         self.rx.setblocking(False)
         socket_drops(self.rx)            # reset the kernel's counter
-        self.sink = open_sink()
+        self.sinks = open_sinks()
         self.ips = [r["ip"] for r in self.ranks]
         self.hello = Barrier(self.me, self.ips)
         self.ready = None      # the second barrier (READY_PORT), once the frames are built
@@ -127,7 +127,7 @@ class Rank:
         import scapy.contrib.roce  # noqa: F401  (0.5 s: paid now, not in a timed call)
 
     def close(self):
-        for s in (self.rx, self.hello, self.ready, self.sink):
+        for s in (self.rx, self.hello, self.ready, *self.sinks):
             if s:
                 s.close()
         self.sender.close()
